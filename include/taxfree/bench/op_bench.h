@@ -1,0 +1,91 @@
+// One benchmark descriptor per op (nccl-tests' testColl, generalised to fused ops).
+//
+// The harness owns timing, alignment, poisoning, checking, printing and JSON; an op only says what
+// its cases are, how to set one up with fresh random inputs, how to run one variant once, and how
+// to count wrong elements. Every op joins `taxfree bench` by registering one OpBench.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace taxfree {
+class Team;
+}
+
+namespace taxfree::bench {
+
+// Sweep options from the command line (nccl-tests letters).
+struct Options {
+  int64_t min_bytes = -1;  // -b; <0: the op's default sweep
+  int64_t max_bytes = -1;  // -e
+  double step_factor = 2;  // -f
+  int iters = 20;          // -n
+  int warmup = 5;          // -w
+  int check = 1;           // -c: checked runs per case and variant (0 = no check)
+  bool cold_l2 = false;    // --cold: flush L2 before every timed iteration
+  std::string dtype = "bf16";
+  std::vector<std::string> variants;  // --variant; empty = all of the op's
+  std::vector<std::string> shapes;    // --shape NAME=V,...; op-specific filters
+  uint64_t seed = 0x7A3F'2026;
+};
+
+// One row of the sweep.
+struct Case {
+  std::string label;     // human-readable shape, e.g. "M=8192 N=4096 K=8192"
+  int64_t size_bytes;    // the `size` column: total bytes the op produces (nccl-tests convention)
+  int64_t count;         // the `count` column: elements per rank passed to the op
+  std::string type;      // the `type` column
+  nlohmann::json params; // op-specific shape parameters, echoed into the JSON
+};
+
+// Throughput figures for one timed case; the harness fills time.
+struct Figures {
+  double algbw_gbs = 0;   // bytes / time (nccl-tests algbw); 0 where it does not apply
+  double busbw_gbs = 0;   // algbw * bus factor; 0 where it does not apply
+  double tflops = 0;      // 0 for pure communication
+};
+
+// Floor for the summary: time no implementation can beat, from rates measured on this machine.
+struct Floor {
+  double seconds = 0;
+  std::string bound;      // "compute", "hbm", "nvlink", "latency"
+};
+
+class OpBench {
+ public:
+  virtual ~OpBench() = default;
+  virtual std::string name() const = 0;
+  // Variant names; the first is the bulk-synchronous baseline the others are compared against.
+  virtual std::vector<std::string> variants() const = 0;
+  // Fewest ranks the op needs; the harness reports "skipped: needs N ranks" below that.
+  virtual int min_ranks() const { return 1; }
+  virtual std::vector<Case> cases(const Options& opt, const Team& team) const = 0;
+  // Allocate buffers and draw fresh random inputs for `c` (never zeros).
+  virtual void setup(Team& team, const Case& c, const Options& opt) = 0;
+  // Fill every output with a poison pattern so unwritten elements are caught by check().
+  virtual void poison(cudaStream_t stream) = 0;
+  // Launch `variant` once on `stream`. Must be valid to call back to back without host work.
+  virtual void run(const std::string& variant, cudaStream_t stream) = 0;
+  // Compare the last run's outputs with a reference; returns the number of wrong elements.
+  virtual int64_t check(const std::string& variant, cudaStream_t stream) = 0;
+  virtual Figures figures(const Case& c, double seconds) const = 0;
+  virtual Floor floor(const Case&, const Team&) const { return {}; }
+  // Kernels launched per run of `variant` (for the launch-tax column).
+  virtual int launches(const std::string& variant) const { (void)variant; return 1; }
+  // Release what setup() took.
+  virtual void teardown() = 0;
+};
+
+// Registry: the list of ops lives in one place, src/bench/registry.cc; each op's bench file
+// defines one factory that the registry names.
+std::vector<std::string> bench_names();
+std::unique_ptr<OpBench> make_bench(const std::string& name);  // throws InvalidArgument if unknown
+
+}  // namespace taxfree::bench

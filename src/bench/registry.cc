@@ -1,0 +1,35 @@
+// The one list of benchmarked ops. `taxfree bench` with no op runs them in this order.
+#include "taxfree/bench/op_bench.h"
+#include "taxfree/runtime/error.h"
+
+namespace taxfree::bench {
+
+namespace {
+struct Entry {
+  const char* name;
+  std::unique_ptr<OpBench> (*make)();
+};
+
+// Each op's bench file defines its factory; add one line here per op.
+const std::vector<Entry>& entries() {
+  static const std::vector<Entry> kEntries = {
+  };
+  return kEntries;
+}
+}  // namespace
+
+std::vector<std::string> bench_names() {
+  std::vector<std::string> names;
+  for (const auto& e : entries()) names.emplace_back(e.name);
+  return names;
+}
+
+std::unique_ptr<OpBench> make_bench(const std::string& name) {
+  for (const auto& e : entries())
+    if (name == e.name) return e.make();
+  std::string known;
+  for (const auto& e : entries()) known += std::string(known.empty() ? "" : ", ") + e.name;
+  TF_THROW(Status::InvalidArgument, "unknown op '" << name << "' (known: " << known << ")");
+}
+
+}  // namespace taxfree::bench
