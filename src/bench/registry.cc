@@ -4,6 +4,11 @@
 
 namespace taxfree::bench {
 
+std::unique_ptr<OpBench> make_put_get_bench();
+std::unique_ptr<OpBench> make_signal_bench();
+std::unique_ptr<OpBench> make_barrier_bench();
+std::unique_ptr<OpBench> make_all_gather_bench();
+
 namespace {
 struct Entry {
   const char* name;
@@ -13,6 +18,10 @@ struct Entry {
 // Each op's bench file defines its factory; add one line here per op.
 const std::vector<Entry>& entries() {
   static const std::vector<Entry> kEntries = {
+      {"put_get", make_put_get_bench},
+      {"signal", make_signal_bench},
+      {"barrier", make_barrier_bench},
+      {"all_gather", make_all_gather_bench},
   };
   return kEntries;
 }

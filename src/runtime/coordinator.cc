@@ -237,7 +237,7 @@ void CoordinatorServer::serve() {
       } else if (got == 0 || (errno != EINTR && errno != EAGAIN)) {
         c.open = false;
         if (!c.finished && c.rank >= 0)
-          fail_locked(c.rank, "rank " + std::to_string(c.rank) + " (pid " + std::to_string(c.pid) +
+          fail_locked(c.rank, "its process (pid " + std::to_string(c.pid) +
                                   ") disconnected before finishing: it exited or was killed");
       }
     }

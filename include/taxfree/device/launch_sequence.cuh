@@ -8,7 +8,9 @@
 
 #include <cstdint>
 
+#if defined(__CUDACC__)
 #include "taxfree/device/scoped_memory.cuh"
+#endif
 
 namespace taxfree::dev {
 
@@ -17,6 +19,7 @@ struct LaunchSequence {
   uint32_t* finished = nullptr;  // blocks finished in the current launch, returns to 0
 };
 
+#if defined(__CUDACC__)
 __device__ __forceinline__ uint64_t sequence_begin(const LaunchSequence& s) {
   return load<Sem::relaxed, Scope::gpu>(s.counter) + 1;
 }
@@ -32,5 +35,7 @@ __device__ __forceinline__ void sequence_end(const LaunchSequence& s, uint64_t s
     }
   }
 }
+
+#endif  // __CUDACC__
 
 }  // namespace taxfree::dev

@@ -39,7 +39,7 @@ __device__ __forceinline__ bool abort_requested(const FaultContext& fc) {
 }
 
 // Record why a wait gave up (first reporter only) and raise the abort flag.
-__device__ __noinline__ void report_wait_timeout(const FaultContext& fc, WaitSite site, int peer,
+inline __device__ __noinline__ void report_wait_timeout(const FaultContext& fc, WaitSite site, int peer,
                                                  const void* flag, uint64_t expected,
                                                  uint64_t observed, uint64_t waited_ns) {
   WaitRecord* r = fc.record;

@@ -9,6 +9,8 @@
 
 #include <cstdint>
 
+#include "taxfree/device/config.cuh"
+
 namespace taxfree::dev {
 
 struct SymmetricView {
@@ -20,15 +22,15 @@ struct SymmetricView {
 
   // `local` must point into this rank's heap; the result points into `peer`'s heap.
   template <class T>
-  __host__ __device__ __forceinline__ T* peer(T* local, int peer_rank) const {
+  TF_HOST_DEVICE T* peer(T* local, int peer_rank) const {
     return reinterpret_cast<T*>(reinterpret_cast<uintptr_t>(local) +
                                 static_cast<int64_t>(peer_rank - rank) * stride);
   }
-  __host__ __device__ __forceinline__ bool contains(const void* p, uint64_t bytes) const {
+  TF_HOST_DEVICE bool contains(const void* p, uint64_t bytes) const {
     const auto a = reinterpret_cast<uintptr_t>(p), b = reinterpret_cast<uintptr_t>(local_base);
     return a >= b && bytes <= size && a - b <= size - bytes;
   }
-  __host__ __device__ __forceinline__ uint64_t offset_of(const void* p) const {
+  TF_HOST_DEVICE uint64_t offset_of(const void* p) const {
     return reinterpret_cast<uintptr_t>(p) - reinterpret_cast<uintptr_t>(local_base);
   }
 };

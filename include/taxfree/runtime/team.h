@@ -28,7 +28,7 @@
 namespace taxfree {
 
 struct TeamOptions {
-  uint64_t heap_bytes = 0;         // 0: TAXFREE_HEAP_BYTES, else max(4 GiB, world GiB + 1 GiB)
+  uint64_t heap_bytes = 0;         // 0: TAXFREE_HEAP_BYTES, else max(4 GiB, (world + 2) GiB)
   double timeout_s = -1;           // device wait deadline; <0: TAXFREE_TIMEOUT_S, else 10 s
   double bootstrap_timeout_s = 120;  // connecting ranks, NCCL id exchange
   bool check_heap = false;         // also on with TAXFREE_CHECK_HEAP=1
