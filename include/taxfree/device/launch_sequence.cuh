@@ -29,7 +29,9 @@ __device__ __forceinline__ void sequence_end(const LaunchSequence& s, uint64_t s
   __syncthreads();
   if (threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0) {
     const uint32_t blocks = gridDim.x * gridDim.y * gridDim.z;
-    if (fetch_add<Sem::acq_rel, Scope::gpu>(s.finished, 1u) == blocks - 1) {
+    if (blocks == 1) {  // no other block to wait for: skip the fenced read-modify-write
+      store<Sem::relaxed, Scope::gpu>(s.counter, seq);
+    } else if (fetch_add<Sem::acq_rel, Scope::gpu>(s.finished, 1u) == blocks - 1) {
       store<Sem::relaxed, Scope::gpu>(s.finished, 0u);
       store<Sem::relaxed, Scope::gpu>(s.counter, seq);
     }

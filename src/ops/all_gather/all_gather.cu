@@ -50,7 +50,8 @@ __global__ void __launch_bounds__(512) all_gather_direct_kernel(AllGatherPushArg
   dev::sequence_end(a.seq, epoch);
 }
 
-// Low-latency protocol: every thread owns lines (8 data bytes each) gid, gid + threads, ...
+// Low-latency protocol: every thread owns lines (8 data bytes each) gid, gid + threads, ...; one
+// block carries up to kLinesPerThread lines per thread, so most sizes run in a single block.
 __global__ void __launch_bounds__(512) all_gather_ll_kernel(AllGatherPushArgs a) {
   const auto& v = a.view;
   const uint64_t epoch = dev::sequence_begin(a.seq);
@@ -117,16 +118,17 @@ AllGather::AllGather(Team& team, AllGatherConfig config) : team_(team), config_(
   team.host_barrier("all_gather.init");
 }
 
-uint64_t AllGather::push_chunk(uint64_t bytes) const {
-  // About two chunks per block at most sizes; 8-64 KiB keeps each block streaming.
-  const uint64_t want = bytes / uint64_t(config_.max_blocks);
-  return std::clamp<uint64_t>((want + 15) / 16 * 16, 8 << 10, 64 << 10);
+uint64_t AllGather::push_chunk(uint64_t) const {
+  // One chunk is what a block of 512 threads keeps in flight (8 x 16 B each): a block streams at
+  // full rate, and mid sizes use few blocks (fewer flags and fences per launch).
+  return uint64_t(config_.threads) * 8 * 16;
 }
 
 int AllGather::push_blocks(uint64_t bytes) const {
   if (push_uses_ll(bytes)) {
-    const uint64_t lines = bytes / 8;
-    return int(std::clamp<uint64_t>((lines + config_.threads - 1) / config_.threads, 1, uint64_t(config_.max_blocks)));
+    constexpr uint64_t kLinesPerThread = 16;
+    const uint64_t per_block = uint64_t(config_.threads) * kLinesPerThread, lines = bytes / 8;
+    return int(std::clamp<uint64_t>((lines + per_block - 1) / per_block, 1, uint64_t(config_.max_blocks)));
   }
   const uint64_t chunks = (bytes + push_chunk(bytes) - 1) / push_chunk(bytes);
   return int(std::clamp<uint64_t>(chunks, 1, uint64_t(config_.max_blocks)));
