@@ -46,14 +46,16 @@ double estimate_seconds(const CompiledTile& t, int64_t m, int64_t n, int64_t k, 
 }
 
 // Rasterisation group: the m-blocks per group that minimise the rows of A and B one wave of
-// `active` CTAs touches (g x BM rows of A, active / g x BN rows of B).
+// `active` consecutive tiles touches: at least g (and at least active / n_blocks) m-blocks of A,
+// active / g n-blocks of B.
 int choose_group_m(const CompiledTile& t, int64_t m, int64_t n, int sms) {
   const int64_t m_blocks = (m + t.bm - 1) / t.bm, n_blocks = (n + t.bn - 1) / t.bn;
   const int64_t active = std::min<int64_t>(m_blocks * n_blocks, sms);
   int best = 1;
   int64_t best_rows = INT64_MAX;
   for (int g = 1; g <= 32 && g <= m_blocks; g *= 2) {
-    const int64_t rows = g * t.bm + std::min(n_blocks, (active + g - 1) / g) * t.bn;
+    const int64_t m_touched = std::min(m_blocks, std::max<int64_t>(g, (active + n_blocks - 1) / n_blocks));
+    const int64_t rows = m_touched * t.bm + std::min(n_blocks, (active + g - 1) / g) * t.bn;
     if (rows < best_rows) best = g, best_rows = rows;
   }
   return best;
@@ -69,6 +71,7 @@ GemmConfig choose_gemm_config(int64_t m, int64_t n, int64_t k, DType dtype, BLay
   double best_time = 0;
   for (const CompiledTile& t : kCompiledTiles) {  // listed largest first: near-ties keep the larger
     if (b_layout == BLayout::KN && !t.kn) continue;
+    if (m <= 64 && t.bm > 64) continue;  // half or more of a 128-row A tile would be zero fill
     const double time = estimate_seconds(t, m, n, k, num_sms);
     if (!best || time < 0.97 * best_time) best = &t, best_time = time;
   }
