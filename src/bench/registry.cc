@@ -4,6 +4,10 @@
 
 namespace taxfree::bench {
 
+std::unique_ptr<OpBench> make_put_get_bench();
+std::unique_ptr<OpBench> make_signal_bench();
+std::unique_ptr<OpBench> make_barrier_bench();
+std::unique_ptr<OpBench> make_all_gather_bench();
 std::unique_ptr<OpBench> make_gemm_bench();
 
 namespace {
@@ -15,6 +19,10 @@ struct Entry {
 // Each op's bench file defines its factory; add one line here per op.
 const std::vector<Entry>& entries() {
   static const std::vector<Entry> kEntries = {
+      {"put_get", make_put_get_bench},
+      {"signal", make_signal_bench},
+      {"barrier", make_barrier_bench},
+      {"all_gather", make_all_gather_bench},
       {"gemm", make_gemm_bench},
   };
   return kEntries;

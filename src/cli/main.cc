@@ -1,13 +1,247 @@
+// taxfree command line: a thin front end over the launcher, the Team and the benchmark harness.
 #include <CLI/CLI.hpp>
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+#include <signal.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <iostream>
+#include <thread>
 
+#include "taxfree/bench/harness.h"
 #include "taxfree/runtime/error.h"
+#include "taxfree/runtime/team.h"
+
+namespace {
+
+using namespace taxfree;
+
+// Runs `body` as a rank: typed errors become exit codes, and a failure is reported to the other
+// ranks before this process ends.
+int as_rank(const std::function<int()>& body) {
+  try {
+    return body();
+  } catch (const Error& e) {
+    std::cerr << e.what() << "\n";
+    switch (e.status()) {
+      case Status::RemoteError: return kExitRemote;
+      case Status::InvalidArgument: return kExitUsage;
+      case Status::NotSupported: return kExitNoGpu;
+      default: return kExitFailed;
+    }
+  } catch (const std::exception& e) {
+    std::cerr << "[taxfree rank " << error_rank() << "] unexpected error: " << e.what() << "\n";
+    return kExitFailed;
+  }
+}
+
+// In a rank: run. Otherwise: start one rank per GPU (or `gpus`) running this same command line.
+int launch_or_run(int argc, char** argv, int gpus, const std::function<int()>& rank_body) {
+  if (rank_env()) return as_rank(rank_body);
+  std::string why;
+  const int visible = probe_visible_gpus(self_executable(), &why);
+  if (visible == 0) {
+    std::cerr << "taxfree: no GPU is visible (" << (why.empty() ? "CUDA reports no device" : why)
+              << "); this command needs at least one NVIDIA Hopper GPU\n";
+    return kExitNoGpu;
+  }
+  if (gpus > visible) {
+    std::cerr << "taxfree: -g " << gpus << " asks for more GPUs than the " << visible << " visible\n";
+    return kExitNoGpu;
+  }
+  LaunchSpec spec;
+  spec.nranks = gpus > 0 ? gpus : visible;
+  spec.argv.assign(argv, argv + argc);
+  spec.argv[0] = self_executable();
+  return run_ranks(spec);
+}
+
+std::string version_text(int code) {
+  return std::to_string(code / 10000) + "." + std::to_string(code / 100 % 100) + "." + std::to_string(code % 100);
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"taxfree: fused multi-GPU LLM kernels"};
-  app.require_subcommand(0, 1);
-  CLI11_PARSE(app, argc, argv);
-  std::cout << app.help();
-  return 0;
+  CLI::App app{"taxfree: multi-GPU LLM kernels without the bulk-synchronous, data-locality and launch taxes"};
+  app.require_subcommand(1);
+  app.set_help_all_flag("--help-all", "show help for every command");
+
+  // bench ---------------------------------------------------------------------------------------
+  auto* bench = app.add_subcommand("bench", "benchmark and check ops (no op: every op's default sweep + summary)");
+  std::vector<std::string> ops;
+  std::string min_b, max_b, json, inject;
+  bench::Options opt;
+  int gpus = 0;
+  double heap_gib = 0, timeout_s = -1;
+  bench->add_option("op", ops, "ops to run (see `taxfree list`)");
+  bench->add_option("-b,--minbytes", min_b, "smallest size (bytes per rank; K/M/G suffixes)");
+  bench->add_option("-e,--maxbytes", max_b, "largest size");
+  bench->add_option("-f,--stepfactor", opt.step_factor, "multiply the size by this each step")->check(CLI::Range(1.01, 1e6));
+  bench->add_option("-n,--iters", opt.iters, "timed iterations per case")->check(CLI::Range(1, 1000000));
+  bench->add_option("-w,--warmup_iters", opt.warmup, "warm-up iterations per case")->check(CLI::Range(0, 1000000));
+  bench->add_option("-c,--check", opt.check, "checked runs per case and variant (0: no check)")->check(CLI::Range(0, 1000));
+  bench->add_option("-g,--ngpus", gpus, "number of GPUs (ranks) to use; default: all visible")->check(CLI::Range(1, 1024));
+  bench->add_flag("--cold", opt.cold_l2, "flush L2 before every timed iteration");
+  bench->add_option("--json", json, "write results as JSON to this file");
+  bench->add_option("--variant", opt.variants, "only these variants");
+  bench->add_option("--shape", opt.shapes, "op-specific shape filter key=value[,key=value]; repeatable");
+  bench->add_option("--dtype", opt.dtype, "element type")->check(CLI::IsMember({"bf16", "fp16"}));
+  bench->add_option("--heap", heap_gib, "symmetric heap per rank, GiB")->check(CLI::PositiveNumber);
+  bench->add_option("--timeout", timeout_s, "device wait deadline, seconds")->check(CLI::PositiveNumber);
+  bench->add_option("--seed", opt.seed, "random seed for inputs");
+  bench->add_option("--inject", inject, "fault injection for tests: kill:RANK or skip-signal:RANK");
+
+  // run -----------------------------------------------------------------------------------------
+  auto* run = app.add_subcommand("run", "run a program as N ranks with taxfree's launcher (like torchrun)");
+  int nranks = 1;
+  std::vector<std::string> prog;
+  run->add_option("-n,--nranks", nranks, "number of ranks")->check(CLI::Range(1, 4096));
+  run->add_option("program", prog, "program and its arguments (after --)")->required();
+
+  auto* list = app.add_subcommand("list", "list ops and their variants");
+  auto* info = app.add_subcommand("info", "versions and visible GPUs");
+
+  // hidden helpers ------------------------------------------------------------------------------
+  auto* probe = app.add_subcommand("_probe-gpus", "")->group("");
+  auto* selftest = app.add_subcommand("_rank-selftest", "")->group("");
+  int fail_rank = -1;
+  std::string mode = "ok";
+  selftest->add_option("--fail-rank", fail_rank);
+  selftest->add_option("--mode", mode)->check(CLI::IsMember({"ok", "exit", "kill", "error", "hang"}));
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? kExitOk : kExitUsage;
+  }
+
+  if (*probe) {
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess) std::cout << "0 " << cudaGetErrorString(e) << "\n";
+    else std::cout << n << "\n";
+    return 0;
+  }
+
+  if (*selftest) {
+    // A rank that does no CUDA work: exercises the launcher and coordinator (CPU tests).
+    return as_rank([&] {
+      auto env = rank_env();
+      TF_REQUIRE(env, Status::InvalidUsage, "_rank-selftest must run as a rank");
+      set_error_rank(env->rank);
+      std::unique_ptr<CoordinatorServer> server;
+      if (env->host_coordinator) server = std::make_unique<CoordinatorServer>("0.0.0.0", env->coordinator_port, env->world);
+      CoordinatorClient c(env->coordinator_host, env->coordinator_port, env->rank, env->world, 30);
+      c.barrier("start", 30);
+      if (env->rank == fail_rank) {
+        if (mode == "exit") ::_exit(7);
+        if (mode == "kill") ::kill(::getpid(), SIGKILL);
+        if (mode == "error") {
+          c.fail("injected error in rank " + std::to_string(env->rank));
+          return int(kExitFailed);
+        }
+        if (mode == "hang") std::this_thread::sleep_for(std::chrono::hours(1));
+      }
+      c.barrier("end", 10);
+      std::cout << "rank " << env->rank << " done\n";
+      c.finish();
+      return int(kExitOk);
+    });
+  }
+
+  if (*info) {
+    int loaded = 0;
+    ncclGetVersion(&loaded);
+    std::cout << "taxfree 0.1.0\nNCCL headers " << version_text(NCCL_VERSION_CODE) << ", library "
+              << version_text(loaded) << "\n";
+    std::string why;
+    int n = probe_visible_gpus(self_executable(), &why);
+    std::cout << "GPUs visible: " << n << (why.empty() ? "" : " (" + why + ")") << "\n";
+    return 0;
+  }
+
+  if (*list) {
+    for (const auto& name : bench::bench_names()) {
+      auto b = bench::make_bench(name);
+      std::cout << name << " (min ranks " << b->min_ranks() << "):";
+      for (const auto& v : b->variants()) std::cout << " " << v;
+      std::cout << "\n";
+    }
+    return 0;
+  }
+
+  if (*run) {
+    try {
+      LaunchSpec spec;
+      spec.nranks = nranks;
+      spec.argv = prog;
+      return run_ranks(spec);
+    } catch (const Error& e) {
+      std::cerr << e.what() << "\n";
+      return kExitFailed;
+    }
+  }
+
+  // bench: validate everything here, before any rank starts, so a bad command fails once.
+  bench::RunRequest req;
+  try {
+    const auto known = bench::bench_names();
+    for (const auto& op : ops) {
+      auto b = bench::make_bench(op);  // throws for unknown ops, naming the known ones
+      for (const auto& v : opt.variants) {
+        auto vs = b->variants();
+        TF_REQUIRE(std::find(vs.begin(), vs.end(), v) != vs.end(), Status::InvalidArgument,
+                   "op '" << op << "' has no variant '" << v << "'");
+      }
+      if (gpus > 0)
+        TF_REQUIRE(gpus >= b->min_ranks(), Status::InvalidUsage,
+                   "op '" << op << "' needs at least " << b->min_ranks() << " GPUs; -g " << gpus << " given");
+    }
+    if (!min_b.empty()) opt.min_bytes = bench::parse_bytes(min_b);
+    if (!max_b.empty()) opt.max_bytes = bench::parse_bytes(max_b);
+    if (!min_b.empty() || !max_b.empty()) {
+      if (min_b.empty()) opt.min_bytes = opt.max_bytes;
+      if (max_b.empty()) opt.max_bytes = opt.min_bytes;
+      TF_REQUIRE(opt.min_bytes > 0, Status::InvalidArgument, "-b " << min_b << ": sizes must be > 0 bytes");
+      TF_REQUIRE(opt.max_bytes >= opt.min_bytes, Status::InvalidArgument,
+                 "-e " << max_b << " is smaller than -b " << min_b);
+    }
+    if (!inject.empty()) {
+      auto colon = inject.find(':');
+      TF_REQUIRE(colon != std::string::npos, Status::InvalidArgument, "--inject '" << inject << "' must be kill:RANK or skip-signal:RANK");
+      const std::string what = inject.substr(0, colon);
+      const int r = std::stoi(inject.substr(colon + 1));
+      if (what == "kill") req.kill_rank = r;
+      else if (what == "skip-signal") opt.skip_signal_rank = r;
+      else TF_THROW(Status::InvalidArgument, "--inject '" << inject << "': unknown fault '" << what << "'");
+    }
+  } catch (const Error& e) {
+    std::cerr << e.what() << "\n";
+    return kExitUsage;
+  } catch (const std::exception& e) {
+    std::cerr << "taxfree: bad argument: " << e.what() << "\n";
+    return kExitUsage;
+  }
+  req.ops = ops;
+  req.options = opt;
+  req.json_path = json;
+
+  return launch_or_run(argc, argv, gpus, [&] {
+    TeamOptions to;
+    to.heap_bytes = uint64_t(heap_gib * double(1ull << 30));
+    to.timeout_s = timeout_s;
+    auto team = Team::join(to);
+    int code = kExitOk;
+    try {
+      code = bench::run(*team, req);
+    } catch (const Error& e) {
+      if (e.status() != Status::RemoteError) team->fail(e.what());
+      throw;
+    }
+    team->finish();
+    return code;
+  });
 }

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "gpu_env.h"
+#include "taxfree/device/signal.cuh"
 #include "taxfree/ops/cublaslt_gemm.h"
 #include "taxfree/ops/gemm.h"
 #include "taxfree/ops/gemm_launch.cuh"
@@ -249,48 +250,36 @@ TEST(GemmHooks, RotatedTileOrderForEveryRank) {
 
 // --- A-ready hook: the producer waits for per-m-block flags that another kernel sets ------------
 
-__device__ uint32_t ld_acquire_gpu(const uint32_t* p) {
-  uint32_t v;
-  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-
-// Test policy: before loading a tile's first A k-block, wait (bounded) for flags[tile.m] >= 1.
+// Test policy: before loading a tile's first A k-block, wait for flags[tile.m] >= epoch with the
+// library's bounded wait (deadline + abort flag + wait record), then make A visible to TMA (P4).
 struct FlagWait {
   struct Params {
-    const uint32_t* flags;
-    uint64_t timeout_ns;
-    uint32_t* timed_out;  // set to 1 on expiry; the GEMM then goes on (and reads garbage)
+    const uint64_t* flags;
+    uint64_t epoch;
+    dev::FaultContext fault;
   };
   __device__ static void wait(const Params& p, TileCoord tile, int k_block) {
     if (k_block != 0) return;
-    const uint64_t start = device::globaltimer_ns();
-    while (ld_acquire_gpu(p.flags + tile.m) < 1) {
-      if (device::globaltimer_ns() - start > p.timeout_ns) {
-        atomicExch(p.timed_out, 1u);
-        break;
-      }
-      __nanosleep(256);
-    }
-    device::fence_proxy_async_global();  // the acquired A writes are now visible to TMA
+    dev::wait_geq(p.flags + tile.m, p.epoch, p.fault, dev::WaitSite::gemm_a_ready, -1);
+    dev::fence_proxy_async_global();
   }
 };
 
 // Publishes A one 128-row block at a time, last block first, `delay_ns` apart: copies the rows
-// from `src`, then releases flags[block].
-__global__ void publish_a(const uint16_t* src, uint16_t* dst, int64_t m, int64_t lda, int bm, uint32_t* flags,
-                          uint64_t delay_ns) {
+// from `src`, then sets flags[block] = epoch (pattern P2: block stores, bar.sync, one release).
+__global__ void publish_a(const uint16_t* src, uint16_t* dst, int64_t m, int64_t lda, int bm, uint64_t* flags,
+                          uint64_t epoch, uint64_t delay_ns) {
   const int m_blocks = int((m + bm - 1) / bm);
   for (int blk = m_blocks - 1; blk >= 0; --blk) {
     if (threadIdx.x == 0) {
-      const uint64_t start = device::globaltimer_ns();
-      while (device::globaltimer_ns() - start < delay_ns) __nanosleep(1000);
+      const uint64_t start = dev::global_timer_ns();
+      while (dev::global_timer_ns() - start < delay_ns) __nanosleep(1000);
     }
     __syncthreads();
     const int64_t begin = int64_t(blk) * bm * lda, end = std::min<int64_t>(m, int64_t(blk + 1) * bm) * lda;
     for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) dst[i] = src[i];
     __syncthreads();
-    if (threadIdx.x == 0) asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(flags + blk), "r"(1u) : "memory");
+    if (threadIdx.x == 0) dev::signal_set(flags + blk, epoch);
   }
 }
 
@@ -298,30 +287,41 @@ TEST(GemmHooks, AReadyWaitsForFlagsSetByAnotherKernel) {
   TF_REQUIRE_GPUS(1);
   const Problem p = make_problem(1000, 1536, 1024, DType::bf16, BLayout::NK, 99);
   Output out(p);
-  DevBuf a(p.a.size() * 2), flags(64 * sizeof(uint32_t)), timed_out(sizeof(uint32_t));
+  DevBuf a(p.a.size() * 2), flags(64 * sizeof(uint64_t));
+  TF_CUDA(cudaMemset(flags.p, 0, 64 * sizeof(uint64_t)));
+  // Abort flag and wait record in host-mapped memory, as the Team provides them.
+  uint32_t* abort = nullptr;
+  dev::WaitRecord* record = nullptr;
+  TF_CUDA(cudaHostAlloc(&abort, sizeof(uint32_t), cudaHostAllocMapped));
+  TF_CUDA(cudaHostAlloc(&record, sizeof(dev::WaitRecord), cudaHostAllocMapped));
+  *abort = 0;
+  std::memset(record, 0, sizeof(*record));
+  dev::FaultContext fault;
+  fault.abort = abort;
+  fault.record = record;
+  fault.timeout_ns = 5'000'000'000ull;
   StreamGuard gemm_stream, writer_stream;
-  for (int rep = 0; rep < 2; ++rep) {
+  for (uint64_t epoch = 1; epoch <= 2; ++epoch) {  // epochs, not resets: flags keep their values
     TF_CUDA(cudaMemset(a.p, 0xFF, p.a.size() * 2));  // A starts as NaN: reading it early poisons C
-    TF_CUDA(cudaMemset(flags.p, 0, 64 * sizeof(uint32_t)));
-    TF_CUDA(cudaMemset(timed_out.p, 0, sizeof(uint32_t)));
     out.poison(gemm_stream.s);
     TF_CUDA(cudaDeviceSynchronize());
     GemmArgs args = p.args(nullptr);
     args.a = a.p;
     GemmConfig cfg = big_config();
-    cfg.max_ctas = device_sm_count() - 8;  // leave SMs for the writer: the GEMM occupies its SMs fully
+    cfg.max_ctas = device_sm_count() - 8;  // a GEMM CTA fills its SM: leave some for the writer
     launch_gemm<Big, __nv_bfloat16, Major::K, GroupedOrder, FlagWait, StoreTo>(
-        args, cfg, {}, {static_cast<const uint32_t*>(flags.p), 10'000'000'000ull, static_cast<uint32_t*>(timed_out.p)},
-        {out.c(), p.ldc}, gemm_stream.s);
+        args, cfg, {}, {static_cast<const uint64_t*>(flags.p), epoch, fault}, {out.c(), p.ldc}, gemm_stream.s);
     publish_a<<<1, 256, 0, writer_stream.s>>>(static_cast<const uint16_t*>(p.da->p), static_cast<uint16_t*>(a.p), p.m,
-                                               p.lda, Big::BM, static_cast<uint32_t*>(flags.p), 300'000);
+                                               p.lda, Big::BM, static_cast<uint64_t*>(flags.p), epoch, 300'000);
     TF_CUDA(cudaGetLastError());
     TF_CUDA(cudaDeviceSynchronize());
-    uint32_t expired = 0;
-    TF_CUDA(cudaMemcpy(&expired, timed_out.p, sizeof(expired), cudaMemcpyDeviceToHost));
-    ASSERT_EQ(expired, 0u) << "an A-ready wait passed its deadline";
-    expect_matches(p, out.read(), "A-ready flags, run " + std::to_string(rep));
+    ASSERT_EQ(record->complete, 0u) << "an A-ready wait gave up: m-block " << record->flag_offset << " observed "
+                                    << record->observed << " expected " << record->expected;
+    ASSERT_EQ(*abort, 0u);
+    expect_matches(p, out.read(), "A-ready flags, epoch " + std::to_string(epoch));
   }
+  cudaFreeHost(record);
+  cudaFreeHost(abort);
 }
 
 // --- Epilogue destinations -------------------------------------------------------------------------

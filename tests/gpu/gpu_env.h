@@ -1,25 +1,34 @@
-// Environment of the GPU tests: which GPU this process drives, and the skip rule.
+// Environment of the GPU tests: the Team this rank belongs to, and the skip rule.
 //
-// GPU tests are reported SKIPPED (never passed) where fewer GPUs than a test needs are present.
+// The test binary starts one rank per visible GPU (TAXFREE_TEST_RANKS to choose fewer) with
+// taxfree's launcher; every rank runs every test. Tests that need GPUs are reported SKIPPED (never
+// passed) where fewer are present. Collective calls inside tests must be made by every rank
+// unconditionally (use EXPECT_*, not ASSERT_*, around them) so a failing rank never strands peers;
+// device waits end at their deadlines regardless.
 #pragma once
 
 #include <gtest/gtest.h>
 
+namespace taxfree {
+class Team;
+}
+
 namespace taxfree::test {
-// GPUs visible to this process (0 when the CUDA driver is absent or reports none).
+// GPUs visible to this process (0 without a driver or device).
 int visible_gpus();
-// Ranks taking part in this test run (1 for single-process runs).
+// Ranks taking part in this run (0 when there is no GPU).
 int world_size();
 int rank();
+// This rank's team; only valid when world_size() > 0.
+Team& team();
 }  // namespace taxfree::test
 
 // Skip the current test unless `n` GPUs are available: one visible GPU for single-GPU tests, `n`
 // ranks (one GPU each) for multi-GPU tests.
-#define TF_REQUIRE_GPUS(n)                                                                    \
-  do {                                                                                        \
-    const int tf_have_ = (n) <= 1 ? ::taxfree::test::visible_gpus() : ::taxfree::test::world_size(); \
-    if (::taxfree::test::visible_gpus() < 1 || tf_have_ < (n))                                \
-      GTEST_SKIP() << "needs " << (n) << " GPU(s); this run has "                             \
-                   << ::taxfree::test::visible_gpus() << " visible and "                      \
-                   << ::taxfree::test::world_size() << " rank(s)";                            \
+#define TF_REQUIRE_GPUS(n)                                                                                \
+  do {                                                                                                    \
+    const int tf_have_ = (n) <= 1 ? ::taxfree::test::visible_gpus() : ::taxfree::test::world_size();     \
+    if (::taxfree::test::world_size() < 1 || tf_have_ < (n))                                              \
+      GTEST_SKIP() << "needs " << (n) << " GPU(s); this run has " << ::taxfree::test::visible_gpus()      \
+                   << " visible and " << ::taxfree::test::world_size() << " rank(s)";                     \
   } while (0)

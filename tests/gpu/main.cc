@@ -1,20 +1,91 @@
-// GPU test driver. Single process for now: drives GPU 0 (or reports every test skipped without one).
+// GPU test driver: starts one rank per GPU, each joins the team and runs every test.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+#include <memory>
+
 #include "gpu_env.h"
+#include "taxfree/runtime/error.h"
+#include "taxfree/runtime/launcher.h"
+#include "taxfree/runtime/team.h"
 
 namespace taxfree::test {
-int visible_gpus() {
-  int n = 0;
-  return cudaGetDeviceCount(&n) == cudaSuccess ? n : 0;
-}
-int world_size() { return visible_gpus() > 0 ? 1 : 0; }
-int rank() { return 0; }
+namespace {
+std::unique_ptr<Team> g_team;
+int g_visible = 0;
+
+// Ranks other than 0 print only failures, prefixed with their rank.
+class FailurePrinter : public ::testing::EmptyTestEventListener {
+ public:
+  explicit FailurePrinter(int rank) : rank_(rank) {}
+  void OnTestPartResult(const ::testing::TestPartResult& r) override {
+    if (r.failed())
+      std::cerr << "[rank " << rank_ << "] " << (r.file_name() ? r.file_name() : "?") << ":" << r.line_number()
+                << ": failure\n" << r.summary() << "\n";
+  }
+
+ private:
+  int rank_;
+};
+}  // namespace
+
+int visible_gpus() { return g_visible; }
+int world_size() { return g_team ? g_team->world() : 0; }
+int rank() { return g_team ? g_team->rank() : 0; }
+Team& team() { return *g_team; }
 }  // namespace taxfree::test
 
 int main(int argc, char** argv) {
+  using namespace taxfree;
+  if (argc > 1 && std::strcmp(argv[1], "_probe-gpus") == 0) {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) n = 0;
+    std::cout << n << "\n";
+    return 0;
+  }
+  bool listing = false;
+  for (int i = 1; i < argc; ++i) listing |= std::strncmp(argv[i], "--gtest_list_tests", 18) == 0;
   ::testing::InitGoogleTest(&argc, argv);
-  if (taxfree::test::visible_gpus() > 0) cudaSetDevice(0);
-  return RUN_ALL_TESTS();
+  if (listing) return RUN_ALL_TESTS();
+
+  if (!rank_env()) {
+    std::string why;
+    const int visible = probe_visible_gpus(self_executable(), &why);
+    if (visible > 0) {
+      int n = visible;
+      if (const char* r = std::getenv("TAXFREE_TEST_RANKS")) n = std::max(1, std::min(visible, std::atoi(r)));
+      LaunchSpec spec;
+      spec.nranks = n;
+      spec.argv.assign(argv, argv + argc);
+      spec.argv[0] = self_executable();
+      return run_ranks(spec);
+    }
+    std::cerr << "[taxfree gpu tests] no GPU visible (" << why << "): every test reports SKIPPED\n";
+    return RUN_ALL_TESTS();
+  }
+  try {
+    int n = 0;
+    taxfree::test::g_visible = cudaGetDeviceCount(&n) == cudaSuccess ? n : 0;
+    taxfree::test::g_team = Team::join();
+  } catch (const Error& e) {
+    std::cerr << e.what() << "\n";
+    return e.status() == Status::RemoteError ? kExitRemote : kExitFailed;
+  }
+  if (taxfree::test::rank() != 0) {
+    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
+    delete listeners.Release(listeners.default_result_printer());
+    listeners.Append(new taxfree::test::FailurePrinter(taxfree::test::rank()));
+  }
+  int rc = RUN_ALL_TESTS();
+  try {
+    taxfree::test::team().finish();
+  } catch (const Error& e) {
+    std::cerr << e.what() << "\n";
+    rc = rc ? rc : kExitFailed;
+  }
+  taxfree::test::g_team.reset();
+  return rc;
 }

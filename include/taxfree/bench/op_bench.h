@@ -8,7 +8,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
-#include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -34,6 +34,7 @@ struct Options {
   std::vector<std::string> variants;  // --variant; empty = all of the op's
   std::vector<std::string> shapes;    // --shape NAME=V,...; op-specific filters
   uint64_t seed = 0x7A3F'2026;
+  int skip_signal_rank = -1;          // --inject skip-signal:R: rank R's ops never signal (tests the timeout path)
 };
 
 // One row of the sweep.
@@ -52,18 +53,37 @@ struct Figures {
   double tflops = 0;      // 0 for pure communication
 };
 
-// Floor for the summary: time no implementation can beat, from rates measured on this machine.
+// Rates measured by the harness at start, on this machine, in this run.
+struct MachineRates {
+  double hbm_bytes_per_s = 0;     // device-to-device copy, bytes read + written per second
+  double nvlink_bytes_per_s = 0;  // copy engine to one peer, one direction (0 with one rank)
+  double launch_s = 0;            // empty kernel, back to back
+  double graph_launch_s = 0;      // empty kernel inside a CUDA graph
+};
+
+// Floor for the summary: time no implementation can beat, from the measured rates.
 struct Floor {
   double seconds = 0;
   std::string bound;      // "compute", "hbm", "nvlink", "latency"
+};
+
+// The three taxes of one case (DESIGN.md), in seconds; negative = does not apply.
+struct Taxes {
+  double bulk_synchronous = -1;  // BSP time - max(compute-only, communication-only)
+  double data_locality = -1;     // extra HBM round trips of intermediates
+  double launch = -1;            // kernels per run x measured launch cost
 };
 
 class OpBench {
  public:
   virtual ~OpBench() = default;
   virtual std::string name() const = 0;
-  // Variant names; the first is the bulk-synchronous baseline the others are compared against.
+  // Variant names; the first baseline_count() are the bulk-synchronous baselines (e.g. NCCL on
+  // plain buffers and on a symmetric window); the others are compared with the fastest of those.
   virtual std::vector<std::string> variants() const = 0;
+  virtual int baseline_count() const { return 1; }
+  // Operations one run() performs (latency benchmarks loop inside one run); times are divided by it.
+  virtual double ops_per_run(const Case&, const std::string& variant) const { (void)variant; return 1; }
   // Fewest ranks the op needs; the harness reports "skipped: needs N ranks" below that.
   virtual int min_ranks() const { return 1; }
   virtual std::vector<Case> cases(const Options& opt, const Team& team) const = 0;
@@ -76,7 +96,17 @@ class OpBench {
   // Compare the last run's outputs with a reference; returns the number of wrong elements.
   virtual int64_t check(const std::string& variant, cudaStream_t stream) = 0;
   virtual Figures figures(const Case& c, double seconds) const = 0;
-  virtual Floor floor(const Case&, const Team&) const { return {}; }
+  virtual Floor floor(const Case&, const MachineRates&) const { return {}; }
+  // Extra timed runs that are not variants but feed the tax breakdown (e.g. "comm-only",
+  // "compute-only"); run() accepts these names too, check() is not called for them.
+  virtual std::vector<std::string> parts() const { return {}; }
+  // Tax breakdown from the median times of every variant and part of this case.
+  virtual Taxes taxes(const Case&, const std::map<std::string, double>& seconds, const MachineRates& rates) const {
+    (void)seconds;
+    Taxes t;
+    t.launch = launches(variants().front()) * rates.launch_s;
+    return t;
+  }
   // Kernels launched per run of `variant` (for the launch-tax column).
   virtual int launches(const std::string& variant) const { (void)variant; return 1; }
   // Release what setup() took.

@@ -257,10 +257,11 @@ class GemmBench final : public OpBench {
     return f;
   }
 
-  Floor floor(const Case& c, const Team&) const override {
+  Floor floor(const Case& c, const MachineRates& rates) const override {
     const auto [m, n, k] = mnk(c);
-    // H200: 989 dense 16-bit TFLOP/s, 4.8 TB/s HBM.
-    const double compute = 2.0 * m * n * k / 989e12, hbm = (m * k + n * k + m * n) * 2 / 4.8e12;
+    // 989 dense 16-bit TFLOP/s (H100/H200 SXM); HBM at the measured copy rate (read + write).
+    const double hbm_rate = rates.hbm_bytes_per_s > 0 ? rates.hbm_bytes_per_s : 4.0e12;
+    const double compute = 2.0 * m * n * k / 989e12, hbm = (m * k + n * k + m * n) * 2 / hbm_rate;
     return compute >= hbm ? Floor{compute, "compute"} : Floor{hbm, "hbm"};
   }
 

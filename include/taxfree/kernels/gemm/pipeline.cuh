@@ -70,13 +70,7 @@ __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map
       : "memory");
 }
 
-// --- fences and barriers -------------------------------------------------------------------------
-
-// Orders this thread's earlier generic-proxy accesses (e.g. an acquire load of a ready flag) before
-// its later async-proxy accesses (TMA loads) of global memory.
-__device__ __forceinline__ void fence_proxy_async_global() {
-  asm volatile("fence.proxy.async.global;" ::: "memory");
-}
+// --- barriers and registers ---------------------------------------------------------------------
 
 // Barrier over `threads` threads (a multiple of 32) with hardware barrier `id` (0 is __syncthreads).
 __device__ __forceinline__ void named_barrier_sync(uint32_t id, uint32_t threads) {
@@ -90,13 +84,6 @@ __device__ __forceinline__ void setmaxnreg_dec() {
 template <uint32_t kRegs>
 __device__ __forceinline__ void setmaxnreg_inc() {
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(kRegs));
-}
-
-// Nanoseconds since an arbitrary epoch; for deadlines of device-side waits.
-__device__ __forceinline__ uint64_t globaltimer_ns() {
-  uint64_t t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
 }
 
 }  // namespace taxfree::gemm::device

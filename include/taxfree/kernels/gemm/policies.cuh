@@ -10,9 +10,11 @@
 //             Called by the single producer thread before it issues the TMA load of A's k-block
 //             `k_block` (K columns [64 k_block, 64 k_block + 64)) of `tile`; B of that k-block is
 //             already in flight. It may block. On return, A data released by the writer must be
-//             visible to TMA: acquire the flag (ld.acquire at .gpu or .sys scope), then
-//             fence.proxy.async.global (device::fence_proxy_async_global). Per-tile policies
-//             return at once for k_block > 0. A wait must have a deadline: the engine has none.
+//             visible to TMA: acquire the flag (device/signal.cuh: dev::wait_geq, pattern P4), then
+//             dev::fence_proxy_async_global(). Per-tile policies return at once for k_block > 0.
+//             A wait must have a deadline (the engine has none); when it gives up it returns
+//             anyway: the GEMM then finishes on whatever A holds, in bounded time, and the host
+//             reports the wait record.
 //
 //   Epilogue  static void check(const Params&, int64_t m, int64_t n, int elem_bytes)   host
 //             Throws taxfree::Error (InvalidArgument) if the destination is unusable.

@@ -1,0 +1,49 @@
+// The benchmark driver behind `taxfree bench` (nccl-tests conventions, DESIGN.md protocol):
+// ranks aligned by a device barrier before every timed iteration, warm-up, CUDA-event timing,
+// median (min/max) per rank and the slowest rank's median reported, optional cold L2, every case
+// checked against a reference, JSON beside the table.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "taxfree/bench/op_bench.h"
+
+namespace taxfree {
+class Team;
+}
+
+namespace taxfree::bench {
+
+struct RunRequest {
+  std::vector<std::string> ops;  // empty: every registered op, default sweeps, with the summary
+  Options options;
+  std::string json_path;         // empty: no JSON
+  int kill_rank = -1;            // --inject kill:R: rank R kills itself mid-run (tests fault handling)
+};
+
+// Runs the request on this rank (all ranks call it). Rank 0 prints. Returns the process exit code:
+// kExitWrongResult if any element was wrong, kExitOk otherwise; errors are thrown.
+int run(Team& team, const RunRequest& request);
+
+// nccl-tests' bus-bandwidth factor for a collective over `world` ranks.
+double bus_factor(const std::string& collective, int world);
+
+// Median / min / max of a sample (the sample is reordered).
+struct Stats {
+  double median = 0, min = 0, max = 0;
+};
+Stats summarize(std::vector<double> samples);
+
+// Parse "-b 1K", "64M", "1G" (powers of 1024) into bytes; throws InvalidArgument naming the text.
+int64_t parse_bytes(const std::string& text);
+
+// Sizes from -b/-e/-f, or [def_min, def_max] by -f when not given; each rounded down to a multiple
+// of `multiple` (at least `multiple`).
+std::vector<int64_t> size_sweep(const Options& o, int64_t def_min, int64_t def_max, int64_t multiple);
+
+// Shape filters: each Options::shapes entry is "k=v,k=v"; a case matches if any entry's keys all
+// equal the case's params (numbers compared as numbers). No entries: everything matches.
+bool matches_shape_filters(const nlohmann::json& params, const std::vector<std::string>& filters);
+
+}  // namespace taxfree::bench

@@ -1,0 +1,41 @@
+// Per-op launch sequence numbers kept on the device, so epochs advance without the host (CUDA
+// graph replay, back-to-back launches).
+//
+// Every block reads the same `seq = *counter + 1` at start; the last block to finish stores
+// `seq` into the counter. The counter changes only after every block of the launch has read it,
+// and the next launch on the stream starts after this one ends, so all blocks agree.
+#pragma once
+
+#include <cstdint>
+
+#if defined(__CUDACC__)
+#include "taxfree/device/scoped_memory.cuh"
+#endif
+
+namespace taxfree::dev {
+
+struct LaunchSequence {
+  uint64_t* counter = nullptr;   // device memory of this rank, starts at 0
+  uint32_t* finished = nullptr;  // blocks finished in the current launch, returns to 0
+};
+
+#if defined(__CUDACC__)
+__device__ __forceinline__ uint64_t sequence_begin(const LaunchSequence& s) {
+  return load<Sem::relaxed, Scope::gpu>(s.counter) + 1;
+}
+
+// Call once per block, by all its threads, after the block's last use of `seq`.
+__device__ __forceinline__ void sequence_end(const LaunchSequence& s, uint64_t seq) {
+  __syncthreads();
+  if (threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0) {
+    const uint32_t blocks = gridDim.x * gridDim.y * gridDim.z;
+    if (fetch_add<Sem::acq_rel, Scope::gpu>(s.finished, 1u) == blocks - 1) {
+      store<Sem::relaxed, Scope::gpu>(s.finished, 0u);
+      store<Sem::relaxed, Scope::gpu>(s.counter, seq);
+    }
+  }
+}
+
+#endif  // __CUDACC__
+
+}  // namespace taxfree::dev

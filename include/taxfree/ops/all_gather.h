@@ -1,0 +1,85 @@
+// all_gather: every rank contributes `bytes` and receives every rank's contribution, rank r's at
+// recv + r * bytes.
+//
+// Variants (one interface, AllGather::launch):
+//  - nccl:      ncclAllGather (BSP baseline). With buffers from the symmetric heap NCCL takes its
+//               symmetric-memory kernels; with plain buffers its regular ones.
+//  - push:      one kernel per rank; each block waits until the peer's buffer is free for this
+//               launch (the peer has started it), stores its slice of the local shard straight
+//               into the peer's `recv` over NVLink, and raises a per-(sender, block) epoch flag;
+//               the kernel ends when every incoming slice has arrived. No host work between
+//               launches; graph-capturable.
+//
+// Contract: `recv` lies in the team's symmetric heap (push: required; nccl: either). `send` is
+// device memory of this rank; `send == recv + rank * bytes` (in place) is allowed, other overlaps
+// are not. Both 16-byte aligned, `bytes` a multiple of 16 and > 0. Every rank calls with the same
+// `bytes` and variant, in the same order (collective). On return, work is enqueued on `stream`;
+// when it completes, `recv` holds all shards on this rank. A peer that never arrives ends the
+// kernel at the team's deadline with a diagnostic (Team::sync reports it).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "taxfree/device/fault.cuh"
+#include "taxfree/device/launch_sequence.cuh"
+#include "taxfree/device/symmetric_view.cuh"
+
+namespace taxfree {
+
+class Team;
+
+enum class AllGatherVariant { nccl, push };
+AllGatherVariant parse_all_gather_variant(const std::string& name);  // throws InvalidArgument
+const char* variant_name(AllGatherVariant v);
+
+struct AllGatherConfig {
+  int threads = 512;        // per block
+  int max_blocks = 0;       // 0: 2 x SMs
+  uint64_t bytes_per_block = 256 << 10;  // target slice per block (fewer blocks for small sizes)
+};
+
+// Kernel arguments of the push variant (plain data, passed by value).
+struct AllGatherPushArgs {
+  dev::SymmetricView view;
+  const char* send;
+  char* recv;               // heap
+  uint64_t bytes;           // per rank
+  uint64_t slice;           // bytes per block (multiple of 16)
+  uint64_t* ready;          // heap, [world]: slot p = epoch at which rank p's recv is free
+  uint64_t* arrived;        // heap, [world][kMaxBlocks]: slot [p][b] = epoch of p's block b data
+  dev::LaunchSequence seq;
+  dev::FaultContext fault;
+  int skip_signal;          // fault injection: never raise data flags (tests the timeout path)
+};
+
+class AllGather {
+ public:
+  static constexpr int kMaxBlocks = 1024;
+
+  // Collective: allocates this op's flags in the symmetric heap.
+  explicit AllGather(Team& team, AllGatherConfig config = {});
+
+  // Validates, then enqueues. Throws InvalidArgument (naming the bad value) before any launch.
+  void launch(AllGatherVariant variant, const void* send, void* recv, uint64_t bytes, cudaStream_t stream);
+
+  // Blocks the push kernel uses for `bytes` per rank.
+  int push_blocks(uint64_t bytes) const;
+  // Fault injection for tests: this rank's push kernels never signal arrival.
+  void set_skip_signal(bool skip) { skip_signal_ = skip; }
+
+ private:
+  void validate(AllGatherVariant variant, const void* send, const void* recv, uint64_t bytes) const;
+
+  Team& team_;
+  AllGatherConfig config_;
+  uint64_t* ready_ = nullptr;
+  uint64_t* arrived_ = nullptr;
+  dev::LaunchSequence seq_{};
+  bool skip_signal_ = false;
+};
+
+}  // namespace taxfree

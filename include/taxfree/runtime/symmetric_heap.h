@@ -1,0 +1,73 @@
+// The symmetric heap: one NCCL symmetric window per rank, carved by a bump allocator.
+//
+// Backend: ncclMemAlloc + ncclCommWindowRegister(NCCL_WIN_COLL_SYMMETRIC). NCCL maps every rank's
+// window into one flat address range (rank r at base + r * stride), which is exactly the
+// SymmetricView the device uses. Pointers handed out by allocate() are in that flat range.
+//
+// Contract:
+//  - allocate()/release() are collective and ordered: every rank makes the same calls with the same
+//    sizes in the same order (like NCCL's own collectives). With check mode on (TAXFREE_CHECK_HEAP=1
+//    or TeamOptions::check_heap) each call is compared across ranks and a mismatch is an
+//    InvalidUsage error naming the call, rank and sizes. Without it, a mismatch is undefined.
+//  - Exhaustion is an OutOfMemory error naming the requested and free bytes; nothing is allocated.
+//  - Memory is not initialised.
+//  - Blocks: window registration (construction) waits for all ranks.
+#pragma once
+
+#include <nccl.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "taxfree/device/symmetric_view.cuh"
+
+namespace taxfree {
+
+class CoordinatorClient;
+
+class SymmetricHeap {
+ public:
+  SymmetricHeap(ncclComm_t comm, CoordinatorClient& coord, int rank, int world, uint64_t bytes, bool check);
+  ~SymmetricHeap();
+  SymmetricHeap(const SymmetricHeap&) = delete;
+  SymmetricHeap& operator=(const SymmetricHeap&) = delete;
+
+  // `bytes` > 0; `align` a power of two >= 16. Returns this rank's copy (flat address).
+  void* allocate(uint64_t bytes, uint64_t align = 256, const std::string& tag = "");
+  template <class T>
+  T* allocate_array(uint64_t n, const std::string& tag = "", uint64_t align = 256) {
+    return static_cast<T*>(allocate(n * sizeof(T), align, tag));
+  }
+  // Stack discipline: release(mark()) frees everything allocated after mark() was taken.
+  uint64_t mark() const { return used_; }
+  void release(uint64_t mark);
+
+  uint64_t capacity() const { return view_.size; }
+  uint64_t used() const { return used_; }
+  uint64_t available() const { return view_.size - used_; }
+  const dev::SymmetricView& view() const { return view_; }
+  bool contains(const void* p, uint64_t bytes) const { return view_.contains(p, bytes); }
+
+  // The same memory at the address NCCL registered as a window, for passing heap buffers to NCCL
+  // collectives so they take their symmetric-memory path.
+  void* nccl_address(const void* flat) const;
+
+ private:
+  void check_collective(const std::string& what);
+
+  ncclComm_t comm_;
+  CoordinatorClient& coord_;
+  bool check_;
+  void* registered_ = nullptr;  // ncclMemAlloc'd pointer, registered as the window
+  ncclWindow_t window_ = nullptr;
+  dev::SymmetricView view_{};
+  uint64_t used_ = 0;
+  uint64_t calls_ = 0;
+};
+
+// Bump-allocator arithmetic, separate so it can be tested without a GPU: the aligned offset for a
+// request at `used`, or throws OutOfMemory naming the request, the free bytes and `tag`.
+uint64_t heap_place(uint64_t used, uint64_t capacity, uint64_t bytes, uint64_t align, const std::string& tag);
+
+}  // namespace taxfree

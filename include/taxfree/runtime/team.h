@@ -1,0 +1,109 @@
+// Team: this process's rank of a job, one process per GPU.
+//
+// Owns the NCCL communicator, the symmetric heap, the fault state the device waits poll (abort
+// flag, wait record) and the connection to the coordinator. Every host wait has a deadline and
+// ends early when another rank fails.
+//
+// Failure contract: when anything fails in a rank, that rank reports it to the coordinator (which
+// tells every other rank at once) and throws. Other ranks see RemoteError from their next Team
+// call, and their device waits stop (the abort flag is raised from the coordinator's thread). A
+// process still alive `exit_grace_s` after an abort is ended with kExitRemote by the watchdog, so
+// no rank is ever left hanging, even inside NCCL.
+#pragma once
+
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "taxfree/device/fault.cuh"
+#include "taxfree/device/launch_sequence.cuh"
+#include "taxfree/device/symmetric_view.cuh"
+#include "taxfree/runtime/coordinator.h"
+#include "taxfree/runtime/launcher.h"
+#include "taxfree/runtime/symmetric_heap.h"
+
+namespace taxfree {
+
+struct TeamOptions {
+  uint64_t heap_bytes = 0;         // 0: TAXFREE_HEAP_BYTES, else max(4 GiB, (world + 2) GiB)
+  double timeout_s = -1;           // device wait deadline; <0: TAXFREE_TIMEOUT_S, else 10 s
+  double bootstrap_timeout_s = 120;  // connecting ranks, NCCL id exchange
+  bool check_heap = false;         // also on with TAXFREE_CHECK_HEAP=1
+};
+
+class Team {
+ public:
+  // Joins the job described by the environment (see rank_env()); a process with no launcher
+  // variables forms a job of one. Selects GPU LOCAL_RANK. Throws NotSupported without a Hopper GPU
+  // or with an NCCL library whose version differs from the headers taxfree was built with.
+  static std::unique_ptr<Team> join(const TeamOptions& options = {});
+  ~Team();
+  Team(const Team&) = delete;
+  Team& operator=(const Team&) = delete;
+
+  int rank() const { return env_.rank; }
+  int world() const { return env_.world; }
+  int device() const { return device_; }
+  int sm_count() const { return sm_count_; }
+  ncclComm_t comm() const { return comm_; }
+  cudaStream_t stream() const { return stream_; }
+  SymmetricHeap& heap() { return *heap_; }
+  const dev::SymmetricView& view() const { return heap_->view(); }
+  dev::FaultContext fault() const;
+  CoordinatorClient& coordinator() { return *client_; }
+  double timeout_s() const { return timeout_s_; }
+
+  // A fresh device-side launch counter for one op instance (see launch_sequence.cuh).
+  dev::LaunchSequence new_sequence();
+
+  // Waits for `stream` with a deadline (default: twice the device deadline + 10 s). Throws Timeout
+  // with the device's diagnostic (rank, peer, site, flag, expected, observed) if a device wait gave
+  // up, RemoteError if another rank failed, CudaError for CUDA failures.
+  void sync(cudaStream_t stream, double timeout_s = -1);
+  // Throws if a device wait has recorded a timeout (without waiting for any stream).
+  void check_device_faults();
+  // Device-side barrier of all ranks on `stream` (one tiny kernel, graph-capturable).
+  void device_barrier(cudaStream_t stream);
+  // Host barrier through the coordinator.
+  void host_barrier(const std::string& name);
+
+  // Report this rank's failure to every rank (call before exiting on an error).
+  void fail(const std::string& message) { client_->fail(message); }
+  // Clean end of this rank's work.
+  void finish();
+
+ private:
+  Team() = default;
+  void init(const TeamOptions& options);
+
+  RankEnv env_;
+  int device_ = -1;
+  int sm_count_ = 0;
+  double timeout_s_ = 10;
+  std::unique_ptr<CoordinatorServer> server_;
+  std::unique_ptr<CoordinatorClient> client_;
+  ncclComm_t comm_ = nullptr;
+  cudaStream_t stream_ = nullptr;
+  std::unique_ptr<SymmetricHeap> heap_;
+  uint32_t* abort_flag_ = nullptr;  // host-mapped
+  dev::WaitRecord* record_ = nullptr;  // host-mapped
+  uint64_t* barrier_slots_ = nullptr;  // heap
+  dev::LaunchSequence barrier_seq_{};
+  uint64_t* sequences_ = nullptr;  // device pool of LaunchSequence counters
+  int sequences_used_ = 0;
+  bool finished_ = false;
+};
+
+// Human-readable name of a device wait site.
+const char* wait_site_name(dev::WaitSite site);
+// The diagnostic the host prints for a filled WaitRecord.
+std::string describe_wait_record(const dev::WaitRecord& r);
+
+// Checks that the NCCL library loaded at run time is the one the headers were compiled for;
+// throws NotSupported naming both versions (and the library path) otherwise.
+void check_nccl_version();
+
+}  // namespace taxfree

@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# Runs, on a GPU machine, the GPU tests, the fault-path checks and the benchmarks in one go, and
+# writes logs and JSON into the folder it is given. Binaries come from ./build (build them first:
+# scripts/setup.sh, or carry a build made elsewhere).
+#
+#   scripts/gpu_check.sh OUT_DIR [tests|faults|bench|all]...     (default: all)
+#
+# Exit code: 0 if every step passed, else the number of failed steps.
+set -u -o pipefail
+out=${1:?usage: scripts/gpu_check.sh OUT_DIR [tests|faults|bench|all]...}
+shift
+steps=${*:-all}
+mkdir -p "$out"
+cd "$(dirname "$0")/.."
+bin=build/taxfree
+tests=build/tests/taxfree_gpu_tests
+
+# Multicast (NVLS) must stay off on shared machines.
+export NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
+# Load the NCCL the binaries were compiled against (2.28.9 ships in PyTorch's packages there;
+# /usr/lib may hold another version, which the Team refuses at start).
+if nccl_lib=$(python3 -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "lib"))' 2>/dev/null); then
+  export LD_LIBRARY_PATH="$nccl_lib:${LD_LIBRARY_PATH:-}"
+fi
+for d in /usr/local/cuda/lib64 /usr/local/cuda/lib; do [ -d "$d" ] && export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$d"; done
+
+failed=0
+step() {  # step NAME LOG COMMAND...: run, log, count failures
+  local name=$1 log=$2; shift 2
+  echo "=== $name: $*" | tee -a "$out/$log"
+  local t0=$SECONDS
+  "$@" >>"$out/$log" 2>&1
+  local rc=$?
+  echo "=== $name: exit $rc after $((SECONDS - t0)) s" | tee -a "$out/$log"
+  [ $rc -eq 0 ] || failed=$((failed + 1))
+  return $rc
+}
+
+# expect_failure NAME PATTERN MAX_SECONDS COMMAND...: the command must fail (non-zero), print
+# PATTERN, and end within MAX_SECONDS.
+expect_failure() {
+  local name=$1 pattern=$2 max=$3; shift 3
+  local t0=$SECONDS
+  echo "=== fault $name: $*" >>"$out/faults.log"
+  timeout $((max + 30)) "$@" >"$out/fault.tmp" 2>&1
+  local rc=$? took=$((SECONDS - t0))
+  cat "$out/fault.tmp" >>"$out/faults.log"
+  if [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q -- "$pattern" "$out/fault.tmp" && [ $took -le "$max" ]; then
+    echo "=== fault $name: OK (exit $rc, ${took} s)" | tee -a "$out/faults.log"
+  else
+    echo "=== fault $name: FAILED (exit $rc, ${took} s, pattern '$pattern')" | tee -a "$out/faults.log"
+    failed=$((failed + 1))
+  fi
+  rm -f "$out/fault.tmp"
+}
+
+want() { [[ " $steps " == *" all "* || " $steps " == *" $1 "* ]]; }
+
+{
+  date -u; git rev-parse HEAD 2>/dev/null; nvidia-smi; nvidia-smi topo -m
+  echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"; env | grep -E '^(NCCL|NVSHMEM|TORCH_SYMM|CUDA)' | sort
+  "$bin" info
+} >"$out/env.log" 2>&1
+tail -3 "$out/env.log"
+
+if want tests; then
+  step "gpu tests" gpu_tests.log "$tests" --gtest_output=json:"$out/gpu_tests.json"
+  grep -E '^\[  (PASSED|FAILED|SKIPPED) |tests ran|FAILED TEST' "$out/gpu_tests.log" | tail -20
+fi
+
+if want faults; then
+  expect_failure "peer never signals" "gave up waiting at 'all_gather: peer shard arrived' for rank 1" 40 \
+    "$bin" bench all_gather -g 2 -b 64K -e 64K -n 2 -w 0 --variant push --inject skip-signal:1 --timeout 3
+  expect_failure "rank killed mid-run" "rank 1 (pid [0-9]*) was killed by signal 9" 30 \
+    "$bin" bench all_gather -g 2 -b 1M -e 1M --inject kill:1
+  expect_failure "too many GPUs asked" "more GPUs than" 10 "$bin" bench all_gather -g 64
+  expect_failure "one rank for a 2-rank op" "needs at least 2" 10 "$bin" bench all_gather -g 1
+fi
+
+if want bench; then
+  # The README's main job: every op's default sweep and the summary.
+  step "taxfree bench" bench.log "$bin" bench --json "$out/bench.json"
+  grep -A40 '# summary' "$out/bench.log" | head -60
+fi
+
+echo "failed steps: $failed"
+exit $failed

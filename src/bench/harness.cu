@@ -1,0 +1,426 @@
+#include "taxfree/bench/harness.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <iomanip>
+#include <iostream>
+#include <sstream>
+
+#include "taxfree/runtime/error.h"
+#include "taxfree/runtime/team.h"
+
+namespace taxfree::bench {
+
+namespace {
+
+__global__ void empty_kernel() {}
+
+struct Event {
+  cudaEvent_t e = nullptr;
+  Event() { TF_CUDA(cudaEventCreate(&e)); }
+  ~Event() { cudaEventDestroy(e); }
+};
+
+double elapsed_s(const Event& a, const Event& b) {
+  float ms = 0;
+  TF_CUDA(cudaEventElapsedTime(&ms, a.e, b.e));
+  return double(ms) * 1e-3;
+}
+
+// Rates for floors and the tax breakdown, measured once per run on this machine.
+MachineRates measure_rates(Team& team) {
+  MachineRates r;
+  cudaStream_t s = team.stream();
+  Event a, b;
+  // HBM: a 1 GiB device-to-device copy moves 2 GiB.
+  const size_t bytes = 1ull << 30;
+  void *x = nullptr, *y = nullptr;
+  TF_CUDA(cudaMalloc(&x, bytes));
+  TF_CUDA(cudaMalloc(&y, bytes));
+  TF_CUDA(cudaMemsetAsync(x, 1, bytes, s));
+  std::vector<double> t;
+  for (int i = 0; i < 6; ++i) {
+    TF_CUDA(cudaEventRecord(a.e, s));
+    TF_CUDA(cudaMemcpyAsync(y, x, bytes, cudaMemcpyDeviceToDevice, s));
+    TF_CUDA(cudaEventRecord(b.e, s));
+    team.sync(s);
+    if (i > 0) t.push_back(elapsed_s(a, b));
+  }
+  r.hbm_bytes_per_s = 2.0 * double(bytes) / summarize(t).median;
+  TF_CUDA(cudaFree(y));
+  // NVLink: copy engine from this rank's heap into the next rank's, 256 MiB.
+  if (team.world() > 1) {
+    const uint64_t mark = team.heap().mark();
+    const size_t nb = std::min<size_t>(256ull << 20, team.heap().available() / 2);
+    char* buf = static_cast<char*>(team.heap().allocate(nb, 4096, "bench.rates"));
+    char* peer = team.view().peer(buf, (team.rank() + 1) % team.world());
+    t.clear();
+    for (int i = 0; i < 6; ++i) {
+      team.device_barrier(s);
+      TF_CUDA(cudaEventRecord(a.e, s));
+      TF_CUDA(cudaMemcpyAsync(peer, x, nb, cudaMemcpyDeviceToDevice, s));
+      TF_CUDA(cudaEventRecord(b.e, s));
+      team.sync(s);
+      if (i > 0) t.push_back(elapsed_s(a, b));
+    }
+    team.device_barrier(s);
+    team.sync(s);
+    team.heap().release(mark);
+    r.nvlink_bytes_per_s = double(nb) / summarize(t).median;
+  }
+  TF_CUDA(cudaFree(x));
+  // Launch cost: 2000 empty kernels back to back, then the same inside a CUDA graph.
+  const int n = 2000;
+  TF_CUDA(cudaEventRecord(a.e, s));
+  for (int i = 0; i < n; ++i) empty_kernel<<<1, 1, 0, s>>>();
+  TF_CUDA(cudaEventRecord(b.e, s));
+  team.sync(s);
+  r.launch_s = elapsed_s(a, b) / n;
+  cudaGraph_t g;
+  cudaGraphExec_t ge;
+  TF_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  for (int i = 0; i < n; ++i) empty_kernel<<<1, 1, 0, s>>>();
+  TF_CUDA(cudaStreamEndCapture(s, &g));
+  TF_CUDA(cudaGraphInstantiate(&ge, g, 0));
+  TF_CUDA(cudaGraphLaunch(ge, s));
+  TF_CUDA(cudaEventRecord(a.e, s));
+  TF_CUDA(cudaGraphLaunch(ge, s));
+  TF_CUDA(cudaEventRecord(b.e, s));
+  team.sync(s);
+  r.graph_launch_s = elapsed_s(a, b) / n;
+  cudaGraphExecDestroy(ge);
+  cudaGraphDestroy(g);
+  return r;
+}
+
+// Slowest rank's value (all ranks call; the coordinator carries it).
+double max_over_ranks(Team& team, const std::string& key, double v) {
+  auto all = team.coordinator().all_gather(key, std::to_string(v), 120);
+  double m = v;
+  for (const auto& s : all) m = std::max(m, std::stod(s));
+  return m;
+}
+
+int64_t sum_over_ranks(Team& team, const std::string& key, int64_t v) {
+  auto all = team.coordinator().all_gather(key, std::to_string(v), 120);
+  int64_t sum = 0;
+  for (const auto& s : all) sum += std::stoll(s);
+  return sum;
+}
+
+std::string fmt(double v, int prec = 2) {
+  if (v <= 0) return "-";
+  std::ostringstream os;
+  os << std::fixed << std::setprecision(v >= 1e5 ? 0 : prec) << v;
+  return os.str();
+}
+
+struct Row {
+  std::string op, variant;
+  Case c;
+  Stats us;
+  Figures fig;
+  int64_t wrong = -1;  // -1: not checked
+  double floor_us = 0;
+  std::string bound;
+};
+
+void print_header(const std::string& op, const Team& team, const Options& o) {
+  std::printf("#\n# taxfree bench %s   ranks %d   iters %d   warmup %d   check %d   cold-L2 %d\n", op.c_str(),
+              team.world(), o.iters, o.warmup, o.check, int(o.cold_l2));
+  std::printf("#%12s %12s %6s %-12s %10s %10s %10s %8s %8s %7s %8s %7s %9s  %s\n", "size(B)", "count", "type",
+              "variant", "time(us)", "min(us)", "max(us)", "algbw", "busbw", "#wrong", "TFLOP/s", "vs-bsp",
+              "floor(us)", "case");
+}
+
+void print_row(const Row& r, double base_us) {
+  const std::string wrong = r.wrong < 0 ? "N/A" : std::to_string(r.wrong);
+  const std::string speed = base_us > 0 ? fmt(base_us / r.us.median, 2) + "x" : "-";
+  std::printf(" %12lld %12lld %6s %-12s %10s %10s %10s %8s %8s %7s %8s %7s %9s  %s\n",
+              static_cast<long long>(r.c.size_bytes), static_cast<long long>(r.c.count), r.c.type.c_str(),
+              r.variant.c_str(), fmt(r.us.median).c_str(), fmt(r.us.min).c_str(), fmt(r.us.max).c_str(),
+              fmt(r.fig.algbw_gbs).c_str(), fmt(r.fig.busbw_gbs).c_str(), wrong.c_str(), fmt(r.fig.tflops, 1).c_str(),
+              speed.c_str(), fmt(r.floor_us).c_str(), r.c.label.c_str());
+  std::fflush(stdout);
+}
+
+nlohmann::json row_json(const Row& r) {
+  return {{"op", r.op},
+          {"variant", r.variant},
+          {"case", r.c.label},
+          {"params", r.c.params},
+          {"size", r.c.size_bytes},
+          {"count", r.c.count},
+          {"type", r.c.type},
+          {"time_us", {{"median", r.us.median}, {"min", r.us.min}, {"max", r.us.max}}},
+          {"algbw_gbs", r.fig.algbw_gbs},
+          {"busbw_gbs", r.fig.busbw_gbs},
+          {"tflops", r.fig.tflops},
+          {"nwrong", r.wrong},
+          {"floor_us", r.floor_us},
+          {"floor_bound", r.bound}};
+}
+
+}  // namespace
+
+double bus_factor(const std::string& collective, int world) {
+  const double n = world;
+  if (collective == "all_reduce") return 2 * (n - 1) / n;
+  if (collective == "all_gather" || collective == "reduce_scatter" || collective == "all_to_all")
+    return (n - 1) / n;
+  if (collective == "broadcast" || collective == "reduce" || collective == "p2p") return 1;
+  TF_THROW(Status::InvalidArgument, "no bus-bandwidth factor for collective '" << collective << "'");
+}
+
+Stats summarize(std::vector<double> v) {
+  TF_REQUIRE(!v.empty(), Status::Internal, "summary of an empty sample");
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return {n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]), v.front(), v.back()};
+}
+
+int64_t parse_bytes(const std::string& text) {
+  size_t pos = 0;
+  double x = 0;
+  try {
+    x = std::stod(text, &pos);
+  } catch (...) {
+    TF_THROW(Status::InvalidArgument, "size '" << text << "' is not a number (examples: 1024, 64K, 8M, 1G)");
+  }
+  std::string unit = text.substr(pos);
+  double mul = 1;
+  if (unit == "K" || unit == "k" || unit == "KiB") mul = 1024.0;
+  else if (unit == "M" || unit == "MiB") mul = 1024.0 * 1024;
+  else if (unit == "G" || unit == "GiB") mul = 1024.0 * 1024 * 1024;
+  else TF_REQUIRE(unit.empty() || unit == "B", Status::InvalidArgument, "size '" << text << "' has an unknown unit '" << unit << "'");
+  TF_REQUIRE(x >= 0 && std::floor(x * mul) == x * mul, Status::InvalidArgument,
+             "size '" << text << "' must be a whole, non-negative number of bytes");
+  return int64_t(x * mul);
+}
+
+std::vector<int64_t> size_sweep(const Options& o, int64_t def_min, int64_t def_max, int64_t multiple) {
+  const int64_t lo = o.min_bytes > 0 ? o.min_bytes : def_min, hi = o.max_bytes > 0 ? o.max_bytes : def_max;
+  TF_REQUIRE(lo > 0 && hi >= lo && o.step_factor > 1, Status::InvalidArgument,
+             "bad size sweep: -b " << lo << " -e " << hi << " -f " << o.step_factor);
+  std::vector<int64_t> out;
+  for (double x = double(lo); x <= double(hi) * (1 + 1e-9); x *= o.step_factor) {
+    int64_t b = std::max<int64_t>(multiple, int64_t(x) / multiple * multiple);
+    if (out.empty() || out.back() != b) out.push_back(b);
+  }
+  return out;
+}
+
+bool matches_shape_filters(const nlohmann::json& params, const std::vector<std::string>& filters) {
+  if (filters.empty()) return true;
+  for (const auto& f : filters) {
+    bool all = true;
+    std::stringstream ss(f);
+    std::string kv;
+    while (std::getline(ss, kv, ',')) {
+      auto eq = kv.find('=');
+      TF_REQUIRE(eq != std::string::npos && eq > 0, Status::InvalidArgument,
+                 "shape filter '" << f << "' must be key=value[,key=value...]");
+      const std::string k = kv.substr(0, eq), v = kv.substr(eq + 1);
+      if (!params.contains(k)) { all = false; break; }
+      const auto& p = params[k];
+      bool eqv = p.is_number() ? (std::strtod(v.c_str(), nullptr) == p.get<double>()) : (p.is_string() && p.get<std::string>() == v);
+      if (!eqv) { all = false; break; }
+    }
+    if (all) return true;
+  }
+  return false;
+}
+
+int run(Team& team, const RunRequest& req) {
+  const bool summary_mode = req.ops.empty();
+  const std::vector<std::string> ops = summary_mode ? bench_names() : req.ops;
+  const Options& opt = req.options;
+  const bool root = team.rank() == 0;
+  cudaStream_t s = team.stream();
+
+  const MachineRates rates = measure_rates(team);
+  if (root)
+    std::printf("# measured: HBM copy %.0f GB/s, NVLink copy engine %.0f GB/s, launch %.2f us (graph %.2f us)\n",
+                rates.hbm_bytes_per_s * 1e-9, rates.nvlink_bytes_per_s * 1e-9, rates.launch_s * 1e6,
+                rates.graph_launch_s * 1e6);
+
+  nlohmann::json results = nlohmann::json::array(), summary = nlohmann::json::array();
+  int64_t total_wrong = 0;
+  void* flush = nullptr;
+  size_t flush_bytes = 0;
+  if (opt.cold_l2) {
+    cudaDeviceProp p{};
+    TF_CUDA(cudaGetDeviceProperties(&p, team.device()));
+    flush_bytes = size_t(p.l2CacheSize) * 4;
+    TF_CUDA(cudaMalloc(&flush, flush_bytes));
+  }
+  Event ev0, ev1;
+  int seq = 0;  // coordinator keys must be unique
+  bool killed_once = false;
+
+  for (const auto& name : ops) {
+    auto bench = make_bench(name);
+    if (team.world() < bench->min_ranks()) {
+      TF_REQUIRE(summary_mode, Status::InvalidUsage,
+                 "op '" << name << "' needs at least " << bench->min_ranks() << " ranks (GPUs); this job has "
+                        << team.world() << " (use -g)");
+      if (root) std::printf("#\n# %s: skipped, needs %d ranks\n", name.c_str(), bench->min_ranks());
+      continue;
+    }
+    const auto all_variants = bench->variants();
+    std::vector<std::string> variants;
+    for (const auto& v : opt.variants.empty() ? all_variants : opt.variants) {
+      TF_REQUIRE(std::find(all_variants.begin(), all_variants.end(), v) != all_variants.end(),
+                 Status::InvalidArgument, "op '" << name << "' has no variant '" << v << "'");
+      variants.push_back(v);
+    }
+    auto cases = bench->cases(opt, team);
+    if (root) print_header(name, team, opt);
+    for (const auto& c : cases) {
+      bench->setup(team, c, opt);
+      std::map<std::string, double> medians;
+      std::vector<Row> rows;
+      std::vector<std::string> timed = variants;
+      if (summary_mode || opt.variants.empty())
+        for (const auto& p : bench->parts()) timed.push_back(p);
+      for (const auto& v : timed) {
+        const bool is_part = std::find(variants.begin(), variants.end(), v) == variants.end();
+        Row row{name, v, c, {}, {}, -1, 0, ""};
+        if (!is_part && opt.check > 0) {
+          int64_t wrong = 0;
+          for (int k = 0; k < opt.check; ++k) {
+            bench->poison(s);
+            team.device_barrier(s);
+            bench->run(v, s);
+            TF_CUDA(cudaGetLastError());
+            team.sync(s);
+            wrong += bench->check(v, s);
+          }
+          row.wrong = sum_over_ranks(team, "wrong-" + std::to_string(seq++), wrong);
+          total_wrong += row.wrong;
+        }
+        if (req.kill_rank == team.rank() && !killed_once) {
+          std::fprintf(stderr, "[taxfree rank %d] --inject kill: killing myself mid-run\n", team.rank());
+          std::fflush(stderr);
+          ::kill(::getpid(), SIGKILL);
+        }
+        killed_once = true;
+        for (int i = 0; i < opt.warmup; ++i) {
+          team.device_barrier(s);
+          bench->run(v, s);
+        }
+        std::vector<double> t;
+        for (int i = 0; i < opt.iters; ++i) {
+          if (flush) TF_CUDA(cudaMemsetAsync(flush, i & 0xff, flush_bytes, s));
+          team.device_barrier(s);
+          TF_CUDA(cudaEventRecord(ev0.e, s));
+          bench->run(v, s);
+          TF_CUDA(cudaEventRecord(ev1.e, s));
+          team.sync(s);
+          t.push_back(elapsed_s(ev0, ev1));
+        }
+        TF_CUDA(cudaGetLastError());
+        const double per_run = bench->ops_per_run(c, v);
+        for (double& x : t) x /= per_run;
+        Stats st = summarize(t);
+        // The op's time is the slowest rank's.
+        const std::string k = "t-" + std::to_string(seq++);
+        st.median = max_over_ranks(team, k + "m", st.median);
+        st.min = max_over_ranks(team, k + "n", st.min);
+        st.max = max_over_ranks(team, k + "x", st.max);
+        medians[v] = st.median;
+        row.fig = bench->figures(c, st.median);
+        row.us = {st.median * 1e6, st.min * 1e6, st.max * 1e6};
+        const Floor fl = bench->floor(c, rates);
+        row.floor_us = fl.seconds * 1e6;
+        row.bound = fl.bound;
+        rows.push_back(row);
+      }
+      bench->teardown();
+      // The baseline is the fastest of the op's BSP variants that ran.
+      const int nbase = bench->baseline_count();
+      std::string base_name;
+      for (int i = 0; i < nbase && i < int(all_variants.size()); ++i)
+        if (medians.count(all_variants[size_t(i)]) && (base_name.empty() || medians[all_variants[size_t(i)]] < medians[base_name]))
+          base_name = all_variants[size_t(i)];
+      const double base_us = base_name.empty() ? 0 : medians[base_name] * 1e6;
+      for (const auto& r : rows) {
+        if (root) print_row(r, base_us);
+        results.push_back(row_json(r));
+      }
+      // Summary entry: baseline vs the fastest other variant.
+      std::string best;
+      for (const auto& v : variants)
+        if (std::find(all_variants.begin(), all_variants.begin() + std::min<size_t>(size_t(nbase), all_variants.size()), v) ==
+                all_variants.begin() + std::min<size_t>(size_t(nbase), all_variants.size()) &&
+            (best.empty() || medians[v] < medians[best]))
+          best = v;
+      const Taxes tx = bench->taxes(c, medians, rates);
+      nlohmann::json e = {{"op", name}, {"case", c.label}, {"size", c.size_bytes}, {"baseline", base_name},
+                          {"baseline_us", base_us}, {"floor_us", rows.empty() ? 0.0 : rows.front().floor_us},
+                          {"tax_bulk_synchronous_us", tx.bulk_synchronous * 1e6},
+                          {"tax_data_locality_us", tx.data_locality * 1e6}, {"tax_launch_us", tx.launch * 1e6}};
+      if (!best.empty()) {
+        e["best"] = best;
+        e["best_us"] = medians[best] * 1e6;
+        e["speedup"] = base_us > 0 ? base_us / (medians[best] * 1e6) : 0.0;
+      }
+      summary.push_back(e);
+    }
+  }
+  if (flush) cudaFree(flush);
+
+  if (root && summary_mode) {
+    std::printf("#\n# summary (BSP = each op's baseline; taxes in us, '-' where one does not apply)\n");
+    std::printf("# %-12s %-34s %10s %-12s %10s %8s %10s %8s %8s %8s\n", "op", "case", "bsp(us)", "best", "best(us)",
+                "speedup", "floor(us)", "bsp-tax", "locality", "launch");
+    for (const auto& e : summary) {
+      auto num = [&](const char* k) { return e.contains(k) ? e[k].get<double>() : 0.0; };
+      std::printf("  %-12s %-34s %10s %-12s %10s %8s %10s %8s %8s %8s\n", e["op"].get<std::string>().c_str(),
+                  e["case"].get<std::string>().c_str(), fmt(num("baseline_us")).c_str(),
+                  e.contains("best") ? e["best"].get<std::string>().c_str() : "-", fmt(num("best_us")).c_str(),
+                  e.contains("speedup") ? (fmt(num("speedup")) + "x").c_str() : "-", fmt(num("floor_us")).c_str(),
+                  fmt(num("tax_bulk_synchronous_us")).c_str(), fmt(num("tax_data_locality_us")).c_str(),
+                  fmt(num("tax_launch_us")).c_str());
+    }
+  }
+  if (root) {
+    std::printf("# wrong elements in total: %lld %s\n", static_cast<long long>(total_wrong), total_wrong ? "FAIL" : "OK");
+    std::fflush(stdout);
+  }
+  if (root && !req.json_path.empty()) {
+    int nccl = 0;
+    ncclGetVersion(&nccl);
+    cudaDeviceProp p{};
+    cudaGetDeviceProperties(&p, team.device());
+    nlohmann::json env = nlohmann::json::object();
+    for (const char* k : {"NCCL_NVLS_ENABLE", "NCCL_PROTO", "NCCL_ALGO", "TAXFREE_TIMEOUT_S", "TAXFREE_HEAP_BYTES",
+                          "CUDA_VISIBLE_DEVICES"})
+      if (const char* v = std::getenv(k)) env[k] = v;
+    nlohmann::json doc = {
+        {"config",
+         {{"ops", ops}, {"iters", opt.iters}, {"warmup", opt.warmup}, {"check", opt.check}, {"cold_l2", opt.cold_l2},
+          {"dtype", opt.dtype}, {"ranks", team.world()}, {"min_bytes", opt.min_bytes}, {"max_bytes", opt.max_bytes},
+          {"step_factor", opt.step_factor}}},
+        {"env", env},
+        {"nccl_version", nccl},
+        {"device", p.name},
+        {"rates",
+         {{"hbm_gbs", rates.hbm_bytes_per_s * 1e-9}, {"nvlink_ce_gbs", rates.nvlink_bytes_per_s * 1e-9},
+          {"launch_us", rates.launch_s * 1e6}, {"graph_launch_us", rates.graph_launch_s * 1e6}}},
+        {"results", results},
+        {"summary", summary},
+        {"wrong_total", total_wrong}};
+    std::ofstream f(req.json_path);
+    TF_REQUIRE(f.good(), Status::SystemError, "cannot write JSON to '" << req.json_path << "'");
+    f << doc.dump(2) << "\n";
+  }
+  return total_wrong ? kExitWrongResult : kExitOk;
+}
+
+}  // namespace taxfree::bench

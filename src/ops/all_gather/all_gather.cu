@@ -1,0 +1,132 @@
+#include "taxfree/ops/all_gather.h"
+
+#include <nccl.h>
+
+#include <algorithm>
+
+#include "taxfree/device/signal.cuh"
+#include "taxfree/device/tile_copy.cuh"
+#include "taxfree/runtime/error.h"
+#include "taxfree/runtime/team.h"
+
+namespace taxfree {
+
+namespace {
+
+// One block: its slice of this rank's shard goes to every rank (peers rank+1, rank+2, ... then
+// itself), then it waits for the same slice index from every peer.
+__global__ void __launch_bounds__(512) all_gather_push_kernel(AllGatherPushArgs a) {
+  const auto& v = a.view;
+  const uint64_t epoch = dev::sequence_begin(a.seq);
+  // This rank's recv is free once this launch has started: tell every peer (pattern P1; nothing
+  // to publish but the flag itself).
+  if (blockIdx.x == 0)
+    for (int p = threadIdx.x; p < v.world; p += blockDim.x)
+      if (p != v.rank) dev::signal_set(v.peer(a.ready, p) + v.rank, epoch);
+
+  const uint64_t begin = uint64_t(blockIdx.x) * a.slice;
+  const uint64_t len = begin < a.bytes ? std::min(a.slice, a.bytes - begin) : 0;
+  const char* src = a.send + begin;
+  char* dst_local = a.recv + uint64_t(v.rank) * a.bytes + begin;
+  __shared__ int ok;
+  if (threadIdx.x == 0) ok = 1;
+  for (int i = 1; i <= v.world; ++i) {
+    const int p = (v.rank + i) % v.world;  // peers first, own copy last
+    if (p != v.rank) {
+      if (threadIdx.x == 0 && ok) ok = dev::wait_geq(a.ready + p, epoch, a.fault, dev::WaitSite::all_gather_ready, p);
+      __syncthreads();
+      if (!ok) break;
+      dev::put(v, dst_local, src, len, p, threadIdx.x, blockDim.x);
+      __syncthreads();  // pattern P2: the block's stores, then one release
+      if (threadIdx.x == 0 && !a.skip_signal)
+        dev::signal_set(v.peer(a.arrived, p) + uint64_t(v.rank) * AllGather::kMaxBlocks + blockIdx.x, epoch);
+    } else if (src != dst_local) {
+      dev::copy_vec16(dst_local, src, len, threadIdx.x, blockDim.x);
+    }
+  }
+  // Incoming: the same slice index from every peer (the grid is the same on every rank).
+  for (int p = threadIdx.x; p < v.world && ok; p += blockDim.x)
+    if (p != v.rank)
+      dev::wait_geq(a.arrived + uint64_t(p) * AllGather::kMaxBlocks + blockIdx.x, epoch, a.fault,
+                    dev::WaitSite::all_gather_data, p);
+  dev::sequence_end(a.seq, epoch);
+}
+
+}  // namespace
+
+AllGatherVariant parse_all_gather_variant(const std::string& name) {
+  if (name == "nccl") return AllGatherVariant::nccl;
+  if (name == "push") return AllGatherVariant::push;
+  TF_THROW(Status::InvalidArgument, "unknown all_gather variant '" << name << "' (known: nccl, push)");
+}
+
+const char* variant_name(AllGatherVariant v) { return v == AllGatherVariant::nccl ? "nccl" : "push"; }
+
+AllGather::AllGather(Team& team, AllGatherConfig config) : team_(team), config_(config) {
+  TF_REQUIRE(config_.threads >= 32 && config_.threads <= 512 && config_.threads % 32 == 0, Status::InvalidArgument,
+             "all_gather threads per block " << config_.threads << " must be a multiple of 32 in [32, 512]");
+  if (config_.max_blocks <= 0) config_.max_blocks = std::min(2 * team.sm_count(), kMaxBlocks);
+  TF_REQUIRE(config_.max_blocks <= kMaxBlocks, Status::InvalidArgument,
+             "all_gather max_blocks " << config_.max_blocks << " exceeds " << kMaxBlocks);
+  const uint64_t w = uint64_t(team.world());
+  ready_ = team.heap().allocate_array<uint64_t>(w, "all_gather.ready");
+  arrived_ = team.heap().allocate_array<uint64_t>(w * kMaxBlocks, "all_gather.arrived");
+  TF_CUDA(cudaMemset(ready_, 0, w * sizeof(uint64_t)));
+  TF_CUDA(cudaMemset(arrived_, 0, w * kMaxBlocks * sizeof(uint64_t)));
+  TF_CUDA(cudaDeviceSynchronize());
+  seq_ = team.new_sequence();
+  // Flags must be zero on every rank before any peer may write into them.
+  team.host_barrier("all_gather.init");
+}
+
+int AllGather::push_blocks(uint64_t bytes) const {
+  const uint64_t want = (bytes + config_.bytes_per_block - 1) / config_.bytes_per_block;
+  return int(std::clamp<uint64_t>(want, 1, uint64_t(config_.max_blocks)));
+}
+
+void AllGather::validate(AllGatherVariant variant, const void* send, const void* recv, uint64_t bytes) const {
+  TF_REQUIRE(bytes > 0, Status::InvalidArgument, "all_gather of 0 bytes per rank");
+  TF_REQUIRE(bytes % 16 == 0, Status::InvalidArgument,
+             "all_gather bytes per rank " << bytes << " must be a multiple of 16");
+  TF_REQUIRE(send != nullptr && recv != nullptr, Status::InvalidArgument, "all_gather with a null buffer");
+  TF_REQUIRE(reinterpret_cast<uintptr_t>(send) % 16 == 0 && reinterpret_cast<uintptr_t>(recv) % 16 == 0,
+             Status::InvalidArgument, "all_gather buffers must be 16-byte aligned (send " << send << ", recv " << recv << ")");
+  const uint64_t total = bytes * uint64_t(team_.world());
+  const bool recv_in_heap = team_.heap().contains(recv, total);
+  TF_REQUIRE(variant != AllGatherVariant::push || recv_in_heap, Status::InvalidArgument,
+             "all_gather push: recv (" << recv << ", " << total
+                                       << " bytes) must lie in the symmetric heap (allocate it with Team::heap())");
+  const auto s = reinterpret_cast<uintptr_t>(send), r = reinterpret_cast<uintptr_t>(recv);
+  const bool in_place = s == r + uint64_t(team_.rank()) * bytes;
+  TF_REQUIRE(in_place || s + bytes <= r || r + total <= s, Status::InvalidArgument,
+             "all_gather send and recv overlap (only send == recv + rank * bytes is allowed)");
+}
+
+void AllGather::launch(AllGatherVariant variant, const void* send, void* recv, uint64_t bytes, cudaStream_t stream) {
+  validate(variant, send, recv, bytes);
+  if (variant == AllGatherVariant::nccl) {
+    auto& heap = team_.heap();
+    const uint64_t total = bytes * uint64_t(team_.world());
+    // Heap buffers are passed at their registered (window) address so NCCL takes its symmetric path.
+    const void* s = heap.contains(send, bytes) ? heap.nccl_address(send) : send;
+    void* r = heap.contains(recv, total) ? heap.nccl_address(recv) : recv;
+    TF_NCCL(ncclAllGather(s, r, bytes, ncclUint8, team_.comm(), stream));
+    return;
+  }
+  AllGatherPushArgs a;
+  a.view = team_.view();
+  a.send = static_cast<const char*>(send);
+  a.recv = static_cast<char*>(recv);
+  a.bytes = bytes;
+  const int blocks = push_blocks(bytes);
+  a.slice = ((bytes + blocks - 1) / blocks + 15) / 16 * 16;
+  a.ready = ready_;
+  a.arrived = arrived_;
+  a.seq = seq_;
+  a.fault = team_.fault();
+  a.skip_signal = skip_signal_ ? 1 : 0;
+  all_gather_push_kernel<<<blocks, config_.threads, 0, stream>>>(a);
+  TF_CUDA(cudaGetLastError());
+}
+
+}  // namespace taxfree

@@ -1,0 +1,417 @@
+// Line protocol (one message per line, fields separated by one space; values hex or free text
+// last):  HELLO rank pid | SET key hex | GET key | BAR name | BARTIMEOUT name seconds |
+//         FAIL text | BYE       server -> client: VAL key hex | PASS name | ABORT rank text
+#include "taxfree/runtime/coordinator.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <sstream>
+
+#include "taxfree/runtime/error.h"
+
+namespace taxfree {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+
+std::string one_line(std::string s) {
+  for (char& c : s)
+    if (c == '\n' || c == '\r') c = ' ';
+  return s;
+}
+
+bool write_all(int fd, const std::string& s) {
+  size_t off = 0;
+  while (off < s.size()) {
+    ssize_t n = ::send(fd, s.data() + off, s.size() - off, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    off += size_t(n);
+  }
+  return true;
+}
+
+// Split "CMD rest" at the first space.
+std::pair<std::string, std::string> head(const std::string& line) {
+  auto sp = line.find(' ');
+  if (sp == std::string::npos) return {line, ""};
+  return {line.substr(0, sp), line.substr(sp + 1)};
+}
+
+std::string ranks_text(const std::set<int>& ranks) {
+  std::ostringstream os;
+  bool first = true;
+  for (int r : ranks) os << (first ? "" : ", ") << r, first = false;
+  return os.str();
+}
+}  // namespace
+
+std::string to_hex(const void* data, size_t n) {
+  static const char* kDigits = "0123456789abcdef";
+  std::string out(2 * n, '0');
+  auto* p = static_cast<const unsigned char*>(data);
+  for (size_t i = 0; i < n; ++i) out[2 * i] = kDigits[p[i] >> 4], out[2 * i + 1] = kDigits[p[i] & 15];
+  return out;
+}
+
+std::string from_hex(const std::string& hex) {
+  TF_REQUIRE(hex.size() % 2 == 0, Status::Internal, "odd-length hex value on the coordinator protocol");
+  auto nib = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    TF_THROW(Status::Internal, "bad hex digit '" << c << "' on the coordinator protocol");
+  };
+  std::string out(hex.size() / 2, '\0');
+  for (size_t i = 0; i < out.size(); ++i) out[i] = char(nib(hex[2 * i]) << 4 | nib(hex[2 * i + 1]));
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Server
+
+struct CoordinatorServer::Conn {
+  int fd = -1;
+  int rank = -1;
+  long pid = 0;
+  bool finished = false;
+  bool open = true;
+  std::string inbuf;
+  std::set<std::string> pending_gets;
+};
+
+CoordinatorServer::CoordinatorServer(const std::string& host, int port, int world) : world_(world) {
+  TF_REQUIRE(world >= 1, Status::InvalidArgument, "coordinator world size " << world << " must be >= 1");
+  listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  TF_REQUIRE(listen_fd_ >= 0, Status::SystemError, "socket(): " << std::strerror(errno));
+  int one = 1;
+  ::setsockopt(listen_fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(uint16_t(port));
+  if (::inet_pton(AF_INET, host.c_str(), &addr.sin_addr) != 1) {
+    ::close(listen_fd_);
+    TF_THROW(Status::InvalidArgument, "coordinator address '" << host << "' is not an IPv4 address");
+  }
+  if (::bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 || ::listen(listen_fd_, 256) != 0) {
+    int e = errno;
+    ::close(listen_fd_);
+    TF_THROW(Status::SystemError, "cannot listen on " << host << ":" << port << ": " << std::strerror(e)
+                                                      << " (set TAXFREE_COORDINATOR_PORT to another port)");
+  }
+  socklen_t len = sizeof addr;
+  ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len);
+  port_ = ntohs(addr.sin_port);
+  TF_REQUIRE(::pipe2(wake_pipe_, O_CLOEXEC) == 0, Status::SystemError, "pipe2(): " << std::strerror(errno));
+  thread_ = std::thread([this] { serve(); });
+}
+
+CoordinatorServer::~CoordinatorServer() {
+  stop_ = true;
+  if (wake_pipe_[1] >= 0) (void)!::write(wake_pipe_[1], "x", 1);
+  if (thread_.joinable()) thread_.join();
+  for (auto& c : conns_)
+    if (c->fd >= 0) ::close(c->fd);
+  if (listen_fd_ >= 0) ::close(listen_fd_);
+  for (int fd : wake_pipe_)
+    if (fd >= 0) ::close(fd);
+}
+
+std::string CoordinatorServer::first_failure() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return first_failure_;
+}
+
+void CoordinatorServer::rank_ended_abnormally(int rank, const std::string& how) {
+  std::lock_guard<std::mutex> lk(mu_);
+  fail_locked(rank, how);
+}
+
+void CoordinatorServer::send_locked(Conn& c, const std::string& line) {
+  if (c.open && !write_all(c.fd, line + "\n")) c.open = false;
+}
+
+void CoordinatorServer::fail_locked(int rank, const std::string& message) {
+  if (!first_failure_.empty()) return;  // later failures are consequences of the first
+  first_failure_ = "rank " + std::to_string(rank) + ": " + one_line(message);
+  for (auto& c : conns_)
+    if (c->rank != rank) send_locked(*c, "ABORT " + std::to_string(rank) + " " + one_line(message));
+}
+
+void CoordinatorServer::handle_line(Conn& c, const std::string& line) {
+  auto [cmd, rest] = head(line);
+  if (cmd == "HELLO") {
+    std::istringstream is(rest);
+    is >> c.rank >> c.pid;
+    if (c.rank < 0 || c.rank >= world_) {
+      send_locked(c, "ABORT -1 coordinator: rank " + std::to_string(c.rank) + " is outside world size " +
+                         std::to_string(world_));
+      c.open = false;
+      return;
+    }
+    for (auto& o : conns_)
+      if (o.get() != &c && o->rank == c.rank && o->open) {
+        fail_locked(c.rank, "two processes claim rank " + std::to_string(c.rank) + " (pids " +
+                                std::to_string(o->pid) + " and " + std::to_string(c.pid) + ")");
+        return;
+      }
+    if (!first_failure_.empty()) send_locked(c, "ABORT -1 " + first_failure_);
+  } else if (cmd == "SET") {
+    auto [key, value] = head(rest);
+    kv_[key] = value;
+    for (auto& o : conns_)
+      if (o->pending_gets.erase(key)) send_locked(*o, "VAL " + key + " " + value);
+  } else if (cmd == "GET") {
+    auto it = kv_.find(rest);
+    if (it != kv_.end()) send_locked(c, "VAL " + rest + " " + it->second);
+    else c.pending_gets.insert(rest);
+  } else if (cmd == "BAR") {
+    auto& arrived = barriers_[rest];
+    arrived.insert(c.rank);
+    if (int(arrived.size()) == world_) {
+      for (auto& o : conns_)
+        if (arrived.count(o->rank)) send_locked(*o, "PASS " + rest);
+      barriers_.erase(rest);
+    }
+  } else if (cmd == "BARTIMEOUT") {
+    auto [name, seconds] = head(rest);
+    std::set<int> missing;
+    for (int r = 0; r < world_; ++r)
+      if (!barriers_[name].count(r)) missing.insert(r);
+    fail_locked(c.rank, "host barrier '" + name + "' timed out after " + seconds + " s; rank(s) " +
+                            ranks_text(missing) + " never arrived");
+  } else if (cmd == "FAIL") {
+    fail_locked(c.rank, rest);
+  } else if (cmd == "BYE") {
+    c.finished = true;
+  }
+}
+
+void CoordinatorServer::serve() {
+  std::vector<pollfd> fds;
+  while (!stop_) {
+    fds.clear();
+    fds.push_back({listen_fd_, POLLIN, 0});
+    fds.push_back({wake_pipe_[0], POLLIN, 0});
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      for (auto& c : conns_) fds.push_back({c->open ? c->fd : -1, POLLIN, 0});
+    }
+    int n = ::poll(fds.data(), fds.size(), 200);
+    if (n < 0 && errno != EINTR) break;
+    if (stop_) break;
+    std::lock_guard<std::mutex> lk(mu_);
+    if (fds[0].revents & POLLIN) {
+      int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+      if (fd >= 0) {
+        int one = 1;
+        ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        auto c = std::make_unique<Conn>();
+        c->fd = fd;
+        conns_.push_back(std::move(c));
+      }
+    }
+    for (size_t i = 2; i < fds.size() && i - 2 < conns_.size(); ++i) {
+      Conn& c = *conns_[i - 2];
+      if (fds[i].fd < 0 || !(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+      char buf[4096];
+      ssize_t got = ::recv(c.fd, buf, sizeof buf, 0);
+      if (got > 0) {
+        c.inbuf.append(buf, size_t(got));
+        size_t nl;
+        while (c.open && (nl = c.inbuf.find('\n')) != std::string::npos) {
+          std::string line = c.inbuf.substr(0, nl);
+          c.inbuf.erase(0, nl + 1);
+          handle_line(c, line);
+        }
+      } else if (got == 0 || (errno != EINTR && errno != EAGAIN)) {
+        c.open = false;
+        if (!c.finished && c.rank >= 0)
+          fail_locked(c.rank, "its process (pid " + std::to_string(c.pid) +
+                                  ") disconnected before finishing: it exited or was killed");
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Client
+
+CoordinatorClient::CoordinatorClient(const std::string& host, int port, int rank, int world,
+                                     double connect_timeout_s)
+    : rank_(rank), world_(world) {
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  int gai = ::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res);
+  TF_REQUIRE(gai == 0, Status::InvalidArgument,
+             "cannot resolve coordinator host '" << host << "': " << ::gai_strerror(gai));
+  const auto deadline = Clock::now() + std::chrono::duration<double>(connect_timeout_s);
+  int last_errno = 0;
+  while (true) {
+    fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd_ >= 0 && ::connect(fd_, res->ai_addr, res->ai_addrlen) == 0) break;
+    last_errno = errno;
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+    if (Clock::now() > deadline) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ::freeaddrinfo(res);
+  TF_REQUIRE(fd_ >= 0, Status::Timeout,
+             "rank " << rank << " could not reach the coordinator at " << host << ":" << port << " within "
+                     << connect_timeout_s << " s (" << std::strerror(last_errno)
+                     << "); is rank 0 / the launcher running?");
+  int one = 1;
+  ::setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  send("HELLO " + std::to_string(rank) + " " + std::to_string(long(::getpid())));
+  watchdog_ = std::thread([this] { watch(); });
+}
+
+CoordinatorClient::~CoordinatorClient() {
+  if (fd_ >= 0) ::shutdown(fd_, SHUT_RDWR);
+  if (watchdog_.joinable()) watchdog_.join();
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void CoordinatorClient::send(const std::string& line) {
+  std::lock_guard<std::mutex> lk(send_mu_);
+  write_all(fd_, line + "\n");  // a broken connection is reported by the watchdog
+}
+
+std::string CoordinatorClient::abort_message() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return abort_message_;
+}
+
+void CoordinatorClient::throw_if_aborted() const {
+  if (aborted_) TF_THROW(Status::RemoteError, abort_message());
+}
+
+void CoordinatorClient::on_abort(std::function<void()> callback) {
+  std::lock_guard<std::mutex> lk(mu_);
+  on_abort_ = std::move(callback);
+  if (aborted_ && on_abort_) on_abort_();
+}
+
+void CoordinatorClient::start_abort(const std::string& message) {
+  std::function<void()> cb;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (aborted_) return;
+    abort_message_ = message;
+    aborted_ = true;
+    cb = on_abort_;
+  }
+  cv_.notify_all();
+  if (cb) cb();
+  const double grace = exit_grace_s_.load();
+  if (grace > 0) {
+    std::thread([this, grace, message] {
+      std::this_thread::sleep_for(std::chrono::duration<double>(grace));
+      std::fprintf(stderr, "[taxfree rank %d] stopping: %s\n", rank_, message.c_str());
+      std::fflush(stderr);
+      ::_exit(kExitRemote);
+    }).detach();
+  }
+}
+
+void CoordinatorClient::watch() {
+  std::string inbuf;
+  char buf[4096];
+  while (true) {
+    ssize_t got = ::recv(fd_, buf, sizeof buf, 0);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) {
+      if (!finished_ && !failed_sent_)
+        start_abort("lost the connection to the coordinator (hosted by the launcher, or by rank 0 under "
+                    "torchrun/mpirun): it exited or was killed");
+      std::lock_guard<std::mutex> lk(mu_);
+      cv_.notify_all();
+      return;
+    }
+    inbuf.append(buf, size_t(got));
+    size_t nl;
+    while ((nl = inbuf.find('\n')) != std::string::npos) {
+      std::string line = inbuf.substr(0, nl);
+      inbuf.erase(0, nl + 1);
+      auto [cmd, rest] = head(line);
+      if (cmd == "VAL") {
+        auto [key, value] = head(rest);
+        std::lock_guard<std::mutex> lk(mu_);
+        values_[key] = value;
+        cv_.notify_all();
+      } else if (cmd == "PASS") {
+        std::lock_guard<std::mutex> lk(mu_);
+        passed_.insert(rest);
+        cv_.notify_all();
+      } else if (cmd == "ABORT") {
+        auto [who, text] = head(rest);
+        start_abort(who == "-1" ? text : "rank " + who + " failed: " + text);
+      }
+    }
+  }
+}
+
+void CoordinatorClient::set(const std::string& key, const std::string& value) {
+  send("SET " + key + " " + to_hex(value.data(), value.size()));
+}
+
+std::string CoordinatorClient::get(const std::string& key, double timeout_s) {
+  send("GET " + key);
+  std::unique_lock<std::mutex> lk(mu_);
+  bool ok = cv_.wait_for(lk, std::chrono::duration<double>(timeout_s),
+                         [&] { return aborted_.load() || values_.count(key) > 0; });
+  if (aborted_) TF_THROW(Status::RemoteError, abort_message_);
+  TF_REQUIRE(ok, Status::Timeout, "no rank published '" << key << "' within " << timeout_s << " s");
+  return from_hex(values_[key]);
+}
+
+std::vector<std::string> CoordinatorClient::all_gather(const std::string& key, const std::string& value,
+                                                        double timeout_s) {
+  set(key + "/" + std::to_string(rank_), value);
+  std::vector<std::string> out;
+  out.resize(static_cast<size_t>(world_));
+  for (int r = 0; r < world_; ++r) out[size_t(r)] = get(key + "/" + std::to_string(r), timeout_s);
+  return out;
+}
+
+void CoordinatorClient::barrier(const std::string& name, double timeout_s) {
+  send("BAR " + name);
+  std::unique_lock<std::mutex> lk(mu_);
+  bool ok = cv_.wait_for(lk, std::chrono::duration<double>(timeout_s),
+                         [&] { return aborted_.load() || passed_.count(name) > 0; });
+  if (aborted_) TF_THROW(Status::RemoteError, abort_message_);
+  if (!ok) {
+    lk.unlock();
+    failed_sent_ = true;
+    std::ostringstream secs;
+    secs << timeout_s;
+    send("BARTIMEOUT " + name + " " + secs.str());
+    TF_THROW(Status::Timeout, "host barrier '" << name << "' timed out after " << timeout_s << " s");
+  }
+  passed_.erase(name);
+}
+
+void CoordinatorClient::fail(const std::string& message) {
+  if (failed_sent_.exchange(true)) return;
+  send("FAIL " + one_line(message));
+}
+
+void CoordinatorClient::finish() {
+  if (finished_.exchange(true)) return;
+  send("BYE");
+}
+
+}  // namespace taxfree

@@ -1,0 +1,116 @@
+#include "taxfree/runtime/symmetric_heap.h"
+
+#include <nccl_device.h>
+
+#include <sstream>
+
+#include "taxfree/runtime/coordinator.h"
+#include "taxfree/runtime/error.h"
+
+namespace taxfree {
+
+namespace {
+std::string bytes_text(uint64_t b) {
+  std::ostringstream os;
+  os << b << " B";
+  if (b >= (1ull << 20)) os << " (" << double(b) / double(1ull << 20) << " MiB)";
+  return os.str();
+}
+
+// NCCL's window handle is device memory; its flat LSA addresses are read on the device.
+__global__ void lsa_bases_kernel(ncclWindow_t win, int world, uintptr_t* out) {
+  for (int p = threadIdx.x; p < world; p += blockDim.x)
+    out[p] = reinterpret_cast<uintptr_t>(ncclGetLsaPointer(win, 0, p));
+}
+}  // namespace
+
+uint64_t heap_place(uint64_t used, uint64_t capacity, uint64_t bytes, uint64_t align, const std::string& tag) {
+  TF_REQUIRE(bytes > 0, Status::InvalidArgument, "symmetric heap allocation '" << tag << "' of 0 bytes");
+  TF_REQUIRE(align >= 16 && (align & (align - 1)) == 0, Status::InvalidArgument,
+             "symmetric heap alignment " << align << " for '" << tag << "' must be a power of two >= 16");
+  const uint64_t offset = (used + align - 1) / align * align;
+  TF_REQUIRE(offset <= capacity && bytes <= capacity - offset, Status::OutOfMemory,
+             "symmetric heap exhausted: '" << tag << "' asked for " << bytes_text(bytes) << " (aligned to " << align
+                                           << "), " << bytes_text(offset <= capacity ? capacity - offset : 0)
+                                           << " free of " << bytes_text(capacity)
+                                           << "; raise it with --heap or TAXFREE_HEAP_BYTES");
+  return offset;
+}
+
+SymmetricHeap::SymmetricHeap(ncclComm_t comm, CoordinatorClient& coord, int rank, int world, uint64_t bytes,
+                             bool check)
+    : comm_(comm), coord_(coord), check_(check) {
+  TF_REQUIRE(bytes > 0, Status::InvalidArgument, "symmetric heap size must be > 0");
+  ncclTeam_t lsa = ncclTeamLsa(comm);
+  TF_REQUIRE(lsa.nRanks == world, Status::NotSupported,
+             "only " << lsa.nRanks << " of " << world
+                     << " ranks can load/store each other's memory (one NVLink domain); taxfree's symmetric heap "
+                        "needs all ranks in it");
+  TF_NCCL(ncclMemAlloc(&registered_, bytes));
+  try {
+    TF_NCCL(ncclCommWindowRegister(comm, registered_, bytes, &window_, NCCL_WIN_COLL_SYMMETRIC));
+    uintptr_t* d_bases = nullptr;
+    TF_CUDA(cudaMalloc(&d_bases, sizeof(uintptr_t) * size_t(world)));
+    lsa_bases_kernel<<<1, 128>>>(window_, world, d_bases);
+    std::vector<uintptr_t> bases(static_cast<size_t>(world));
+    cudaError_t e = cudaGetLastError();
+    if (e == cudaSuccess) e = cudaMemcpy(bases.data(), d_bases, sizeof(uintptr_t) * size_t(world), cudaMemcpyDeviceToHost);
+    cudaFree(d_bases);
+    TF_CUDA(e);
+    const int64_t stride = world > 1 ? int64_t(bases[1] - bases[0]) : 0;
+    for (int p = 1; p < world; ++p)
+      TF_REQUIRE(int64_t(bases[size_t(p)] - bases[size_t(p - 1)]) == stride, Status::NotSupported,
+                 "NCCL's window layout is not flat (rank " << p << " at stride "
+                                                            << int64_t(bases[size_t(p)] - bases[size_t(p - 1)])
+                                                            << ", rank 1 at " << stride << ")");
+    view_.local_base = reinterpret_cast<char*>(bases[size_t(rank)]);
+    view_.stride = stride;
+    view_.size = bytes;
+    view_.rank = rank;
+    view_.world = world;
+  } catch (...) {
+    if (window_) ncclCommWindowDeregister(comm_, window_);
+    ncclMemFree(registered_);
+    throw;
+  }
+}
+
+SymmetricHeap::~SymmetricHeap() {
+  if (window_) ncclCommWindowDeregister(comm_, window_);
+  if (registered_) ncclMemFree(registered_);
+}
+
+void SymmetricHeap::check_collective(const std::string& what) {
+  if (!check_) return;
+  const std::string key = "heap-call-" + std::to_string(calls_);
+  auto all = coord_.all_gather(key, what, 60);
+  for (size_t r = 0; r < all.size(); ++r)
+    TF_REQUIRE(all[r] == all[0], Status::InvalidUsage,
+               "symmetric heap call #" << calls_ << " differs across ranks: rank 0 did " << all[0] << ", rank " << r
+                                       << " did " << all[r]);
+}
+
+void* SymmetricHeap::allocate(uint64_t bytes, uint64_t align, const std::string& tag) {
+  const uint64_t offset = heap_place(used_, view_.size, bytes, align, tag);
+  std::ostringstream what;
+  what << "allocate('" << tag << "', " << bytes << " B, align " << align << ") at offset " << offset;
+  check_collective(what.str());
+  ++calls_;
+  used_ = offset + bytes;
+  return view_.local_base + offset;
+}
+
+void SymmetricHeap::release(uint64_t mark) {
+  TF_REQUIRE(mark <= used_, Status::InvalidArgument,
+             "symmetric heap release to mark " << mark << " above the used size " << used_);
+  check_collective("release(" + std::to_string(mark) + ")");
+  ++calls_;
+  used_ = mark;
+}
+
+void* SymmetricHeap::nccl_address(const void* flat) const {
+  TF_REQUIRE(view_.contains(flat, 1), Status::InvalidArgument, "pointer " << flat << " is not in the symmetric heap");
+  return static_cast<char*>(registered_) + view_.offset_of(flat);
+}
+
+}  // namespace taxfree

@@ -1,0 +1,264 @@
+#include "taxfree/runtime/team.h"
+
+#include <dlfcn.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <sstream>
+#include <thread>
+
+#include "taxfree/device/barrier.cuh"
+#include "taxfree/runtime/error.h"
+
+namespace taxfree {
+
+namespace {
+constexpr int kSequencePool = 4096;
+
+double env_double(const char* name, double fallback) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return fallback;
+  char* end = nullptr;
+  double x = std::strtod(v, &end);
+  TF_REQUIRE(end != v && *end == '\0' && x > 0, Status::InvalidArgument,
+             "environment variable " << name << "='" << v << "' must be a positive number");
+  return x;
+}
+
+std::string version_text(int code) {
+  std::ostringstream os;
+  os << code / 10000 << "." << (code / 100) % 100 << "." << code % 100;
+  return os.str();
+}
+
+__global__ void barrier_kernel(dev::SymmetricView view, uint64_t* slots, dev::LaunchSequence seq,
+                               dev::FaultContext fc) {
+  const uint64_t epoch = dev::sequence_begin(seq);
+  dev::block_barrier(view, slots, epoch, fc);  // on failure the record is filled; the host reports it
+  dev::sequence_end(seq, epoch);
+}
+}  // namespace
+
+void check_nccl_version() {
+  int loaded = 0;
+  TF_NCCL(ncclGetVersion(&loaded));
+  if (loaded == NCCL_VERSION_CODE) return;
+  Dl_info info{};
+  std::string path = dladdr(reinterpret_cast<void*>(&ncclGetVersion), &info) && info.dli_fname ? info.dli_fname : "?";
+  TF_THROW(Status::NotSupported, "NCCL library " << version_text(loaded) << " (" << path
+                                                 << ") is loaded, but taxfree was compiled against NCCL "
+                                                 << version_text(NCCL_VERSION_CODE)
+                                                 << " headers; NCCL's device API is not ABI-stable across releases: "
+                                                    "put the matching libnccl.so.2 first on LD_LIBRARY_PATH");
+}
+
+const char* wait_site_name(dev::WaitSite site) {
+  switch (site) {
+    case dev::WaitSite::none: return "none";
+    case dev::WaitSite::test_signal: return "test signal";
+    case dev::WaitSite::barrier: return "device barrier";
+    case dev::WaitSite::all_gather_ready: return "all_gather: peer buffer free";
+    case dev::WaitSite::all_gather_data: return "all_gather: peer shard arrived";
+    case dev::WaitSite::ping_pong: return "signal ping-pong";
+    case dev::WaitSite::gemm_a_ready: return "gemm: A tile ready";
+    case dev::WaitSite::decode_partial: return "flash_decode: peer partial arrived";
+    case dev::WaitSite::decode_ready: return "flash_decode: peer buffer free";
+  }
+  return "unknown site";
+}
+
+std::string describe_wait_record(const dev::WaitRecord& r) {
+  std::ostringstream os;
+  os << "rank " << r.rank << " gave up waiting at '" << wait_site_name(dev::WaitSite(r.site)) << "'";
+  if (r.peer >= 0) os << " for rank " << r.peer;
+  os << ": flag";
+  if (r.flag_offset != ~0ull) os << " at heap offset " << r.flag_offset;
+  os << " expected >= " << r.expected << ", observed " << r.observed << " after " << double(r.waited_ns) * 1e-9
+     << " s (block " << r.block << ", thread " << r.thread << ")";
+  return os.str();
+}
+
+std::unique_ptr<Team> Team::join(const TeamOptions& options) {
+  std::unique_ptr<Team> team(new Team());
+  try {
+    team->init(options);
+  } catch (const Error& e) {
+    if (team->client_ && e.status() != Status::RemoteError) team->client_->fail(e.what());
+    throw;
+  }
+  return team;
+}
+
+void Team::init(const TeamOptions& options) {
+  auto env = rank_env();
+  if (env) {
+    env_ = *env;
+  } else {
+    env_.source = "single process";
+  }
+  set_error_rank(env_.rank);
+  timeout_s_ = options.timeout_s > 0 ? options.timeout_s : env_double("TAXFREE_TIMEOUT_S", 10.0);
+
+  if (!env || env_.host_coordinator) {
+    server_ = std::make_unique<CoordinatorServer>(env ? "0.0.0.0" : "127.0.0.1", env ? env_.coordinator_port : 0,
+                                                  env_.world);
+    if (!env) env_.coordinator_port = server_->port();
+  }
+  client_ = std::make_unique<CoordinatorClient>(env_.coordinator_host, env_.coordinator_port, env_.rank, env_.world,
+                                                options.bootstrap_timeout_s);
+
+  check_nccl_version();
+
+  int count = 0;
+  cudaError_t e = cudaGetDeviceCount(&count);
+  TF_REQUIRE(e == cudaSuccess && count > 0, Status::NotSupported,
+             "no CUDA GPU visible (" << (e == cudaSuccess ? "0 devices" : cudaGetErrorString(e)) << ")");
+  TF_REQUIRE(env_.local_rank < count, Status::InvalidUsage,
+             "LOCAL_RANK=" << env_.local_rank << " but only " << count << " GPU(s) are visible to this process");
+  device_ = env_.local_rank;
+  TF_CUDA(cudaSetDevice(device_));
+  cudaDeviceProp prop{};
+  TF_CUDA(cudaGetDeviceProperties(&prop, device_));
+  TF_REQUIRE(prop.major == 9 && prop.minor == 0, Status::NotSupported,
+             "GPU " << device_ << " (" << prop.name << ") is compute capability " << prop.major << "." << prop.minor
+                    << "; taxfree is built for Hopper (sm_90a) only");
+  sm_count_ = prop.multiProcessorCount;
+  TF_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+
+  void* host = nullptr;
+  TF_CUDA(cudaHostAlloc(&host, 4096, cudaHostAllocMapped | cudaHostAllocPortable));
+  std::memset(host, 0, 4096);
+  abort_flag_ = static_cast<uint32_t*>(host);
+  record_ = reinterpret_cast<dev::WaitRecord*>(static_cast<char*>(host) + 256);
+  client_->on_abort([flag = abort_flag_] { __atomic_store_n(flag, 1u, __ATOMIC_RELEASE); });
+
+  ncclUniqueId id{};
+  if (env_.rank == 0) {
+    TF_NCCL(ncclGetUniqueId(&id));
+    client_->set("nccl-id", std::string(reinterpret_cast<const char*>(&id), sizeof id));
+  } else {
+    std::string v = client_->get("nccl-id", options.bootstrap_timeout_s);
+    TF_REQUIRE(v.size() == sizeof id, Status::Internal, "NCCL id of " << v.size() << " bytes");
+    std::memcpy(&id, v.data(), sizeof id);
+  }
+  TF_NCCL(ncclCommInitRank(&comm_, env_.world, id, env_.rank));
+
+  uint64_t heap_bytes = options.heap_bytes;
+  if (heap_bytes == 0) heap_bytes = uint64_t(env_double("TAXFREE_HEAP_BYTES", 0));
+  if (heap_bytes == 0) heap_bytes = std::max<uint64_t>(4ull << 30, (uint64_t(env_.world) + 2) << 30);
+  const char* chk = std::getenv("TAXFREE_CHECK_HEAP");
+  const bool check = options.check_heap || (chk && std::strcmp(chk, "0") != 0 && *chk);
+  heap_ = std::make_unique<SymmetricHeap>(comm_, *client_, env_.rank, env_.world, heap_bytes, check);
+
+  barrier_slots_ = heap_->allocate_array<uint64_t>(uint64_t(env_.world), "team.barrier");
+  TF_CUDA(cudaMemset(barrier_slots_, 0, sizeof(uint64_t) * size_t(env_.world)));
+  TF_CUDA(cudaMalloc(&sequences_, sizeof(uint64_t) * 2 * kSequencePool));
+  TF_CUDA(cudaMemset(sequences_, 0, sizeof(uint64_t) * 2 * kSequencePool));
+  barrier_seq_ = new_sequence();
+  TF_CUDA(cudaDeviceSynchronize());
+  host_barrier("team-ready");
+}
+
+Team::~Team() {
+  const bool clean = finished_ && !client_->aborted();
+  if (device_ >= 0) cudaSetDevice(device_);
+  if (clean && stream_) cudaStreamSynchronize(stream_);
+  heap_.reset();
+  if (comm_) {
+    if (clean) ncclCommDestroy(comm_);
+    else ncclCommAbort(comm_);
+  }
+  if (sequences_) cudaFree(sequences_);
+  if (stream_) cudaStreamDestroy(stream_);
+  if (abort_flag_) cudaFreeHost(abort_flag_);
+  client_.reset();
+  server_.reset();
+}
+
+dev::FaultContext Team::fault() const {
+  dev::FaultContext f;
+  f.abort = abort_flag_;
+  f.record = record_;
+  f.heap_base = heap_ ? heap_->view().local_base : nullptr;
+  f.timeout_ns = uint64_t(timeout_s_ * 1e9);
+  f.rank = env_.rank;
+  return f;
+}
+
+dev::LaunchSequence Team::new_sequence() {
+  TF_REQUIRE(sequences_used_ < kSequencePool, Status::OutOfMemory,
+             "more than " << kSequencePool << " launch sequences created by one team");
+  dev::LaunchSequence s;
+  s.counter = sequences_ + 2 * sequences_used_;
+  s.finished = reinterpret_cast<uint32_t*>(sequences_ + 2 * sequences_used_ + 1);
+  ++sequences_used_;
+  return s;
+}
+
+void Team::check_device_faults() {
+  if (__atomic_load_n(&record_->complete, __ATOMIC_ACQUIRE) == 1u) {
+    dev::WaitRecord r;
+    std::memcpy(&r, record_, sizeof r);
+    const std::string msg = describe_wait_record(r);
+    client_->fail(msg);
+    TF_THROW(Status::Timeout, msg);
+  }
+}
+
+void Team::sync(cudaStream_t stream, double timeout_s) {
+  using Clock = std::chrono::steady_clock;
+  const double limit = timeout_s > 0 ? timeout_s : 2 * timeout_s_ + 10;
+  const auto deadline = Clock::now() + std::chrono::duration<double>(limit);
+  while (true) {
+    cudaError_t e = cudaStreamQuery(stream);
+    if (e == cudaSuccess) break;
+    if (e != cudaErrorNotReady) {
+      check_device_faults();
+      cudaGetLastError();
+      client_->fail(std::string("CUDA error: ") + cudaGetErrorString(e));
+      TF_CUDA(e);
+    }
+    if (client_->aborted()) {
+      __atomic_store_n(abort_flag_, 1u, __ATOMIC_RELEASE);
+      client_->throw_if_aborted();
+    }
+    if (Clock::now() > deadline) {
+      __atomic_store_n(abort_flag_, 1u, __ATOMIC_RELEASE);
+      check_device_faults();
+      std::ostringstream os;
+      os << "rank " << env_.rank << ": stream work did not finish within " << limit << " s";
+      client_->fail(os.str());
+      TF_THROW(Status::Timeout, os.str());
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(20));
+  }
+  check_device_faults();
+  client_->throw_if_aborted();
+}
+
+void Team::device_barrier(cudaStream_t stream) {
+  barrier_kernel<<<1, 32, 0, stream>>>(heap_->view(), barrier_slots_, barrier_seq_, fault());
+  TF_CUDA(cudaGetLastError());
+}
+
+void Team::host_barrier(const std::string& name) {
+  try {
+    client_->barrier(name, std::max(60.0, 2 * timeout_s_));
+  } catch (const Error& e) {
+    if (e.status() == Status::Timeout) client_->fail(e.what());
+    throw;
+  }
+}
+
+void Team::finish() {
+  if (finished_) return;
+  if (!client_->aborted()) {
+    sync(stream_);
+    host_barrier("team-finish");
+  }
+  finished_ = true;
+  client_->finish();
+}
+
+}  // namespace taxfree

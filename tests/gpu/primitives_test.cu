@@ -1,0 +1,350 @@
+// Device primitives on real GPUs: values, ordering under rank skew, the timeout path.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "gpu_env.h"
+#include "taxfree/device/barrier.cuh"
+#include "taxfree/device/signal.cuh"
+#include "taxfree/device/tile_copy.cuh"
+#include "taxfree/runtime/error.h"
+#include "taxfree/runtime/team.h"
+
+namespace taxfree {
+namespace {
+
+using test::team;
+
+// A wait deadline of its own for tests that exercise the timeout path without poisoning the team.
+struct LocalFault {
+  uint32_t* host = nullptr;
+  dev::FaultContext ctx;
+  explicit LocalFault(double timeout_s) {
+    TF_CUDA(cudaHostAlloc(&host, 4096, cudaHostAllocMapped));
+    std::memset(host, 0, 4096);
+    ctx.abort = host;
+    ctx.record = reinterpret_cast<dev::WaitRecord*>(reinterpret_cast<char*>(host) + 256);
+    ctx.heap_base = team().view().local_base;
+    ctx.timeout_ns = uint64_t(timeout_s * 1e9);
+    ctx.rank = team().rank();
+  }
+  ~LocalFault() { cudaFreeHost(host); }
+  const dev::WaitRecord& record() const { return *ctx.record; }
+};
+
+void sync() { team().sync(team().stream()); }
+
+// ---- scoped atomics --------------------------------------------------------------------------
+
+__global__ void atomics_kernel(dev::SymmetricView v, uint64_t* counter, uint32_t* counter32, uint64_t* cas_slot,
+                               int iters) {
+  uint64_t* c0 = v.peer(counter, 0);
+  uint32_t* c32 = v.peer(counter32, 0);
+  for (int i = 0; i < iters; ++i) {
+    dev::red_add<dev::Sem::relaxed, dev::Scope::sys>(c0, 1ull);
+    dev::fetch_add<dev::Sem::acq_rel, dev::Scope::sys>(c32, 2u);
+  }
+  // Exactly one thread in the whole team wins the CAS from 0 to (rank+1).
+  if (threadIdx.x == 0 && blockIdx.x == 0)
+    dev::cas<dev::Sem::acq_rel, dev::Scope::sys>(v.peer(cas_slot, 0), 0ull, uint64_t(v.rank) + 1);
+}
+
+TEST(Primitives, AtomicsOnPeerMemoryCountEveryUpdate) {
+  TF_REQUIRE_GPUS(1);
+  auto& t = team();
+  const uint64_t mark = t.heap().mark();
+  auto* counter = t.heap().allocate_array<uint64_t>(1, "test.counter");
+  auto* counter32 = t.heap().allocate_array<uint32_t>(1, "test.counter32");
+  auto* cas_slot = t.heap().allocate_array<uint64_t>(1, "test.cas");
+  TF_CUDA(cudaMemset(counter, 0, 8));
+  TF_CUDA(cudaMemset(counter32, 0, 4));
+  TF_CUDA(cudaMemset(cas_slot, 0, 8));
+  TF_CUDA(cudaDeviceSynchronize());
+  t.host_barrier("atomics.zero");
+  const int blocks = 8, threads = 256, iters = 100;
+  atomics_kernel<<<blocks, threads, 0, t.stream()>>>(t.view(), counter, counter32, cas_slot, iters);
+  sync();
+  t.device_barrier(t.stream());
+  sync();
+  if (t.rank() == 0) {
+    uint64_t c = 0, cs = 0;
+    uint32_t c32 = 0;
+    TF_CUDA(cudaMemcpy(&c, counter, 8, cudaMemcpyDeviceToHost));
+    TF_CUDA(cudaMemcpy(&c32, counter32, 4, cudaMemcpyDeviceToHost));
+    TF_CUDA(cudaMemcpy(&cs, cas_slot, 8, cudaMemcpyDeviceToHost));
+    const uint64_t expect = uint64_t(t.world()) * blocks * threads * iters;
+    EXPECT_EQ(c, expect);
+    EXPECT_EQ(c32, uint32_t(2 * expect));
+    EXPECT_GE(cs, 1u);
+    EXPECT_LE(cs, uint64_t(t.world()));
+  }
+  t.host_barrier("atomics.done");
+  t.heap().release(mark);
+}
+
+// ---- signals: data published before the flag is seen after it, under rank skew ----------------
+
+// Producer (rank 0) writes `n` words of generation `e` into the consumer's buffer, then releases
+// the flag (pattern P2). Consumer (rank 1) acquires, then checks every word.
+__global__ void produce_kernel(dev::SymmetricView v, uint64_t* data, uint64_t n, uint64_t* flag, uint64_t e, int to) {
+  uint64_t* remote = v.peer(data, to);
+  for (uint64_t i = threadIdx.x; i < n; i += blockDim.x) remote[i] = e * 1000003ull + i;
+  __syncthreads();
+  if (threadIdx.x == 0) dev::signal_set(v.peer(flag, to), e);
+}
+__global__ void consume_kernel(const uint64_t* data, uint64_t n, const uint64_t* flag, uint64_t e,
+                               dev::FaultContext fc, unsigned long long* bad) {
+  __shared__ int ok;
+  if (threadIdx.x == 0) ok = dev::wait_geq(flag, e, fc, dev::WaitSite::test_signal, 0);
+  __syncthreads();
+  if (!ok) {
+    if (threadIdx.x == 0) atomicAdd(bad, 1ull << 40);
+    return;
+  }
+  for (uint64_t i = threadIdx.x; i < n; i += blockDim.x)
+    if (data[i] != e * 1000003ull + i) atomicAdd(bad, 1ull);
+}
+
+TEST(Primitives, SignalOrdersDataUnderRankSkew) {
+  TF_REQUIRE_GPUS(2);
+  auto& t = team();
+  const uint64_t n = 1 << 20, mark = t.heap().mark();
+  auto* data = t.heap().allocate_array<uint64_t>(n, "test.signal.data");
+  auto* flag = t.heap().allocate_array<uint64_t>(1, "test.signal.flag");
+  TF_CUDA(cudaMemset(flag, 0, 8));
+  unsigned long long* bad = nullptr;
+  TF_CUDA(cudaMalloc(&bad, sizeof *bad));
+  TF_CUDA(cudaMemset(bad, 0, sizeof *bad));
+  TF_CUDA(cudaDeviceSynchronize());
+  t.host_barrier("signal.zero");
+  std::mt19937 rng(7);
+  for (uint64_t e = 1; e <= 20; ++e) {
+    // Alternate which side starts late so the consumer both waits and finds the flag already set.
+    const int late = int(e % 2);
+    if (t.rank() == late) usleep(1000 * (rng() % 20));
+    if (t.rank() == 0) produce_kernel<<<1, 1024, 0, t.stream()>>>(t.view(), data, n, flag, e, 1);
+    if (t.rank() == 1) consume_kernel<<<1, 1024, 0, t.stream()>>>(data, n, flag, e, t.fault(), bad);
+    sync();
+    t.host_barrier("signal.round");  // the next round's writes must not race this round's reads
+  }
+  unsigned long long h = 0;
+  TF_CUDA(cudaMemcpy(&h, bad, sizeof h, cudaMemcpyDeviceToHost));
+  EXPECT_EQ(h, 0ull) << "words seen stale after the flag (or waits that gave up: " << (h >> 40) << ")";
+  cudaFree(bad);
+  t.heap().release(mark);
+}
+
+__global__ void wait_forever_kernel(const uint64_t* flag, dev::FaultContext fc, int* result) {
+  *result = dev::wait_geq(flag, 5, fc, dev::WaitSite::test_signal, 3) ? 1 : 0;
+}
+
+TEST(Primitives, WaitGivesUpAtDeadlineWithDiagnostic) {
+  TF_REQUIRE_GPUS(1);
+  auto& t = team();
+  const uint64_t mark = t.heap().mark();
+  auto* flag = t.heap().allocate_array<uint64_t>(4, "test.deadline.flag");
+  TF_CUDA(cudaMemset(flag, 0, 32));
+  TF_CUDA(cudaMemset(flag + 2, 0x02, 1));  // flag[2] = 2: never reaches 5
+  int* result = nullptr;
+  TF_CUDA(cudaMalloc(&result, sizeof(int)));
+  TF_CUDA(cudaMemset(result, 0xFF, sizeof(int)));
+  LocalFault lf(0.3);
+  const auto t0 = std::chrono::steady_clock::now();
+  wait_forever_kernel<<<1, 1, 0, t.stream()>>>(flag + 2, lf.ctx, result);
+  sync();
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  int h = -1;
+  TF_CUDA(cudaMemcpy(&h, result, sizeof h, cudaMemcpyDeviceToHost));
+  EXPECT_EQ(h, 0);
+  EXPECT_GE(waited, 0.25);
+  EXPECT_LT(waited, 5.0);
+  const auto& r = lf.record();
+  EXPECT_EQ(r.complete, 1u);
+  EXPECT_EQ(r.rank, t.rank());
+  EXPECT_EQ(r.peer, 3);
+  EXPECT_EQ(r.site, uint32_t(dev::WaitSite::test_signal));
+  EXPECT_EQ(r.expected, 5u);
+  EXPECT_EQ(r.observed, 2u);
+  EXPECT_EQ(r.flag_offset, t.view().offset_of(flag + 2));
+  EXPECT_NE(*lf.host, 0u) << "the abort flag must be raised";
+  const std::string text = describe_wait_record(r);
+  EXPECT_NE(text.find("for rank 3"), std::string::npos) << text;
+  EXPECT_NE(text.find("expected >= 5, observed 2"), std::string::npos) << text;
+  cudaFree(result);
+  t.heap().release(mark);
+}
+
+TEST(Primitives, WaitStopsWhenAbortIsRaised) {
+  TF_REQUIRE_GPUS(1);
+  auto& t = team();
+  const uint64_t mark = t.heap().mark();
+  auto* flag = t.heap().allocate_array<uint64_t>(1, "test.abort.flag");
+  TF_CUDA(cudaMemset(flag, 0, 8));
+  int* result = nullptr;
+  TF_CUDA(cudaMalloc(&result, sizeof(int)));
+  LocalFault lf(60);
+  wait_forever_kernel<<<1, 1, 0, t.stream()>>>(flag, lf.ctx, result);
+  usleep(200 * 1000);
+  EXPECT_EQ(cudaStreamQuery(t.stream()), cudaErrorNotReady) << "the wait should still be spinning";
+  __atomic_store_n(lf.host, 1u, __ATOMIC_RELEASE);  // what the coordinator's thread does on a remote failure
+  const auto t0 = std::chrono::steady_clock::now();
+  sync();
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 1.0);
+  int h = -1;
+  TF_CUDA(cudaMemcpy(&h, result, sizeof h, cudaMemcpyDeviceToHost));
+  EXPECT_EQ(h, 0);
+  EXPECT_EQ(lf.record().complete, 0u) << "an abort is not a timeout: no record";
+  cudaFree(result);
+  t.heap().release(mark);
+}
+
+// ---- barrier: everything before it on every rank is visible after it --------------------------
+
+// Two slot arrays: the barrier after the reads must not share epochs with the one before them.
+__global__ void barrier_order_kernel(dev::SymmetricView v, uint64_t* slots, uint64_t* slots2, uint64_t* stamp, int n,
+                                     dev::FaultContext fc, unsigned long long* bad) {
+  for (int i = 1; i <= n; ++i) {
+    // A rank-dependent, iteration-dependent delay so ranks arrive in varying order.
+    const uint64_t delay = ((v.rank * 7919 + i * 104729) % 5) * 2000;
+    const uint64_t t0 = dev::global_timer_ns();
+    while (dev::global_timer_ns() - t0 < delay) {}
+    if (threadIdx.x == 0) dev::store<dev::Sem::relaxed, dev::Scope::sys>(stamp, uint64_t(i));
+    if (!dev::block_barrier(v, slots, uint64_t(i), fc)) {
+      if (threadIdx.x == 0) atomicAdd(bad, 1ull << 40);
+      return;
+    }
+    for (int p = threadIdx.x; p < v.world; p += blockDim.x)
+      if (dev::load<dev::Sem::relaxed, dev::Scope::sys>(v.peer(stamp, p)) < uint64_t(i)) atomicAdd(bad, 1ull);
+    if (!dev::block_barrier(v, slots2, uint64_t(i), fc)) return;  // nobody overwrites before all have read
+  }
+}
+
+TEST(Primitives, BarrierOrdersStampsAcrossRanks) {
+  TF_REQUIRE_GPUS(2);
+  auto& t = team();
+  const uint64_t mark = t.heap().mark();
+  auto* slots = t.heap().allocate_array<uint64_t>(2 * uint64_t(t.world()), "test.barrier.slots");
+  auto* stamp = t.heap().allocate_array<uint64_t>(1, "test.barrier.stamp");
+  TF_CUDA(cudaMemset(slots, 0, 16 * t.world()));
+  TF_CUDA(cudaMemset(stamp, 0, 8));
+  unsigned long long* bad = nullptr;
+  TF_CUDA(cudaMalloc(&bad, sizeof *bad));
+  TF_CUDA(cudaMemset(bad, 0, sizeof *bad));
+  TF_CUDA(cudaDeviceSynchronize());
+  t.host_barrier("barrier.zero");
+  barrier_order_kernel<<<1, 64, 0, t.stream()>>>(t.view(), slots, slots + t.world(), stamp, 200, t.fault(), bad);
+  sync();
+  unsigned long long h = 0;
+  TF_CUDA(cudaMemcpy(&h, bad, sizeof h, cudaMemcpyDeviceToHost));
+  EXPECT_EQ(h, 0ull);
+  cudaFree(bad);
+  t.host_barrier("barrier.done");
+  t.heap().release(mark);
+}
+
+// ---- put / get / bulk copy values ------------------------------------------------------------
+
+__global__ void put_only_kernel(dev::SymmetricView v, char* dst_local, const char* src, uint64_t bytes, int to) {
+  dev::put(v, dst_local, src, bytes, to, threadIdx.x, blockDim.x);
+}
+__global__ void get_only_kernel(dev::SymmetricView v, char* dst, const char* src_local, uint64_t bytes, int from) {
+  dev::get(v, dst, src_local, bytes, from, threadIdx.x, blockDim.x);
+}
+__global__ void bulk_kernel(dev::SymmetricView v, char* dst_local, const char* src, uint64_t bytes, int to) {
+  extern __shared__ __align__(128) char smem[];
+  __shared__ uint64_t bars[3];
+  if (threadIdx.x == 0) {
+    for (int i = 0; i < 3; ++i) dev::mbarrier_init(&bars[i], 1);
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    uint32_t phase = 0;
+    dev::bulk_copy(v.peer(dst_local, to), src, bytes, smem, 4096, 3, bars, phase);
+    dev::bulk_copy(v.peer(dst_local, to), src, bytes, smem, 4096, 3, bars, phase);  // phases carry over
+  }
+}
+__global__ void pattern_kernel(char* p, uint64_t bytes, uint32_t salt) {
+  for (uint64_t i = blockIdx.x * uint64_t(blockDim.x) + threadIdx.x; i < bytes; i += uint64_t(gridDim.x) * blockDim.x)
+    p[i] = char((i * 2654435761u + salt) >> 7);
+}
+
+TEST(Primitives, PutGetAndBulkCopyMoveExactBytes) {
+  TF_REQUIRE_GPUS(2);
+  auto& t = team();
+  const int to = (t.rank() + 1) % t.world(), from = (t.rank() + t.world() - 1) % t.world();
+  for (uint64_t bytes : {16ull, 48ull, 4096ull + 16, 1000000ull, (8ull << 20) + 48}) {
+    const uint64_t mark = t.heap().mark();
+    char* src = static_cast<char*>(t.heap().allocate(bytes, 256, "test.src"));
+    char* dst = static_cast<char*>(t.heap().allocate(bytes + 512, 256, "test.dst"));
+    char* got = nullptr;
+    TF_CUDA(cudaMalloc(&got, bytes));
+    pattern_kernel<<<64, 256, 0, t.stream()>>>(src, bytes, uint32_t(t.rank() * 131 + bytes));
+    TF_CUDA(cudaMemsetAsync(dst, 0x5A, bytes + 512, t.stream()));
+    sync();
+    t.host_barrier("putget.ready");
+    std::vector<char> expect_from(bytes), h(bytes + 512);
+    {
+      char* tmp = nullptr;
+      TF_CUDA(cudaMalloc(&tmp, bytes));
+      pattern_kernel<<<64, 256, 0, t.stream()>>>(tmp, bytes, uint32_t(from * 131 + bytes));
+      sync();
+      TF_CUDA(cudaMemcpy(expect_from.data(), tmp, bytes, cudaMemcpyDeviceToHost));
+      cudaFree(tmp);
+    }
+    for (int mode = 0; mode < 3; ++mode) {
+      // Fresh poison before every mode: the peer writes into this rank's dst only after the barrier.
+      TF_CUDA(cudaMemsetAsync(dst, 0x5A, bytes + 512, t.stream()));
+      TF_CUDA(cudaMemsetAsync(got, 0x5A, bytes, t.stream()));
+      sync();
+      t.host_barrier("putget.poison");
+      if (mode == 0) put_only_kernel<<<1, 256, 0, t.stream()>>>(t.view(), dst, src, bytes, to);
+      if (mode == 1) get_only_kernel<<<1, 256, 0, t.stream()>>>(t.view(), got, src, bytes, from);
+      if (mode == 2) {
+        bulk_kernel<<<1, 32, 3 * 4096, t.stream()>>>(t.view(), dst, src, bytes, to);
+      }
+      TF_CUDA(cudaGetLastError());
+      sync();
+      t.device_barrier(t.stream());
+      sync();
+      TF_CUDA(cudaMemcpy(h.data(), mode == 1 ? got : dst, mode == 1 ? bytes : bytes + 512, cudaMemcpyDeviceToHost));
+      EXPECT_EQ(std::memcmp(h.data(), expect_from.data(), bytes), 0) << "mode " << mode << ", " << bytes << " bytes";
+      if (mode != 1)
+        for (uint64_t i = bytes; i < bytes + 512; ++i)
+          if (h[i] != 0x5A) {
+            ADD_FAILURE() << "guard byte " << i - bytes << " past the end was overwritten (mode " << mode << ")";
+            break;
+          }
+      t.host_barrier("putget.mode");
+    }
+    cudaFree(got);
+    t.heap().release(mark);
+  }
+}
+
+TEST(Heap, CheckModeNamesMismatchedAllocations) {
+  TF_REQUIRE_GPUS(2);
+  auto& t = team();
+  // Fresh heap in check mode, sized differently on purpose to also show the exhaustion message.
+  SymmetricHeap heap(t.comm(), t.coordinator(), t.rank(), t.world(), 64ull << 20, true);
+  void* a = heap.allocate(4096, 256, "same");
+  EXPECT_TRUE(heap.contains(a, 4096));
+  try {
+    heap.allocate(t.rank() == 1 ? 8192 : 4096, 256, "different");
+    ADD_FAILURE() << "mismatch not detected";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.status(), Status::InvalidUsage);
+    const std::string m = e.what();
+    EXPECT_NE(m.find("rank 1 did allocate('different', 8192 B"), std::string::npos) << m;
+  }
+  try {
+    heap.allocate(128ull << 20, 256, "too-big");
+    ADD_FAILURE() << "exhaustion not detected";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.status(), Status::OutOfMemory);
+    EXPECT_NE(std::string(e.what()).find("asked for 134217728 B"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace taxfree
