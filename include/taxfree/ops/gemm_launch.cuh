@@ -11,8 +11,8 @@
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 
+#include <iterator>
 #include <type_traits>
-#include <utility>
 
 #include "taxfree/kernels/gemm/gemm_kernel.cuh"
 #include "taxfree/ops/gemm.h"
