@@ -54,14 +54,25 @@ void fill_guards(const Buffers& b) {
   bench::fill_random16(b.recv + total, kGuard, 98, 98, team().stream());
 }
 
+// The push variant under both protocols: low-latency lines (default config, small sizes) and
+// direct stores (ll disabled, every size).
+AllGatherConfig direct_only() {
+  AllGatherConfig c;
+  c.ll_max_bytes = 0;
+  return c;
+}
+
 TEST(AllGather, EveryVariantOddSizesGuardsAndInPlace) {
   TF_REQUIRE_GPUS(2);
   auto& t = team();
-  AllGather op(t);
+  AllGather op(t), direct(t, direct_only());
   auto s = t.stream();
   uint64_t seed = 1234;
-  for (uint64_t bytes : {16ull, 48ull, 4112ull, 65536ull + 16, 1000000ull, (48ull << 20) + 16}) {
-    for (auto v : {AllGatherVariant::nccl, AllGatherVariant::push}) {
+  for (uint64_t bytes : {16ull, 48ull, 4112ull, 65536ull, 65536ull + 16, 1000000ull, (48ull << 20) + 16}) {
+    for (int which = 0; which < 3; ++which) {
+      const auto v = which == 0 ? AllGatherVariant::nccl : AllGatherVariant::push;
+      AllGather& impl = which == 2 ? direct : op;
+      const char* name = which == 0 ? "nccl" : which == 1 ? (op.push_uses_ll(bytes) ? "push (ll)" : "push") : "push (direct)";
       for (bool in_place : {false, true}) {
         Buffers b(bytes);
         ++seed;
@@ -74,11 +85,10 @@ TEST(AllGather, EveryVariantOddSizesGuardsAndInPlace) {
         fill_guards(b);
         t.sync(s);
         t.host_barrier("ag.poisoned");  // peers write into this rank's recv only after it is poisoned
-        op.launch(v, send, b.recv, bytes, s);
+        impl.launch(v, send, b.recv, bytes, s);
         t.sync(s);
-        EXPECT_EQ(check_recv(b.recv, bytes, seed), 0)
-            << variant_name(v) << " " << bytes << " B/rank" << (in_place ? " in place" : "");
-        EXPECT_EQ(check_guards(b), 0) << variant_name(v) << " wrote outside recv, " << bytes << " B/rank";
+        EXPECT_EQ(check_recv(b.recv, bytes, seed), 0) << name << " " << bytes << " B/rank" << (in_place ? " in place" : "");
+        EXPECT_EQ(check_guards(b), 0) << name << " wrote outside recv, " << bytes << " B/rank";
         t.host_barrier("ag.checked");
       }
     }
@@ -90,29 +100,32 @@ TEST(AllGather, ThousandLaunchesWithoutResetAndRankSkew) {
   auto& t = team();
   AllGather op(t);
   auto s = t.stream();
-  const uint64_t bytes = 8192 + 16;
-  Buffers b(bytes);
+  // Alternates the two protocols on one op instance: they share the launch sequence.
+  const uint64_t bytes = 8192 + 16, big = 256 * 1024;
+  Buffers b(big);
   std::mt19937 rng(uint32_t(t.rank()) + 5);
   for (int round = 0; round < 4; ++round) {
-    const uint64_t seed = 777 + round;
-    bench::fill_random16(b.send, bytes, seed, uint64_t(t.rank()), s);
-    bench::poison16(b.recv, bytes * t.world(), s);
+    const uint64_t seed = 777 + round, n = round % 2 ? big : bytes;
+    bench::fill_random16(b.send, n, seed, uint64_t(t.rank()), s);
+    bench::poison16(b.recv, n * t.world(), s);
     t.sync(s);
     t.host_barrier("ag.round");
     // Rank skew: one rank (a different one each round) starts late.
     if (t.rank() == round % t.world()) usleep(50 * 1000 + rng() % 50000);
-    for (int i = 0; i < 250; ++i) op.launch(AllGatherVariant::push, b.send, b.recv, bytes, s);
+    for (int i = 0; i < 250; ++i) op.launch(AllGatherVariant::push, b.send, b.recv, n, s);
     t.sync(s);
-    EXPECT_EQ(check_recv(b.recv, bytes, seed), 0) << "round " << round;
+    EXPECT_EQ(check_recv(b.recv, n, seed), 0) << "round " << round << ", " << n << " B/rank";
   }
 }
 
-TEST(AllGather, CudaGraphReplay) {
+class AllGatherGraph : public ::testing::TestWithParam<uint64_t> {};
+
+TEST_P(AllGatherGraph, CudaGraphReplay) {
   TF_REQUIRE_GPUS(2);
   auto& t = team();
   AllGather op(t);
   auto s = t.stream();
-  const uint64_t bytes = 1 << 20;
+  const uint64_t bytes = GetParam();
   Buffers b(bytes);
   cudaGraph_t g;
   cudaGraphExec_t ge;
@@ -133,6 +146,8 @@ TEST(AllGather, CudaGraphReplay) {
   cudaGraphExecDestroy(ge);
   cudaGraphDestroy(g);
 }
+// One size per protocol: low-latency lines and direct stores.
+INSTANTIATE_TEST_SUITE_P(Protocols, AllGatherGraph, ::testing::Values(uint64_t(4096), uint64_t(1) << 20));
 
 TEST(AllGather, RejectsBadArgumentsBeforeLaunch) {
   TF_REQUIRE_GPUS(1);

@@ -101,13 +101,15 @@ class OpBench {
   // "compute-only"); run() accepts these names too, check() is not called for them.
   virtual std::vector<std::string> parts() const { return {}; }
   // Tax breakdown from the median times of every variant and part of this case.
-  virtual Taxes taxes(const Case&, const std::map<std::string, double>& seconds, const MachineRates& rates) const {
+  virtual Taxes taxes(const Case& c, const std::map<std::string, double>& seconds, const MachineRates& rates) const {
     (void)seconds;
     Taxes t;
-    t.launch = launches(variants().front()) * rates.launch_s;
+    const std::string& base = variants().front();
+    t.launch = launches(base) / ops_per_run(c, base) * rates.launch_s;
     return t;
   }
-  // Kernels launched per run of `variant` (for the launch-tax column).
+  // Kernels launched per run() of `variant` (launch-tax column; also bounds how many runs the
+  // harness queues at once).
   virtual int launches(const std::string& variant) const { (void)variant; return 1; }
   // Release what setup() took.
   virtual void teardown() = 0;

@@ -4,11 +4,16 @@
 // Variants (one interface, AllGather::launch):
 //  - nccl:      ncclAllGather (BSP baseline). With buffers from the symmetric heap NCCL takes its
 //               symmetric-memory kernels; with plain buffers its regular ones.
-//  - push:      one kernel per rank; each block waits until the peer's buffer is free for this
-//               launch (the peer has started it), stores its slice of the local shard straight
-//               into the peer's `recv` over NVLink, and raises a per-(sender, block) epoch flag;
-//               the kernel ends when every incoming slice has arrived. No host work between
-//               launches; graph-capturable.
+//  - push:      one kernel per rank, no host work between launches, graph-capturable. Two
+//               protocols, chosen by size:
+//               * low-latency (bytes <= config.ll_max_bytes): the shard goes to every peer as LL
+//                 lines (data and epoch in one 16-byte store, ll_line.cuh) into a staging buffer
+//                 that alternates by epoch parity; each receiver copies its lines into `recv`. One
+//                 NVLink trip, no handshake, twice the bytes.
+//               * direct: each block waits until the peer's `recv` is free for this launch (the
+//                 peer has started it), stores its chunks of the local shard straight into the
+//                 peer's `recv` and raises a per-(sender, block) epoch flag; the kernel ends when
+//                 every incoming chunk has arrived.
 //
 // Contract: `recv` lies in the team's symmetric heap (push: required; nccl: either). `send` is
 // device memory of this rank; `send == recv + rank * bytes` (in place) is allowed, other overlaps
@@ -37,9 +42,9 @@ AllGatherVariant parse_all_gather_variant(const std::string& name);  // throws I
 const char* variant_name(AllGatherVariant v);
 
 struct AllGatherConfig {
-  int threads = 512;        // per block
-  int max_blocks = 0;       // 0: 2 x SMs
-  uint64_t bytes_per_block = 256 << 10;  // target slice per block (fewer blocks for small sizes)
+  int threads = 512;                  // per block
+  int max_blocks = 0;                 // 0: 2 x SMs
+  uint64_t ll_max_bytes = 64 << 10;   // push: low-latency protocol up to this many bytes per rank (0: never)
 };
 
 // Kernel arguments of the push variant (plain data, passed by value).
@@ -48,12 +53,14 @@ struct AllGatherPushArgs {
   const char* send;
   char* recv;               // heap
   uint64_t bytes;           // per rank
-  uint64_t slice;           // bytes per block (multiple of 16)
+  uint64_t chunk;           // direct: bytes per chunk (multiple of 16), dealt round-robin to blocks
   uint64_t* ready;          // heap, [world]: slot p = epoch at which rank p's recv is free
   uint64_t* arrived;        // heap, [world][kMaxBlocks]: slot [p][b] = epoch of p's block b data
+  uint4* ll;                // heap, [2 parities][world senders][ll_max_bytes / 8 lines]
+  uint64_t ll_lines;        // lines per (parity, sender) region
   dev::LaunchSequence seq;
   dev::FaultContext fault;
-  int skip_signal;          // fault injection: never raise data flags (tests the timeout path)
+  int skip_signal;          // fault injection: never signal / send lines (tests the timeout path)
 };
 
 class AllGather {
@@ -66,8 +73,10 @@ class AllGather {
   // Validates, then enqueues. Throws InvalidArgument (naming the bad value) before any launch.
   void launch(AllGatherVariant variant, const void* send, void* recv, uint64_t bytes, cudaStream_t stream);
 
-  // Blocks the push kernel uses for `bytes` per rank.
+  // Whether push uses the low-latency protocol for `bytes` per rank; and its grid and chunk.
+  bool push_uses_ll(uint64_t bytes) const { return bytes <= config_.ll_max_bytes; }
   int push_blocks(uint64_t bytes) const;
+  uint64_t push_chunk(uint64_t bytes) const;
   // Fault injection for tests: this rank's push kernels never signal arrival.
   void set_skip_signal(bool skip) { skip_signal_ = skip; }
 
@@ -78,6 +87,7 @@ class AllGather {
   AllGatherConfig config_;
   uint64_t* ready_ = nullptr;
   uint64_t* arrived_ = nullptr;
+  uint4* ll_ = nullptr;
   dev::LaunchSequence seq_{};
   bool skip_signal_ = false;
 };

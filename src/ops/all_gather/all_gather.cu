@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "taxfree/device/ll_line.cuh"
 #include "taxfree/device/signal.cuh"
 #include "taxfree/device/tile_copy.cuh"
 #include "taxfree/runtime/error.h"
@@ -13,42 +14,72 @@ namespace taxfree {
 
 namespace {
 
-// One block: its slice of this rank's shard goes to every rank (peers rank+1, rank+2, ... then
-// itself), then it waits for the same slice index from every peer.
-__global__ void __launch_bounds__(512) all_gather_push_kernel(AllGatherPushArgs a) {
+// Direct protocol. Each block owns chunks blockIdx.x, +gridDim.x, ... of the shard and sends them
+// to every rank (peers rank+1, rank+2, ... first, its own copy last), then waits for the same
+// block index of every peer (the grid is the same on every rank).
+__global__ void __launch_bounds__(512) all_gather_direct_kernel(AllGatherPushArgs a) {
   const auto& v = a.view;
   const uint64_t epoch = dev::sequence_begin(a.seq);
-  // This rank's recv is free once this launch has started: tell every peer (pattern P1; nothing
-  // to publish but the flag itself).
+  // This rank's recv is free once this launch has started: tell every peer (pattern P1; the flag
+  // publishes nothing else).
   if (blockIdx.x == 0)
     for (int p = threadIdx.x; p < v.world; p += blockDim.x)
       if (p != v.rank) dev::signal_set(v.peer(a.ready, p) + v.rank, epoch);
 
-  const uint64_t begin = uint64_t(blockIdx.x) * a.slice;
-  const uint64_t len = begin < a.bytes ? std::min(a.slice, a.bytes - begin) : 0;
-  const char* src = a.send + begin;
-  char* dst_local = a.recv + uint64_t(v.rank) * a.bytes + begin;
+  char* mine = a.recv + uint64_t(v.rank) * a.bytes;
   __shared__ int ok;
   if (threadIdx.x == 0) ok = 1;
   for (int i = 1; i <= v.world; ++i) {
-    const int p = (v.rank + i) % v.world;  // peers first, own copy last
+    const int p = (v.rank + i) % v.world;
     if (p != v.rank) {
       if (threadIdx.x == 0 && ok) ok = dev::wait_geq(a.ready + p, epoch, a.fault, dev::WaitSite::all_gather_ready, p);
       __syncthreads();
       if (!ok) break;
-      dev::put(v, dst_local, src, len, p, threadIdx.x, blockDim.x);
+      dev::block_copy_chunks(v.peer(mine, p), a.send, a.bytes, a.chunk, blockIdx.x, gridDim.x);
       __syncthreads();  // pattern P2: the block's stores, then one release
       if (threadIdx.x == 0 && !a.skip_signal)
         dev::signal_set(v.peer(a.arrived, p) + uint64_t(v.rank) * AllGather::kMaxBlocks + blockIdx.x, epoch);
-    } else if (src != dst_local) {
-      dev::copy_vec16(dst_local, src, len, threadIdx.x, blockDim.x);
+    } else if (a.send != mine) {
+      dev::block_copy_chunks(mine, a.send, a.bytes, a.chunk, blockIdx.x, gridDim.x);
     }
   }
-  // Incoming: the same slice index from every peer (the grid is the same on every rank).
   for (int p = threadIdx.x; p < v.world && ok; p += blockDim.x)
     if (p != v.rank)
       dev::wait_geq(a.arrived + uint64_t(p) * AllGather::kMaxBlocks + blockIdx.x, epoch, a.fault,
                     dev::WaitSite::all_gather_data, p);
+  dev::sequence_end(a.seq, epoch);
+}
+
+// Low-latency protocol: every thread owns lines (8 data bytes each) gid, gid + threads, ...
+__global__ void __launch_bounds__(512) all_gather_ll_kernel(AllGatherPushArgs a) {
+  const auto& v = a.view;
+  const uint64_t epoch = dev::sequence_begin(a.seq);
+  const uint32_t flag = uint32_t(epoch);
+  const uint64_t parity = epoch & 1;
+  const uint64_t lines = a.bytes / 8, stride = uint64_t(gridDim.x) * blockDim.x;
+  const uint64_t first = uint64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  const auto* src = reinterpret_cast<const uint2*>(a.send);
+  auto* mine = reinterpret_cast<uint2*>(a.recv + uint64_t(v.rank) * a.bytes);
+  uint4* inbox = a.ll + parity * uint64_t(v.world) * a.ll_lines;  // [sender][line] of this parity
+  for (uint64_t l = first; l < lines; l += stride) {
+    const uint2 d = src[l];
+    if (!a.skip_signal)
+      for (int i = 1; i < v.world; ++i) {
+        const int p = (v.rank + i) % v.world;
+        dev::ll_store(v.peer(inbox, p) + uint64_t(v.rank) * a.ll_lines + l, d.x, d.y, flag);
+      }
+    if (reinterpret_cast<const void*>(src) != reinterpret_cast<const void*>(mine)) mine[l] = d;
+  }
+  bool ok = true;
+  for (int i = 1; i < v.world && ok; ++i) {
+    const int p = (v.rank + v.world - i) % v.world;
+    auto* dst = reinterpret_cast<uint2*>(a.recv + uint64_t(p) * a.bytes);
+    for (uint64_t l = first; l < lines && ok; l += stride) {
+      uint2 d;
+      ok = dev::ll_load(inbox + uint64_t(p) * a.ll_lines + l, flag, d, a.fault, dev::WaitSite::all_gather_data, p);
+      if (ok) dst[l] = d;
+    }
+  }
   dev::sequence_end(a.seq, epoch);
 }
 
@@ -68,20 +99,37 @@ AllGather::AllGather(Team& team, AllGatherConfig config) : team_(team), config_(
   if (config_.max_blocks <= 0) config_.max_blocks = std::min(2 * team.sm_count(), kMaxBlocks);
   TF_REQUIRE(config_.max_blocks <= kMaxBlocks, Status::InvalidArgument,
              "all_gather max_blocks " << config_.max_blocks << " exceeds " << kMaxBlocks);
+  TF_REQUIRE(config_.ll_max_bytes % 16 == 0, Status::InvalidArgument,
+             "all_gather ll_max_bytes " << config_.ll_max_bytes << " must be a multiple of 16");
   const uint64_t w = uint64_t(team.world());
   ready_ = team.heap().allocate_array<uint64_t>(w, "all_gather.ready");
   arrived_ = team.heap().allocate_array<uint64_t>(w * kMaxBlocks, "all_gather.arrived");
   TF_CUDA(cudaMemset(ready_, 0, w * sizeof(uint64_t)));
   TF_CUDA(cudaMemset(arrived_, 0, w * kMaxBlocks * sizeof(uint64_t)));
+  if (config_.ll_max_bytes > 0) {
+    const uint64_t n = 2 * w * (config_.ll_max_bytes / 8);
+    ll_ = team.heap().allocate_array<uint4>(n, "all_gather.ll");
+    TF_CUDA(cudaMemset(ll_, 0, n * sizeof(uint4)));  // flag 0 is never an epoch
+  }
   TF_CUDA(cudaDeviceSynchronize());
   seq_ = team.new_sequence();
   // Flags must be zero on every rank before any peer may write into them.
   team.host_barrier("all_gather.init");
 }
 
+uint64_t AllGather::push_chunk(uint64_t bytes) const {
+  // About two chunks per block at most sizes; 8-64 KiB keeps each block streaming.
+  const uint64_t want = bytes / uint64_t(config_.max_blocks);
+  return std::clamp<uint64_t>((want + 15) / 16 * 16, 8 << 10, 64 << 10);
+}
+
 int AllGather::push_blocks(uint64_t bytes) const {
-  const uint64_t want = (bytes + config_.bytes_per_block - 1) / config_.bytes_per_block;
-  return int(std::clamp<uint64_t>(want, 1, uint64_t(config_.max_blocks)));
+  if (push_uses_ll(bytes)) {
+    const uint64_t lines = bytes / 8;
+    return int(std::clamp<uint64_t>((lines + config_.threads - 1) / config_.threads, 1, uint64_t(config_.max_blocks)));
+  }
+  const uint64_t chunks = (bytes + push_chunk(bytes) - 1) / push_chunk(bytes);
+  return int(std::clamp<uint64_t>(chunks, 1, uint64_t(config_.max_blocks)));
 }
 
 void AllGather::validate(AllGatherVariant variant, const void* send, const void* recv, uint64_t bytes) const {
@@ -118,14 +166,16 @@ void AllGather::launch(AllGatherVariant variant, const void* send, void* recv, u
   a.send = static_cast<const char*>(send);
   a.recv = static_cast<char*>(recv);
   a.bytes = bytes;
-  const int blocks = push_blocks(bytes);
-  a.slice = ((bytes + blocks - 1) / blocks + 15) / 16 * 16;
+  a.chunk = push_chunk(bytes);
   a.ready = ready_;
   a.arrived = arrived_;
+  a.ll = ll_;
+  a.ll_lines = config_.ll_max_bytes / 8;
   a.seq = seq_;
   a.fault = team_.fault();
   a.skip_signal = skip_signal_ ? 1 : 0;
-  all_gather_push_kernel<<<blocks, config_.threads, 0, stream>>>(a);
+  if (push_uses_ll(bytes)) all_gather_ll_kernel<<<push_blocks(bytes), config_.threads, 0, stream>>>(a);
+  else all_gather_direct_kernel<<<push_blocks(bytes), config_.threads, 0, stream>>>(a);
   TF_CUDA(cudaGetLastError());
 }
 

@@ -1,5 +1,6 @@
 // `taxfree bench all_gather`: NCCL on plain buffers and on the symmetric window (the BSP baselines,
-// NCCL at its best is the faster of the two) against the in-kernel push.
+// NCCL at its best is the faster of the two) against the in-kernel push; `push-direct` forces the
+// direct protocol at every size, to show where the low-latency one pays.
 #include "../../bench/bench_util.cuh"
 #include "taxfree/bench/harness.h"
 #include "taxfree/ops/all_gather.h"
@@ -13,7 +14,7 @@ namespace {
 class AllGatherBench final : public OpBench {
  public:
   std::string name() const override { return "all_gather"; }
-  std::vector<std::string> variants() const override { return {"nccl", "nccl-sym", "push"}; }
+  std::vector<std::string> variants() const override { return {"nccl", "nccl-sym", "push", "push-direct"}; }
   int baseline_count() const override { return 2; }
   int min_ranks() const override { return 2; }
 
@@ -34,8 +35,14 @@ class AllGatherBench final : public OpBench {
   void setup(Team& team, const Case& c, const Options& o) override {
     team_ = &team;
     bytes_ = uint64_t(c.size_bytes / team.world());
-    if (!op_) op_ = std::make_unique<AllGather>(team);
+    if (!op_) {
+      op_ = std::make_unique<AllGather>(team);
+      AllGatherConfig direct;
+      direct.ll_max_bytes = 0;
+      direct_ = std::make_unique<AllGather>(team, direct);
+    }
     op_->set_skip_signal(o.skip_signal_rank == team.rank());
+    direct_->set_skip_signal(o.skip_signal_rank == team.rank());
     mark_ = team.heap().mark();
     send_heap_ = team.heap().allocate(bytes_, 4096, "bench.all_gather.send");
     recv_heap_ = team.heap().allocate(bytes_ * team.world(), 4096, "bench.all_gather.recv");
@@ -55,7 +62,7 @@ class AllGatherBench final : public OpBench {
   void run(const std::string& v, cudaStream_t s) override {
     if (v == "nccl") op_->launch(AllGatherVariant::nccl, send_plain_, recv_plain_, bytes_, s);
     else if (v == "nccl-sym") op_->launch(AllGatherVariant::nccl, send_heap_, recv_heap_, bytes_, s);
-    else op_->launch(AllGatherVariant::push, send_heap_, recv_heap_, bytes_, s);
+    else (v == "push" ? op_ : direct_)->launch(AllGatherVariant::push, send_heap_, recv_heap_, bytes_, s);
   }
 
   int64_t check(const std::string& v, cudaStream_t s) override {
@@ -87,7 +94,7 @@ class AllGatherBench final : public OpBench {
 
  private:
   Team* team_ = nullptr;
-  std::unique_ptr<AllGather> op_;
+  std::unique_ptr<AllGather> op_, direct_;
   uint64_t bytes_ = 0, seed_ = 0, mark_ = 0;
   void *send_heap_ = nullptr, *recv_heap_ = nullptr, *send_plain_ = nullptr, *recv_plain_ = nullptr;
 };

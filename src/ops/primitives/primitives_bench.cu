@@ -26,18 +26,15 @@ Route route_of(int rank, int world, bool ring) {
   return {rank == 0 ? 1 : -1, rank == 1 ? 0 : -1};
 }
 
+// put: local src -> peer's dst; get: peer's src -> local dst. Chunks dealt round-robin to blocks.
 __global__ void __launch_bounds__(512) put_kernel(dev::SymmetricView v, char* dst, const char* src, uint64_t bytes,
-                                                  uint64_t slice, int peer) {
-  const uint64_t b = uint64_t(blockIdx.x) * slice;
-  if (b >= bytes) return;
-  dev::put(v, dst + b, src + b, std::min(slice, bytes - b), peer, threadIdx.x, blockDim.x);
+                                                  uint64_t chunk, int peer) {
+  dev::block_copy_chunks(v.peer(dst, peer), src, bytes, chunk, blockIdx.x, gridDim.x);
 }
 
 __global__ void __launch_bounds__(512) get_kernel(dev::SymmetricView v, char* dst, const char* src, uint64_t bytes,
-                                                  uint64_t slice, int peer) {
-  const uint64_t b = uint64_t(blockIdx.x) * slice;
-  if (b >= bytes) return;
-  dev::get(v, dst + b, src + b, std::min(slice, bytes - b), peer, threadIdx.x, blockDim.x);
+                                                  uint64_t chunk, int peer) {
+  dev::block_copy_chunks(dst, v.peer(src, peer), bytes, chunk, blockIdx.x, gridDim.x);
 }
 
 constexpr uint32_t kBulkChunk = 32 << 10, kBulkStages = 4;
@@ -88,7 +85,9 @@ class PutGetBench final : public OpBench {
     dst_ = static_cast<char*>(team.heap().allocate(bytes_, 4096, "bench.put.dst"));
     seed_ = o.seed ^ bytes_;
     fill_random16(src_, bytes_, seed_, uint64_t(team.rank()), team.stream());
-    blocks_ = int(std::clamp<uint64_t>((bytes_ + (128 << 10) - 1) / (128 << 10), 1, uint64_t(2 * team.sm_count())));
+    // Same geometry as all_gather's direct protocol: 8-64 KiB chunks, up to 2 blocks per SM.
+    chunk_ = std::clamp<uint64_t>((bytes_ / uint64_t(2 * team.sm_count()) + 15) / 16 * 16, 8 << 10, 64 << 10);
+    blocks_ = int(std::clamp<uint64_t>((bytes_ + chunk_ - 1) / chunk_, 1, uint64_t(2 * team.sm_count())));
     slice_ = ((bytes_ + blocks_ - 1) / blocks_ + 15) / 16 * 16;
     TF_CUDA(cudaFuncSetAttribute(bulk_put_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                  int(kBulkChunk * kBulkStages)));
@@ -100,12 +99,12 @@ class PutGetBench final : public OpBench {
   void run(const std::string& v, cudaStream_t s) override {
     const auto& view = team_->view();
     if (v == "get") {  // the receiver pulls
-      if (route_.from >= 0) get_kernel<<<blocks_, 512, 0, s>>>(view, dst_, src_, bytes_, slice_, route_.from);
+      if (route_.from >= 0) get_kernel<<<blocks_, 512, 0, s>>>(view, dst_, src_, bytes_, chunk_, route_.from);
     } else if (route_.to >= 0) {
       if (v == "copy-engine")
         TF_CUDA(cudaMemcpyAsync(view.peer(dst_, route_.to), src_, bytes_, cudaMemcpyDeviceToDevice, s));
       else if (v == "put")
-        put_kernel<<<blocks_, 512, 0, s>>>(view, dst_, src_, bytes_, slice_, route_.to);
+        put_kernel<<<blocks_, 512, 0, s>>>(view, dst_, src_, bytes_, chunk_, route_.to);
       else
         bulk_put_kernel<<<blocks_, 32, kBulkChunk * kBulkStages, s>>>(view, dst_, src_, bytes_, slice_, route_.to);
     }
@@ -132,7 +131,7 @@ class PutGetBench final : public OpBench {
  private:
   Team* team_ = nullptr;
   Route route_;
-  uint64_t bytes_ = 0, seed_ = 0, mark_ = 0, slice_ = 0;
+  uint64_t bytes_ = 0, seed_ = 0, mark_ = 0, slice_ = 0, chunk_ = 0;
   int blocks_ = 1;
   char *src_ = nullptr, *dst_ = nullptr;
 };

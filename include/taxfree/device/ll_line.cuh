@@ -1,0 +1,54 @@
+// Low-latency (LL) lines: data and flag travel in the same store, so a receiver needs no separate
+// flag and the sender no "buffer free" handshake when lines go to a staging buffer that alternates
+// by epoch parity.
+//
+// A line is 16 bytes {d0, flag, d1, flag}: 8 data bytes and the 32-bit epoch twice. Each 8-byte
+// half is written and read as a single-copy-atomic unit (a naturally aligned 8-byte access), so a
+// reader that sees the current epoch in both halves has both data words of this epoch. Lines use
+// volatile (relaxed, uncached) accesses; no fence is needed on either side.
+//
+// Staging-slot reuse (epoch parity e & 1) is safe when every receiver also sends to every sender
+// in each launch (all-gather, all-to-all): a sender at epoch e has received the receiver's lines of
+// e-1, which the receiver wrote after finishing epoch e-2, the last reader of this slot.
+#pragma once
+
+#include <cstdint>
+
+#include "taxfree/device/signal.cuh"
+
+namespace taxfree::dev {
+
+__device__ __forceinline__ void ll_store(uint4* line, uint32_t d0, uint32_t d1, uint32_t flag) {
+  asm volatile("st.volatile.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(line), "r"(d0), "r"(flag), "r"(d1),
+               "r"(flag)
+               : "memory");
+}
+
+// Polls `line` until both halves carry `flag`; returns the data words in `out`. Gives up like
+// wait_geq (deadline, abort flag, WaitRecord naming `site` and `peer`).
+__device__ __forceinline__ bool ll_load(const uint4* line, uint32_t flag, uint2& out, const FaultContext& fc,
+                                        WaitSite site, int peer) {
+  uint32_t d0, f0, d1, f1;
+  uint64_t start = 0;
+  for (uint32_t i = 0;; ++i) {
+    asm volatile("ld.volatile.global.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(d0), "=r"(f0), "=r"(d1), "=r"(f1)
+                 : "l"(line)
+                 : "memory");
+    if (f0 == flag && f1 == flag) {
+      out = make_uint2(d0, d1);
+      return true;
+    }
+    if (i == 0) start = global_timer_ns();
+    if ((i & 127u) == 127u) {
+      if (abort_requested(fc)) return false;
+      const uint64_t waited = global_timer_ns() - start;
+      if (waited > fc.timeout_ns) {
+        report_wait_timeout(fc, site, peer, line, flag, f0 != flag ? f0 : f1, waited);
+        return false;
+      }
+    }
+  }
+}
+
+}  // namespace taxfree::dev
