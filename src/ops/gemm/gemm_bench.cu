@@ -2,9 +2,11 @@
 //
 // Cases: M in {1, 16, 128, 512, 1024, 2048, 4096, 8192, 16384} x N in {3584, 4096, 7168, 8192,
 // 14336} x B layout {nk, kn}, K = 8192. Each --shape entry is `key=value,...` with keys M, N, K,
-// layout: an entry naming M, N and K adds that shape (both layouts unless it names one); any other
-// entry filters the sweep (a case is kept if it matches every key of some entry). -b/-e bound the
-// output size in bytes.
+// layout, tile, group: an entry naming M, N and K adds that shape (both layouts unless it names
+// one); any other entry filters the sweep (a case is kept if it matches the M, N, K, layout keys of
+// some entry). tile=BMxBN (a compiled tile, e.g. 128x128) and group=G override the heuristic's
+// choice for `ours` in the cases that entry selects, for tuning. -b/-e bound the output size in
+// bytes.
 // Check: cuBLASLt's output against a sampled fp32 reference; ours against the same sampled
 // reference and element by element against cuBLASLt on the same inputs (cuBLASLt is rerun inside
 // check(), untimed), so unwritten (poisoned) or wrong elements anywhere are counted.
@@ -104,6 +106,8 @@ __global__ void check_sampled(const T* a, int64_t lda, const T* b, int64_t ldb, 
 struct Shape {
   int64_t m, n, k;
   BLayout layout;
+  std::string tile;  // "" = the heuristic's
+  int group = 0;     // 0 = the heuristic's
 };
 
 // Parses "M=1,N=2,K=3,layout=nk" into key -> value; throws InvalidArgument naming the entry.
@@ -114,13 +118,19 @@ std::map<std::string, std::string> parse_entry(const std::string& entry) {
   while (std::getline(ss, item, ',')) {
     const auto eq = item.find('=');
     TF_REQUIRE(eq != std::string::npos && eq > 0, Status::InvalidArgument,
-               "--shape entry '" << entry << "': expected key=value,... with keys M, N, K, layout");
+               "--shape entry '" << entry << "': expected key=value,... with keys M, N, K, layout, tile, group");
     const std::string key = item.substr(0, eq), value = item.substr(eq + 1);
-    TF_REQUIRE(key == "M" || key == "N" || key == "K" || key == "layout", Status::InvalidArgument,
-               "--shape entry '" << entry << "': unknown key '" << key << "' (keys: M, N, K, layout)");
+    TF_REQUIRE(key == "M" || key == "N" || key == "K" || key == "layout" || key == "tile" || key == "group",
+               Status::InvalidArgument,
+               "--shape entry '" << entry << "': unknown key '" << key << "' (keys: M, N, K, layout, tile, group)");
     TF_REQUIRE(key != "layout" || value == "nk" || value == "kn", Status::InvalidArgument,
                "--shape entry '" << entry << "': layout must be nk or kn, not '" << value << "'");
-    if (key != "layout") {
+    if (key == "tile") {
+      bool known = false;
+      for (const gemm::GemmConfig& cfg : gemm::compiled_configs())
+        known |= value == std::to_string(cfg.bm) + "x" + std::to_string(cfg.bn);
+      TF_REQUIRE(known, Status::InvalidArgument, "--shape entry '" << entry << "': tile=" << value << " is not compiled");
+    } else if (key != "layout") {
       char* end = nullptr;
       const long long v = std::strtoll(value.c_str(), &end, 10);
       TF_REQUIRE(!value.empty() && *end == '\0' && v > 0, Status::InvalidArgument,
@@ -133,6 +143,7 @@ std::map<std::string, std::string> parse_entry(const std::string& entry) {
 
 bool matches(const Shape& s, const std::map<std::string, std::string>& kv) {
   for (const auto& [key, value] : kv) {
+    if (key == "tile" || key == "group") continue;
     if (key == "layout" ? value != gemm::layout_name(s.layout)
                         : std::stoll(value) != (key == "M" ? s.m : key == "N" ? s.n : s.k))
       return false;
@@ -154,7 +165,8 @@ class GemmBench final : public OpBench {
       if (kv.count("M") && kv.count("N") && kv.count("K")) {
         for (BLayout l : {BLayout::NK, BLayout::KN})
           if (!kv.count("layout") || kv["layout"] == gemm::layout_name(l))
-            shapes.push_back({std::stoll(kv["M"]), std::stoll(kv["N"]), std::stoll(kv["K"]), l});
+            shapes.push_back({std::stoll(kv["M"]), std::stoll(kv["N"]), std::stoll(kv["K"]), l, kv["tile"],
+                              kv.count("group") ? std::stoi(kv["group"]) : 0});
       } else {
         filters.push_back(std::move(kv));
       }
@@ -163,9 +175,14 @@ class GemmBench final : public OpBench {
       for (BLayout l : {BLayout::NK, BLayout::KN})
         for (int64_t m : {1, 16, 128, 512, 1024, 2048, 4096, 8192, 16384})
           for (int64_t n : {3584, 4096, 7168, 8192, 14336}) {
-            const Shape s{m, n, 8192, l};
-            if (filters.empty() || std::any_of(filters.begin(), filters.end(), [&](auto& f) { return matches(s, f); }))
-              shapes.push_back(s);
+            Shape s{m, n, 8192, l, "", 0};
+            const auto f = std::find_if(filters.begin(), filters.end(), [&](auto& kv) { return matches(s, kv); });
+            if (!filters.empty() && f == filters.end()) continue;
+            if (f != filters.end()) {
+              s.tile = (*f)["tile"];
+              s.group = f->count("group") ? std::stoi((*f)["group"]) : 0;
+            }
+            shapes.push_back(s);
           }
     }
     std::vector<Case> out;
@@ -180,7 +197,9 @@ class GemmBench final : public OpBench {
       c.count = s.m * s.n;
       c.type = gemm::dtype_name(dtype);
       c.params = {{"m", s.m}, {"n", s.n}, {"k", s.k}, {"layout", gemm::layout_name(s.layout)},
-                  {"config", gemm::choose_gemm_config(s.m, s.n, s.k, dtype, s.layout).name()}};
+                  {"tile", s.tile}, {"group", s.group},
+                  {"config", with_overrides(gemm::choose_gemm_config(s.m, s.n, s.k, dtype, s.layout), s.tile, s.group)
+                                 .name()}};
       out.push_back(std::move(c));
     }
     return out;
@@ -214,7 +233,9 @@ class GemmBench final : public OpBench {
     }
     TF_CUDA(cudaGetLastError());
     TF_CUDA(cudaDeviceSynchronize());
-    config_ = gemm::choose_gemm_config(args_.m, args_.n, args_.k, args_.dtype, args_.b_layout, gemm::device_sm_count());
+    config_ = with_overrides(
+        gemm::choose_gemm_config(args_.m, args_.n, args_.k, args_.dtype, args_.b_layout, gemm::device_sm_count()),
+        c.params.at("tile").get<std::string>(), c.params.at("group").get<int>());
   }
 
   void poison(cudaStream_t stream) override {
@@ -278,6 +299,13 @@ class GemmBench final : public OpBench {
   static std::tuple<double, double, double> mnk(const Case& c) {
     return {double(c.params.at("m").get<int64_t>()), double(c.params.at("n").get<int64_t>()),
             double(c.params.at("k").get<int64_t>())};
+  }
+  // The heuristic's config with the tile (BMxBN) and rasterisation group a --shape entry forces.
+  static gemm::GemmConfig with_overrides(gemm::GemmConfig cfg, const std::string& tile, int group) {
+    for (const gemm::GemmConfig& c : gemm::compiled_configs())
+      if (tile == std::to_string(c.bm) + "x" + std::to_string(c.bn)) cfg.bm = c.bm, cfg.bn = c.bn, cfg.stages = c.stages;
+    if (group > 0) cfg.group_m = group;
+    return cfg;
   }
   static DType parse_dtype(const std::string& s) {
     TF_REQUIRE(s == "bf16" || s == "fp16", Status::InvalidArgument, "gemm dtype '" << s << "': bf16 or fp16");
