@@ -8,6 +8,7 @@ std::unique_ptr<OpBench> make_put_get_bench();
 std::unique_ptr<OpBench> make_signal_bench();
 std::unique_ptr<OpBench> make_barrier_bench();
 std::unique_ptr<OpBench> make_all_gather_bench();
+std::unique_ptr<OpBench> make_gemm_bench();
 
 namespace {
 struct Entry {
@@ -22,6 +23,7 @@ const std::vector<Entry>& entries() {
       {"signal", make_signal_bench},
       {"barrier", make_barrier_bench},
       {"all_gather", make_all_gather_bench},
+      {"gemm", make_gemm_bench},
   };
   return kEntries;
 }

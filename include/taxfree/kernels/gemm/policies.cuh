@@ -1,0 +1,122 @@
+// Compile-time hooks of the GEMM engine, with the default policies and the epilogues fused ops use.
+//
+// A GEMM kernel is gemm_kernel<Shape, T, MajorB, Order, Ready, Epilogue>. Each policy is a type with
+// a trivially copyable `Params` (passed by value in the kernel parameters) and static functions:
+//
+//   Order     TileCoord at(const Params&, const TileGrid&, int64_t t)       host + device
+//             Bijection from work items to tiles (tile_scheduler.cuh: GroupedOrder, RotatedOrder).
+//
+//   Ready     void wait(const Params&, TileCoord tile, int k_block)           device
+//             Called by the single producer thread before it issues the TMA load of A's k-block
+//             `k_block` (K columns [64 k_block, 64 k_block + 64)) of `tile`; B of that k-block is
+//             already in flight. It may block. On return, A data released by the writer must be
+//             visible to TMA: acquire the flag (device/signal.cuh: dev::wait_geq, pattern P4), then
+//             dev::fence_proxy_async_global(). Per-tile policies return at once for k_block > 0.
+//             A wait must have a deadline (the engine has none); when it gives up it returns
+//             anyway: the GEMM then finishes on whatever A holds, in bounded time, and the host
+//             reports the wait record.
+//
+//   Epilogue  static void check(const Params&, int64_t m, int64_t n, int elem_bytes)   host
+//             Throws taxfree::Error (InvalidArgument) if the destination is unusable.
+//             template <class T> void put8(const Params&, int64_t row, int64_t col, uint4 v)
+//             template <class T> void put1(const Params&, int64_t row, int64_t col, T v)   device
+//             Write C[row, col .. col+7] (8 packed elements) or C[row, col]. Called by the consumer
+//             threads for every element of C exactly once, rows < M, columns < N; put8 only where
+//             all 8 columns are inside N. No ordering between calls is promised.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "taxfree/kernels/gemm/tile_scheduler.cuh"
+#include "taxfree/runtime/error.h"
+
+namespace taxfree::gemm {
+
+// Default A-ready policy: A is always ready (plain GEMM).
+struct AlwaysReady {
+  struct Params {};
+#ifdef __CUDACC__
+  __device__ static __forceinline__ void wait(const Params&, TileCoord, int) {}
+#endif
+};
+
+// Destination of C for the StoreTo/AddTo epilogues: element (r, c) at ptr[r * ld + c]. `ptr` is in
+// this process's address space: for a peer's buffer the caller passes the already translated
+// (symmetric-heap / P2P) address.
+struct OutputParams {
+  void* ptr = nullptr;
+  int64_t ld = 0;  // row stride in elements
+};
+
+namespace detail {
+inline void check_output(const OutputParams& p, int64_t m, int64_t n, int elem_bytes) {
+  TF_REQUIRE(p.ptr != nullptr, Status::InvalidArgument, "GEMM output pointer is null");
+  TF_REQUIRE(reinterpret_cast<uintptr_t>(p.ptr) % 16 == 0, Status::InvalidArgument,
+             "GEMM output pointer " << p.ptr << " must be 16-byte aligned");
+  TF_REQUIRE(p.ld >= n, Status::InvalidArgument, "GEMM output row stride ldc=" << p.ld << " must be >= N=" << n);
+  TF_REQUIRE(p.ld * elem_bytes % 16 == 0, Status::InvalidArgument,
+             "GEMM output row stride ldc=" << p.ld << " elements (" << p.ld * elem_bytes
+                                           << " bytes) must be a multiple of 16 bytes");
+  (void)m;
+}
+}  // namespace detail
+
+// C = A * B stored (st.global) into local memory or, through a translated pointer, a peer's.
+struct StoreTo {
+  using Params = OutputParams;
+  static void check(const Params& p, int64_t m, int64_t n, int elem_bytes) {
+    detail::check_output(p, m, n, elem_bytes);
+  }
+#ifdef __CUDACC__
+  template <class T>
+  __device__ static __forceinline__ void put8(const Params& p, int64_t row, int64_t col, uint4 v) {
+    T* dst = static_cast<T*>(p.ptr) + row * p.ld + col;
+    asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(dst), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
+                 : "memory");
+  }
+  template <class T>
+  __device__ static __forceinline__ void put1(const Params& p, int64_t row, int64_t col, T v) {
+    static_cast<T*>(p.ptr)[row * p.ld + col] = v;
+  }
+#endif
+};
+
+// C += A * B with atomic adds (red.relaxed.sys, element-wise atomic across GPUs and with other
+// adders; no order among them): reduce-scatter style accumulation into a local or peer buffer.
+// The sum is rounded to T once per add (the product is rounded to T first).
+struct AddTo {
+  using Params = OutputParams;
+  static void check(const Params& p, int64_t m, int64_t n, int elem_bytes) {
+    detail::check_output(p, m, n, elem_bytes);
+  }
+#ifdef __CUDACC__
+  template <class T>
+  __device__ static __forceinline__ void put8(const Params& p, int64_t row, int64_t col, uint4 v) {
+    T* dst = static_cast<T*>(p.ptr) + row * p.ld + col;
+    if constexpr (std::is_same_v<T, __nv_bfloat16>)
+      asm volatile("red.relaxed.sys.global.add.noftz.v4.bf16x2 [%0], {%1, %2, %3, %4};" ::"l"(dst), "r"(v.x),
+                   "r"(v.y), "r"(v.z), "r"(v.w)
+                   : "memory");
+    else
+      asm volatile("red.relaxed.sys.global.add.noftz.v4.f16x2 [%0], {%1, %2, %3, %4};" ::"l"(dst), "r"(v.x),
+                   "r"(v.y), "r"(v.z), "r"(v.w)
+                   : "memory");
+  }
+  template <class T>
+  __device__ static __forceinline__ void put1(const Params& p, int64_t row, int64_t col, T v) {
+    T* dst = static_cast<T*>(p.ptr) + row * p.ld + col;
+    if constexpr (std::is_same_v<T, __nv_bfloat16>)
+      asm volatile("red.relaxed.sys.global.add.noftz.bf16 [%0], %1;" ::"l"(dst), "h"(__bfloat16_as_ushort(v))
+                   : "memory");
+    else
+      asm volatile("red.relaxed.sys.global.add.noftz.f16 [%0], %1;" ::"l"(dst), "h"(__half_as_ushort(v))
+                   : "memory");
+  }
+#endif
+};
+
+}  // namespace taxfree::gemm

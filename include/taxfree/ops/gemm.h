@@ -1,0 +1,73 @@
+// GEMM op: C[M, N] = A[M, K] * B with fp32 accumulation on Hopper (sm_90a), bf16 or fp16 in and out.
+//
+// Layouts (all row-major, row strides in elements):
+//   A  [M, K], stride lda >= K
+//   B  [N, K], stride ldb >= K   (BLayout::NK, the PyTorch Linear weight: C = A * B^T)
+//      [K, N], stride ldb >= N   (BLayout::KN: C = A * B)
+//   C  [M, N], stride ldc >= N
+// Requirements (TMA): A, B, C 16-byte aligned; every row stride a multiple of 16 bytes (8 elements).
+// M, N, K are otherwise free (M = 1, N = 3592, K = 8200 are fine). C must not overlap A or B.
+// launch() validates everything before its first CUDA call and throws taxfree::Error
+// (InvalidArgument for a bad value, NotSupported for a config this build does not have).
+// launch() is asynchronous on `stream`; it blocks on nothing and allocates nothing.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace taxfree::gemm {
+
+enum class DType { bf16, fp16 };
+enum class BLayout { NK, KN };
+
+const char* dtype_name(DType t);
+const char* layout_name(BLayout l);  // "nk" / "kn"
+
+// Launch geometry. Only the tile shapes listed by compiled_configs() exist; the heuristic returns
+// one of them.
+struct GemmConfig {
+  int bm = 128;      // rows of C per tile: 64 (one consumer warpgroup) or 128 (two)
+  int bn = 256;      // columns of C per tile
+  int bk = 64;       // K per pipeline stage (fixed: one 128-byte swizzle row)
+  int stages = 4;    // depth of the TMA -> wgmma ring
+  int cluster_m = 1; // CTAs per cluster sharing B by TMA multicast; only 1 is implemented
+  int group_m = 8;   // m-blocks per rasterisation group (L2 reuse), >= 1
+  int max_ctas = 0;  // persistent CTAs; 0 = one per SM. Fewer leaves SMs to concurrent kernels
+  std::string name() const;  // e.g. "128x256x64 s4 g8"
+};
+
+struct GemmArgs {
+  const void* a = nullptr;
+  int64_t lda = 0;
+  const void* b = nullptr;
+  int64_t ldb = 0;
+  void* c = nullptr;
+  int64_t ldc = 0;
+  int64_t m = 0, n = 0, k = 0;
+  DType dtype = DType::bf16;
+  BLayout b_layout = BLayout::NK;
+};
+
+// Tile configurations compiled into the library (group_m and max_ctas at their defaults).
+std::vector<GemmConfig> compiled_configs();
+
+// Everything about A, B, sizes and the config; no CUDA call. Throws taxfree::Error.
+void validate_inputs(const GemmArgs& args, const GemmConfig& cfg);
+// validate_inputs plus C (pointer, alignment, ldc, no overlap with A or B).
+void validate(const GemmArgs& args, const GemmConfig& cfg);
+
+// Tile configuration for a shape: the compiled config with the least estimated time on a GPU with
+// `num_sms` SMs (H200/H100 SXM: 132), and a group_m that keeps one wave's A and B panels small.
+GemmConfig choose_gemm_config(int64_t m, int64_t n, int64_t k, DType dtype, BLayout b_layout, int num_sms = 132);
+
+void launch(const GemmArgs& args, const GemmConfig& cfg, cudaStream_t stream);
+// With choose_gemm_config for this device.
+void launch(const GemmArgs& args, cudaStream_t stream);
+
+// SMs of the current device (cached per device).
+int device_sm_count();
+
+}  // namespace taxfree::gemm

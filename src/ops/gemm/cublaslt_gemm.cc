@@ -1,0 +1,119 @@
+#include "taxfree/ops/cublaslt_gemm.h"
+
+#include <cublasLt.h>
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <tuple>
+
+#include "taxfree/runtime/error.h"
+
+#define TF_CUBLAS(expr)                                                                                  \
+  do {                                                                                                   \
+    const cublasStatus_t tf_s_ = (expr);                                                                 \
+    TF_REQUIRE(tf_s_ == CUBLAS_STATUS_SUCCESS,                                                           \
+               tf_s_ == CUBLAS_STATUS_NOT_SUPPORTED ? Status::NotSupported : Status::CudaError,          \
+               #expr << " -> " << cublasLtGetStatusName(tf_s_) << " (" << cublasLtGetStatusString(tf_s_) << ")"); \
+  } while (0)
+
+namespace taxfree::gemm {
+namespace {
+
+constexpr size_t kWorkspaceBytes = size_t(32) << 20;
+
+// Largest power of two (<= 256) dividing the address: what cuBLASLt may assume about a pointer.
+uint32_t alignment(const void* p) {
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  uint32_t al = 256;
+  while (al > 16 && a % al != 0) al /= 2;
+  return al;
+}
+
+// Row-major C = A * B is column-major C^T = B^T * A^T. In cuBLASLt's column-major terms:
+//   its A = our B: [N, K] row-major is a K x N column-major matrix, used transposed (op T);
+//                  [K, N] row-major is an N x K column-major matrix, used as is (op N);
+//   its B = our A: [M, K] row-major is a K x M column-major matrix (op N);
+//   its C = our C: [M, N] row-major is an N x M column-major matrix; (m, n, k) = (N, M, K).
+struct Plan {
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+  ~Plan() {
+    if (c) cublasLtMatrixLayoutDestroy(c);
+    if (b) cublasLtMatrixLayoutDestroy(b);
+    if (a) cublasLtMatrixLayoutDestroy(a);
+    if (op) cublasLtMatmulDescDestroy(op);
+  }
+};
+
+using PlanKey = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int, int, uint32_t, uint32_t, uint32_t>;
+
+struct DeviceState {
+  cublasLtHandle_t handle = nullptr;
+  void* workspace = nullptr;
+  std::map<PlanKey, std::unique_ptr<Plan>> plans;
+};
+
+std::unique_ptr<Plan> make_plan(cublasLtHandle_t handle, const GemmArgs& g) {
+  auto p = std::make_unique<Plan>();
+  const cudaDataType_t type = g.dtype == DType::bf16 ? CUDA_R_16BF : CUDA_R_16F;
+  const bool nk = g.b_layout == BLayout::NK;
+  TF_CUBLAS(cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  const cublasOperation_t op_a = nk ? CUBLAS_OP_T : CUBLAS_OP_N, op_b = CUBLAS_OP_N;
+  TF_CUBLAS(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)));
+  TF_CUBLAS(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)));
+  TF_CUBLAS(cublasLtMatrixLayoutCreate(&p->a, type, nk ? g.k : g.n, nk ? g.n : g.k, g.ldb));
+  TF_CUBLAS(cublasLtMatrixLayoutCreate(&p->b, type, g.k, g.m, g.lda));
+  TF_CUBLAS(cublasLtMatrixLayoutCreate(&p->c, type, g.n, g.m, g.ldc));
+
+  cublasLtMatmulPreference_t pref = nullptr;
+  TF_CUBLAS(cublasLtMatmulPreferenceCreate(&pref));
+  std::unique_ptr<std::remove_pointer_t<cublasLtMatmulPreference_t>, decltype(&cublasLtMatmulPreferenceDestroy)> guard(
+      pref, &cublasLtMatmulPreferenceDestroy);
+  const size_t ws = kWorkspaceBytes;
+  const uint32_t al_a = alignment(g.b), al_b = alignment(g.a), al_c = alignment(g.c);
+  TF_CUBLAS(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+  TF_CUBLAS(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof(al_a)));
+  TF_CUBLAS(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof(al_b)));
+  TF_CUBLAS(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_c, sizeof(al_c)));
+  TF_CUBLAS(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_c, sizeof(al_c)));
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  TF_CUBLAS(cublasLtMatmulAlgoGetHeuristic(handle, p->op, p->a, p->b, p->c, p->c, pref, 1, &result, &found));
+  TF_REQUIRE(found > 0, Status::NotSupported,
+             "cuBLASLt has no algorithm for M=" << g.m << " N=" << g.n << " K=" << g.k << " " << dtype_name(g.dtype)
+                                                << " B " << layout_name(g.b_layout));
+  p->algo = result.algo;
+  return p;
+}
+
+}  // namespace
+
+void cublaslt_launch(const GemmArgs& args, cudaStream_t stream) {
+  validate(args, GemmConfig{});
+  static std::mutex mu;
+  static std::array<DeviceState, 64> devices;
+  int dev = 0;
+  TF_CUDA(cudaGetDevice(&dev));
+  TF_REQUIRE(dev >= 0 && dev < int(devices.size()), Status::NotSupported, "device ordinal " << dev << " >= 64");
+  std::lock_guard<std::mutex> lock(mu);
+  DeviceState& d = devices[dev];
+  if (!d.handle) {
+    TF_CUBLAS(cublasLtCreate(&d.handle));
+    TF_CUDA(cudaMalloc(&d.workspace, kWorkspaceBytes));
+  }
+  const PlanKey key{args.m,           args.n,           args.k,           args.lda,         args.ldb,
+                    args.ldc,         int(args.dtype),  int(args.b_layout), alignment(args.a), alignment(args.b),
+                    alignment(args.c)};
+  auto it = d.plans.find(key);
+  if (it == d.plans.end()) it = d.plans.emplace(key, make_plan(d.handle, args)).first;
+  const Plan& p = *it->second;
+  const float alpha = 1.0f, beta = 0.0f;
+  TF_CUBLAS(cublasLtMatmul(d.handle, p.op, &alpha, args.b, p.a, args.a, p.b, &beta, args.c, p.c, args.c, p.c, &p.algo,
+                           d.workspace, kWorkspaceBytes, stream));
+}
+
+}  // namespace taxfree::gemm

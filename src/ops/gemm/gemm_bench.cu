@@ -1,0 +1,350 @@
+// `taxfree bench gemm`: our GEMM against cuBLASLt on the same inputs, over the issue's sweep.
+//
+// Cases: M in {1, 16, 128, 512, 1024, 2048, 4096, 8192, 16384} x N in {3584, 4096, 7168, 8192,
+// 14336} x B layout {nk, kn}, K = 8192. Each --shape entry is `key=value,...` with keys M, N, K,
+// layout, tile, group: an entry naming M, N and K adds that shape (both layouts unless it names
+// one); any other entry filters the sweep (a case is kept if it matches the M, N, K, layout keys of
+// some entry). tile=BMxBN (a compiled tile, e.g. 128x128) and group=G override the heuristic's
+// choice for `ours` in the cases that entry selects, for tuning. -b/-e bound the output size in
+// bytes.
+// Check: cuBLASLt's output against a sampled fp32 reference; ours against the same sampled
+// reference and element by element against cuBLASLt on the same inputs (cuBLASLt is rerun inside
+// check(), untimed), so unwritten (poisoned) or wrong elements anywhere are counted.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "taxfree/bench/op_bench.h"
+#include "taxfree/ops/cublaslt_gemm.h"
+#include "taxfree/ops/gemm.h"
+#include "taxfree/runtime/error.h"
+
+namespace taxfree::bench {
+namespace {
+
+using gemm::BLayout;
+using gemm::DType;
+
+__host__ __device__ inline uint64_t mix(uint64_t x) {  // splitmix64 finaliser
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+template <class T>
+__device__ inline T from_float(float f) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) return __float2bfloat16(f);
+  else return __float2half(f);
+}
+template <class T>
+__device__ inline float to_float(T v) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) return __bfloat162float(v);
+  else return __half2float(v);
+}
+
+// Uniform in [-1, 1), never all zeros; rows x cols with row stride ld (padding left untouched).
+template <class T>
+__global__ void fill_random(T* p, int64_t rows, int64_t cols, int64_t ld, uint64_t seed) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < rows * cols; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = i / cols, c = i % cols;
+    p[r * ld + c] = from_float<T>(float(mix(seed ^ uint64_t(i)) >> 40) * (2.0f / 16777216.0f) - 1.0f);
+  }
+}
+
+struct Tolerance {
+  float rtol, atol;
+  __device__ bool ok(float x, float ref) const { return isfinite(x) && fabsf(x - ref) <= atol + rtol * fabsf(ref); }
+};
+
+// Element-wise comparison of x with ref over [M, N].
+template <class T>
+__global__ void count_mismatches(const T* x, const T* ref, int64_t m, int64_t n, int64_t ld, Tolerance tol,
+                                 unsigned long long* wrong) {
+  unsigned long long local = 0;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < m * n; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t o = (i / n) * ld + i % n;
+    local += !tol.ok(to_float(x[o]), to_float(ref[o]));
+  }
+  if (local) atomicAdd(wrong, local);
+}
+
+// One warp per sampled element: fp32 dot product of A's row and B's column, compared with C. The
+// four corners are always sampled.
+template <class T>
+__global__ void check_sampled(const T* a, int64_t lda, const T* b, int64_t ldb, bool b_nk, const T* c, int64_t ldc,
+                              int64_t m, int64_t n, int64_t k, int samples, uint64_t seed, Tolerance tol,
+                              unsigned long long* wrong) {
+  const int warp = (blockIdx.x * blockDim.x + threadIdx.x) / 32, lane = threadIdx.x % 32;
+  if (warp >= samples) return;
+  int64_t i, j;
+  if (warp < 4) {
+    i = (warp & 1) ? m - 1 : 0;
+    j = (warp & 2) ? n - 1 : 0;
+  } else {
+    const uint64_t h = mix(seed + uint64_t(warp));
+    i = int64_t(h % uint64_t(m));
+    j = int64_t((h >> 32) % uint64_t(n));
+  }
+  float sum = 0;
+  for (int64_t kk = lane; kk < k; kk += 32)
+    sum += to_float(a[i * lda + kk]) * to_float(b_nk ? b[j * ldb + kk] : b[kk * ldb + j]);
+  for (int off = 16; off > 0; off /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+  if (lane == 0 && !tol.ok(to_float(c[i * ldc + j]), sum)) atomicAdd(wrong, 1ull);
+}
+
+struct Shape {
+  int64_t m, n, k;
+  BLayout layout;
+  std::string tile;  // "" = the heuristic's
+  int group = 0;     // 0 = the heuristic's
+};
+
+// Parses "M=1,N=2,K=3,layout=nk" into key -> value; throws InvalidArgument naming the entry.
+std::map<std::string, std::string> parse_entry(const std::string& entry) {
+  std::map<std::string, std::string> kv;
+  std::stringstream ss(entry);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    const auto eq = item.find('=');
+    TF_REQUIRE(eq != std::string::npos && eq > 0, Status::InvalidArgument,
+               "--shape entry '" << entry << "': expected key=value,... with keys M, N, K, layout, tile, group");
+    const std::string key = item.substr(0, eq), value = item.substr(eq + 1);
+    TF_REQUIRE(key == "M" || key == "N" || key == "K" || key == "layout" || key == "tile" || key == "group",
+               Status::InvalidArgument,
+               "--shape entry '" << entry << "': unknown key '" << key << "' (keys: M, N, K, layout, tile, group)");
+    TF_REQUIRE(key != "layout" || value == "nk" || value == "kn", Status::InvalidArgument,
+               "--shape entry '" << entry << "': layout must be nk or kn, not '" << value << "'");
+    if (key == "tile") {
+      bool known = false;
+      for (const gemm::GemmConfig& cfg : gemm::compiled_configs())
+        known |= value == std::to_string(cfg.bm) + "x" + std::to_string(cfg.bn);
+      TF_REQUIRE(known, Status::InvalidArgument, "--shape entry '" << entry << "': tile=" << value << " is not compiled");
+    } else if (key != "layout") {
+      char* end = nullptr;
+      const long long v = std::strtoll(value.c_str(), &end, 10);
+      TF_REQUIRE(!value.empty() && *end == '\0' && v > 0, Status::InvalidArgument,
+                 "--shape entry '" << entry << "': " << key << "=" << value << " is not a positive integer");
+    }
+    kv[key] = value;
+  }
+  return kv;
+}
+
+bool matches(const Shape& s, const std::map<std::string, std::string>& kv) {
+  for (const auto& [key, value] : kv) {
+    if (key == "tile" || key == "group") continue;
+    if (key == "layout" ? value != gemm::layout_name(s.layout)
+                        : std::stoll(value) != (key == "M" ? s.m : key == "N" ? s.n : s.k))
+      return false;
+  }
+  return true;
+}
+
+class GemmBench final : public OpBench {
+ public:
+  std::string name() const override { return "gemm"; }
+  std::vector<std::string> variants() const override { return {"cublaslt", "ours"}; }
+
+  std::vector<Case> cases(const Options& opt, const Team&) const override {
+    const DType dtype = parse_dtype(opt.dtype);
+    std::vector<Shape> shapes;
+    std::vector<std::map<std::string, std::string>> filters;
+    for (const std::string& e : opt.shapes) {
+      auto kv = parse_entry(e);
+      if (kv.count("M") && kv.count("N") && kv.count("K")) {
+        for (BLayout l : {BLayout::NK, BLayout::KN})
+          if (!kv.count("layout") || kv["layout"] == gemm::layout_name(l))
+            shapes.push_back({std::stoll(kv["M"]), std::stoll(kv["N"]), std::stoll(kv["K"]), l, kv["tile"],
+                              kv.count("group") ? std::stoi(kv["group"]) : 0});
+      } else {
+        filters.push_back(std::move(kv));
+      }
+    }
+    if (shapes.empty() || !filters.empty()) {
+      for (BLayout l : {BLayout::NK, BLayout::KN})
+        for (int64_t m : {1, 16, 128, 512, 1024, 2048, 4096, 8192, 16384})
+          for (int64_t n : {3584, 4096, 7168, 8192, 14336}) {
+            Shape s{m, n, 8192, l, "", 0};
+            const auto f = std::find_if(filters.begin(), filters.end(), [&](auto& kv) { return matches(s, kv); });
+            if (!filters.empty() && f == filters.end()) continue;
+            if (f != filters.end()) {
+              s.tile = (*f)["tile"];
+              s.group = f->count("group") ? std::stoi((*f)["group"]) : 0;
+            }
+            shapes.push_back(s);
+          }
+    }
+    std::vector<Case> out;
+    for (const Shape& s : shapes) {
+      const int64_t bytes = s.m * s.n * 2;
+      if ((opt.min_bytes >= 0 && bytes < opt.min_bytes) || (opt.max_bytes >= 0 && bytes > opt.max_bytes)) continue;
+      Case c;
+      std::ostringstream label;
+      label << "M=" << s.m << " N=" << s.n << " K=" << s.k << " " << gemm::layout_name(s.layout);
+      c.label = label.str();
+      c.size_bytes = bytes;
+      c.count = s.m * s.n;
+      c.type = gemm::dtype_name(dtype);
+      c.params = {{"m", s.m}, {"n", s.n}, {"k", s.k}, {"layout", gemm::layout_name(s.layout)},
+                  {"tile", s.tile}, {"group", s.group},
+                  {"config", with_overrides(gemm::choose_gemm_config(s.m, s.n, s.k, dtype, s.layout), s.tile, s.group)
+                                 .name()}};
+      out.push_back(std::move(c));
+    }
+    return out;
+  }
+
+  void setup(Team&, const Case& c, const Options& opt) override {
+    teardown();
+    args_ = {};
+    args_.m = c.params.at("m").get<int64_t>();
+    args_.n = c.params.at("n").get<int64_t>();
+    args_.k = c.params.at("k").get<int64_t>();
+    args_.b_layout = c.params.at("layout").get<std::string>() == "nk" ? BLayout::NK : BLayout::KN;
+    args_.dtype = parse_dtype(opt.dtype);
+    args_.lda = args_.k;
+    args_.ldb = args_.b_layout == BLayout::NK ? args_.k : args_.n;
+    args_.ldc = args_.n;
+    const int64_t b_rows = args_.b_layout == BLayout::NK ? args_.n : args_.k;
+    const int64_t b_cols = args_.b_layout == BLayout::NK ? args_.k : args_.n;
+    TF_CUDA(cudaMalloc(&a_, args_.m * args_.lda * 2));
+    TF_CUDA(cudaMalloc(&b_, b_rows * args_.ldb * 2));
+    TF_CUDA(cudaMalloc(&c_ours_, args_.m * args_.ldc * 2));
+    TF_CUDA(cudaMalloc(&c_ref_, args_.m * args_.ldc * 2));
+    TF_CUDA(cudaMalloc(&wrong_, sizeof(unsigned long long)));
+    seed_ = opt.seed ^ mix(uint64_t(args_.m) * 31 + uint64_t(args_.n) * 7 + uint64_t(args_.k));
+    if (bf16()) {
+      fill_random<<<1024, 256>>>(static_cast<__nv_bfloat16*>(a_), args_.m, args_.k, args_.lda, seed_);
+      fill_random<<<1024, 256>>>(static_cast<__nv_bfloat16*>(b_), b_rows, b_cols, args_.ldb, mix(seed_));
+    } else {
+      fill_random<<<1024, 256>>>(static_cast<__half*>(a_), args_.m, args_.k, args_.lda, seed_);
+      fill_random<<<1024, 256>>>(static_cast<__half*>(b_), b_rows, b_cols, args_.ldb, mix(seed_));
+    }
+    TF_CUDA(cudaGetLastError());
+    TF_CUDA(cudaDeviceSynchronize());
+    config_ = with_overrides(
+        gemm::choose_gemm_config(args_.m, args_.n, args_.k, args_.dtype, args_.b_layout, gemm::device_sm_count()),
+        c.params.at("tile").get<std::string>(), c.params.at("group").get<int>());
+  }
+
+  void poison(cudaStream_t stream) override {
+    // 0xFFFF is a NaN in bf16 and fp16: any element a variant leaves unwritten fails the check.
+    TF_CUDA(cudaMemsetAsync(c_ours_, 0xFF, args_.m * args_.ldc * 2, stream));
+    TF_CUDA(cudaMemsetAsync(c_ref_, 0xFF, args_.m * args_.ldc * 2, stream));
+  }
+
+  void run(const std::string& variant, cudaStream_t stream) override {
+    if (variant == "cublaslt") {
+      gemm::cublaslt_launch(with_c(c_ref_), stream);
+    } else {
+      TF_REQUIRE(variant == "ours", Status::InvalidArgument, "gemm has no variant '" << variant << "'");
+      gemm::launch(with_c(c_ours_), config_, stream);
+    }
+  }
+
+  int64_t check(const std::string& variant, cudaStream_t stream) override {
+    const bool ours = variant == "ours";
+    TF_CUDA(cudaMemsetAsync(wrong_, 0, sizeof(unsigned long long), stream));
+    if (ours) gemm::cublaslt_launch(with_c(c_ref_), stream);
+    const void* c = ours ? c_ours_ : c_ref_;
+    const Tolerance tol = tolerance();
+    constexpr int kSamples = 8192;
+    if (bf16()) launch_checks<__nv_bfloat16>(c, ours, tol, kSamples, stream);
+    else launch_checks<__half>(c, ours, tol, kSamples, stream);
+    TF_CUDA(cudaGetLastError());
+    unsigned long long wrong = 0;
+    TF_CUDA(cudaMemcpyAsync(&wrong, wrong_, sizeof(wrong), cudaMemcpyDeviceToHost, stream));
+    TF_CUDA(cudaStreamSynchronize(stream));
+    return int64_t(wrong);
+  }
+
+  // algbw: the bytes a GEMM must move at least (A, B read once, C written once).
+  Figures figures(const Case& c, double seconds) const override {
+    const auto [m, n, k] = mnk(c);
+    Figures f;
+    f.tflops = 2.0 * m * n * k / seconds / 1e12;
+    f.algbw_gbs = (m * k + n * k + m * n) * 2 / seconds / 1e9;
+    return f;
+  }
+
+  Floor floor(const Case& c, const MachineRates& rates) const override {
+    const auto [m, n, k] = mnk(c);
+    // 989 dense 16-bit TFLOP/s (H100/H200 SXM); HBM at the measured copy rate (read + write).
+    const double hbm_rate = rates.hbm_bytes_per_s > 0 ? rates.hbm_bytes_per_s : 4.0e12;
+    const double compute = 2.0 * m * n * k / 989e12, hbm = (m * k + n * k + m * n) * 2 / hbm_rate;
+    return compute >= hbm ? Floor{compute, "compute"} : Floor{hbm, "hbm"};
+  }
+
+  void teardown() override {
+    for (void** p : {&a_, &b_, &c_ours_, &c_ref_, reinterpret_cast<void**>(&wrong_)}) {
+      if (*p) cudaFree(*p);
+      *p = nullptr;
+    }
+  }
+
+  ~GemmBench() override { teardown(); }
+
+ private:
+  static std::tuple<double, double, double> mnk(const Case& c) {
+    return {double(c.params.at("m").get<int64_t>()), double(c.params.at("n").get<int64_t>()),
+            double(c.params.at("k").get<int64_t>())};
+  }
+  // The heuristic's config with the tile (BMxBN) and rasterisation group a --shape entry forces.
+  static gemm::GemmConfig with_overrides(gemm::GemmConfig cfg, const std::string& tile, int group) {
+    for (const gemm::GemmConfig& c : gemm::compiled_configs())
+      if (tile == std::to_string(c.bm) + "x" + std::to_string(c.bn)) cfg.bm = c.bm, cfg.bn = c.bn, cfg.stages = c.stages;
+    if (group > 0) cfg.group_m = group;
+    return cfg;
+  }
+  static DType parse_dtype(const std::string& s) {
+    TF_REQUIRE(s == "bf16" || s == "fp16", Status::InvalidArgument, "gemm dtype '" << s << "': bf16 or fp16");
+    return s == "bf16" ? DType::bf16 : DType::fp16;
+  }
+  bool bf16() const { return args_.dtype == DType::bf16; }
+  gemm::GemmArgs with_c(void* c) const {
+    gemm::GemmArgs g = args_;
+    g.a = a_;
+    g.b = b_;
+    g.c = c;
+    return g;
+  }
+  // Outputs are |C| ~ sqrt(K / 9) for inputs uniform in [-1, 1); two fp32 sums of different order
+  // rounded to 16 bits differ by an ulp or two, near zero by fp32 noise only.
+  Tolerance tolerance() const {
+    const float rtol = bf16() ? 1.0f / 64 : 1.0f / 512;
+    return {rtol, rtol * 0.05f * std::sqrt(float(args_.k) / 9.0f)};
+  }
+  template <class T>
+  void launch_checks(const void* c, bool full, Tolerance tol, int samples, cudaStream_t stream) {
+    const T* ct = static_cast<const T*>(c);
+    check_sampled<T><<<(samples * 32 + 255) / 256, 256, 0, stream>>>(
+        static_cast<const T*>(a_), args_.lda, static_cast<const T*>(b_), args_.ldb, args_.b_layout == BLayout::NK, ct,
+        args_.ldc, args_.m, args_.n, args_.k, samples, seed_ ^ 0x5A5A, tol, wrong_);
+    if (full)
+      count_mismatches<T><<<1024, 256, 0, stream>>>(ct, static_cast<const T*>(c_ref_), args_.m, args_.n, args_.ldc, tol,
+                                                    wrong_);
+  }
+
+  gemm::GemmArgs args_;
+  gemm::GemmConfig config_;
+  void *a_ = nullptr, *b_ = nullptr, *c_ours_ = nullptr, *c_ref_ = nullptr;
+  unsigned long long* wrong_ = nullptr;
+  uint64_t seed_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<OpBench> make_gemm_bench() { return std::make_unique<GemmBench>(); }
+
+}  // namespace taxfree::bench

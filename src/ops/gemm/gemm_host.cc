@@ -1,0 +1,162 @@
+// Host side of the GEMM op that needs no kernel: names, validation, tensor maps, device queries.
+#include <cuda.h>
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <climits>
+#include <cstdint>
+#include <iterator>
+#include <mutex>
+#include <set>
+#include <sstream>
+#include <utility>
+
+#include "taxfree/kernels/gemm/policies.cuh"
+#include "taxfree/ops/gemm.h"
+#include "taxfree/ops/gemm_detail.h"
+#include "taxfree/ops/gemm_tiles.h"
+#include "taxfree/runtime/driver_api.h"
+#include "taxfree/runtime/error.h"
+
+namespace taxfree::gemm {
+
+const char* dtype_name(DType t) { return t == DType::bf16 ? "bf16" : t == DType::fp16 ? "fp16" : "unknown"; }
+const char* layout_name(BLayout l) { return l == BLayout::NK ? "nk" : l == BLayout::KN ? "kn" : "unknown"; }
+
+std::string GemmConfig::name() const {
+  std::ostringstream os;
+  os << bm << "x" << bn << "x" << bk << " s" << stages << " g" << group_m;
+  if (cluster_m != 1) os << " c" << cluster_m;
+  if (max_ctas > 0) os << " ctas" << max_ctas;
+  return os.str();
+}
+
+std::vector<GemmConfig> compiled_configs() {
+  std::vector<GemmConfig> out;
+  for (const CompiledTile& t : kCompiledTiles) {
+    GemmConfig c;
+    c.bm = t.bm;
+    c.bn = t.bn;
+    c.stages = t.stages;
+    out.push_back(c);
+  }
+  return out;
+}
+
+namespace {
+
+constexpr int64_t kElemBytes = 2;
+constexpr int64_t kMaxTmaStrideBytes = int64_t(1) << 40;
+
+void check_operand(const char* name, const void* p, const char* ld_name, int64_t ld, int64_t min_ld,
+                   const char* min_name) {
+  TF_REQUIRE(p != nullptr, Status::InvalidArgument, "GEMM operand " << name << " is null");
+  TF_REQUIRE(reinterpret_cast<uintptr_t>(p) % 16 == 0, Status::InvalidArgument,
+             "GEMM operand " << name << " at " << p << " must be 16-byte aligned (TMA)");
+  TF_REQUIRE(ld >= min_ld, Status::InvalidArgument,
+             "GEMM row stride " << ld_name << "=" << ld << " must be >= " << min_name << "=" << min_ld);
+  TF_REQUIRE(ld * kElemBytes % 16 == 0, Status::InvalidArgument,
+             "GEMM row stride " << ld_name << "=" << ld << " elements (" << ld * kElemBytes
+                                  << " bytes) must be a multiple of 16 bytes (TMA)");
+  TF_REQUIRE(ld * kElemBytes < kMaxTmaStrideBytes, Status::InvalidArgument,
+             "GEMM row stride " << ld_name << "=" << ld << " exceeds the TMA limit of 2^40 bytes");
+}
+
+// Bytes [begin, end) a row-major rows x cols matrix with row stride ld touches.
+std::pair<uintptr_t, uintptr_t> span(const void* p, int64_t rows, int64_t cols, int64_t ld) {
+  const auto b = reinterpret_cast<uintptr_t>(p);
+  return {b, b + uintptr_t(((rows - 1) * ld + cols) * kElemBytes)};
+}
+bool overlap(std::pair<uintptr_t, uintptr_t> x, std::pair<uintptr_t, uintptr_t> y) {
+  return std::max(x.first, y.first) < std::min(x.second, y.second);
+}
+
+}  // namespace
+
+void validate_inputs(const GemmArgs& a, const GemmConfig& cfg) {
+  TF_REQUIRE(a.dtype == DType::bf16 || a.dtype == DType::fp16, Status::InvalidArgument,
+             "GEMM dtype " << int(a.dtype) << " is not bf16 or fp16");
+  TF_REQUIRE(a.b_layout == BLayout::NK || a.b_layout == BLayout::KN, Status::InvalidArgument,
+             "GEMM B layout " << int(a.b_layout) << " is not nk or kn");
+  TF_REQUIRE(a.m >= 1 && a.n >= 1 && a.k >= 1, Status::InvalidArgument,
+             "GEMM sizes must be >= 1: M=" << a.m << " N=" << a.n << " K=" << a.k);
+  TF_REQUIRE(a.m <= INT_MAX && a.n <= INT_MAX && a.k <= INT_MAX, Status::InvalidArgument,
+             "GEMM sizes must be < 2^31 (TMA coordinates): M=" << a.m << " N=" << a.n << " K=" << a.k);
+  check_operand("A", a.a, "lda", a.lda, a.k, "K");
+  if (a.b_layout == BLayout::NK)
+    check_operand("B", a.b, "ldb", a.ldb, a.k, "K");
+  else
+    check_operand("B", a.b, "ldb", a.ldb, a.n, "N");
+
+  TF_REQUIRE(cfg.bk == 64, Status::NotSupported, "GEMM config bk=" << cfg.bk << ": only bk=64 is compiled");
+  TF_REQUIRE(cfg.cluster_m == 1, Status::NotSupported,
+             "GEMM config cluster_m=" << cfg.cluster_m << ": only cluster_m=1 is implemented");
+  TF_REQUIRE(cfg.group_m >= 1, Status::InvalidArgument, "GEMM config group_m=" << cfg.group_m << " must be >= 1");
+  TF_REQUIRE(cfg.max_ctas >= 0, Status::InvalidArgument, "GEMM config max_ctas=" << cfg.max_ctas << " must be >= 0");
+  const CompiledTile* tile = nullptr;
+  std::ostringstream known;
+  for (const CompiledTile& t : kCompiledTiles) {
+    known << (known.tellp() > 0 ? ", " : "") << t.bm << "x" << t.bn << " s" << t.stages;
+    if (t.bm == cfg.bm && t.bn == cfg.bn && t.stages == cfg.stages) tile = &t;
+  }
+  TF_REQUIRE(tile != nullptr, Status::NotSupported,
+             "GEMM tile " << cfg.bm << "x" << cfg.bn << " s" << cfg.stages << " is not compiled (have: " << known.str()
+                          << ")");
+  TF_REQUIRE(tile->kn || a.b_layout == BLayout::NK, Status::NotSupported,
+             "GEMM tile " << cfg.bm << "x" << cfg.bn << " needs B as [N, K] (layout nk); B [K, N] needs bn % 64 == 0");
+}
+
+void validate(const GemmArgs& a, const GemmConfig& cfg) {
+  validate_inputs(a, cfg);
+  StoreTo::check({a.c, a.ldc}, a.m, a.n, int(kElemBytes));
+  const auto c = span(a.c, a.m, a.n, a.ldc);
+  TF_REQUIRE(!overlap(c, span(a.a, a.m, a.k, a.lda)), Status::InvalidArgument, "GEMM output C overlaps input A");
+  const auto b = a.b_layout == BLayout::NK ? span(a.b, a.n, a.k, a.ldb) : span(a.b, a.k, a.n, a.ldb);
+  TF_REQUIRE(!overlap(c, b), Status::InvalidArgument, "GEMM output C overlaps input B");
+}
+
+int device_sm_count() {
+  static std::array<std::atomic<int>, 64> cache{};
+  int dev = 0;
+  TF_CUDA(cudaGetDevice(&dev));
+  TF_REQUIRE(dev >= 0 && dev < int(cache.size()), Status::NotSupported, "device ordinal " << dev << " >= 64");
+  int n = cache[dev].load(std::memory_order_relaxed);
+  if (n == 0) {
+    TF_CUDA(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
+    cache[dev].store(n, std::memory_order_relaxed);
+  }
+  return n;
+}
+
+namespace detail {
+
+CUtensorMap make_tensor_map(const void* base, DType dtype, int64_t inner, int64_t outer, int64_t ld,
+                            uint32_t box_inner, uint32_t box_outer) {
+  using Encode = decltype(&cuTensorMapEncodeTiled);
+  static const Encode encode = driver::get<Encode>("cuTensorMapEncodeTiled");
+  CUtensorMap map;
+  const cuuint64_t dims[2] = {cuuint64_t(inner), cuuint64_t(outer)};
+  const cuuint64_t strides[1] = {cuuint64_t(ld * kElemBytes)};
+  const cuuint32_t box[2] = {box_inner, box_outer};
+  const cuuint32_t elem_strides[2] = {1, 1};
+  TF_CU(encode(&map, dtype == DType::bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2,
+               const_cast<void*>(base), dims, strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+               CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE));
+  return map;
+}
+
+void allow_dynamic_smem(const void* kernel, int bytes) {
+  static std::mutex mu;
+  static std::set<std::pair<const void*, int>> done;  // (kernel, device)
+  int dev = 0;
+  TF_CUDA(cudaGetDevice(&dev));
+  std::lock_guard<std::mutex> lock(mu);
+  if (done.count({kernel, dev})) return;
+  TF_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  done.insert({kernel, dev});
+}
+
+}  // namespace detail
+}  // namespace taxfree::gemm
