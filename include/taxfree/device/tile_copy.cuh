@@ -9,6 +9,7 @@
 
 #include <cstdint>
 
+#include "taxfree/device/mbarrier.cuh"
 #include "taxfree/device/scoped_memory.cuh"
 #include "taxfree/device/symmetric_view.cuh"
 
@@ -68,40 +69,10 @@ __device__ __forceinline__ void get(const SymmetricView& view, void* dst, const 
 
 // ---- bulk copies (cp.async.bulk), one issuing thread per block -------------------------------
 
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-__device__ __forceinline__ void mbarrier_init(uint64_t* bar, uint32_t count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(count) : "memory");
-}
-
-__device__ __forceinline__ void mbarrier_expect_tx(uint64_t* bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)), "r"(bytes)
-               : "memory");
-}
-
-// Wait for phase `parity` of a local mbarrier. The transactions it counts are local bulk copies,
-// which complete unless the hardware faults; the deadline turns such a fault into a trap instead
-// of a silent hang.
-__device__ __forceinline__ void mbarrier_wait(uint64_t* bar, uint32_t parity) {
-  uint32_t done = 0;
-  const uint64_t start = global_timer_ns();
-  while (true) {
-    asm volatile(
-        "{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
-        : "=r"(done)
-        : "r"(smem_addr(bar)), "r"(parity)
-        : "memory");
-    if (done) return;
-    if (global_timer_ns() - start > 20'000'000'000ull) __trap();
-  }
-}
-
 // Copy `bytes` (multiple of 16, both addresses 16-byte aligned) from global `src` to global `dst`
 // (local or a peer's) through `stages` shared-memory buffers of `chunk` bytes each, with
 // cp.async.bulk in both directions. Called by one thread; `bars` are `stages` mbarriers
-// initialised with count 1 and fenced (fence.mbarrier_init / __syncthreads) by the caller;
+// initialised with count 1 and fenced (mbar_init, fence_mbar_init) by the caller;
 // `phase` holds their next parity bits and is updated so consecutive calls can reuse them.
 // Returns after the copy has fully completed (wait_group 0) and been fenced for publication (P3).
 __device__ __forceinline__ void bulk_copy(void* dst, const void* src, uint64_t bytes, char* smem, uint32_t chunk,
@@ -110,7 +81,7 @@ __device__ __forceinline__ void bulk_copy(void* dst, const void* src, uint64_t b
   auto chunk_bytes = [&](uint64_t i) { return uint32_t(i + 1 < nchunks ? chunk : bytes - i * chunk); };
   auto load_chunk = [&](uint64_t i) {
     const uint32_t s = uint32_t(i % stages);
-    mbarrier_expect_tx(&bars[s], chunk_bytes(i));
+    mbar_arrive_expect_tx(smem_addr(&bars[s]), chunk_bytes(i));
     asm volatile(
         "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
             smem_addr(smem + size_t(s) * chunk)),
@@ -120,7 +91,7 @@ __device__ __forceinline__ void bulk_copy(void* dst, const void* src, uint64_t b
   for (uint64_t i = 0; i < nchunks && i < stages; ++i) load_chunk(i);
   for (uint64_t i = 0; i < nchunks; ++i) {
     const uint32_t s = uint32_t(i % stages);
-    mbarrier_wait(&bars[s], (phase >> s) & 1u);
+    mbar_wait(smem_addr(&bars[s]), (phase >> s) & 1u);
     phase ^= 1u << s;
     asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(
                      static_cast<char*>(dst) + i * chunk),

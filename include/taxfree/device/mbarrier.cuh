@@ -1,0 +1,70 @@
+// Shared-memory mbarriers (sm_90): the completion mechanism of TMA / bulk copies and the
+// producer-consumer handshake of pipelined kernels. Device only.
+//
+// Addresses are 32-bit shared-window addresses (smem_addr), as the PTX instructions take them.
+// Waits are bounded: a local barrier whose phase never completes means a lost transaction or a
+// protocol bug, and after kMbarTimeoutNs the waiting thread prints what it waited for and traps,
+// so the host sees a launch failure instead of a hang. The bound is far above any legitimate wait
+// (a producer held by a cross-rank flag gives up at the team deadline first).
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+
+#include "taxfree/device/scoped_memory.cuh"
+
+namespace taxfree::dev {
+
+constexpr uint64_t kMbarTimeoutNs = 60'000'000'000ull;
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
+}
+
+// Makes initialised barriers visible to the async proxy (TMA complete_tx) before first use.
+__device__ __forceinline__ void fence_mbar_init() {
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+
+// Arrive once and add `bytes` to the transaction count the current phase waits for.
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.release.cta.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes)
+               : "memory");
+}
+
+// Release-arrive: the caller's prior accesses of the guarded buffer happen before the phase completes.
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.release.cta.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+}
+
+// Blocks until the phase with parity `parity` has completed (acquire). A fresh barrier is in phase
+// 0, so waiting for parity 1 returns at once.
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+  uint64_t start = 0;
+  for (uint32_t i = 0;; ++i) {
+    uint32_t done;
+    asm volatile(
+        "{\n .reg .pred p;\n"
+        " mbarrier.try_wait.parity.acquire.cta.shared::cta.b64 p, [%1], %2;\n"
+        " selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(bar), "r"(parity)
+        : "memory");
+    if (done) return;
+    if ((i & 1023u) == 0u) {
+      const uint64_t now = global_timer_ns();
+      if (i == 0) start = now;
+      else if (now - start > kMbarTimeoutNs) {
+        printf("[taxfree device] block %d thread %d: mbarrier at smem 0x%x never completed phase parity %u\n",
+               int(blockIdx.x), int(threadIdx.x), bar, parity);
+        __trap();
+      }
+    }
+  }
+}
+
+}  // namespace taxfree::dev
