@@ -16,9 +16,10 @@
 //    accumulators (the FlashAttention-2 register layout identity) and V via ldmatrix.trans. A 16-row
 //    MMA is ~8x more math than GQA 8 needs, yet tensor cores have >10x headroom over HBM here;
 //    CUDA-core FMAs would need ~40% of fp32 peak at GQA 8 and shuffle reductions on top.
-//  * Online softmax in the exp2 domain, fp32 statistics per warp (row max m, row sum l of the P
-//    values actually fed to the MMA, so numerator and denominator use identical weights); the
-//    kWarps warp states are merged through shared memory at the end.
+//  * Online softmax in the exp2 domain, fp32 statistics per warp: row max m, row sum l of the
+//    rounded P values actually fed to the MMA (normalises o: numerator and denominator use
+//    identical weights) and row sum le of the unrounded P (gives the LSE, so the cross-partial
+//    weights carry no bf16 rounding). The kWarps warp states are merged through shared memory.
 //  * Shared-memory rows are XOR-swizzled in 16-byte chunks (chunk ^ row % 8) so the cp.async
 //    writes and every ldmatrix phase are bank-conflict free.
 //
@@ -56,7 +57,8 @@ struct AttendSmem {
   struct Merge {
     float o[kWarps][kMaxRows][D];  // un-normalised per-warp accumulators
     float m[kWarps][kMaxRows];     // per-warp running max (log2 domain)
-    float l[kWarps][kMaxRows];     // per-warp sum of P relative to m
+    float l[kWarps][kMaxRows];     // per-warp sum of rounded P relative to m
+    float le[kWarps][kMaxRows];    // per-warp sum of unrounded P relative to m
   };
   struct Post {
     Merge merge;
@@ -170,7 +172,8 @@ __device__ void cta_attend_chunk(const KvView& kv, const T* __restrict__ q, int 
 #pragma unroll
   for (int c = 0; c < kNTiles; ++c) o[c][0] = o[c][1] = o[c][2] = o[c][3] = 0.f;
   float m[2] = {kNegInf, kNegInf};  // running row max of scaled log2 scores
-  float l[2] = {0.f, 0.f};          // this thread's part of the row sum of P (relative to m)
+  float l[2] = {0.f, 0.f};          // this thread's part of the row sum of rounded P (rel. to m)
+  float le[2] = {0.f, 0.f};         // ... and of the unrounded P (for the LSE)
 
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) issue(s);
@@ -229,11 +232,20 @@ __device__ void cta_attend_chunk(const KvView& kv, const T* __restrict__ q, int 
       alpha[r] = ptx::ex2(m[r] - mu[r]);
       m[r] = mn;
     }
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      s[j][0] = ptx::ex2(s[j][0] - mu[0]);
+      s[j][1] = ptx::ex2(s[j][1] - mu[0]);
+      s[j][2] = ptx::ex2(s[j][2] - mu[1]);
+      s[j][3] = ptx::ex2(s[j][3] - mu[1]);
+    }
+    le[0] = le[0] * alpha[0] + ((s[0][0] + s[0][1]) + (s[1][0] + s[1][1]));
+    le[1] = le[1] * alpha[1] + ((s[0][2] + s[0][3]) + (s[1][2] + s[1][3]));
     uint32_t pa[4];  // P as the A operand: (row qr, tok 0-7), (qr+8, 0-7), (qr, 8-15), (qr+8, 8-15)
 #pragma unroll
     for (int j = 0; j < 2; ++j) {
-      pa[2 * j] = ptx::pack2<T>(ptx::ex2(s[j][0] - mu[0]), ptx::ex2(s[j][1] - mu[0]));
-      pa[2 * j + 1] = ptx::pack2<T>(ptx::ex2(s[j][2] - mu[1]), ptx::ex2(s[j][3] - mu[1]));
+      pa[2 * j] = ptx::pack2<T>(s[j][0], s[j][1]);
+      pa[2 * j + 1] = ptx::pack2<T>(s[j][2], s[j][3]);
     }
     // Sum the rounded P the MMA consumes, so o / l uses the same weights on both sides.
     const float2 p00 = detail::unpack2<T>(pa[0]), p01 = detail::unpack2<T>(pa[1]);
@@ -265,6 +277,8 @@ __device__ void cta_attend_chunk(const KvView& kv, const T* __restrict__ q, int 
   for (int r = 0; r < 2; ++r) {
     l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
     l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+    le[r] += __shfl_xor_sync(0xffffffffu, le[r], 1);
+    le[r] += __shfl_xor_sync(0xffffffffu, le[r], 2);
   }
 
   // Merge the warps' states: (M, L) = max and rescaled sum over warps, o = sum_w f_w o_w / L.
@@ -280,6 +294,8 @@ __device__ void cta_attend_chunk(const KvView& kv, const T* __restrict__ q, int 
     mg.m[warp][qr + 8] = m[1];
     mg.l[warp][qr] = l[0];
     mg.l[warp][qr + 8] = l[1];
+    mg.le[warp][qr] = le[0];
+    mg.le[warp][qr + 8] = le[1];
   }
   __syncthreads();
 
@@ -292,7 +308,7 @@ __device__ void cta_attend_chunk(const KvView& kv, const T* __restrict__ q, int 
 #pragma unroll
     for (int w = 0; w < kWarps; ++w) mmax = fmaxf(mmax, mg.m[w][r]);
     float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-    float lsum = 0.f;
+    float lsum = 0.f, lexact = 0.f;
     if (mmax != kNegInf) {
 #pragma unroll
       for (int w = 0; w < kWarps; ++w) {
@@ -300,13 +316,14 @@ __device__ void cta_attend_chunk(const KvView& kv, const T* __restrict__ q, int 
         if (mw == kNegInf) continue;  // warp saw no token: l = 0, o = 0
         const float f = ptx::ex2(mw - mmax);
         lsum += f * mg.l[w][r];
+        lexact += f * mg.le[w][r];
         const float4 x = reinterpret_cast<const float4*>(mg.o[w][r])[c];
         acc.x += f * x.x;
         acc.y += f * x.y;
         acc.z += f * x.z;
         acc.w += f * x.w;
       }
-      // lsum >= 1: the warp holding the max has a P of exactly 1 (exp2(0)) in its sum.
+      // lsum, lexact >= 1: the warp holding the max has a P of exactly 1 (exp2(0)) in its sums.
       const float inv = 1.f / lsum;
       acc.x *= inv;
       acc.y *= inv;
@@ -314,7 +331,7 @@ __device__ void cta_attend_chunk(const KvView& kv, const T* __restrict__ q, int 
       acc.w *= inv;
     }
     reinterpret_cast<float4*>(out.o[r])[c] = acc;
-    if (c == 0) out.lse[r] = mmax == kNegInf ? kNegInf : (mmax + log2f(lsum)) * kLn2;
+    if (c == 0) out.lse[r] = mmax == kNegInf ? kNegInf : (mmax + log2f(lexact)) * kLn2;
   }
   __syncthreads();
 }
