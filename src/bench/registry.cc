@@ -4,6 +4,8 @@
 
 namespace taxfree::bench {
 
+std::unique_ptr<OpBench> make_decode_bench();
+
 namespace {
 struct Entry {
   const char* name;
@@ -13,6 +15,7 @@ struct Entry {
 // Each op's bench file defines its factory; add one line here per op.
 const std::vector<Entry>& entries() {
   static const std::vector<Entry> kEntries = {
+      {"decode", make_decode_bench},
   };
   return kEntries;
 }
