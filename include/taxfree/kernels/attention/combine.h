@@ -68,9 +68,12 @@ __device__ inline void cta_store_tile_as(const PartialTile<D>& t, int rows, T* d
 //   partial i, row r:  o at o[i*o_part_stride + r*D + d]   (fp32, normalised, 16-byte aligned)
 //                      lse at lse[i*lse_part_stride + r]
 // Preconditions: 1 <= n <= kMaxParts, 1 <= rows <= kMaxRows; every thread of the CTA calls it.
-// Global reads use ld.global.cg (L2, never a stale L1 line): the partials were written by other
-// CTAs (or other GPUs); the caller must have acquired them (cta_arrive_last, or a flag acquire)
-// before the call. o of a partial whose weight is 0 (lse = -inf) is never read.
+// Global reads are plain (weak) loads: the partials were written by other CTAs, other GPUs or an
+// earlier kernel, and every calling thread must already be ordered after those writes by an
+// acquire pattern (cta_arrive_last's fence, a flag acquire plus CTA barrier and fence, or a kernel
+// boundary); the PTX memory model then guarantees the weak loads see them (no stale L1 line).
+// Every partial's o must be readable memory, but the o of a partial whose weight is 0
+// (lse = -inf) is discarded by a select: garbage or NaN there cannot leak into the result.
 // Synchronises the CTA on entry and exit (`out` and `scratch` are safe to read/reuse after).
 template <int D>
 __device__ inline void cta_combine_partials(const float* o, int64_t o_part_stride, const float* lse,
@@ -79,7 +82,7 @@ __device__ inline void cta_combine_partials(const float* o, int64_t o_part_strid
   __syncthreads();  // scratch/out may still be read by the caller's previous step
   for (int i = threadIdx.x; i < n * rows; i += blockDim.x) {
     const int p = i / rows, r = i % rows;
-    scratch.w[p][r] = __ldcg(lse + p * lse_part_stride + r);
+    scratch.w[p][r] = lse[p * lse_part_stride + r];
   }
   __syncthreads();
   if (threadIdx.x < rows) {
@@ -90,19 +93,32 @@ __device__ inline void cta_combine_partials(const float* o, int64_t o_part_strid
   }
   __syncthreads();
   constexpr int kVec = D / 4;
+  constexpr int kBatch = 8;  // L2 loads in flight per thread: this runs in the launch's tail
   for (int i = threadIdx.x; i < rows * kVec; i += blockDim.x) {
     const int r = i / kVec, c = i % kVec;
     const float* src = o + int64_t(r) * D + 4 * c;
     float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-#pragma unroll 4
-    for (int p = 0; p < n; ++p) {
-      const float w = scratch.w[p][r];
-      if (w != 0.f) {
-        const float4 x = __ldcg(reinterpret_cast<const float4*>(src + p * o_part_stride));
-        acc.x += w * x.x;
-        acc.y += w * x.y;
-        acc.z += w * x.z;
-        acc.w += w * x.w;
+    for (int p0 = 0; p0 < n; p0 += kBatch) {
+      // Weights first, then kBatch unconditional weak loads (index clamped into [0, n)), then the
+      // math: ptxas then keeps the loads back to back. Predicated, branched or ld.global.cg
+      // (STRONG.GPU) loads were serialised behind the FMAs (seen in SASS). The select, not a
+      // multiply, drops weight-0 partials, so garbage/NaN there never reaches acc.
+      float w[kBatch];
+      float4 x[kBatch];
+#pragma unroll
+      for (int u = 0; u < kBatch; ++u) w[u] = p0 + u < n ? scratch.w[p0 + u][r] : 0.f;
+#pragma unroll
+      for (int u = 0; u < kBatch; ++u) {
+        const int p = p0 + u < n ? p0 + u : n - 1;
+        x[u] = *reinterpret_cast<const float4*>(src + p * o_part_stride);
+      }
+#pragma unroll
+      for (int u = 0; u < kBatch; ++u) {
+        const float4 t = w[u] != 0.f ? x[u] : make_float4(0.f, 0.f, 0.f, 0.f);
+        acc.x += w[u] * t.x;
+        acc.y += w[u] * t.y;
+        acc.z += w[u] * t.z;
+        acc.w += w[u] * t.w;
       }
     }
     reinterpret_cast<float4*>(out.o[r])[c] = acc;

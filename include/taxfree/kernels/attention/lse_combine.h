@@ -10,8 +10,8 @@
 //     S   = sum_i exp(lse_i - m)                (>= 1 when m is finite)
 //     lse = m + log(S),   o = sum_i (exp(lse_i - m) / S) * o_i
 // Subtracting m keeps every exponent <= 0 (no overflow) and S >= 1 (no division by ~0).
-// Empty partials (lse_i = -inf) get weight exactly 0 and their o_i is never read, so an
-// unwritten/poisoned o_i of an empty partial cannot leak NaN. All partials empty: lse = -inf,
+// Empty partials (lse_i = -inf) get weight exactly 0 and their o_i is skipped (host) or
+// discarded by a select (device), so an unwritten/poisoned o_i of an empty partial cannot leak NaN. All partials empty: lse = -inf,
 // o = 0 (documented result for "no tokens anywhere"). NaN or +inf lse inputs are out of contract.
 #pragma once
 
@@ -58,7 +58,7 @@ TF_HD inline float lse_combine(const float* o, int64_t o_stride, const float* ls
   for (int d = 0; d < dim; ++d) out[d] = 0.f;
   for (int i = 0; i < n; ++i) {
     const float w = lse_weight(lse[i * lse_stride], st);
-    if (w == 0.f) continue;  // empty partial: its o is never read
+    if (w == 0.f) continue;  // empty partial: its o is ignored
     for (int d = 0; d < dim; ++d) out[d] += w * o[i * o_stride + d];
   }
   return lse_total(st);
