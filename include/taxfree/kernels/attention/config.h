@@ -1,0 +1,43 @@
+// Compile-time geometry shared by the split-KV decode building blocks, host code and tests.
+//
+// Header-only, includable from plain C++ (no device code): the host picks split counts and sizes
+// workspaces from the same constants the kernels use.
+#pragma once
+
+#if defined(__CUDACC__)
+#define TF_HD __host__ __device__
+#else
+#define TF_HD
+#endif
+
+namespace taxfree::attention {
+
+// Tokens per K/V tile. A tile is the unit one warp loads and processes (16 = the k extent of one
+// m16n8k16 MMA). Tiles are aligned to absolute token positions (tile t = tokens [16t, 16t+16)),
+// so a tile never straddles a page (pages are powers of two >= 16) and contiguous and paged caches
+// see exactly the same tiles, hence bitwise identical results.
+inline constexpr int kTileTokens = 16;
+inline constexpr int kTileShift = 4;
+
+// Warps per decode CTA; each warp runs its own cp.async pipeline over every kWarps-th tile.
+inline constexpr int kWarps = 4;
+inline constexpr int kThreads = kWarps * 32;
+
+// Query heads per KV head that one CTA serves: the 16 rows of the MMA. GQA ratios 1..16.
+inline constexpr int kMaxRows = 16;
+
+// Most partials one combine merges: splits of one (batch, kv_head), or ranks of a team.
+inline constexpr int kMaxParts = 64;
+
+// Rows (query heads) per CTA of the cross-rank combine kernel: 4 x D/4 float4 = one per thread.
+inline constexpr int kCombineRows = 4;
+
+// Fewest tiles a split gets on the device (one per warp); shorter sequences get fewer splits.
+inline constexpr int kMinTilesPerSplit = kWarps;
+
+// Pipeline depth per warp: K+V tiles of 16 rows. 3 stages of 8 KB (head_dim 128) or 6 of 4 KB
+// (head_dim 64) per warp = 96 KB per CTA, two CTAs per SM, so every SM has 8 warps x 2-5 tiles
+// (>= 128 KB) of loads in flight: far above HBM latency x per-SM bandwidth (~24 KB).
+TF_HD constexpr int stages_for(int head_dim) { return head_dim == 64 ? 6 : 3; }
+
+}  // namespace taxfree::attention

@@ -1,0 +1,95 @@
+// The single-GPU split-KV decode kernel and the cross-rank combine kernel, assembled from the
+// building blocks (attend_chunk.h, combine.h). Templates only; src/ops/flash_decode instantiates
+// them (one .cu per dtype x head_dim) and launches them after validation.
+//
+// decode_partial_kernel — grid (num_splits, kv_heads, batch), kThreads threads,
+// sizeof(AttendSmem<D, stages_for(D)>) dynamic shared memory (96 KB; 2 CTAs per SM).
+//   CTA (s, h, b) attends split s of sequence b's slice for the query heads of KV head h. With one
+//   effective split it writes the outputs directly; otherwise it stores its partial in the
+//   workspace, and the last of the sequence's splits to finish (atomic arrival counter) merges
+//   them and writes the outputs: one kernel, no separate combine launch.
+//
+// combine_kernel — grid ceil(rows / kCombineRows), kThreads threads, static shared memory.
+//   Merges `world` rank partials per row (the BSP combine after the all-gather).
+//
+// Reuse in the fused multi-rank kernel (one kernel per rank, same grid and shared memory):
+//   1. cta_attend_chunk(...) and, when sr.splits > 1, the workspace store + cta_arrive_last +
+//      cta_combine_partials exactly as below: smem.post.tile then holds this rank's partial of the
+//      group's `group` query heads (o fp32 normalised, lse fp32).
+//   2. Push: for every rank r (self included) cta_store_tile<D>(tile, group,
+//      gather_o[r] + ((my_rank*batch + b)*q_heads + kvh*group)*D,
+//      gather_lse[r] + (my_rank*batch + b)*q_heads + kvh*group); then, per rank, a system-scope
+//      release of flag[r][b][kvh][my_rank] = epoch (one flag per GQA group covers its heads).
+//   3. Wait (deadline, abort flag) until the `world` flags of (b, kvh) in this rank's buffer reach
+//      epoch: one thread acquires (.sys), then __syncthreads() and a fence in every thread.
+//   4. cta_combine_partials<D>(gather_o + (b*q_heads + kvh*group)*D, batch*q_heads*D,
+//      gather_lse + b*q_heads + kvh*group, batch*q_heads, world, group, smem.post.scratch,
+//      smem.post.tile), then cta_store_tile_as<T, D>(tile, group, out + row0*D).
+//   Caution: a CTA that waits in step 3 holds its SM slot. Every CTA that can wait must be
+//   co-resident (grid <= resident slots, e.g. the heuristic's one-wave split count), or ranks can
+//   deadlock with all slots held by waiters whose producers on the peer are not yet scheduled.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "taxfree/kernels/attention/attend_chunk.h"
+#include "taxfree/kernels/attention/combine.h"
+#include "taxfree/kernels/attention/params.h"
+
+namespace taxfree::attention {
+
+template <int D>
+constexpr int decode_smem_bytes() {
+  return int(sizeof(AttendSmem<D, stages_for(D)>));
+}
+
+template <class T, int D, bool kPaged>
+__global__ void __launch_bounds__(kThreads, 2) decode_partial_kernel(const __grid_constant__ DecodeParams p) {
+  constexpr int kStages = stages_for(D);
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  auto& smem = *reinterpret_cast<AttendSmem<D, kStages>*>(smem_raw);
+
+  const int split = blockIdx.x, kvh = blockIdx.y, b = blockIdx.z;
+  const TokenRange slice = slice_of(p.kv, b);
+  const SplitRange sr = split_range(slice, p.num_splits, split);
+  if (split >= sr.splits) return;  // beyond this sequence's splits: no work, not counted
+
+  const int group = p.group;
+  const int64_t row0 = int64_t(b) * p.q_heads + int64_t(kvh) * group;  // first query row
+  const T* q = static_cast<const T*>(p.q) + row0 * D;
+  cta_attend_chunk<T, D, kStages, kPaged>(p.kv, q, group, b, kvh, sr.tile_begin, sr.tile_end, slice,
+                                          p.scale_log2, smem);
+  PartialTile<D>& tile = smem.post.tile;
+
+  if (sr.splits > 1) {
+    const int64_t bh = int64_t(b) * p.kv_heads + kvh;
+    const int64_t part0 = bh * p.num_splits;  // first split partial of (b, kvh)
+    cta_store_tile<D>(tile, group, p.ws_o + (part0 + split) * group * D,
+                      p.ws_lse + (part0 + split) * group);
+    if (!cta_arrive_last(p.ws_count + bh, sr.splits)) return;
+    cta_combine_partials<D>(p.ws_o + part0 * group * D, int64_t(group) * D, p.ws_lse + part0 * group,
+                            group, sr.splits, group, smem.post.scratch, tile);
+  }
+
+  if (p.o_part != nullptr) cta_store_tile<D>(tile, group, p.o_part + row0 * D, nullptr);
+  if (p.lse_part != nullptr)
+    for (int r = threadIdx.x; r < group; r += kThreads) p.lse_part[row0 + r] = tile.lse[r];
+  if (p.out != nullptr) cta_store_tile_as<T, D>(tile, group, static_cast<T*>(p.out) + row0 * D);
+}
+
+template <class T, int D>
+__global__ void __launch_bounds__(kThreads) combine_kernel(const __grid_constant__ CombineParams p) {
+  __shared__ PartialTile<D> tile;
+  __shared__ CombineScratch scratch;
+  const int64_t r0 = int64_t(blockIdx.x) * kCombineRows;
+  const int rows = int(p.rows - r0 < kCombineRows ? p.rows - r0 : kCombineRows);
+  cta_combine_partials<D>(p.o_parts + r0 * D, p.o_rank_stride, p.lse_parts + r0, p.lse_rank_stride,
+                          p.world, rows, scratch, tile);
+  if (p.out != nullptr) cta_store_tile_as<T, D>(tile, rows, static_cast<T*>(p.out) + r0 * D);
+  if (p.o_out != nullptr) cta_store_tile<D>(tile, rows, p.o_out + r0 * D, nullptr);
+  if (p.lse_out != nullptr)
+    for (int r = threadIdx.x; r < rows; r += kThreads) p.lse_out[r0 + r] = tile.lse[r];
+}
+
+}  // namespace taxfree::attention

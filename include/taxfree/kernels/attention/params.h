@@ -1,0 +1,53 @@
+// Kernel argument structs of the decode and combine kernels (plain PODs, passed by value as
+// __grid_constant__). Includable from host C++: the host launch code fills them.
+//
+// Layouts (row-major, element strides in brackets are implied by the shapes):
+//   q         [batch][q_heads][D]             T (bf16/fp16), 16-byte aligned
+//   o_part    [batch][q_heads][D]             fp32, normalised partial of this launch's slices
+//   lse_part  [batch][q_heads]                fp32, natural-log LSE of scaled scores
+//   out       [batch][q_heads][D]             T, final (normalised) output
+//   ws_o      [batch][kv_heads][num_splits][group][D]  fp32 per-split partials
+//   ws_lse    [batch][kv_heads][num_splits][group]
+//   ws_count  [batch][kv_heads]               int32 arrival counters, 0 between launches
+// Query head h uses KV head h / group (group = q_heads / kv_heads, 1..16).
+#pragma once
+
+#include <cstdint>
+
+#include "taxfree/kernels/attention/kv_view.h"
+
+namespace taxfree::attention {
+
+struct DecodeParams {
+  KvView kv;
+  const void* q;
+  int batch;
+  int q_heads;
+  int kv_heads;
+  int group;
+  int num_splits;    // grid.x; per-sequence effective splits come from split_range
+  float scale_log2;  // softmax_scale * log2(e)
+  float* ws_o;       // only read/written when a sequence has > 1 effective split
+  float* ws_lse;
+  int* ws_count;
+  float* o_part;     // any of the three outputs may be null
+  float* lse_part;
+  void* out;
+};
+
+// Cross-rank (BSP) combine: `world` partials laid out with a stride between ranks, so both the
+// dense [world][batch][q_heads][D] + [world][batch][q_heads] layout and one interleaved buffer per
+// rank ([O block | LSE block], one all-gather) are expressible.
+struct CombineParams {
+  const float* o_parts;     // rank r, row i: o_parts[r*o_rank_stride + i*D + d]; row i = b*q_heads+h
+  int64_t o_rank_stride;    // elements; multiple of 4
+  const float* lse_parts;   // lse_parts[r*lse_rank_stride + i]
+  int64_t lse_rank_stride;
+  int world;
+  int64_t rows;             // batch * q_heads
+  void* out;                // [rows][D] T, or null
+  float* o_out;             // [rows][D] fp32, or null
+  float* lse_out;           // [rows] fp32, or null
+};
+
+}  // namespace taxfree::attention

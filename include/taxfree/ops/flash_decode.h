@@ -1,0 +1,156 @@
+// flash_decode, single-GPU part: split-KV decode attention over this rank's slice of every
+// sequence (partial output + LSE), the cross-rank LSE combine, and the sequence partition.
+//
+//   plan  = plan_decode(args, cfg);                       // validates; picks the split count
+//   ws    = device allocation of plan.workspace_bytes, zeroed once (init_decode_workspace)
+//   launch_decode_partial(args, plan, ws, bytes, stream); // one kernel; repeatable, graph-safe
+//   ... gather the rank partials (o_part, lse_part) of all ranks ...
+//   launch_combine(cargs, stream);                         // final output on every rank
+//
+// Definitions (all ranks, all levels): for query head h of sequence b and a token set J,
+//   lse = log(sum_{j in J} exp(s_j)),   s_j = softmax_scale * q_h . k_j   (natural log, fp32)
+//   o   = sum_{j in J} exp(s_j - lse) * v_j                             (normalised, fp32)
+// An empty J gives lse = -inf and o = 0; combining only empty partials gives lse = -inf, o = 0.
+// Query head h uses KV head h / (q_heads / kv_heads).
+//
+// Every launch function validates all arguments first and throws taxfree::Error
+// (Status::InvalidArgument, message naming the constraint and the bad value) before touching the
+// GPU; then it launches on `stream` without synchronising.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+namespace taxfree::ops::flash_decode {
+
+enum class DType { BF16, FP16 };
+
+// K/V cache layouts (D = head_dim, P = page_size):
+//   Contiguous  [batch][kv_heads][capacity][D]
+//   PagedHND    [num_pages][kv_heads][P][D]    (FlashInfer "HND")
+//   PagedNHD    [num_pages][P][kv_heads][D]    (vLLM / FlashInfer "NHD")
+// Paged caches map token t of sequence b to page block_table[b*max_pages_per_seq + t/P].
+enum class KvLayout { Contiguous, PagedHND, PagedNHD };
+
+inline constexpr int kMinPageSize = 16;   // a 16-token tile never straddles a page
+inline constexpr int kMaxPageSize = 256;
+inline constexpr int kMaxGqaRatio = 16;   // query heads per KV head: the MMA's 16 rows
+inline constexpr int kMaxSplits = 64;     // per (sequence, KV head); also the most ranks combined
+inline constexpr int kMaxWorld = 64;
+
+struct DecodeArgs {
+  // Shape.
+  int batch = 0;
+  int q_heads = 0;
+  int kv_heads = 0;
+  int head_dim = 0;              // 64 or 128
+  DType dtype = DType::BF16;     // of q, k, v and out
+  float softmax_scale = 0.f;     // > 0; 0 means 1/sqrt(head_dim)
+
+  // Inputs (device memory, 16-byte aligned).
+  const void* q = nullptr;       // [batch][q_heads][head_dim]
+  const void* k = nullptr;       // per `layout`
+  const void* v = nullptr;
+  KvLayout layout = KvLayout::Contiguous;
+  int capacity = 0;              // Contiguous: tokens per sequence in storage (the seq dim)
+  int page_size = 0;             // Paged: power of two in [16, 256]
+  int num_pages = 0;             // Paged: pages in k (and in v)
+  int max_pages_per_seq = 0;     // Paged: row length of block_table
+  const int32_t* block_table = nullptr;  // Paged: [batch][max_pages_per_seq] (device)
+
+  // This launch's slice of each sequence: tokens [slice_start[b], slice_start[b] + slice_len[b])
+  // of the stored sequence (slice_start null = 0). A rank holding only its own tokens passes its
+  // local lengths; one cache simulating several ranks passes each rank's [start, len).
+  const int32_t* slice_start = nullptr;  // [batch] (device) or null
+  const int32_t* slice_len = nullptr;    // [batch] (device)
+  int max_len = 0;               // >= every slice_len; sizes the split heuristic only
+
+  // Optional host copies of the device arrays above: when non-empty they are validated (lengths
+  // >= 0, slices inside the capacity, pages in range). They must hold the same values.
+  std::span<const int32_t> host_slice_start;
+  std::span<const int32_t> host_slice_len;
+  std::span<const int32_t> host_block_table;
+
+  // Outputs (device memory; any subset, at least one). Outputs must not overlap inputs or each
+  // other.
+  float* o_part = nullptr;       // [batch][q_heads][head_dim] fp32, 16-byte aligned
+  float* lse_part = nullptr;     // [batch][q_heads] fp32
+  void* out = nullptr;           // [batch][q_heads][head_dim] dtype, 16-byte aligned
+};
+
+struct DecodeConfig {
+  int num_splits = 0;   // 0: heuristic; else 1..kMaxSplits (tuning/tests)
+  int num_sms = 0;      // heuristic input; 0: the current device's
+  int ctas_per_sm = 0;  // heuristic input; 0: the kernel's occupancy on the current device
+  int waves = 1;        // heuristic target: waves x (SMs x resident CTAs per SM) CTAs
+};
+
+struct DecodePlan {
+  int num_splits = 1;          // grid.x of the decode kernel
+  size_t workspace_bytes = 0;  // 0 when num_splits == 1
+};
+
+// Validates `args` and `cfg`, then picks the split count (queries the current device for what
+// cfg leaves 0; no device query when cfg.num_splits, or both num_sms and ctas_per_sm, are given).
+DecodePlan plan_decode(const DecodeArgs& args, const DecodeConfig& cfg = {});
+
+// Workspace for `num_splits` splits: [counters | split LSEs | split outputs], 256-byte aligned
+// sections. The counters must be 0 before the first launch; kernels leave them 0.
+size_t decode_workspace_bytes(int batch, int q_heads, int kv_heads, int head_dim, int num_splits);
+
+// Zero the whole workspace (once after allocating it).
+void init_decode_workspace(void* workspace, size_t bytes, cudaStream_t stream);
+
+// Partial decode attention of this launch's slices. `workspace` (bytes >= plan.workspace_bytes,
+// 256-byte aligned, initialised) may be null when plan.num_splits == 1. One workspace must not be
+// used by two launches that may run concurrently.
+void launch_decode_partial(const DecodeArgs& args, const DecodePlan& plan, void* workspace,
+                           size_t workspace_bytes, cudaStream_t stream);
+
+// Checks only (what launch_decode_partial checks before launching); for callers that build their
+// own kernels on these pieces.
+void validate_decode_args(const DecodeArgs& args);
+
+struct CombineArgs {
+  int world = 0;
+  int batch = 0;
+  int q_heads = 0;
+  int head_dim = 0;
+  DType dtype = DType::BF16;
+  // Rank r's partial of row i = b*q_heads + h: o_parts[r*o_rank_stride + i*head_dim + d] and
+  // lse_parts[r*lse_rank_stride + i]. 0 strides mean dense: batch*q_heads*head_dim, batch*q_heads.
+  const float* o_parts = nullptr;   // 16-byte aligned; o_rank_stride a multiple of 4
+  int64_t o_rank_stride = 0;
+  const float* lse_parts = nullptr;
+  int64_t lse_rank_stride = 0;
+  void* out = nullptr;       // [batch][q_heads][head_dim] dtype, or null
+  float* o_out = nullptr;    // [batch][q_heads][head_dim] fp32, or null
+  float* lse_out = nullptr;  // [batch][q_heads] fp32, or null
+};
+
+void launch_combine(const CombineArgs& args, cudaStream_t stream);
+void validate_combine_args(const CombineArgs& args);
+
+// The split count the heuristic picks: fill every resident CTA slot once (slots = num_sms x
+// ctas_per_sm x waves), never below one 256-token chunk per split, at most kMaxSplits. Pure.
+int choose_num_splits(int batch, int kv_heads, int max_len, int num_sms, int ctas_per_sm,
+                      int waves = 1);
+
+// Rank r's slice [start, end) of a sequence of `len` tokens split contiguously over `world`
+// ranks, balanced in units of `align` tokens: with U = ceil(len/align) units, rank r gets
+// floor(U/world) units plus one more if r < U % world; slices follow rank order, the last unit may
+// be partial, and ranks get empty slices when U < world. Every token lands in exactly one rank.
+struct Slice {
+  int32_t start = 0;
+  int32_t end = 0;
+  int32_t len() const { return end - start; }
+};
+Slice partition_slice(int64_t len, int world, int rank, int align = 1);
+// [rank][batch] slices of every sequence.
+std::vector<std::vector<Slice>> partition(std::span<const int32_t> lens, int world, int align = 1);
+
+}  // namespace taxfree::ops::flash_decode

@@ -1,0 +1,9 @@
+// Instantiation: decode + combine kernels for fp16, head_dim 64 (see decode_instance.cuh).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "decode_instance.cuh"
+
+namespace taxfree::ops::flash_decode::detail {
+TF_FLASH_DECODE_INSTANTIATE(__half, 64)
+}  // namespace taxfree::ops::flash_decode::detail
