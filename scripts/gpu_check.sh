@@ -25,11 +25,11 @@ fi
 for d in /usr/local/cuda/lib64 /usr/local/cuda/lib; do [ -d "$d" ] && export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$d"; done
 
 failed=0
-step() {  # step NAME LOG COMMAND...: run, log, count failures
-  local name=$1 log=$2; shift 2
+step() {  # step NAME LOG SECONDS COMMAND...: run with a time limit, log, count failures
+  local name=$1 log=$2 limit=$3; shift 3
   echo "=== $name: $*" | tee -a "$out/$log"
   local t0=$SECONDS
-  "$@" >>"$out/$log" 2>&1
+  timeout -k 10 "$limit" "$@" >>"$out/$log" 2>&1
   local rc=$?
   echo "=== $name: exit $rc after $((SECONDS - t0)) s" | tee -a "$out/$log"
   [ $rc -eq 0 ] || failed=$((failed + 1))
@@ -57,14 +57,14 @@ expect_failure() {
 want() { [[ " $steps " == *" all "* || " $steps " == *" $1 "* ]]; }
 
 {
-  date -u; git rev-parse HEAD 2>/dev/null; nvidia-smi; nvidia-smi topo -m
+  date -u; echo "commit ${TAXFREE_COMMIT:-$(git rev-parse HEAD 2>/dev/null)}"; nvidia-smi; nvidia-smi topo -m
   echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"; env | grep -E '^(NCCL|NVSHMEM|TORCH_SYMM|CUDA)' | sort
   "$bin" info
 } >"$out/env.log" 2>&1
 tail -3 "$out/env.log"
 
 if want tests; then
-  step "gpu tests" gpu_tests.log "$tests" --gtest_output=json:"$out/gpu_tests.json"
+  step "gpu tests" gpu_tests.log 300 "$tests" --gtest_output=json:"$out/gpu_tests.json"
   grep -E '^\[  (PASSED|FAILED|SKIPPED) |tests ran|FAILED TEST' "$out/gpu_tests.log" | tail -20
 fi
 
@@ -79,7 +79,7 @@ fi
 
 if want bench; then
   # The README's main job: every op's default sweep and the summary.
-  step "taxfree bench" bench.log "$bin" bench --json "$out/bench.json"
+  step "taxfree bench" bench.log 420 "$bin" bench --json "$out/bench.json"
   grep -A40 '# summary' "$out/bench.log" | head -60
 fi
 
