@@ -185,6 +185,10 @@ int run_ranks(const LaunchSpec& spec) {
       ::setenv("LOCAL_RANK", std::to_string(r).c_str(), 1);
       ::setenv("LOCAL_WORLD_SIZE", std::to_string(spec.nranks).c_str(), 1);
       ::setenv("TAXFREE_COORDINATOR", coord.c_str(), 1);
+      // Eager module loading unless the user chose otherwise: with lazy loading the first launch of
+      // a kernel waits for the device to go idle, which deadlocks (until a deadline) any kernel that
+      // waits for a concurrently launched one, and adds load time to first timed runs.
+      ::setenv("CUDA_MODULE_LOADING", "EAGER", 0);
       ::execvp(args[0], args.data());
       std::fprintf(stderr, "[taxfree launcher] rank %d: cannot exec %s: %s\n", r, args[0], std::strerror(errno));
       ::_exit(127);

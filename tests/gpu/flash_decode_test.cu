@@ -406,7 +406,7 @@ TEST(FlashDecodeGpu, RepeatedLaunchesAndCudaGraphReplay) {
   TF_REQUIRE_GPUS(1);
   Runner run;
   Problem p;
-  p.q_heads = 96, p.kv_heads = 12, p.batch = 2, p.lens = {6000, 3333};
+  p.q_heads = 96, p.kv_heads = 12, p.batch = 2, p.lens = {6000, 3333}, p.capacity = 6000;
   Data d = make_data(p, 61);
   const std::vector<int32_t> starts(2, 0);
   DecodeConfig cfg;

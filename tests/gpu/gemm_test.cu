@@ -301,6 +301,11 @@ TEST(GemmHooks, AReadyWaitsForFlagsSetByAnotherKernel) {
   fault.record = record;
   fault.timeout_ns = 5'000'000'000ull;
   StreamGuard gemm_stream, writer_stream;
+  // Load the writer's code before the GEMM runs: with lazy module loading (the CUDA default) the
+  // first launch of a kernel waits for the device to idle, which would wait for the GEMM, which
+  // waits for the writer.
+  cudaFuncAttributes attr;
+  TF_CUDA(cudaFuncGetAttributes(&attr, publish_a));
   for (uint64_t epoch = 1; epoch <= 2; ++epoch) {  // epochs, not resets: flags keep their values
     TF_CUDA(cudaMemset(a.p, 0xFF, p.a.size() * 2));  // A starts as NaN: reading it early poisons C
     out.poison(gemm_stream.s);

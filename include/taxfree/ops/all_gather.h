@@ -44,7 +44,9 @@ const char* variant_name(AllGatherVariant v);
 struct AllGatherConfig {
   int threads = 512;                  // per block
   int max_blocks = 0;                 // 0: 2 x SMs
-  uint64_t ll_max_bytes = 64 << 10;   // push: low-latency protocol up to this many bytes per rank (0: never)
+  // push: low-latency protocol up to this many bytes per rank (0: never). Up to 1 MiB its one
+  // NVLink trip beats the direct protocol's handshake despite twice the bytes (measured, r3).
+  uint64_t ll_max_bytes = 1 << 20;
 };
 
 // Kernel arguments of the push variant (plain data, passed by value).

@@ -50,8 +50,7 @@ __global__ void __launch_bounds__(512) all_gather_direct_kernel(AllGatherPushArg
   dev::sequence_end(a.seq, epoch);
 }
 
-// Low-latency protocol: every thread owns lines (8 data bytes each) gid, gid + threads, ...; one
-// block carries up to kLinesPerThread lines per thread, so most sizes run in a single block.
+// Low-latency protocol: every thread owns lines (8 data bytes each) gid, gid + threads, ...
 __global__ void __launch_bounds__(512) all_gather_ll_kernel(AllGatherPushArgs a) {
   const auto& v = a.view;
   const uint64_t epoch = dev::sequence_begin(a.seq);
@@ -126,7 +125,9 @@ uint64_t AllGather::push_chunk(uint64_t) const {
 
 int AllGather::push_blocks(uint64_t bytes) const {
   if (push_uses_ll(bytes)) {
-    constexpr uint64_t kLinesPerThread = 16;
+    // Two lines per thread: enough blocks to send at full rate; a single block of 16-line threads
+    // measured 1.5x slower at 64 KiB (r3 in docs/PERFORMANCE.md).
+    constexpr uint64_t kLinesPerThread = 2;
     const uint64_t per_block = uint64_t(config_.threads) * kLinesPerThread, lines = bytes / 8;
     return int(std::clamp<uint64_t>((lines + per_block - 1) / per_block, 1, uint64_t(config_.max_blocks)));
   }
