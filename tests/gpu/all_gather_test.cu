@@ -101,7 +101,7 @@ TEST(AllGather, ThousandLaunchesWithoutResetAndRankSkew) {
   AllGather op(t);
   auto s = t.stream();
   // Alternates the two protocols on one op instance: they share the launch sequence.
-  const uint64_t bytes = 8192 + 16, big = 256 * 1024;
+  const uint64_t bytes = 8192 + 16, big = (2 << 20) + 16;
   Buffers b(big);
   std::mt19937 rng(uint32_t(t.rank()) + 5);
   for (int round = 0; round < 4; ++round) {
@@ -147,7 +147,7 @@ TEST_P(AllGatherGraph, CudaGraphReplay) {
   cudaGraphDestroy(g);
 }
 // One size per protocol: low-latency lines and direct stores.
-INSTANTIATE_TEST_SUITE_P(Protocols, AllGatherGraph, ::testing::Values(uint64_t(4096), uint64_t(1) << 20));
+INSTANTIATE_TEST_SUITE_P(Protocols, AllGatherGraph, ::testing::Values(uint64_t(4096), uint64_t(4) << 20));
 
 TEST(AllGather, RejectsBadArgumentsBeforeLaunch) {
   TF_REQUIRE_GPUS(1);
