@@ -1,5 +1,6 @@
-// flash_decode, single-GPU part: split-KV decode attention over this rank's slice of every
-// sequence (partial output + LSE), the cross-rank LSE combine, and the sequence partition.
+// flash_decode: split-KV decode attention over this rank's slice of every sequence (partial
+// output + LSE), the cross-rank LSE combine, the sequence partition, and (end of this file) the
+// FlashDecode op that runs the whole thing across the ranks of a Team (`bsp` and `fused`).
 //
 //   plan  = plan_decode(args, cfg);                       // validates; picks the split count
 //   ws    = device allocation of plan.workspace_bytes, zeroed once (init_decode_workspace)
@@ -23,7 +24,14 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <string>
 #include <vector>
+
+#include "taxfree/device/launch_sequence.cuh"
+
+namespace taxfree {
+class Team;
+}
 
 namespace taxfree::ops::flash_decode {
 
@@ -152,5 +160,118 @@ struct Slice {
 Slice partition_slice(int64_t len, int world, int rank, int align = 1);
 // [rank][batch] slices of every sequence.
 std::vector<std::vector<Slice>> partition(std::span<const int32_t> lens, int world, int align = 1);
+
+// ---- Across ranks -----------------------------------------------------------------------------
+//
+// Each rank holds a contiguous slice of every sequence's KV (any lengths, empty slices included)
+// and calls FlashDecode::launch with its local DecodeArgs; afterwards `out` holds, on every rank,
+// the attention output over the whole sequences (the union of all ranks' slices), bitwise
+// identical across ranks. Variants:
+//   bsp    decode kernel (local split combine) -> ncclAllGather of one [O | LSE] block per rank
+//          -> combine kernel. The blocks live in the symmetric heap, passed to NCCL at their
+//          window address (its symmetric path), or in plain device memory (config).
+//   fused  one kernel per rank: each (sequence, KV head) group's partial (fp32 O rows + LSE) is
+//          stored straight into every rank's gather buffer and announced by a per-(group, rank)
+//          epoch flag; the CTA that pushed it waits (deadline) for the other ranks' flags and
+//          combines. No host work or flag reset between steps; CUDA-graph capturable.
+//
+// Preconditions (collective, not checked across ranks): every rank constructs the op with the same
+// config, and calls launch with the same variant, batch, heads, head_dim and dtype, in the same
+// order. A rank's slices, lengths, layout and cache may differ from its peers'. Launches of one
+// FlashDecode are ordered on one stream per rank (the epochs depend on it). A fused launch needs
+// every CTA of its grid resident at once (it sizes the grid by the kernel's occupancy): do not run
+// it beside kernels that hold SMs until it finishes.
+
+enum class Variant { bsp, fused };
+Variant parse_variant(const std::string& name);  // "bsp" | "fused"; throws InvalidArgument
+const char* variant_name(Variant v);
+
+// Where bsp's gathered blocks live: the symmetric heap (NCCL's symmetric-window kernels; measured
+// faster than plain buffers from 1 KiB to 8 MiB per rank on 2xH200) or plain device memory.
+enum class BspBuffers { symmetric, plain };
+
+struct FlashDecodeConfig {
+  // Largest shapes any launch will use: the buffers are sized for them at construction.
+  int max_batch = 0;
+  int max_q_heads = 0;
+  int max_kv_heads = 0;
+  int max_head_dim = 128;  // 64 or 128
+  int num_splits = 0;      // splits per (sequence, KV head) inside a rank; 0: heuristic (one wave)
+  BspBuffers bsp_buffers = BspBuffers::symmetric;
+};
+
+// One rank's partial block in the gather buffers (fp32): [O: rows*head_dim | LSE: rows | pad to
+// 256 bytes], rows = batch*q_heads, row = b*q_heads + h. The same layout for both variants.
+struct GatherLayout {
+  int64_t rows = 0;
+  int64_t lse_offset = 0;    // floats from the block's start to the LSE section
+  int64_t block_floats = 0;  // block stride between ranks; multiple of 64
+};
+GatherLayout gather_layout(int batch, int q_heads, int head_dim);
+
+// Per-rank memory of a FlashDecode, for `resident_ctas` = SMs x resident decode CTAs per SM.
+struct FlashDecodeBuffers {
+  uint64_t fused_gather_bytes = 0;  // symmetric heap: [2 parities][world] blocks
+  uint64_t flag_bytes = 0;          // symmetric heap: [max_batch*max_kv_heads][world] uint64
+  uint64_t bsp_gather_bytes = 0;    // heap (symmetric) or device memory (plain): [world] blocks
+  uint64_t workspace_bytes = 0;     // device memory: split partials of the largest plan
+};
+FlashDecodeBuffers flash_decode_buffers(const FlashDecodeConfig& cfg, int world, int resident_ctas);
+
+// The checks FlashDecode's constructor and launch() make first (InvalidArgument naming the value).
+void validate_flash_decode_config(const FlashDecodeConfig& cfg, int world);
+// `a` is this rank's DecodeArgs: all of validate_decode_args, plus `out` set, o_part and lse_part
+// null (the partials live in the op's buffers), and the shape within cfg's maxima.
+void validate_flash_decode_args(const DecodeArgs& a, const FlashDecodeConfig& cfg);
+
+// How a fused launch splits its work (fused_schedule.h): `items` = num_splits x batch x kv_heads
+// work items over `grid` = min(items, resident) persistent CTAs.
+struct FusedPlan {
+  int num_splits = 1;
+  int64_t items = 0;
+  int resident = 0;  // resident CTAs of the fused kernel on this GPU
+  int grid = 0;
+};
+
+class FlashDecode {
+ public:
+  // Collective (every rank, same config): allocates the gather buffers and flags in the team's
+  // symmetric heap (released with the heap's mark/release, after the op is destroyed), the split
+  // workspace in device memory, and a launch sequence; zeroes the flags; host barrier.
+  FlashDecode(Team& team, const FlashDecodeConfig& cfg);
+  ~FlashDecode();
+  FlashDecode(const FlashDecode&) = delete;
+  FlashDecode& operator=(const FlashDecode&) = delete;
+
+  // Validates (InvalidArgument before any launch), then enqueues on `stream`. Collective.
+  void launch(Variant variant, const DecodeArgs& args, cudaStream_t stream);
+
+  // The bsp pipeline one stage at a time (benchmark tax breakdown): `decode` writes this rank's
+  // block, `gather` all-gathers the blocks (collective), `combine` writes `out`. launch(bsp) =
+  // decode, gather, combine.
+  enum class Stage { decode, gather, combine };
+  void launch_bsp_stage(Stage stage, const DecodeArgs& args, cudaStream_t stream);
+
+  FusedPlan fused_plan(const DecodeArgs& args);  // validates `args`
+  const FlashDecodeConfig& config() const { return cfg_; }
+  // Fault injection for tests: this rank's fused launches never raise the peers' flags.
+  void set_skip_signal(bool skip) { skip_signal_ = skip; }
+
+ private:
+  int ctas_per_sm(bool fused, DType dtype, int head_dim, bool paged);
+  DecodeConfig split_config(bool fused, const DecodeArgs& args);
+  void launch_fused(const DecodeArgs& args, cudaStream_t stream);
+
+  Team& team_;
+  FlashDecodeConfig cfg_;
+  float* fused_gather_ = nullptr;  // heap
+  uint64_t* flags_ = nullptr;      // heap
+  float* bsp_gather_ = nullptr;    // heap or device memory (plain)
+  void* workspace_ = nullptr;      // device memory
+  size_t workspace_bytes_ = 0;
+  dev::LaunchSequence seq_{};
+  int occupancy_[16] = {};         // ctas_per_sm cache, 0 = not queried yet
+  bool skip_signal_ = false;
+};
 
 }  // namespace taxfree::ops::flash_decode

@@ -12,11 +12,11 @@ namespace taxfree::ops::flash_decode::detail {
 namespace {
 // 96 KB of dynamic shared memory needs an opt-in, and two CTAs per SM need the largest carveout.
 // Done once per process and kernel: one process drives one GPU (DESIGN.md), and attributes are
-// per function, not per launch.
-template <class T, int D, bool kPaged>
-void prepare_decode_kernel() {
+// per function, not per launch. Shared by every kernel of the decode family (same shared memory).
+template <auto kKernel, int D>
+void prepare_kernel() {
   static const bool done = [] {
-    const void* fn = reinterpret_cast<const void*>(&attention::decode_partial_kernel<T, D, kPaged>);
+    const void* fn = reinterpret_cast<const void*>(kKernel);
     TF_CUDA(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                  attention::decode_smem_bytes<D>()));
     TF_CUDA(cudaFuncSetAttribute(fn, cudaFuncAttributePreferredSharedMemoryCarveout,
@@ -25,16 +25,26 @@ void prepare_decode_kernel() {
   }();
   (void)done;
 }
+
+// Resident CTAs per SM of a prepared kernel of the decode family.
+template <auto kKernel, int D>
+int ctas_per_sm() {
+  prepare_kernel<kKernel, D>();
+  int n = 0;
+  TF_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kKernel, attention::kThreads,
+                                                        attention::decode_smem_bytes<D>()));
+  return n;
+}
 }  // namespace
 
 template <class T, int D>
 void launch_decode_t(bool paged, const attention::DecodeParams& p, dim3 grid, cudaStream_t stream) {
   constexpr int kSmem = attention::decode_smem_bytes<D>();
   if (paged) {
-    prepare_decode_kernel<T, D, true>();
+    prepare_kernel<&attention::decode_partial_kernel<T, D, true>, D>();
     attention::decode_partial_kernel<T, D, true><<<grid, attention::kThreads, kSmem, stream>>>(p);
   } else {
-    prepare_decode_kernel<T, D, false>();
+    prepare_kernel<&attention::decode_partial_kernel<T, D, false>, D>();
     attention::decode_partial_kernel<T, D, false><<<grid, attention::kThreads, kSmem, stream>>>(p);
   }
   TF_CUDA(cudaGetLastError());
@@ -42,19 +52,8 @@ void launch_decode_t(bool paged, const attention::DecodeParams& p, dim3 grid, cu
 
 template <class T, int D>
 int decode_ctas_per_sm_t(bool paged) {
-  int n = 0;
-  if (paged) {
-    prepare_decode_kernel<T, D, true>();
-    TF_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-        &n, attention::decode_partial_kernel<T, D, true>, attention::kThreads,
-        attention::decode_smem_bytes<D>()));
-  } else {
-    prepare_decode_kernel<T, D, false>();
-    TF_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-        &n, attention::decode_partial_kernel<T, D, false>, attention::kThreads,
-        attention::decode_smem_bytes<D>()));
-  }
-  return n;
+  return paged ? ctas_per_sm<&attention::decode_partial_kernel<T, D, true>, D>()
+               : ctas_per_sm<&attention::decode_partial_kernel<T, D, false>, D>();
 }
 
 template <class T, int D>

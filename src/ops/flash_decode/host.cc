@@ -180,12 +180,7 @@ void init_decode_workspace(void* workspace, size_t bytes, cudaStream_t stream) {
 
 namespace {
 int decode_ctas_per_sm(DType dt, int head_dim, bool is_paged) {
-  using detail::decode_ctas_per_sm_t;
-  if (dt == DType::BF16)
-    return head_dim == 64 ? decode_ctas_per_sm_t<__nv_bfloat16, 64>(is_paged)
-                          : decode_ctas_per_sm_t<__nv_bfloat16, 128>(is_paged);
-  return head_dim == 64 ? decode_ctas_per_sm_t<__half, 64>(is_paged)
-                        : decode_ctas_per_sm_t<__half, 128>(is_paged);
+  return detail::dispatch(dt, head_dim, [&]<class T, int D>() { return detail::decode_ctas_per_sm_t<T, D>(is_paged); });
 }
 }  // namespace
 
@@ -231,6 +226,14 @@ void launch_decode_partial(const DecodeArgs& a, const DecodePlan& plan, void* wo
                                   << " bytes num_splits=" << plan.num_splits << " needs");
   }
 
+  const attention::DecodeParams p = detail::make_decode_params(a, plan.num_splits, workspace);
+  const dim3 grid(unsigned(plan.num_splits), unsigned(a.kv_heads), unsigned(a.batch));
+  detail::dispatch(a.dtype, a.head_dim,
+                   [&]<class T, int D>() { detail::launch_decode_t<T, D>(paged(a.layout), p, grid, stream); });
+}
+
+namespace detail {
+attention::DecodeParams make_decode_params(const DecodeArgs& a, int num_splits, void* workspace) {
   attention::DecodeParams p{};
   attention::KvView& kv = p.kv;
   const int64_t d = a.head_dim;
@@ -266,11 +269,11 @@ void launch_decode_partial(const DecodeArgs& a, const DecodePlan& plan, void* wo
   p.q_heads = a.q_heads;
   p.kv_heads = a.kv_heads;
   p.group = a.q_heads / a.kv_heads;
-  p.num_splits = plan.num_splits;
+  p.num_splits = num_splits;
   const float scale = a.softmax_scale > 0.f ? a.softmax_scale : 1.f / std::sqrt(float(a.head_dim));
   p.scale_log2 = scale * 1.44269504088896340736f;
-  if (need > 0) {
-    const size_t parts = size_t(a.batch) * a.q_heads * plan.num_splits;
+  if (num_splits > 1) {  // sections as decode_workspace_bytes sizes them
+    const size_t parts = size_t(a.batch) * a.q_heads * num_splits;
     auto* base = static_cast<unsigned char*>(workspace);
     p.ws_count = reinterpret_cast<int*>(base);
     base += round_up(size_t(a.batch) * a.kv_heads * sizeof(int), kWsAlign);
@@ -281,17 +284,9 @@ void launch_decode_partial(const DecodeArgs& a, const DecodePlan& plan, void* wo
   p.o_part = a.o_part;
   p.lse_part = a.lse_part;
   p.out = a.out;
-
-  const dim3 grid(unsigned(plan.num_splits), unsigned(a.kv_heads), unsigned(a.batch));
-  using detail::launch_decode_t;
-  if (a.dtype == DType::BF16) {
-    if (a.head_dim == 64) launch_decode_t<__nv_bfloat16, 64>(is_paged, p, grid, stream);
-    else launch_decode_t<__nv_bfloat16, 128>(is_paged, p, grid, stream);
-  } else {
-    if (a.head_dim == 64) launch_decode_t<__half, 64>(is_paged, p, grid, stream);
-    else launch_decode_t<__half, 128>(is_paged, p, grid, stream);
-  }
+  return p;
 }
+}  // namespace detail
 
 void validate_combine_args(const CombineArgs& a) {
   using S = Status;
@@ -341,14 +336,7 @@ void launch_combine(const CombineArgs& a, cudaStream_t stream) {
   p.out = a.out;
   p.o_out = a.o_out;
   p.lse_out = a.lse_out;
-  using detail::launch_combine_t;
-  if (a.dtype == DType::BF16) {
-    if (a.head_dim == 64) launch_combine_t<__nv_bfloat16, 64>(p, stream);
-    else launch_combine_t<__nv_bfloat16, 128>(p, stream);
-  } else {
-    if (a.head_dim == 64) launch_combine_t<__half, 64>(p, stream);
-    else launch_combine_t<__half, 128>(p, stream);
-  }
+  detail::dispatch(a.dtype, a.head_dim, [&]<class T, int D>() { detail::launch_combine_t<T, D>(p, stream); });
 }
 
 Slice partition_slice(int64_t len, int world, int rank, int align) {

@@ -1,11 +1,15 @@
-// Private: per-instantiation launchers of the decode and combine kernels. Each (dtype, head_dim)
-// instantiation lives in its own .cu (decode_<dtype>_d<D>.cu) so they compile in parallel; host.cc
-// validates and dispatches to them.
+// Private: per-instantiation launchers of the flash_decode kernels, and the host helpers every
+// launch path shares. Each (dtype, head_dim) instantiation lives in its own small .cu
+// (decode_<dtype>_d<D>.cu, distributed_<dtype>_d<D>.cu) so they compile in parallel; host.cc and
+// distributed.cc validate and dispatch to them.
 #pragma once
 
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime_api.h>
 
 #include "taxfree/kernels/attention/params.h"
+#include "taxfree/ops/flash_decode.h"
 
 namespace taxfree::ops::flash_decode::detail {
 
@@ -19,5 +23,24 @@ int decode_ctas_per_sm_t(bool paged);
 
 template <class T, int D>
 void launch_combine_t(const attention::CombineParams& p, cudaStream_t stream);
+
+// fused_decode_kernel<T, D, paged> with `grid` CTAs (<= resident slots; see fused_schedule.h).
+template <class T, int D>
+void launch_fused_t(bool paged, const attention::FusedDecodeParams& p, int grid, cudaStream_t stream);
+template <class T, int D>
+int fused_ctas_per_sm_t(bool paged);
+
+// Kernel parameters of a validated DecodeArgs: KV view (strides per layout, slices), shape, scale,
+// outputs, and the split workspace sections (when num_splits > 1; `workspace` as sized by
+// decode_workspace_bytes).
+attention::DecodeParams make_decode_params(const DecodeArgs& a, int num_splits, void* workspace);
+
+// f.template operator()<T, D>() for the instantiation of (dtype, head_dim); both validated.
+template <class F>
+decltype(auto) dispatch(DType dtype, int head_dim, F&& f) {
+  if (dtype == DType::BF16)
+    return head_dim == 64 ? f.template operator()<__nv_bfloat16, 64>() : f.template operator()<__nv_bfloat16, 128>();
+  return head_dim == 64 ? f.template operator()<__half, 64>() : f.template operator()<__half, 128>();
+}
 
 }  // namespace taxfree::ops::flash_decode::detail

@@ -12,22 +12,9 @@
 // combine_kernel — grid ceil(rows / kCombineRows), kThreads threads, static shared memory.
 //   Merges `world` rank partials per row (the BSP combine after the all-gather).
 //
-// Reuse in the fused multi-rank kernel (one kernel per rank, same grid and shared memory):
-//   1. cta_attend_chunk(...) and, when sr.splits > 1, the workspace store + cta_arrive_last +
-//      cta_combine_partials exactly as below: smem.post.tile then holds this rank's partial of the
-//      group's `group` query heads (o fp32 normalised, lse fp32).
-//   2. Push: for every rank r (self included) cta_store_tile<D>(tile, group,
-//      gather_o[r] + ((my_rank*batch + b)*q_heads + kvh*group)*D,
-//      gather_lse[r] + (my_rank*batch + b)*q_heads + kvh*group); then, per rank, a system-scope
-//      release of flag[r][b][kvh][my_rank] = epoch (one flag per GQA group covers its heads).
-//   3. Wait (deadline, abort flag) until the `world` flags of (b, kvh) in this rank's buffer reach
-//      epoch: one thread acquires (.sys), then __syncthreads() and a fence in every thread.
-//   4. cta_combine_partials<D>(gather_o + (b*q_heads + kvh*group)*D, batch*q_heads*D,
-//      gather_lse + b*q_heads + kvh*group, batch*q_heads, world, group, smem.post.scratch,
-//      smem.post.tile), then cta_store_tile_as<T, D>(tile, group, out + row0*D).
-//   Caution: a CTA that waits in step 3 holds its SM slot. Every CTA that can wait must be
-//   co-resident (grid <= resident slots, e.g. the heuristic's one-wave split count), or ranks can
-//   deadlock with all slots held by waiters whose producers on the peer are not yet scheduled.
+// The fused multi-rank kernel (fused_decode_kernel.h) reuses these pieces the same way per work
+// item: cta_attend_chunk, the workspace store + cta_arrive_last + cta_combine_partials of the
+// splits, then a push of the group's partial to every rank and a cross-rank cta_combine_partials.
 #pragma once
 
 #include <cuda_bf16.h>

@@ -14,6 +14,9 @@
 
 #include <cstdint>
 
+#include "taxfree/device/fault.cuh"
+#include "taxfree/device/launch_sequence.cuh"
+#include "taxfree/device/symmetric_view.cuh"
 #include "taxfree/kernels/attention/kv_view.h"
 
 namespace taxfree::attention {
@@ -48,6 +51,24 @@ struct CombineParams {
   void* out;                // [rows][D] T, or null
   float* o_out;             // [rows][D] fp32, or null
   float* lse_out;           // [rows] fp32, or null
+};
+
+// Fused multi-rank decode (fused_decode_kernel.h). Gather buffers hold one block of `block`
+// floats per sending rank, the same layout the BSP all-gather moves:
+//   block of rank r:  [ O: rows*D floats | LSE: rows floats | pad ],  rows = batch*q_heads
+// so group g = b*kv_heads + kvh (query rows g*group .. g*group+group-1) of rank r has its o at
+// gather + r*block + g*group*D and its lse at gather + r*block + lse_offset + g*group.
+struct FusedDecodeParams {
+  DecodeParams d;           // this rank's slices and split workspace; d.out = the final output
+  dev::SymmetricView view;  // rank, world, peer translation
+  float* gather;            // heap: [2 parities][world][block]; launch with epoch e uses e & 1
+  int64_t block;            // floats per rank block, multiple of 4
+  int64_t lse_offset;       // floats from a block's start to its LSE section (= rows * D)
+  uint64_t* flags;          // heap: [batch*kv_heads][world]; [g][r] = epoch of r's partial of g
+  dev::LaunchSequence seq;  // epochs
+  dev::FaultContext fault;  // deadline, abort flag, wait record
+  int items;                // d.num_splits * batch * kv_heads work items (fused_schedule.h)
+  int skip_signal;          // fault injection: never raise peers' flags (tests the timeout path)
 };
 
 }  // namespace taxfree::attention

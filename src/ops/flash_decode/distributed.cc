@@ -1,0 +1,161 @@
+// FlashDecode: flash_decode across the ranks of a Team, `bsp` (decode -> ncclAllGather -> combine)
+// and `fused` (one kernel per rank, fused_decode_kernel.h). Host side: buffers, plans, launches.
+#include <nccl.h>
+
+#include <algorithm>
+
+#include "kernels.h"
+#include "taxfree/kernels/attention/fused_schedule.h"
+#include "taxfree/ops/flash_decode.h"
+#include "taxfree/runtime/error.h"
+#include "taxfree/runtime/team.h"
+
+namespace taxfree::ops::flash_decode {
+namespace {
+bool is_paged(KvLayout l) { return l != KvLayout::Contiguous; }
+}  // namespace
+
+FlashDecode::FlashDecode(Team& team, const FlashDecodeConfig& cfg) : team_(team), cfg_(cfg) {
+  validate_flash_decode_config(cfg, team.world());
+  // The split workspace must hold the largest plan of either kernel, any dtype and layout.
+  int per_sm = 0;
+  for (bool fused : {false, true})
+    for (DType dt : {DType::BF16, DType::FP16})
+      for (int d : {64, 128})
+        for (bool paged : {false, true})
+          if (d <= cfg.max_head_dim) per_sm = std::max(per_sm, ctas_per_sm(fused, dt, d, paged));
+  TF_REQUIRE(per_sm >= 1, Status::NotSupported, "the decode kernels do not fit on an SM of this device (occupancy 0)");
+  const FlashDecodeBuffers bytes = flash_decode_buffers(cfg, team.world(), team.sm_count() * per_sm);
+
+  // Collective and ordered: the same allocations on every rank (same config, same world).
+  auto& heap = team.heap();
+  fused_gather_ = static_cast<float*>(heap.allocate(bytes.fused_gather_bytes, 256, "flash_decode.fused_gather"));
+  flags_ = static_cast<uint64_t*>(heap.allocate(bytes.flag_bytes, 256, "flash_decode.flags"));
+  if (cfg.bsp_buffers == BspBuffers::symmetric)
+    bsp_gather_ = static_cast<float*>(heap.allocate(bytes.bsp_gather_bytes, 256, "flash_decode.bsp_gather"));
+  else
+    TF_CUDA(cudaMalloc(&bsp_gather_, bytes.bsp_gather_bytes));
+  workspace_bytes_ = bytes.workspace_bytes;
+  if (workspace_bytes_ > 0) {
+    TF_CUDA(cudaMalloc(&workspace_, workspace_bytes_));
+    init_decode_workspace(workspace_, workspace_bytes_, nullptr);  // split counters start at 0
+  }
+  TF_CUDA(cudaMemset(flags_, 0, bytes.flag_bytes));  // 0 is below every epoch
+  TF_CUDA(cudaDeviceSynchronize());
+  seq_ = team.new_sequence();
+  // Peers write into this rank's flags only after they are zero.
+  team.host_barrier("flash_decode.init");
+}
+
+FlashDecode::~FlashDecode() {
+  if (workspace_) cudaFree(workspace_);
+  if (cfg_.bsp_buffers == BspBuffers::plain && bsp_gather_) cudaFree(bsp_gather_);
+  // Heap buffers go back with the heap's release(mark) (stack discipline).
+}
+
+int FlashDecode::ctas_per_sm(bool fused, DType dtype, int head_dim, bool paged) {
+  int& n = occupancy_[(fused ? 8 : 0) + (dtype == DType::FP16 ? 4 : 0) + (head_dim == 128 ? 2 : 0) + (paged ? 1 : 0)];
+  if (n == 0)
+    n = detail::dispatch(dtype, head_dim, [&]<class T, int D>() {
+      return fused ? detail::fused_ctas_per_sm_t<T, D>(paged) : detail::decode_ctas_per_sm_t<T, D>(paged);
+    });
+  return n;
+}
+
+DecodeConfig FlashDecode::split_config(bool fused, const DecodeArgs& a) {
+  DecodeConfig dc;
+  dc.num_splits = cfg_.num_splits;
+  dc.num_sms = team_.sm_count();
+  dc.ctas_per_sm = ctas_per_sm(fused, a.dtype, a.head_dim, is_paged(a.layout));
+  TF_REQUIRE(dc.ctas_per_sm >= 1, Status::NotSupported, "the decode kernel does not fit on an SM of this device");
+  return dc;
+}
+
+FusedPlan FlashDecode::fused_plan(const DecodeArgs& a) {
+  validate_flash_decode_args(a, cfg_);
+  const DecodeConfig dc = split_config(true, a);
+  const DecodePlan plan = plan_decode(a, dc);
+  TF_REQUIRE(plan.workspace_bytes <= workspace_bytes_, Status::Internal,
+             "fused plan needs " << plan.workspace_bytes << " workspace bytes, FlashDecode has " << workspace_bytes_);
+  FusedPlan fp;
+  fp.num_splits = plan.num_splits;
+  fp.items = int64_t(plan.num_splits) * a.batch * a.kv_heads;
+  fp.resident = dc.num_sms * dc.ctas_per_sm;
+  fp.grid = attention::fused_grid(fp.items, fp.resident);
+  return fp;
+}
+
+void FlashDecode::launch(Variant variant, const DecodeArgs& a, cudaStream_t stream) {
+  TF_REQUIRE(variant == Variant::bsp || variant == Variant::fused, Status::InvalidArgument,
+             "variant=" << int(variant) << " is not a flash_decode Variant");
+  if (variant == Variant::fused) return launch_fused(a, stream);
+  validate_flash_decode_args(a, cfg_);  // before the first stage is enqueued
+  for (Stage s : {Stage::decode, Stage::gather, Stage::combine}) launch_bsp_stage(s, a, stream);
+}
+
+void FlashDecode::launch_fused(const DecodeArgs& a, cudaStream_t stream) {
+  const FusedPlan fp = fused_plan(a);  // validates
+  const GatherLayout l = gather_layout(a.batch, a.q_heads, a.head_dim);
+  attention::FusedDecodeParams p{};
+  p.d = detail::make_decode_params(a, fp.num_splits, workspace_);
+  p.view = team_.view();
+  p.gather = fused_gather_;
+  p.block = l.block_floats;
+  p.lse_offset = l.lse_offset;
+  p.flags = flags_;
+  p.seq = seq_;
+  p.fault = team_.fault();
+  p.items = int(fp.items);
+  p.skip_signal = skip_signal_ ? 1 : 0;
+  const bool paged = is_paged(a.layout);
+  detail::dispatch(a.dtype, a.head_dim,
+                   [&]<class T, int D>() { detail::launch_fused_t<T, D>(paged, p, fp.grid, stream); });
+}
+
+void FlashDecode::launch_bsp_stage(Stage stage, const DecodeArgs& a, cudaStream_t stream) {
+  TF_REQUIRE(stage == Stage::decode || stage == Stage::gather || stage == Stage::combine, Status::InvalidArgument,
+             "stage=" << int(stage) << " is not a FlashDecode::Stage");
+  validate_flash_decode_args(a, cfg_);
+  const GatherLayout l = gather_layout(a.batch, a.q_heads, a.head_dim);
+  float* const mine = bsp_gather_ + int64_t(team_.rank()) * l.block_floats;
+  switch (stage) {
+    case Stage::decode: {
+      DecodeArgs d = a;  // this rank's partial into its own block
+      d.out = nullptr;
+      d.o_part = mine;
+      d.lse_part = mine + l.lse_offset;
+      const DecodePlan plan = plan_decode(d, split_config(false, a));
+      TF_REQUIRE(plan.workspace_bytes <= workspace_bytes_, Status::Internal,
+                 "decode plan needs " << plan.workspace_bytes << " workspace bytes, FlashDecode has "
+                                      << workspace_bytes_);
+      launch_decode_partial(d, plan, workspace_, workspace_bytes_, stream);
+      return;
+    }
+    case Stage::gather: {
+      // In place (send = recv + rank * count). Heap blocks go at their window address, so NCCL
+      // takes its symmetric-memory path.
+      const bool window = cfg_.bsp_buffers == BspBuffers::symmetric;
+      const void* send = window ? team_.heap().nccl_address(mine) : mine;
+      void* recv = window ? team_.heap().nccl_address(bsp_gather_) : bsp_gather_;
+      TF_NCCL(ncclAllGather(send, recv, size_t(l.block_floats), ncclFloat, team_.comm(), stream));
+      return;
+    }
+    case Stage::combine: {
+      CombineArgs c;
+      c.world = team_.world();
+      c.batch = a.batch;
+      c.q_heads = a.q_heads;
+      c.head_dim = a.head_dim;
+      c.dtype = a.dtype;
+      c.o_parts = bsp_gather_;
+      c.o_rank_stride = l.block_floats;
+      c.lse_parts = bsp_gather_ + l.lse_offset;
+      c.lse_rank_stride = l.block_floats;
+      c.out = a.out;
+      launch_combine(c, stream);
+      return;
+    }
+  }
+}
+
+}  // namespace taxfree::ops::flash_decode

@@ -1,0 +1,9 @@
+// Instantiation: the fused multi-rank decode kernel for bf16, head_dim 128 (see fused_instance.cuh).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "fused_instance.cuh"
+
+namespace taxfree::ops::flash_decode::detail {
+TF_FLASH_DECODE_FUSED_INSTANTIATE(__nv_bfloat16, 128)
+}  // namespace taxfree::ops::flash_decode::detail
