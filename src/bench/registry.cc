@@ -10,6 +10,7 @@ std::unique_ptr<OpBench> make_barrier_bench();
 std::unique_ptr<OpBench> make_all_gather_bench();
 std::unique_ptr<OpBench> make_gemm_bench();
 std::unique_ptr<OpBench> make_decode_bench();
+std::unique_ptr<OpBench> make_flash_decode_bench();
 
 namespace {
 struct Entry {
@@ -26,6 +27,7 @@ const std::vector<Entry>& entries() {
       {"all_gather", make_all_gather_bench},
       {"gemm", make_gemm_bench},
       {"decode", make_decode_bench},
+      {"flash_decode", make_flash_decode_bench},
   };
   return kEntries;
 }

@@ -3,6 +3,7 @@
 //
 // --shape filters (any entry may match; an entry matches when all its keys do), e.g.
 //   --shape batch=1,kv=32768,heads=96/12      keys: batch, kv, heads (q/kv), head_dim
+// (bench::matches_shape_filters: an unknown key matches nothing).
 // The sweep is the shape list below; -b/-e do not apply (the size column is the output bytes).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -16,7 +17,9 @@
 #include <string>
 #include <vector>
 
+#include "bench_inputs.h"
 #include "reference.h"
+#include "taxfree/bench/harness.h"
 #include "taxfree/bench/op_bench.h"
 #include "taxfree/ops/flash_decode.h"
 #include "taxfree/runtime/error.h"
@@ -24,82 +27,12 @@
 namespace taxfree::ops::flash_decode {
 namespace {
 
-
 // Problems whose whole output the check recomputes on the CPU (KV tokens x KV heads x batch).
 constexpr int64_t kFullCheckTokens = int64_t(1) << 20;
 
-struct Shape {
-  int q_heads, kv_heads, head_dim, batch, kv;
-  int64_t kv_bytes() const { return 2 * int64_t(batch) * kv_heads * kv * head_dim * 2; }
-};
-
-std::vector<Shape> issue_shapes() {
-  std::vector<Shape> s;
-  for (int b : {1, 4, 16})
-    for (int kv : {8192, 32768, 131072, 524288}) s.push_back({96, 12, 128, b, kv});
-  for (int b : {1, 8, 32})
-    for (int kv : {4096, 16384, 65536}) s.push_back({64, 8, 128, b, kv});
-  return s;
-}
-
-bool matches(const Shape& s, const std::string& filter) {
-  std::stringstream ss(filter);
-  std::string kv;
-  while (std::getline(ss, kv, ',')) {
-    if (kv.empty()) continue;
-    const auto eq = kv.find('=');
-    TF_REQUIRE(eq != std::string::npos, Status::InvalidArgument,
-               "--shape entry '" << kv << "' must be key=value (keys: batch, kv, heads, head_dim)");
-    const std::string key = kv.substr(0, eq), val = kv.substr(eq + 1);
-    if (key == "heads") {
-      const auto slash = val.find('/');
-      TF_REQUIRE(slash != std::string::npos, Status::InvalidArgument,
-                 "--shape heads=" << val << " must be Q/KV, e.g. heads=96/12");
-      if (std::stoi(val.substr(0, slash)) != s.q_heads || std::stoi(val.substr(slash + 1)) != s.kv_heads)
-        return false;
-    } else if (key == "batch") {
-      if (std::stoi(val) != s.batch) return false;
-    } else if (key == "kv") {
-      if (std::stoi(val) != s.kv) return false;
-    } else if (key == "head_dim") {
-      if (std::stoi(val) != s.head_dim) return false;
-    } else {
-      TF_THROW(Status::InvalidArgument, "unknown --shape key '" << key << "' (keys: batch, kv, heads, head_dim)");
-    }
-  }
-  return true;
-}
-
-DType parse_dtype(const std::string& t) {
-  if (t == "bf16") return DType::BF16;
-  if (t == "fp16" || t == "f16" || t == "half") return DType::FP16;
-  TF_THROW(Status::InvalidArgument, "decode: dtype '" << t << "' must be bf16 or fp16");
-}
-
-// Uniform [-1, 1) from a hash of (seed, index): device-side fill of tens of GB in milliseconds.
-__device__ inline float hash_uniform(uint64_t seed, uint64_t i) {
-  uint64_t z = seed + 0x9E3779B97F4A7C15ull * (i + 1);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  z ^= z >> 31;
-  return float(z >> 40) * (2.f / 16777216.f) - 1.f;
-}
-template <class T>
-__global__ void fill_uniform(T* p, size_t n, uint64_t seed) {
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
-    p[i] = T(hash_uniform(seed, i));
-}
-
-float to_float(DType t, uint16_t u) {
-  if (t == DType::BF16) {
-    __nv_bfloat16 h;
-    std::memcpy(&h, &u, 2);
-    return __bfloat162float(h);
-  }
-  __half h;
-  std::memcpy(&h, &u, 2);
-  return __half2float(h);
-}
+using bench_inputs::parse_dtype;
+using bench_inputs::Shape;
+using bench_inputs::to_float;
 
 class DecodeBench final : public bench::OpBench {
  public:
@@ -110,10 +43,8 @@ class DecodeBench final : public bench::OpBench {
   std::vector<bench::Case> cases(const bench::Options& opt, const Team&) const override {
     parse_dtype(opt.dtype);
     std::vector<bench::Case> out;
-    for (const Shape& s : issue_shapes()) {
-      bool keep = opt.shapes.empty();
-      for (const auto& f : opt.shapes) keep = keep || matches(s, f);
-      if (!keep) continue;
+    for (const Shape& s : bench_inputs::issue_shapes()) {
+      if (!bench::matches_shape_filters(s.params(), opt.shapes)) continue;
       bench::Case c;
       std::ostringstream label;
       label << "b=" << s.batch << " kv=" << s.kv << " heads=" << s.q_heads << "/" << s.kv_heads
@@ -122,8 +53,7 @@ class DecodeBench final : public bench::OpBench {
       c.count = int64_t(s.batch) * s.q_heads * s.head_dim;
       c.size_bytes = c.count * 2;
       c.type = opt.dtype;
-      c.params = {{"batch", s.batch},       {"kv", s.kv},           {"q_heads", s.q_heads},
-                  {"kv_heads", s.kv_heads}, {"head_dim", s.head_dim}, {"kv_bytes", s.kv_bytes()}};
+      c.params = s.params();
       out.push_back(std::move(c));
     }
     return out;
@@ -131,8 +61,7 @@ class DecodeBench final : public bench::OpBench {
 
   void setup(Team&, const bench::Case& c, const bench::Options& opt) override {
     teardown();
-    s_ = {c.params.at("q_heads").get<int>(), c.params.at("kv_heads").get<int>(),
-          c.params.at("head_dim").get<int>(), c.params.at("batch").get<int>(), c.params.at("kv").get<int>()};
+    s_ = Shape::from(c.params);
     dtype_ = parse_dtype(opt.dtype);
     const size_t q_elems = size_t(s_.batch) * s_.q_heads * s_.head_dim;
     const size_t kv_elems = size_t(s_.batch) * s_.kv_heads * s_.kv * s_.head_dim;
@@ -145,7 +74,9 @@ class DecodeBench final : public bench::OpBench {
     const std::vector<int32_t> lens(size_t(s_.batch), s_.kv);
     TF_CUDA(cudaMemcpy(lens_, lens.data(), lens.size() * 4, cudaMemcpyHostToDevice));
     const uint64_t seed = opt.seed ^ (uint64_t(s_.batch) << 40) ^ uint64_t(s_.kv);
-    fill(q_, q_elems, seed + 1), fill(k_, kv_elems, seed + 2), fill(v_, kv_elems, seed + 3);
+    bench_inputs::fill(dtype_, q_, q_elems, seed + 1, nullptr);
+    bench_inputs::fill(dtype_, k_, kv_elems, seed + 2, nullptr);
+    bench_inputs::fill(dtype_, v_, kv_elems, seed + 3, nullptr);
 
     a_ = {};
     a_.batch = s_.batch, a_.q_heads = s_.q_heads, a_.kv_heads = s_.kv_heads, a_.head_dim = s_.head_dim;
@@ -241,12 +172,6 @@ class DecodeBench final : public bench::OpBench {
   }
 
  private:
-  void fill(void* p, size_t n, uint64_t seed) {
-    if (dtype_ == DType::BF16) fill_uniform<<<1024, 256>>>(static_cast<__nv_bfloat16*>(p), n, seed);
-    else fill_uniform<<<1024, 256>>>(static_cast<__half*>(p), n, seed);
-    TF_CUDA(cudaGetLastError());
-  }
-
   Shape s_{};
   DType dtype_ = DType::BF16;
   void *q_ = nullptr, *k_ = nullptr, *v_ = nullptr, *out_ = nullptr, *ws_ = nullptr;

@@ -1,0 +1,76 @@
+#include "bench_inputs.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstring>
+
+#include "taxfree/runtime/error.h"
+
+namespace taxfree::ops::flash_decode::bench_inputs {
+namespace {
+
+__host__ __device__ inline float hashed_value(uint64_t seed, uint64_t i) {
+  uint64_t z = seed + 0x9E3779B97F4A7C15ull * (i + 1);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  z ^= z >> 31;
+  return float(int(z >> 55) - 256) * (1.f / 256.f);  // z >> 55 in [0, 512)
+}
+
+template <class T>
+__global__ void fill_kernel(T* p, size_t n, uint64_t seed) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
+    p[i] = T(hashed_value(seed, i));
+}
+
+}  // namespace
+
+nlohmann::json Shape::params() const {
+  return {{"batch", batch},       {"kv", kv},
+          {"heads", std::to_string(q_heads) + "/" + std::to_string(kv_heads)},
+          {"q_heads", q_heads},   {"kv_heads", kv_heads},
+          {"head_dim", head_dim}, {"kv_bytes", kv_bytes()}};
+}
+
+Shape Shape::from(const nlohmann::json& p) {
+  return {p.at("q_heads").get<int>(), p.at("kv_heads").get<int>(), p.at("head_dim").get<int>(),
+          p.at("batch").get<int>(), p.at("kv").get<int>()};
+}
+
+std::vector<Shape> issue_shapes() {
+  std::vector<Shape> s;
+  for (int b : {1, 4, 16})
+    for (int kv : {8192, 32768, 131072, 524288}) s.push_back({96, 12, 128, b, kv});
+  for (int b : {1, 8, 32})
+    for (int kv : {4096, 16384, 65536}) s.push_back({64, 8, 128, b, kv});
+  return s;
+}
+
+DType parse_dtype(const std::string& t) {
+  if (t == "bf16") return DType::BF16;
+  if (t == "fp16" || t == "f16" || t == "half") return DType::FP16;
+  TF_THROW(Status::InvalidArgument, "flash_decode benchmarks: dtype '" << t << "' must be bf16 or fp16");
+}
+
+float value(uint64_t seed, uint64_t i) { return hashed_value(seed, i); }
+
+void fill(DType dtype, void* dst, size_t n, uint64_t seed, cudaStream_t stream) {
+  if (n == 0) return;
+  if (dtype == DType::BF16) fill_kernel<<<1024, 256, 0, stream>>>(static_cast<__nv_bfloat16*>(dst), n, seed);
+  else fill_kernel<<<1024, 256, 0, stream>>>(static_cast<__half*>(dst), n, seed);
+  TF_CUDA(cudaGetLastError());
+}
+
+float to_float(DType t, uint16_t u) {
+  if (t == DType::BF16) {
+    __nv_bfloat16 h;
+    std::memcpy(&h, &u, 2);
+    return __bfloat162float(h);
+  }
+  __half h;
+  std::memcpy(&h, &u, 2);
+  return __half2float(h);
+}
+
+}  // namespace taxfree::ops::flash_decode::bench_inputs

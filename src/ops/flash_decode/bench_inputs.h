@@ -1,0 +1,41 @@
+// Private: inputs of the flash_decode benchmarks (`decode`, `flash_decode`): the issue's shapes,
+// and reproducible values that the host can regenerate bit for bit (so a rank can compute the
+// reference over its peers' KV without communication).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "taxfree/ops/flash_decode.h"
+
+namespace taxfree::ops::flash_decode::bench_inputs {
+
+struct Shape {
+  int q_heads, kv_heads, head_dim, batch, kv;  // kv: tokens per sequence (per rank when distributed)
+  int64_t kv_bytes() const { return 2 * int64_t(batch) * kv_heads * kv * head_dim * 2; }  // K + V, 16-bit
+  // Case params: batch, kv, heads ("96/12", the --shape filter form), q_heads, kv_heads, head_dim,
+  // kv_bytes; and back.
+  nlohmann::json params() const;
+  static Shape from(const nlohmann::json& params);
+};
+
+// 96/12 heads x batch {1, 4, 16} x KV {8K, 32K, 128K, 512K}; 64/8 x batch {1, 8, 32} x KV {4K,
+// 16K, 64K}; head_dim 128.
+std::vector<Shape> issue_shapes();
+
+DType parse_dtype(const std::string& name);  // bf16 | fp16; throws InvalidArgument
+
+// Value i of stream `seed`: k/256 for a hashed k in [-256, 256), exact in bf16 and fp16, so the
+// device copy and a host regeneration agree bit for bit.
+float value(uint64_t seed, uint64_t i);
+// dst[i] = value(seed, i) in `dtype`, for i < n (device memory).
+void fill(DType dtype, void* dst, size_t n, uint64_t seed, cudaStream_t stream);
+
+float to_float(DType dtype, uint16_t bits);
+
+}  // namespace taxfree::ops::flash_decode::bench_inputs

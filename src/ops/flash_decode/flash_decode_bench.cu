@@ -1,0 +1,256 @@
+// `taxfree bench flash_decode`: decode attention with every sequence's KV split across the ranks
+// (`kv` tokens per rank, contiguous cache), the full output on every rank.
+//
+// Variants: bsp (decode -> ncclAllGather from the symmetric window -> combine), bsp-plain (same,
+// plain buffers; NCCL at its best is the faster of the two baselines), fused (one kernel).
+// Parts for the tax breakdown: decode-only (bsp's decode kernel alone; its algbw column is the KV
+// read rate, to compare with the measured HBM rate) and comm-only (the all-gather alone).
+// --shape filters: batch, kv, heads (e.g. heads=96/12), head_dim.
+//
+// Check: the output of sampled (sequence, KV head) groups against a double-precision reference
+// over the whole sequence (each rank regenerates every rank's KV on the host), and the output
+// bitwise against rank 0's (gathered with NCCL).
+#include <nccl.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "../../bench/bench_util.cuh"
+#include "bench_inputs.h"
+#include "reference.h"
+#include "taxfree/bench/harness.h"
+#include "taxfree/bench/op_bench.h"
+#include "taxfree/ops/flash_decode.h"
+#include "taxfree/runtime/error.h"
+#include "taxfree/runtime/team.h"
+
+namespace taxfree::ops::flash_decode {
+namespace {
+
+using bench_inputs::Shape;
+
+// One-way flag latency measured on 2xH200 (half the 2.4 us ping-pong round trip): the part of the
+// floor that no in-kernel exchange avoids.
+constexpr double kFlagLatencyS = 1.2e-6;
+// Problems up to this many (tokens x KV heads x batch x ranks) get every group checked; larger
+// ones two groups per rank (different groups on every rank).
+constexpr int64_t kFullCheckWork = int64_t(1) << 21;
+
+// Seeds of the inputs: q is the same on every rank, K and V are per rank.
+uint64_t q_seed(uint64_t base) { return base * 31 + 1; }
+uint64_t k_seed(uint64_t base, int rank) { return base * 31 + 2 + 2 * uint64_t(rank); }
+uint64_t v_seed(uint64_t base, int rank) { return base * 31 + 3 + 2 * uint64_t(rank); }
+
+class FlashDecodeBench final : public bench::OpBench {
+ public:
+  ~FlashDecodeBench() override { teardown(); }
+  std::string name() const override { return "flash_decode"; }
+  std::vector<std::string> variants() const override { return {"bsp", "bsp-plain", "fused"}; }
+  int baseline_count() const override { return 2; }
+  int min_ranks() const override { return 2; }
+  std::vector<std::string> parts() const override { return {"decode-only", "comm-only"}; }
+  int launches(const std::string& v) const override { return v == "bsp" || v == "bsp-plain" ? 3 : 1; }
+
+  std::vector<bench::Case> cases(const bench::Options& opt, const Team& team) const override {
+    bench_inputs::parse_dtype(opt.dtype);
+    std::vector<bench::Case> out;
+    for (const Shape& s : bench_inputs::issue_shapes()) {
+      if (!bench::matches_shape_filters(s.params(), opt.shapes)) continue;
+      bench::Case c;
+      std::ostringstream label;
+      label << "b=" << s.batch << " kv=" << s.kv << "/rank heads=" << s.q_heads << "/" << s.kv_heads
+            << " d=" << s.head_dim;
+      c.label = label.str();
+      c.count = int64_t(s.batch) * s.q_heads * s.head_dim;
+      c.size_bytes = c.count * 2;
+      c.type = opt.dtype;
+      c.params = s.params();
+      c.params["world"] = team.world();
+      out.push_back(std::move(c));
+    }
+    return out;
+  }
+
+  void setup(Team& team, const bench::Case& c, const bench::Options& opt) override {
+    teardown();
+    team_ = &team;
+    s_ = Shape::from(c.params);
+    dtype_ = bench_inputs::parse_dtype(opt.dtype);
+    seed_ = opt.seed ^ (uint64_t(s_.batch) << 40) ^ (uint64_t(s_.q_heads) << 32) ^ uint64_t(s_.kv);
+    const size_t q_elems = size_t(s_.batch) * s_.q_heads * s_.head_dim;
+    const size_t kv_elems = size_t(s_.batch) * s_.kv_heads * s_.kv * s_.head_dim;
+    TF_CUDA(cudaMalloc(&q_, q_elems * 2));
+    TF_CUDA(cudaMalloc(&k_, kv_elems * 2));
+    TF_CUDA(cudaMalloc(&v_, kv_elems * 2));
+    TF_CUDA(cudaMalloc(&out_, q_elems * 2));
+    TF_CUDA(cudaMalloc(&all_out_, q_elems * 2 * team.world()));
+    TF_CUDA(cudaMalloc(&lens_, size_t(s_.batch) * 4));
+    const std::vector<int32_t> lens(size_t(s_.batch), s_.kv);
+    TF_CUDA(cudaMemcpy(lens_, lens.data(), lens.size() * 4, cudaMemcpyHostToDevice));
+    bench_inputs::fill(dtype_, q_, q_elems, q_seed(seed_), team.stream());
+    bench_inputs::fill(dtype_, k_, kv_elems, k_seed(seed_, team.rank()), team.stream());
+    bench_inputs::fill(dtype_, v_, kv_elems, v_seed(seed_, team.rank()), team.stream());
+
+    a_ = {};
+    a_.batch = s_.batch, a_.q_heads = s_.q_heads, a_.kv_heads = s_.kv_heads, a_.head_dim = s_.head_dim;
+    a_.dtype = dtype_;
+    a_.q = q_, a_.k = k_, a_.v = v_, a_.layout = KvLayout::Contiguous, a_.capacity = s_.kv;
+    a_.slice_len = lens_, a_.max_len = s_.kv;
+    a_.out = out_;
+
+    mark_ = team.heap().mark();
+    FlashDecodeConfig cfg;
+    cfg.max_batch = s_.batch, cfg.max_q_heads = s_.q_heads, cfg.max_kv_heads = s_.kv_heads;
+    cfg.max_head_dim = s_.head_dim;
+    op_ = std::make_unique<FlashDecode>(team, cfg);
+    cfg.bsp_buffers = BspBuffers::plain;
+    plain_ = std::make_unique<FlashDecode>(team, cfg);
+    op_->set_skip_signal(opt.skip_signal_rank == team.rank());
+    reference_.clear();
+    team.sync(team.stream());
+  }
+
+  void poison(cudaStream_t stream) override {
+    TF_CUDA(cudaMemsetAsync(out_, 0xFF, size_t(s_.batch) * s_.q_heads * s_.head_dim * 2, stream));
+  }
+
+  void run(const std::string& v, cudaStream_t stream) override {
+    if (v == "bsp") op_->launch(Variant::bsp, a_, stream);
+    else if (v == "bsp-plain") plain_->launch(Variant::bsp, a_, stream);
+    else if (v == "fused") op_->launch(Variant::fused, a_, stream);
+    else if (v == "decode-only") op_->launch_bsp_stage(FlashDecode::Stage::decode, a_, stream);
+    else if (v == "comm-only") op_->launch_bsp_stage(FlashDecode::Stage::gather, a_, stream);
+    else TF_THROW(Status::InvalidArgument, "flash_decode has no variant or part '" << v << "'");
+  }
+
+  int64_t check(const std::string&, cudaStream_t stream) override {
+    const int group = s_.q_heads / s_.kv_heads, d = s_.head_dim;
+    const size_t n = size_t(s_.batch) * s_.q_heads * d;
+    // Bitwise against rank 0: every rank gathers every rank's output (collective).
+    TF_NCCL(ncclAllGather(out_, all_out_, n * 2, ncclUint8, team_->comm(), stream));
+    int64_t wrong = bench::count_diff16(static_cast<uint16_t*>(all_out_) + n * team_->rank(), all_out_, n * 2, stream);
+
+    std::vector<uint16_t> out(n);
+    TF_CUDA(cudaMemcpy(out.data(), out_, n * 2, cudaMemcpyDeviceToHost));
+    const double atol = dtype_ == DType::BF16 ? 6e-3 : 1.5e-3, rtol = dtype_ == DType::BF16 ? 1.2e-2 : 5e-3;
+    for (int g : checked_groups()) {
+      const std::vector<double>& want = reference(g);
+      const size_t row0 = size_t(g) * group;
+      for (size_t i = 0; i < size_t(group) * d; ++i) {
+        const double got = bench_inputs::to_float(dtype_, out[row0 * d + i]);
+        if (!(std::fabs(got - want[i]) <= atol + rtol * std::fabs(want[i]))) ++wrong;
+      }
+    }
+    return wrong;
+  }
+
+  bench::Figures figures(const bench::Case& c, double seconds) const override {
+    bench::Figures f;
+    f.algbw_gbs = c.params.at("kv_bytes").get<double>() / seconds / 1e9;  // local KV bytes read per second
+    f.tflops = 4.0 * c.params.at("batch").get<double>() * c.params.at("q_heads").get<double>() *
+               c.params.at("kv").get<double>() * c.params.at("head_dim").get<double>() / seconds / 1e12;
+    return f;
+  }
+
+  // The local slice's KV once through HBM at the copy rate measured in this run, plus one flag.
+  bench::Floor floor(const bench::Case& c, const bench::MachineRates& r) const override {
+    return {c.params.at("kv_bytes").get<double>() / r.hbm_bytes_per_s + kFlagLatencyS, "hbm"};
+  }
+
+  // bulk-synchronous: the faster bsp baseline - max(decode-only, comm-only); launch: the two
+  // kernels bsp launches beyond fused's one; data locality: the gathered partials (every rank's
+  // fp32 O + LSE) written to HBM and read back by the combine.
+  bench::Taxes taxes(const bench::Case& c, const std::map<std::string, double>& t,
+                     const bench::MachineRates& r) const override {
+    bench::Taxes x;
+    double bsp = 0;
+    for (const char* v : {"bsp", "bsp-plain"})
+      if (t.count(v) && (bsp == 0 || t.at(v) < bsp)) bsp = t.at(v);
+    if (bsp > 0 && t.count("decode-only") && t.count("comm-only"))
+      x.bulk_synchronous = bsp - std::max(t.at("decode-only"), t.at("comm-only"));
+    x.launch = (launches("bsp") - launches("fused")) * r.launch_s;
+    const Shape s = Shape::from(c.params);
+    const double partials = c.params.at("world").get<double>() * s.batch * s.q_heads * (s.head_dim + 1) * 4.0;
+    x.data_locality = 2 * partials / r.hbm_bytes_per_s;
+    return x;
+  }
+
+  void teardown() override {
+    op_.reset();
+    plain_.reset();
+    if (team_ != nullptr) team_->heap().release(mark_);
+    for (void* p : {q_, k_, v_, out_, all_out_, static_cast<void*>(lens_)})
+      if (p) cudaFree(p);
+    q_ = k_ = v_ = out_ = all_out_ = nullptr;
+    lens_ = nullptr;
+    team_ = nullptr;
+  }
+
+ private:
+  std::vector<int> checked_groups() const {
+    const int groups = s_.batch * s_.kv_heads, world = team_->world();
+    std::vector<int> g;
+    if (int64_t(groups) * s_.kv * world <= kFullCheckWork) {
+      for (int i = 0; i < groups; ++i) g.push_back(i);
+    } else {
+      const int first = int(int64_t(team_->rank()) * groups / world);
+      g = {first, groups - 1 - first};
+      g.erase(std::unique(g.begin(), g.end()), g.end());
+    }
+    return g;
+  }
+
+  // Output rows of group g (b*kv_heads + kvh) over the whole sequence, in double: each rank's
+  // partial over its slice (KV regenerated on the host), merged with the double combine.
+  const std::vector<double>& reference(int g) {
+    auto it = reference_.find(g);
+    if (it != reference_.end()) return it->second;
+    const int group = s_.q_heads / s_.kv_heads, d = s_.head_dim, world = team_->world();
+    const double scale = 1.0 / std::sqrt(double(d));
+    std::vector<float> q(size_t(group) * d), k(size_t(s_.kv) * d), v(k.size());
+    for (size_t i = 0; i < q.size(); ++i) q[i] = bench_inputs::value(q_seed(seed_), size_t(g) * group * d + i);
+    std::vector<double> o(size_t(world) * group * d), lse(size_t(world) * group);  // [rank][row][d]
+    for (int r = 0; r < world; ++r) {
+      const size_t kv0 = size_t(g) * s_.kv * d;  // [batch][kv_heads][kv][d], group g = b*kv_heads+kvh
+      for (size_t i = 0; i < k.size(); ++i) {
+        k[i] = bench_inputs::value(k_seed(seed_, r), kv0 + i);
+        v[i] = bench_inputs::value(v_seed(seed_, r), kv0 + i);
+      }
+      ref::attend_group(group, d, q.data(), k.data(), v.data(), d, 0, s_.kv, scale,
+                        o.data() + size_t(r) * group * d, lse.data() + size_t(r) * group);
+    }
+    std::vector<double> want(size_t(group) * d), po(size_t(world) * d), pl(static_cast<size_t>(world));
+    for (int h = 0; h < group; ++h) {
+      for (int r = 0; r < world; ++r) {
+        std::copy_n(o.data() + (size_t(r) * group + h) * d, d, po.data() + size_t(r) * d);
+        pl[size_t(r)] = lse[size_t(r) * group + h];
+      }
+      ref::combine(world, d, po.data(), pl.data(), want.data() + size_t(h) * d);
+    }
+    return reference_[g] = std::move(want);
+  }
+
+  Team* team_ = nullptr;
+  Shape s_{};
+  DType dtype_ = DType::BF16;
+  uint64_t seed_ = 0, mark_ = 0;
+  void *q_ = nullptr, *k_ = nullptr, *v_ = nullptr, *out_ = nullptr, *all_out_ = nullptr;
+  int32_t* lens_ = nullptr;
+  DecodeArgs a_;
+  std::unique_ptr<FlashDecode> op_, plain_;
+  std::map<int, std::vector<double>> reference_;
+};
+
+}  // namespace
+}  // namespace taxfree::ops::flash_decode
+
+namespace taxfree::bench {
+std::unique_ptr<OpBench> make_flash_decode_bench() {
+  return std::make_unique<ops::flash_decode::FlashDecodeBench>();
+}
+}  // namespace taxfree::bench
