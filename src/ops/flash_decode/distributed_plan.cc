@@ -85,12 +85,12 @@ void validate_flash_decode_config(const FlashDecodeConfig& c, int world) {
 
 void validate_flash_decode_args(const DecodeArgs& a, const FlashDecodeConfig& c) {
   using S = Status;
-  validate_decode_args(a);
   TF_REQUIRE(a.out != nullptr, S::InvalidArgument, "out is null: FlashDecode writes the full attention output there");
   TF_REQUIRE(a.o_part == nullptr, S::InvalidArgument,
              "o_part=" << static_cast<const void*>(a.o_part) << " must be null: FlashDecode keeps the partials itself");
   TF_REQUIRE(a.lse_part == nullptr, S::InvalidArgument,
              "lse_part=" << static_cast<const void*>(a.lse_part) << " must be null: FlashDecode keeps the partials itself");
+  validate_decode_args(a);
   TF_REQUIRE(a.batch <= c.max_batch, S::InvalidArgument,
              "batch=" << a.batch << " exceeds this FlashDecode's max_batch=" << c.max_batch);
   TF_REQUIRE(a.q_heads <= c.max_q_heads, S::InvalidArgument,

@@ -1,0 +1,289 @@
+// flash_decode across ranks, host logic (no GPU): the gather layout and buffer sizes for several
+// world sizes, the workspace bound against every plan, validation messages, variant names, the
+// fused schedule (simulated: no deadlock for any per-rank grids and splits), and the partition +
+// gather layout + LSE combine against a direct softmax over the whole sequence.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "../../src/ops/flash_decode/reference.h"
+#include "taxfree/kernels/attention/fused_schedule.h"
+#include "taxfree/kernels/attention/lse_combine.h"
+#include "taxfree/ops/flash_decode.h"
+#include "taxfree/runtime/error.h"
+
+namespace taxfree::ops::flash_decode {
+namespace {
+
+namespace at = taxfree::attention;
+
+void expect_invalid(const std::function<void()>& f, const std::string& needle) {
+  try {
+    f();
+    ADD_FAILURE() << "did not throw; expected a message with '" << needle << "'";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.status(), Status::InvalidArgument) << e.what();
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos)
+        << "message '" << e.what() << "' does not name '" << needle << "'";
+  }
+}
+
+FlashDecodeConfig config(int batch, int q_heads, int kv_heads, int head_dim = 128) {
+  FlashDecodeConfig c;
+  c.max_batch = batch, c.max_q_heads = q_heads, c.max_kv_heads = kv_heads, c.max_head_dim = head_dim;
+  return c;
+}
+
+TEST(FlashDecodeDistPlan, GatherLayout) {
+  for (int batch : {1, 3, 32})
+    for (int q : {1, 8, 96})
+      for (int d : {64, 128}) {
+        const GatherLayout l = gather_layout(batch, q, d);
+        EXPECT_EQ(l.rows, int64_t(batch) * q);
+        EXPECT_EQ(l.lse_offset, l.rows * d);
+        EXPECT_EQ(l.block_floats % 64, 0);  // 256-byte blocks: float4 and NCCL alignment
+        EXPECT_GE(l.block_floats, l.rows * (d + 1));
+        EXPECT_LT(l.block_floats, l.rows * (d + 1) + 64);
+      }
+  // The largest block: batch 32 x 64 heads x (128 + 1) floats = 1 MiB + 8 KiB.
+  EXPECT_EQ(gather_layout(32, 64, 128).block_floats * 4, 32 * 64 * 129 * 4);
+}
+
+TEST(FlashDecodeDistPlan, BufferSizesForWorld2348) {
+  const FlashDecodeConfig c = config(4, 96, 12);
+  const int64_t block = 4 * 96 * 129 * 4;  // a multiple of 256 already
+  for (int world : {2, 3, 4, 8}) {
+    SCOPED_TRACE(world);
+    const FlashDecodeBuffers b = flash_decode_buffers(c, world, 264);
+    EXPECT_EQ(b.fused_gather_bytes, uint64_t(2 * world * block));
+    EXPECT_EQ(b.bsp_gather_bytes, uint64_t(world * block));
+    EXPECT_EQ(b.flag_bytes, uint64_t(4 * 12 * world * 8));
+    EXPECT_GT(b.workspace_bytes, 0u);
+  }
+  // Forced single split: no workspace.
+  FlashDecodeConfig one = c;
+  one.num_splits = 1;
+  EXPECT_EQ(flash_decode_buffers(one, 2, 264).workspace_bytes, 0u);
+}
+
+// Every plan a launch within the maxima can make fits the workspace sized at construction.
+TEST(FlashDecodeDistPlan, WorkspaceBoundCoversEveryPlan) {
+  for (int forced : {0, 3, 64})
+    for (int resident : {1, 66, 264}) {
+      FlashDecodeConfig c = config(16, 96, 12);
+      c.num_splits = forced;
+      const uint64_t bound = flash_decode_buffers(c, 2, resident).workspace_bytes;
+      for (int batch : {1, 2, 7, 16})
+        for (auto [q, kv] : std::vector<std::pair<int, int>>{{96, 12}, {16, 1}, {12, 12}, {96, 6}, {32, 2}})
+          for (int d : {64, 128})
+            for (int max_len : {0, 1, 300, 4096, 100000, 524288}) {
+              const int splits = forced ? forced : choose_num_splits(batch, kv, max_len, resident, 1);
+              EXPECT_LE(decode_workspace_bytes(batch, q, kv, d, splits), bound)
+                  << "forced=" << forced << " resident=" << resident << " batch=" << batch << " heads=" << q
+                  << "/" << kv << " d=" << d << " max_len=" << max_len;
+            }
+    }
+}
+
+TEST(FlashDecodeDistPlan, ConfigValidation) {
+  EXPECT_NO_THROW(validate_flash_decode_config(config(1, 8, 1), 1));
+  EXPECT_NO_THROW(validate_flash_decode_config(config(32, 64, 8), kMaxWorld));
+  expect_invalid([] { validate_flash_decode_config(config(1, 8, 1), 0); }, "world=0");
+  expect_invalid([] { validate_flash_decode_config(config(1, 8, 1), kMaxWorld + 1); }, "world=65");
+  expect_invalid([] { validate_flash_decode_config(config(0, 8, 1), 2); }, "max_batch=0");
+  expect_invalid([] { validate_flash_decode_config(config(1, 8, 0), 2); }, "max_kv_heads=0");
+  expect_invalid([] { validate_flash_decode_config(config(1, 4, 8), 2); }, "max_q_heads=4");
+  expect_invalid([] { validate_flash_decode_config(config(1, 8, 1, 96), 2); }, "max_head_dim=96");
+  expect_invalid([] { validate_flash_decode_config(config(65535, 65535, 65535), 2); }, "max_batch*max_kv_heads=");
+  FlashDecodeConfig c = config(1, 8, 1);
+  c.num_splits = kMaxSplits + 1;
+  expect_invalid([&] { validate_flash_decode_config(c, 2); }, "num_splits=65");
+  c = config(1, 8, 1);
+  c.bsp_buffers = BspBuffers(7);
+  expect_invalid([&] { validate_flash_decode_config(c, 2); }, "bsp_buffers=7");
+  expect_invalid([&] { flash_decode_buffers(config(1, 8, 1), 2, 0); }, "resident_ctas=0");
+}
+
+template <class T = void>
+T* fake(uintptr_t addr) {
+  return reinterpret_cast<T*>(addr);
+}
+
+TEST(FlashDecodeDistPlan, ArgsValidation) {
+  const FlashDecodeConfig c = config(4, 32, 4, 128);
+  DecodeArgs a;
+  a.batch = 3, a.q_heads = 32, a.kv_heads = 4, a.head_dim = 128;
+  a.q = fake(0x10000), a.k = fake(0x20000), a.v = fake(0x30000);
+  a.capacity = 256, a.max_len = 100;
+  a.slice_len = fake<const int32_t>(0x50000);
+  a.out = fake(0x60000);
+  EXPECT_NO_THROW(validate_flash_decode_args(a, c));
+  auto bad = [&](auto edit, const std::string& needle) {
+    DecodeArgs b = a;
+    edit(b);
+    expect_invalid([&] { validate_flash_decode_args(b, c); }, needle);
+  };
+  bad([](DecodeArgs& b) { b.out = nullptr; }, "out is null");
+  bad([](DecodeArgs& b) { b.o_part = fake<float>(0x70000); }, "o_part=0x70000 must be null");
+  bad([](DecodeArgs& b) { b.lse_part = fake<float>(0x70000); }, "lse_part=0x70000 must be null");
+  bad([](DecodeArgs& b) { b.batch = 5; }, "batch=5 exceeds this FlashDecode's max_batch=4");
+  bad([](DecodeArgs& b) { b.q_heads = 64, b.kv_heads = 4; }, "q_heads=64 exceeds");
+  bad([](DecodeArgs& b) { b.kv_heads = 8; }, "kv_heads=8 exceeds");
+  bad([](DecodeArgs& b) { b.q = fake(0x10008); }, "q=0x10008 must be 16-byte aligned");  // the local checks too
+  const FlashDecodeConfig small_d = config(4, 32, 4, 64);
+  expect_invalid([&] { validate_flash_decode_args(a, small_d); }, "head_dim=128 exceeds this FlashDecode's max_head_dim=64");
+}
+
+TEST(FlashDecodeDistPlan, VariantNames) {
+  EXPECT_EQ(parse_variant("bsp"), Variant::bsp);
+  EXPECT_EQ(parse_variant("fused"), Variant::fused);
+  EXPECT_STREQ(variant_name(Variant::bsp), "bsp");
+  EXPECT_STREQ(variant_name(Variant::fused), "fused");
+  expect_invalid([] { parse_variant("push"); }, "unknown flash_decode variant 'push'");
+}
+
+// ---- The fused schedule, simulated ------------------------------------------------------------
+// Every rank runs the kernel's loop: CTA c takes items c, c + grid, ... (fused_item); a split
+// beyond its sequence's effective count is skipped; the last split of a group to arrive pushes the
+// group's partial to every rank and then waits for every rank's partial of the group. All CTAs
+// are resident (fused_grid <= resident slots). A random scheduler steps any CTA that can move; the
+// run must finish (no state where every unfinished CTA waits), and every rank must combine every
+// group exactly once.
+struct SimRank {
+  int splits;                       // num_splits of this rank's launch
+  std::vector<int> effective;       // [group] effective splits (1..splits; 1 for an empty slice)
+  int grid;
+  std::vector<int> next;            // [cta] next item index
+  std::vector<int> waiting;         // [cta] group it waits on, or -1
+  std::vector<int> arrived;         // [group] splits finished
+  std::vector<char> pushed;         // [group]
+  std::vector<int> combined;        // [group] combines done
+};
+
+bool simulate(std::mt19937& rng, int world, int groups, std::vector<SimRank>& ranks) {
+  auto all_pushed = [&](int g) {
+    for (const auto& r : ranks)
+      if (!r.pushed[size_t(g)]) return false;
+    return true;
+  };
+  for (;;) {
+    std::vector<std::pair<int, int>> movable;  // (rank, cta)
+    bool unfinished = false;
+    for (int r = 0; r < world; ++r) {
+      SimRank& s = ranks[size_t(r)];
+      for (int c = 0; c < s.grid; ++c) {
+        const bool done = s.waiting[size_t(c)] < 0 && s.next[size_t(c)] >= s.splits * groups;
+        unfinished |= !done;
+        if (!done && (s.waiting[size_t(c)] < 0 || all_pushed(s.waiting[size_t(c)]))) movable.emplace_back(r, c);
+      }
+    }
+    if (!unfinished) return true;
+    if (movable.empty()) return false;  // deadlock
+    auto [r, c] = movable[std::uniform_int_distribution<size_t>(0, movable.size() - 1)(rng)];
+    SimRank& s = ranks[size_t(r)];
+    if (s.waiting[size_t(c)] >= 0) {  // the flags are all there: combine, move on
+      ++s.combined[size_t(s.waiting[size_t(c)])];
+      s.waiting[size_t(c)] = -1;
+      continue;
+    }
+    const int item = s.next[size_t(c)];
+    s.next[size_t(c)] += s.grid;
+    const at::FusedItem it = at::fused_item(item, s.splits);
+    if (it.split >= s.effective[size_t(it.group)]) continue;
+    if (++s.arrived[size_t(it.group)] < s.effective[size_t(it.group)]) continue;
+    s.pushed[size_t(it.group)] = 1;  // push before the wait (step 1 before step 2)
+    s.waiting[size_t(c)] = it.group;
+  }
+}
+
+TEST(FlashDecodeDistSchedule, NoDeadlockForAnyGridsAndSplits) {
+  std::mt19937 rng(2026);
+  for (int trial = 0; trial < 1000; ++trial) {
+    const int world = 1 + int(rng() % 4), groups = 1 + int(rng() % 12);
+    std::vector<SimRank> ranks(static_cast<size_t>(world));
+    for (auto& s : ranks) {
+      s.splits = 1 + int(rng() % 5);
+      for (int g = 0; g < groups; ++g) s.effective.push_back(1 + int(rng() % s.splits));
+      const int resident = 1 + int(rng() % (s.splits * groups + 3));  // small grids: long persistent loops
+      s.grid = at::fused_grid(int64_t(s.splits) * groups, resident);
+      s.next.resize(size_t(s.grid));
+      for (int c = 0; c < s.grid; ++c) s.next[size_t(c)] = c;
+      s.waiting.assign(size_t(s.grid), -1);
+      s.arrived.assign(size_t(groups), 0);
+      s.pushed.assign(size_t(groups), 0);
+      s.combined.assign(size_t(groups), 0);
+    }
+    ASSERT_TRUE(simulate(rng, world, groups, ranks)) << "deadlock in trial " << trial;
+    for (const auto& s : ranks)
+      for (int g = 0; g < groups; ++g) ASSERT_EQ(s.combined[size_t(g)], 1) << "trial " << trial << " group " << g;
+  }
+}
+
+TEST(FlashDecodeDistSchedule, GridNeverExceedsResidentSlots) {
+  EXPECT_EQ(at::fused_grid(10, 264), 10);
+  EXPECT_EQ(at::fused_grid(264, 264), 264);
+  EXPECT_EQ(at::fused_grid(int64_t(64) * 512, 264), 264);
+  EXPECT_EQ(at::fused_item(0, 3).group, 0);
+  EXPECT_EQ(at::fused_item(7, 3).group, 2);
+  EXPECT_EQ(at::fused_item(7, 3).split, 1);
+}
+
+// ---- Partition + gather layout + combine = direct softmax --------------------------------------
+// Sequences dealt to `world` ranks by partition(); each rank's partial of every row rounded to fp32
+// and written into its block of a gathered buffer (GatherLayout, as both variants lay it out);
+// the combine reads it with the kernels' strides. Empty slices (lse = -inf) carry NaN in o.
+TEST(FlashDecodeDistCombine, PartitionedPartialsThroughTheGatherLayoutMatchDirectSoftmax) {
+  std::mt19937 rng(7);
+  std::normal_distribution<double> nd(0.0, 1.0);
+  const int dim = 64, q_heads = 2;
+  const std::vector<int32_t> lens = {12345, 1, 0, 3, 700};
+  const int batch = int(lens.size());
+  for (int world : {1, 2, 3, 4, 8}) {
+    SCOPED_TRACE(world);
+    const GatherLayout l = gather_layout(batch, q_heads, dim);
+    std::vector<float> gathered(size_t(world) * l.block_floats, std::numeric_limits<float>::quiet_NaN());
+    const auto slices = partition(lens, world);
+    std::vector<std::vector<double>> scores(size_t(l.rows)), values(size_t(l.rows));
+    for (int64_t row = 0; row < l.rows; ++row) {
+      const int b = int(row / q_heads);
+      scores[size_t(row)].resize(size_t(lens[size_t(b)]));
+      values[size_t(row)].resize(size_t(lens[size_t(b)]) * dim);
+      for (auto& x : scores[size_t(row)]) x = 3 * nd(rng);
+      for (auto& x : values[size_t(row)]) x = nd(rng);
+      std::vector<double> o(static_cast<size_t>(dim));
+      for (int r = 0; r < world; ++r) {
+        const Slice s = slices[size_t(r)][size_t(b)];
+        float* block = gathered.data() + size_t(r) * l.block_floats;
+        const double lse = ref::direct(s.len(), dim, scores[size_t(row)].data() + s.start,
+                                       values[size_t(row)].data() + int64_t(s.start) * dim, o.data());
+        block[l.lse_offset + row] = float(lse);
+        if (s.len() > 0)
+          for (int d = 0; d < dim; ++d) block[row * dim + d] = float(o[size_t(d)]);
+      }
+    }
+    std::vector<float> out(static_cast<size_t>(dim));
+    std::vector<double> want(static_cast<size_t>(dim));
+    for (int64_t row = 0; row < l.rows; ++row) {
+      const int b = int(row / q_heads);
+      const float lse = at::lse_combine(gathered.data() + row * dim, l.block_floats,
+                                        gathered.data() + l.lse_offset + row, l.block_floats, world, dim, out.data());
+      const double wl = ref::direct(lens[size_t(b)], dim, scores[size_t(row)].data(), values[size_t(row)].data(),
+                                    want.data());
+      if (lens[size_t(b)] == 0) {
+        EXPECT_EQ(lse, -INFINITY) << "row " << row;
+      } else {
+        EXPECT_NEAR(lse, wl, 1e-5 * std::fabs(wl) + 1e-5) << "row " << row;
+      }
+      for (int d = 0; d < dim; ++d) EXPECT_NEAR(out[size_t(d)], want[size_t(d)], 1e-5) << "row " << row << " d " << d;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace taxfree::ops::flash_decode
