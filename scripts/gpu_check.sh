@@ -71,6 +71,9 @@ fi
 if want faults; then
   expect_failure "peer never signals" "gave up waiting at 'all_gather: peer shard arrived' for rank 1" 40 \
     "$bin" bench all_gather -g 2 -b 64K -e 64K -n 2 -w 0 --variant push --inject skip-signal:1 --timeout 3
+  expect_failure "flash_decode peer never signals" "gave up waiting at 'flash_decode: peer partial arrived' for rank 1" 40 \
+    "$bin" bench flash_decode -g 2 --shape batch=1,kv=8192,heads=96/12 -n 2 -w 0 --variant fused \
+    --inject skip-signal:1 --timeout 3
   expect_failure "rank killed mid-run" "rank 1 (pid [0-9]*) was killed by signal 9" 30 \
     "$bin" bench all_gather -g 2 -b 1M -e 1M --inject kill:1
   expect_failure "too many GPUs asked" "more GPUs than" 10 "$bin" bench all_gather -g 64

@@ -112,43 +112,9 @@ Data make_data(Problem p, uint64_t seed) {
   return d;
 }
 
-// A paged copy of the contiguous cache: pages in random order plus unreferenced NaN pages.
-struct Paged {
-  KvLayout layout;
-  int page_size, max_pages, num_pages;
-  std::vector<int32_t> table;
-  Dev<uint16_t> k, v;
-  Dev<int32_t> table_d;
-};
-
 Paged make_paged(const Data& d, KvLayout layout, int page_size, uint64_t seed) {
   const Problem& p = d.pb;
-  Paged pg;
-  pg.layout = layout, pg.page_size = page_size;
-  pg.max_pages = (p.capacity + page_size - 1) / page_size;
-  const int used = p.batch * pg.max_pages;
-  pg.num_pages = used + 7;
-  std::vector<int32_t> perm(size_t(pg.num_pages));
-  std::iota(perm.begin(), perm.end(), 0);
-  Rng rng{seed};
-  for (int i = pg.num_pages - 1; i > 0; --i) std::swap(perm[size_t(i)], perm[size_t(rng.below(i + 1))]);
-  pg.table.assign(perm.begin(), perm.begin() + used);
-  const size_t page_elems = size_t(page_size) * p.kv_heads * p.head_dim;
-  std::vector<uint16_t> k(page_elems * pg.num_pages, 0xFFFF), v(k.size(), 0xFFFF);
-  for (int b = 0; b < p.batch; ++b)
-    for (int h = 0; h < p.kv_heads; ++h)
-      for (int t = 0; t < p.capacity; ++t) {
-        const size_t page = size_t(pg.table[size_t(b) * pg.max_pages + t / page_size]), off = t % page_size;
-        const size_t dst = layout == KvLayout::PagedHND
-                               ? ((page * p.kv_heads + h) * page_size + off) * p.head_dim
-                               : ((page * page_size + off) * p.kv_heads + h) * p.head_dim;
-        const size_t src = ((size_t(b) * p.kv_heads + h) * p.capacity + t) * p.head_dim;
-        std::copy_n(&d.k[src], p.head_dim, &k[dst]);
-        std::copy_n(&d.v[src], p.head_dim, &v[dst]);
-      }
-  pg.k = Dev<uint16_t>(k.size()), pg.v = Dev<uint16_t>(v.size()), pg.table_d = Dev<int32_t>(pg.table.size());
-  pg.k.upload(k), pg.v.upload(v), pg.table_d.upload(pg.table);
-  return pg;
+  return test::make_paged(d.k, d.v, p.batch, p.kv_heads, p.capacity, p.head_dim, layout, page_size, seed);
 }
 
 // ---------------------------------------------------------------------------------------------

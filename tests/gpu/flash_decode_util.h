@@ -1,5 +1,5 @@
 // Helpers of the flash_decode GPU tests: a fast RNG, dtype bit conversions, an owning device
-// buffer.
+// buffer, a paged copy of a contiguous cache.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <numeric>
 #include <utility>
 #include <vector>
 
@@ -74,5 +75,44 @@ struct Dev {
   }
   void poison() { TF_CUDA(cudaMemset(p, 0xFF, n * sizeof(T))); }  // NaN in fp32, bf16 and fp16
 };
+
+// A paged copy of a contiguous cache [batch][kv_heads][capacity][head_dim] (16-bit values): the
+// pages in random order, plus unreferenced pages of NaN, so a read outside the table shows up.
+struct Paged {
+  KvLayout layout;
+  int page_size, max_pages, num_pages;
+  std::vector<int32_t> table;
+  Dev<uint16_t> k, v;
+  Dev<int32_t> table_d;
+};
+
+inline Paged make_paged(const std::vector<uint16_t>& k_in, const std::vector<uint16_t>& v_in, int batch, int kv_heads,
+                        int capacity, int head_dim, KvLayout layout, int page_size, uint64_t seed) {
+  Paged pg;
+  pg.layout = layout, pg.page_size = page_size;
+  pg.max_pages = (capacity + page_size - 1) / page_size;
+  const int used = batch * pg.max_pages;
+  pg.num_pages = used + 7;
+  std::vector<int32_t> perm(size_t(pg.num_pages));
+  std::iota(perm.begin(), perm.end(), 0);
+  Rng rng{seed};
+  for (int i = pg.num_pages - 1; i > 0; --i) std::swap(perm[size_t(i)], perm[size_t(rng.below(i + 1))]);
+  pg.table.assign(perm.begin(), perm.begin() + used);
+  const size_t page_elems = size_t(page_size) * kv_heads * head_dim;
+  std::vector<uint16_t> k(page_elems * pg.num_pages, 0xFFFF), v(k.size(), 0xFFFF);
+  for (int b = 0; b < batch; ++b)
+    for (int h = 0; h < kv_heads; ++h)
+      for (int t = 0; t < capacity; ++t) {
+        const size_t page = size_t(pg.table[size_t(b) * pg.max_pages + t / page_size]), off = t % page_size;
+        const size_t dst = layout == KvLayout::PagedHND ? ((page * kv_heads + h) * page_size + off) * head_dim
+                                                        : ((page * page_size + off) * kv_heads + h) * head_dim;
+        const size_t src = ((size_t(b) * kv_heads + h) * capacity + t) * head_dim;
+        std::copy_n(&k_in[src], head_dim, &k[dst]);
+        std::copy_n(&v_in[src], head_dim, &v[dst]);
+      }
+  pg.k = Dev<uint16_t>(k.size()), pg.v = Dev<uint16_t>(v.size()), pg.table_d = Dev<int32_t>(pg.table.size());
+  pg.k.upload(k), pg.v.upload(v), pg.table_d.upload(pg.table);
+  return pg;
+}
 
 }  // namespace taxfree::ops::flash_decode::test

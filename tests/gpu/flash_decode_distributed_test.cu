@@ -1,0 +1,460 @@
+// flash_decode across ranks (FlashDecode, bsp and fused) on real GPUs, every rank running every
+// test: against a double-precision softmax over the whole sequences, with odd per-rank slices
+// (12345 tokens on rank 0, 1 on rank 1, 0 on the others), ragged and empty sequences, GQA 1..16,
+// head_dim 64/128, bf16 and fp16, paged vs contiguous (bitwise), forced split counts and the
+// persistent grid, 1000 fused steps without a reset, rank skew, CUDA-graph replay, and outputs
+// identical on every rank.
+//
+// Every rank draws the same global data from the same seed (no communication) and uploads only its
+// slice, placed at a rank-dependent offset inside its local cache (slice_start != 0) with NaN
+// around it, so a read outside the slice shows up. Outputs are poisoned (NaN) before checked runs.
+#include <cuda_runtime_api.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "../../src/ops/flash_decode/reference.h"
+#include "flash_decode_util.h"
+#include "gpu_env.h"
+#include "taxfree/ops/flash_decode.h"
+#include "taxfree/runtime/error.h"
+#include "taxfree/runtime/team.h"
+
+namespace taxfree::ops::flash_decode {
+namespace {
+
+using namespace test;
+using ::taxfree::test::team;
+
+// Tolerance of the dtype output against the double reference (P is rounded to the dtype before
+// P V, as in the single-GPU tests).
+struct Tol {
+  double atol, rtol;
+};
+Tol tol_out(DType t) { return t == DType::BF16 ? Tol{6e-3, 1.2e-2} : Tol{1.5e-3, 5e-3}; }
+
+struct Problem {
+  DType dtype = DType::BF16;
+  int batch = 1, q_heads = 8, kv_heads = 1, head_dim = 128;
+  std::vector<std::vector<int32_t>> lens;  // [rank][batch]: tokens of each rank's slice, in rank order
+  int num_splits = 0;                      // FlashDecodeConfig::num_splits
+  int64_t rows() const { return int64_t(batch) * q_heads; }
+};
+
+// Slices that the issue asks for: sequence 0 has 12345 tokens on rank 0, 1 on rank 1, none on the
+// others; sequence 1 none on rank 0 and ragged elsewhere; sequence 2 is empty everywhere;
+// sequence 3 grows with the rank.
+std::vector<std::vector<int32_t>> odd_lens(int world) {
+  std::vector<std::vector<int32_t>> l(static_cast<size_t>(world));
+  for (int r = 0; r < world; ++r) l[size_t(r)] = {r == 0 ? 12345 : r == 1 ? 1 : 0, r == 0 ? 0 : 700 + 77 * r, 0, 16 * r + 3};
+  return l;
+}
+std::vector<std::vector<int32_t>> same_lens(int world, std::vector<int32_t> per_rank) {
+  return std::vector<std::vector<int32_t>>(size_t(world), per_rank);
+}
+
+// The whole problem, identical on every rank: q, the full cache [batch][kv_heads][cap][D], the
+// reference over each whole sequence.
+struct Global {
+  Problem p;
+  int cap = 1;
+  std::vector<int32_t> total;  // [batch]
+  std::vector<uint16_t> q, k, v;
+  std::vector<float> qf, kf, vf;
+  std::vector<double> ref;  // [rows][D]
+};
+
+void draw_q(Global& g, uint64_t seed) {
+  Rng rng{seed};
+  g.q.resize(size_t(g.p.rows()) * g.p.head_dim), g.qf.resize(g.q.size());
+  for (size_t i = 0; i < g.q.size(); ++i) g.q[i] = to_bits(g.p.dtype, rng.uniform()), g.qf[i] = from_bits(g.p.dtype, g.q[i]);
+}
+
+void draw_kv(Global& g, uint64_t seed) {
+  const Problem& p = g.p;
+  Rng rng{seed};
+  const size_t n = size_t(p.batch) * p.kv_heads * g.cap * p.head_dim;
+  g.k.assign(n, 0xFFFF), g.v.assign(n, 0xFFFF);
+  g.kf.assign(n, NAN), g.vf.assign(n, NAN);
+  for (int b = 0; b < p.batch; ++b)
+    for (int h = 0; h < p.kv_heads; ++h)
+      for (size_t i = 0; i < size_t(g.total[size_t(b)]) * p.head_dim; ++i) {
+        const size_t e = (size_t(b) * p.kv_heads + h) * g.cap * p.head_dim + i;
+        g.k[e] = to_bits(p.dtype, rng.uniform()), g.v[e] = to_bits(p.dtype, rng.uniform());
+        g.kf[e] = from_bits(p.dtype, g.k[e]), g.vf[e] = from_bits(p.dtype, g.v[e]);
+      }
+}
+
+void compute_reference(Global& g) {
+  const Problem& p = g.p;
+  std::vector<double> lse(size_t(p.rows()));
+  g.ref.assign(size_t(p.rows()) * p.head_dim, 0);
+  ref::attention(p.batch, p.q_heads, p.kv_heads, p.head_dim, g.cap, g.qf.data(), g.kf.data(), g.vf.data(), nullptr,
+                 g.total.data(), 1.0 / std::sqrt(double(p.head_dim)), g.ref.data(), lse.data());
+}
+
+Global make_global(const Problem& p, uint64_t seed) {
+  Global g;
+  g.p = p;
+  g.total.assign(size_t(p.batch), 0);
+  for (const auto& r : p.lens)
+    for (int b = 0; b < p.batch; ++b) g.total[size_t(b)] += r[size_t(b)];
+  g.cap = std::max(1, *std::max_element(g.total.begin(), g.total.end()));
+  draw_q(g, seed);
+  draw_kv(g, seed + 1);
+  compute_reference(g);
+  return g;
+}
+
+// This rank's slice on the device: slice b at local positions [start[b], start[b] + len[b]),
+// holding global tokens [offset_b, offset_b + len[b]) where offset_b = tokens of the lower ranks.
+struct Local {
+  int cap = 1;
+  std::vector<int32_t> start, len;
+  std::vector<uint16_t> k, v;  // [batch][kv_heads][cap][D]
+  Dev<uint16_t> q_d, k_d, v_d, out_d;
+  Dev<int32_t> start_d, len_d;
+  std::unique_ptr<Paged> paged;  // when set, launches use it instead of the contiguous cache
+
+  DecodeArgs args(const Problem& p) const {
+    DecodeArgs a;
+    a.batch = p.batch, a.q_heads = p.q_heads, a.kv_heads = p.kv_heads, a.head_dim = p.head_dim, a.dtype = p.dtype;
+    a.q = q_d.p;
+    if (paged) {
+      a.k = paged->k.p, a.v = paged->v.p, a.layout = paged->layout, a.page_size = paged->page_size;
+      a.num_pages = paged->num_pages, a.max_pages_per_seq = paged->max_pages, a.block_table = paged->table_d.p;
+      a.host_block_table = paged->table;
+    } else {
+      a.k = k_d.p, a.v = v_d.p, a.capacity = cap;
+    }
+    a.slice_start = start_d.p, a.slice_len = len_d.p;
+    a.host_slice_start = start, a.host_slice_len = len;
+    a.max_len = std::max(0, *std::max_element(len.begin(), len.end()));
+    a.out = out_d.p;
+    return a;
+  }
+};
+
+// Uploads this rank's slice of `g` (K/V and q; the device buffers are reused when sizes match, so
+// a captured graph sees fresh data).
+void upload_local(const Global& g, Local& l) {
+  const Problem& p = g.p;
+  const int rank = team().rank(), d = p.head_dim;
+  l.len = p.lens[size_t(rank)];
+  l.start.resize(size_t(p.batch));
+  l.cap = 1;
+  for (int b = 0; b < p.batch; ++b) {
+    l.start[size_t(b)] = (5 * rank + 3 * b) % 17;  // mid-tile, rank-dependent
+    l.cap = std::max(l.cap, l.start[size_t(b)] + l.len[size_t(b)]);
+  }
+  l.cap += 9;  // NaN tail
+  l.k.assign(size_t(p.batch) * p.kv_heads * l.cap * d, 0xFFFF), l.v.assign(l.k.size(), 0xFFFF);
+  for (int b = 0; b < p.batch; ++b) {
+    int offset = 0;
+    for (int r = 0; r < rank; ++r) offset += p.lens[size_t(r)][size_t(b)];
+    for (int h = 0; h < p.kv_heads; ++h) {
+      const size_t src = ((size_t(b) * p.kv_heads + h) * g.cap + offset) * d;
+      const size_t dst = ((size_t(b) * p.kv_heads + h) * l.cap + l.start[size_t(b)]) * d;
+      std::copy_n(&g.k[src], size_t(l.len[size_t(b)]) * d, &l.k[dst]);
+      std::copy_n(&g.v[src], size_t(l.len[size_t(b)]) * d, &l.v[dst]);
+    }
+  }
+  if (l.k_d.n != l.k.size()) l.k_d = Dev<uint16_t>(l.k.size()), l.v_d = Dev<uint16_t>(l.v.size());
+  if (l.q_d.n != g.q.size()) l.q_d = Dev<uint16_t>(g.q.size()), l.out_d = Dev<uint16_t>(g.q.size());
+  if (l.len_d.n != size_t(p.batch)) l.len_d = Dev<int32_t>(size_t(p.batch)), l.start_d = Dev<int32_t>(size_t(p.batch));
+  l.k_d.upload(l.k), l.v_d.upload(l.v), l.q_d.upload(g.q), l.len_d.upload(l.len), l.start_d.upload(l.start);
+}
+
+// The op and the heap space it took (released when this goes out of scope).
+struct Op {
+  uint64_t mark;
+  std::unique_ptr<FlashDecode> op;
+  Op(const Problem& p, BspBuffers bsp = BspBuffers::symmetric) : mark(team().heap().mark()) {
+    FlashDecodeConfig c;
+    c.max_batch = p.batch, c.max_q_heads = p.q_heads, c.max_kv_heads = p.kv_heads, c.max_head_dim = p.head_dim;
+    c.num_splits = p.num_splits, c.bsp_buffers = bsp;
+    op = std::make_unique<FlashDecode>(team(), c);
+  }
+  ~Op() {
+    op.reset();
+    team().heap().release(mark);
+  }
+  FlashDecode* operator->() { return op.get(); }
+};
+
+std::vector<uint16_t> download_out(const Local& l) {
+  TF_CUDA(cudaStreamSynchronize(team().stream()));
+  return l.out_d.download();
+}
+
+// Poison, align the ranks (peers write into this rank's buffers only after it is ready), launch,
+// wait, download.
+std::vector<uint16_t> run_checked(Op& op, Variant v, const Problem& p, Local& l) {
+  auto& t = team();
+  TF_CUDA(cudaMemsetAsync(l.out_d.p, 0xFF, l.out_d.n * 2, t.stream()));
+  t.sync(t.stream());
+  t.host_barrier("fdd.run");
+  op->launch(v, l.args(p), t.stream());
+  t.sync(t.stream());
+  return download_out(l);
+}
+
+// Output elements outside tolerance of the whole-sequence reference (first few reported).
+int64_t count_wrong(const Global& g, const std::vector<uint16_t>& out, const std::string& what) {
+  const Tol tol = tol_out(g.p.dtype);
+  int64_t bad = 0;
+  for (size_t i = 0; i < g.ref.size(); ++i) {
+    const double got = from_bits(g.p.dtype, out[i]), want = g.ref[i];
+    if (!(std::isfinite(got) && std::fabs(got - want) <= tol.atol + tol.rtol * std::fabs(want)) && ++bad <= 5)
+      ADD_FAILURE() << what << ": out[" << i << "] (row " << i / g.p.head_dim << ") = " << got << ", want " << want;
+  }
+  return bad;
+}
+
+// Collective: every rank's output must equal rank 0's bit for bit (compared by hash).
+void expect_same_on_all_ranks(const std::vector<uint16_t>& out, const std::string& what) {
+  static int calls = 0;
+  uint64_t h = 1469598103934665603ull;
+  for (uint16_t x : out) h = (h ^ x) * 1099511628211ull;
+  const auto all = team().coordinator().all_gather("fdd.hash." + std::to_string(calls++), std::to_string(h), 120);
+  for (size_t r = 1; r < all.size(); ++r) EXPECT_EQ(all[r], all[0]) << what << ": rank " << r << " differs from rank 0";
+}
+
+void check(const Global& g, const std::vector<uint16_t>& out, const std::string& what) {
+  EXPECT_EQ(count_wrong(g, out, what), 0) << what;
+  expect_same_on_all_ranks(out, what);
+}
+
+std::string name(const Problem& p) {
+  return std::string(p.dtype == DType::BF16 ? "bf16" : "fp16") + " D=" + std::to_string(p.head_dim) +
+         " heads=" + std::to_string(p.q_heads) + "/" + std::to_string(p.kv_heads) +
+         " splits=" + std::to_string(p.num_splits);
+}
+
+constexpr Variant kVariants[] = {Variant::bsp, Variant::fused};
+
+// ---------------------------------------------------------------------------------------------
+
+TEST(FlashDecodeDist, OddSlicesEveryGqaRatioBothHeadDimsBothDtypes) {
+  TF_REQUIRE_GPUS(2);
+  const int world = team().world();
+  struct Cfg {
+    DType dt;
+    int d, gqa;
+  };
+  std::vector<Cfg> cfgs;
+  for (int d : {64, 128})
+    for (int gqa : {1, 4, 8, 16}) cfgs.push_back({DType::BF16, d, gqa});
+  cfgs.push_back({DType::FP16, 128, 8});  // fp16: a sample
+  cfgs.push_back({DType::FP16, 64, 1});
+  uint64_t seed = 100;
+  for (const Cfg& c : cfgs) {
+    Problem p;
+    p.dtype = c.dt, p.head_dim = c.d, p.kv_heads = 2, p.q_heads = 2 * c.gqa, p.batch = 4, p.lens = odd_lens(world);
+    const Global g = make_global(p, ++seed);
+    Local l;
+    upload_local(g, l);
+    Op op(p);
+    for (Variant v : kVariants) check(g, run_checked(op, v, p, l), name(p) + " " + variant_name(v));
+  }
+}
+
+TEST(FlashDecodeDist, PlainBspBuffersAndBothVariantsOnOneOp) {
+  TF_REQUIRE_GPUS(2);
+  Problem p;
+  p.q_heads = 64, p.kv_heads = 8, p.batch = 3, p.lens = same_lens(team().world(), {4000, 17, 0});
+  const Global g = make_global(p, 7);
+  Local l;
+  upload_local(g, l);
+  Op plain(p, BspBuffers::plain);
+  // Alternating variants on one op: bsp keeps its own buffers, so fused's parities stay valid.
+  for (int i = 0; i < 3; ++i)
+    for (Variant v : kVariants) check(g, run_checked(plain, v, p, l), std::string("plain ") + variant_name(v));
+}
+
+TEST(FlashDecodeDist, PagedMatchesContiguousBitwise) {
+  TF_REQUIRE_GPUS(2);
+  Problem p;
+  p.q_heads = 32, p.kv_heads = 4, p.batch = 4, p.lens = odd_lens(team().world()), p.num_splits = 5;
+  const Global g = make_global(p, 21);
+  Local l;
+  upload_local(g, l);
+  Op op(p);
+  for (Variant v : kVariants) {
+    l.paged.reset();
+    const auto contiguous = run_checked(op, v, p, l);
+    check(g, contiguous, std::string("contiguous ") + variant_name(v));
+    for (auto [layout, page] : {std::pair{KvLayout::PagedHND, 16}, std::pair{KvLayout::PagedNHD, 64}}) {
+      l.paged = std::make_unique<Paged>(make_paged(l.k, l.v, p.batch, p.kv_heads, l.cap, p.head_dim, layout, page,
+                                                   uint64_t(page) + team().rank()));
+      const std::string what = std::string(variant_name(v)) + (layout == KvLayout::PagedHND ? " HND" : " NHD");
+      const auto paged = run_checked(op, v, p, l);
+      // Same tiles (absolute positions), same splits, same math: same bits.
+      EXPECT_TRUE(paged == contiguous) << what << " differs from the contiguous cache";
+      expect_same_on_all_ranks(paged, what);
+    }
+  }
+  l.paged.reset();
+}
+
+TEST(FlashDecodeDist, ForcedSplitCountsAndPersistentGrid) {
+  TF_REQUIRE_GPUS(2);
+  const int world = team().world();
+  // Forced splits, including 64 x 64 groups = 4096 work items: a persistent grid (items > resident
+  // CTAs), where CTAs wait on a group and then go on to later items.
+  for (int splits : {1, 3, 64}) {
+    Problem p;
+    p.q_heads = 32, p.kv_heads = 8, p.batch = splits == 64 ? 8 : 3, p.num_splits = splits;
+    p.lens = same_lens(world, std::vector<int32_t>(size_t(p.batch), 2000));
+    p.lens[0][0] = 1;  // one short sequence slice
+    const Global g = make_global(p, 300 + splits);
+    Local l;
+    upload_local(g, l);
+    Op op(p);
+    const FusedPlan fp = op->fused_plan(l.args(p));
+    EXPECT_EQ(fp.num_splits, splits);
+    if (splits == 64) EXPECT_LT(fp.grid, fp.items) << "expected a persistent grid";
+    for (Variant v : kVariants) check(g, run_checked(op, v, p, l), name(p) + " " + variant_name(v));
+  }
+  // More groups than resident CTAs with one split each: 40 x 8 = 320 groups.
+  Problem p;
+  p.q_heads = 8, p.kv_heads = 8, p.head_dim = 64, p.batch = 40, p.num_splits = 1;
+  p.lens = same_lens(world, std::vector<int32_t>(40, 100));
+  const Global g = make_global(p, 400);
+  Local l;
+  upload_local(g, l);
+  Op op(p);
+  const FusedPlan fp = op->fused_plan(l.args(p));
+  EXPECT_EQ(fp.items, 320);
+  EXPECT_LE(fp.grid, fp.resident);
+  for (Variant v : kVariants) check(g, run_checked(op, v, p, l), std::string("320 groups ") + variant_name(v));
+}
+
+TEST(FlashDecodeDist, ThousandFusedStepsWithoutResetFreshInputs) {
+  TF_REQUIRE_GPUS(2);
+  auto& t = team();
+  Problem p;
+  p.q_heads = 16, p.kv_heads = 2, p.batch = 2, p.lens = odd_lens(t.world());
+  for (auto& r : p.lens) r.resize(2);
+  Global g = make_global(p, 500);
+  Local l;
+  upload_local(g, l);
+  Op op(p);
+  const DecodeArgs a = l.args(p);
+  t.host_barrier("fdd.1000");
+  for (int i = 0; i < 1000; ++i) {
+    if (i % 100 == 0 && i > 0) {  // fresh q, stream-ordered between steps
+      draw_q(g, 1000 + i);
+      compute_reference(g);
+      TF_CUDA(cudaMemcpyAsync(l.q_d.p, g.q.data(), g.q.size() * 2, cudaMemcpyHostToDevice, t.stream()));
+    }
+    const bool checked = i == 0 || i == 99 || i == 100 || i == 500 || i == 999;
+    if (checked) TF_CUDA(cudaMemsetAsync(l.out_d.p, 0xFF, l.out_d.n * 2, t.stream()));
+    // A bsp step now and then: it must not disturb the fused epochs.
+    op->launch(i % 97 == 50 ? Variant::bsp : Variant::fused, a, t.stream());
+    if (checked) {
+      t.sync(t.stream());
+      check(g, download_out(l), "step " + std::to_string(i));
+    }
+  }
+  t.sync(t.stream());
+}
+
+TEST(FlashDecodeDist, RankSkew) {
+  TF_REQUIRE_GPUS(2);
+  auto& t = team();
+  Problem p;
+  p.q_heads = 64, p.kv_heads = 8, p.batch = 2, p.lens = same_lens(t.world(), {3000, 5});
+  const Global g = make_global(p, 600);
+  Local l;
+  upload_local(g, l);
+  Op op(p);
+  Rng rng{uint64_t(t.rank()) + 9};
+  for (int round = 0; round < 2 * t.world(); ++round)
+    for (Variant v : kVariants) {
+      TF_CUDA(cudaMemsetAsync(l.out_d.p, 0xFF, l.out_d.n * 2, t.stream()));
+      t.sync(t.stream());
+      t.host_barrier("fdd.skew");
+      if (t.rank() == round % t.world()) usleep(50'000 + rng.below(100'000));  // this rank starts late
+      for (int k = 0; k < 3; ++k) op->launch(v, l.args(p), t.stream());
+      t.sync(t.stream());
+      check(g, download_out(l), "skew round " + std::to_string(round) + " " + variant_name(v));
+    }
+}
+
+TEST(FlashDecodeDist, CudaGraphReplayOfFusedSteps) {
+  TF_REQUIRE_GPUS(2);
+  auto& t = team();
+  Problem p;
+  p.q_heads = 96, p.kv_heads = 12, p.batch = 2, p.lens = same_lens(t.world(), {2500, 1});
+  Global g = make_global(p, 700);
+  Local l;
+  upload_local(g, l);
+  Op op(p);
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  TF_CUDA(cudaStreamBeginCapture(t.stream(), cudaStreamCaptureModeThreadLocal));
+  for (int i = 0; i < 3; ++i) op->launch(Variant::fused, l.args(p), t.stream());
+  TF_CUDA(cudaStreamEndCapture(t.stream(), &graph));
+  TF_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+  for (int rep = 0; rep < 4; ++rep) {
+    draw_q(g, 800 + rep);  // fresh inputs in the buffers the graph captured
+    draw_kv(g, 900 + rep);
+    compute_reference(g);
+    upload_local(g, l);
+    EXPECT_EQ(l.args(p).q, l.q_d.p);  // the captured pointers
+    TF_CUDA(cudaMemsetAsync(l.out_d.p, 0xFF, l.out_d.n * 2, t.stream()));
+    t.sync(t.stream());
+    t.host_barrier("fdd.graph");
+    TF_CUDA(cudaGraphLaunch(exec, t.stream()));
+    if (rep % 2) op->launch(Variant::fused, l.args(p), t.stream());  // eager steps share the epochs
+    t.sync(t.stream());
+    check(g, download_out(l), "graph replay " + std::to_string(rep));
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+}
+
+TEST(FlashDecodeDist, RejectsBadArgumentsBeforeLaunch) {
+  TF_REQUIRE_GPUS(1);
+  Problem p;
+  p.q_heads = 16, p.kv_heads = 2, p.batch = 2, p.lens = same_lens(team().world(), {100, 3});
+  const Global g = make_global(p, 1);
+  Local l;
+  upload_local(g, l);
+  Op op(p);
+  auto expect_invalid = [&](const char* what, DecodeArgs a, const char* needle) {
+    try {
+      op->launch(Variant::fused, a, team().stream());
+      ADD_FAILURE() << what << ": no error";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.status(), Status::InvalidArgument) << what;
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << what << ": " << e.what();
+    }
+  };
+  DecodeArgs a = l.args(p);
+  a.batch = 3;
+  a.host_slice_len = {}, a.host_slice_start = {};
+  expect_invalid("batch above max", a, "batch=3 exceeds");
+  a = l.args(p);
+  a.o_part = reinterpret_cast<float*>(l.out_d.p);
+  expect_invalid("o_part set", a, "o_part=");
+  a = l.args(p);
+  a.out = nullptr;
+  expect_invalid("no out", a, "out is null");
+  try {
+    op->launch(Variant(9), l.args(p), team().stream());
+    ADD_FAILURE() << "bad variant: no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.status(), Status::InvalidArgument);
+  }
+  team().sync(team().stream());
+}
+
+}  // namespace
+}  // namespace taxfree::ops::flash_decode
