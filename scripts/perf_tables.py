@@ -30,9 +30,11 @@ def main():
     ops = [o for o in a.ops.split(",") if o] or list(OrderedDict.fromkeys(r["op"] for r in d["results"]))
     summary = {(s["op"], s["case"], s["size"]): s for s in d["summary"]}
     r = d["rates"]
+    v = d["nccl_version"]
+    lat = f", flag one-way {r['flag_latency_us']:.2f} us" if r.get("flag_latency_us") else ""
     print(f"Measured in the same run: HBM copy {r['hbm_gbs']:.0f} GB/s, NVLink copy engine "
-          f"{r['nvlink_ce_gbs']:.0f} GB/s, launch {r['launch_us']:.2f} us (graph {r['graph_launch_us']:.2f} us); "
-          f"{d['config']['ranks']} ranks, {d['device']}, NCCL {d['nccl_version']}.\n")
+          f"{r['nvlink_ce_gbs']:.0f} GB/s{lat}, launch {r['launch_us']:.2f} us (graph {r['graph_launch_us']:.2f} us); "
+          f"{d['config']['ranks']} ranks, {d['device']}, NCCL {v // 10000}.{v // 100 % 100}.{v % 100}.\n")
     for op in ops:
         rows = [x for x in d["results"] if x["op"] == op]
         if not rows:
@@ -57,7 +59,8 @@ def main():
             s = summary.get((op, case, size), {})
             cells.append(f"{s['speedup']:.2f}x ({s['best']})" if s.get("speedup") else "-")
             fl = s.get("floor_us", 0)
-            cells.append(f"{s['best_us'] / fl:.2f}" if fl and s.get("best_us") else "-")
+            best = s.get("best_us") or s.get("baseline_us")
+            cells.append(f"{best / fl:.2f}" if fl and best else "-")
             print("| " + " | ".join(cells) + " |")
         print()
 
