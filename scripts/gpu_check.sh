@@ -3,7 +3,7 @@
 # writes logs and JSON into the folder it is given. Binaries come from ./build (build them first:
 # scripts/setup.sh, or carry a build made elsewhere).
 #
-#   scripts/gpu_check.sh OUT_DIR [tests|faults|bench|all]...     (default: all)
+#   scripts/gpu_check.sh OUT_DIR [tests|sanitize|faults|bench|all]...     (default: all)
 #
 # Exit code: 0 if every step passed, else the number of failed steps.
 set -u -o pipefail
@@ -66,6 +66,16 @@ tail -3 "$out/env.log"
 if want tests; then
   step "gpu tests" gpu_tests.log 300 "$tests" --gtest_output=json:"$out/gpu_tests.json"
   grep -E '^\[  (PASSED|FAILED|SKIPPED) |tests ran|FAILED TEST' "$out/gpu_tests.log" | tail -20
+fi
+
+if want sanitize; then
+  # compute-sanitizer on small single-GPU cases (one rank: the tool follows the launcher's child).
+  filter='FlashDecodeGpu.EmptyEverywhere:FlashDecodeGpu.SimulatedRanksOddSlices:FlashDecodeGpu.ForcedSplitCountsAgree:GemmHooks.StoreIntoASecondBuffer:Primitives.WaitGivesUpAtDeadlineWithDiagnostic'
+  for tool in memcheck racecheck; do
+    step "compute-sanitizer $tool" sanitize.log 240 \
+      env TAXFREE_TEST_RANKS=1 compute-sanitizer --tool "$tool" --target-processes all --error-exitcode 97 "$tests" --gtest_filter="$filter"
+  done
+  grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|=== compute' "$out/sanitize.log" | tail -6
 fi
 
 if want faults; then

@@ -1,4 +1,5 @@
 #include "taxfree/bench/harness.h"
+#include "rates.h"
 
 #include <signal.h>
 #include <unistd.h>
@@ -19,92 +20,12 @@ namespace taxfree::bench {
 
 namespace {
 
-__global__ void empty_kernel() {}
-
 // Holds the stream until the host has queued a whole timed batch, so the GPU never waits for the
 // host's launches inside a timed region. Bounded: after `timeout_ns` it lets the batch run anyway.
 __global__ void gate_kernel(const uint32_t* open, uint32_t ticket, uint64_t timeout_ns) {
   const uint64_t start = dev::global_timer_ns();
   while (dev::load<dev::Sem::relaxed, dev::Scope::sys>(open) < ticket)
     if (dev::global_timer_ns() - start > timeout_ns) break;
-}
-
-struct Event {
-  cudaEvent_t e = nullptr;
-  Event() { TF_CUDA(cudaEventCreate(&e)); }
-  ~Event() { cudaEventDestroy(e); }
-};
-
-double elapsed_s(const Event& a, const Event& b) {
-  float ms = 0;
-  TF_CUDA(cudaEventElapsedTime(&ms, a.e, b.e));
-  return double(ms) * 1e-3;
-}
-
-// Rates for floors and the tax breakdown, measured once per run on this machine.
-MachineRates measure_rates(Team& team) {
-  MachineRates r;
-  cudaStream_t s = team.stream();
-  Event a, b;
-  // HBM: a 1 GiB device-to-device copy moves 2 GiB.
-  const size_t bytes = 1ull << 30;
-  void *x = nullptr, *y = nullptr;
-  TF_CUDA(cudaMalloc(&x, bytes));
-  TF_CUDA(cudaMalloc(&y, bytes));
-  TF_CUDA(cudaMemsetAsync(x, 1, bytes, s));
-  std::vector<double> t;
-  for (int i = 0; i < 6; ++i) {
-    TF_CUDA(cudaEventRecord(a.e, s));
-    TF_CUDA(cudaMemcpyAsync(y, x, bytes, cudaMemcpyDeviceToDevice, s));
-    TF_CUDA(cudaEventRecord(b.e, s));
-    team.sync(s);
-    if (i > 0) t.push_back(elapsed_s(a, b));
-  }
-  r.hbm_bytes_per_s = 2.0 * double(bytes) / summarize(t).median;
-  TF_CUDA(cudaFree(y));
-  // NVLink: copy engine from this rank's heap into the next rank's, 256 MiB.
-  if (team.world() > 1) {
-    const uint64_t mark = team.heap().mark();
-    const size_t nb = std::min<size_t>(256ull << 20, team.heap().available() / 2);
-    char* buf = static_cast<char*>(team.heap().allocate(nb, 4096, "bench.rates"));
-    char* peer = team.view().peer(buf, (team.rank() + 1) % team.world());
-    t.clear();
-    for (int i = 0; i < 6; ++i) {
-      team.device_barrier(s);
-      TF_CUDA(cudaEventRecord(a.e, s));
-      TF_CUDA(cudaMemcpyAsync(peer, x, nb, cudaMemcpyDeviceToDevice, s));
-      TF_CUDA(cudaEventRecord(b.e, s));
-      team.sync(s);
-      if (i > 0) t.push_back(elapsed_s(a, b));
-    }
-    team.device_barrier(s);
-    team.sync(s);
-    team.heap().release(mark);
-    r.nvlink_bytes_per_s = double(nb) / summarize(t).median;
-  }
-  TF_CUDA(cudaFree(x));
-  // Launch cost: 2000 empty kernels back to back, then the same inside a CUDA graph.
-  const int n = 2000;
-  TF_CUDA(cudaEventRecord(a.e, s));
-  for (int i = 0; i < n; ++i) empty_kernel<<<1, 1, 0, s>>>();
-  TF_CUDA(cudaEventRecord(b.e, s));
-  team.sync(s);
-  r.launch_s = elapsed_s(a, b) / n;
-  cudaGraph_t g;
-  cudaGraphExec_t ge;
-  TF_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-  for (int i = 0; i < n; ++i) empty_kernel<<<1, 1, 0, s>>>();
-  TF_CUDA(cudaStreamEndCapture(s, &g));
-  TF_CUDA(cudaGraphInstantiate(&ge, g, 0));
-  TF_CUDA(cudaGraphLaunch(ge, s));
-  TF_CUDA(cudaEventRecord(a.e, s));
-  TF_CUDA(cudaGraphLaunch(ge, s));
-  TF_CUDA(cudaEventRecord(b.e, s));
-  team.sync(s);
-  r.graph_launch_s = elapsed_s(a, b) / n;
-  cudaGraphExecDestroy(ge);
-  cudaGraphDestroy(g);
-  return r;
 }
 
 // Slowest rank's value (all ranks call; the coordinator carries it).
@@ -259,9 +180,10 @@ int run(Team& team, const RunRequest& req) {
 
   const MachineRates rates = measure_rates(team);
   if (root)
-    std::printf("# measured: HBM copy %.0f GB/s, NVLink copy engine %.0f GB/s, launch %.2f us (graph %.2f us)\n",
-                rates.hbm_bytes_per_s * 1e-9, rates.nvlink_bytes_per_s * 1e-9, rates.launch_s * 1e6,
-                rates.graph_launch_s * 1e6);
+    std::printf("# measured: HBM copy %.0f GB/s, NVLink copy engine %.0f GB/s, flag one-way %.2f us, launch %.2f us "
+                "(graph %.2f us)\n",
+                rates.hbm_bytes_per_s * 1e-9, rates.nvlink_bytes_per_s * 1e-9, rates.flag_latency_s * 1e6,
+                rates.launch_s * 1e6, rates.graph_launch_s * 1e6);
 
   nlohmann::json results = nlohmann::json::array(), summary = nlohmann::json::array();
   int64_t total_wrong = 0;
@@ -448,7 +370,8 @@ int run(Team& team, const RunRequest& req) {
         {"device", p.name},
         {"rates",
          {{"hbm_gbs", rates.hbm_bytes_per_s * 1e-9}, {"nvlink_ce_gbs", rates.nvlink_bytes_per_s * 1e-9},
-          {"launch_us", rates.launch_s * 1e6}, {"graph_launch_us", rates.graph_launch_s * 1e6}}},
+          {"flag_latency_us", rates.flag_latency_s * 1e6}, {"launch_us", rates.launch_s * 1e6},
+          {"graph_launch_us", rates.graph_launch_s * 1e6}}},
         {"results", results},
         {"summary", summary},
         {"wrong_total", total_wrong}};

@@ -57,6 +57,7 @@ struct Figures {
 struct MachineRates {
   double hbm_bytes_per_s = 0;     // device-to-device copy, bytes read + written per second
   double nvlink_bytes_per_s = 0;  // copy engine to one peer, one direction (0 with one rank)
+  double flag_latency_s = 0;      // one-way signal latency, half a ping-pong round trip (0 with one rank)
   double launch_s = 0;            // empty kernel, back to back
   double graph_launch_s = 0;      // empty kernel inside a CUDA graph
 };

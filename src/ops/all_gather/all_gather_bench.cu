@@ -81,9 +81,11 @@ class AllGatherBench final : public OpBench {
   }
 
   Floor floor(const Case& c, const MachineRates& r) const override {
-    // Each rank receives (world-1) shards through its links; NVLink rate measured by the copy engine.
+    // Each rank receives (world-1) shards through its links (NVLink rate measured by the copy
+    // engine), and at least one flag latency passes before anything can arrive.
     const double recv_bytes = double(c.size_bytes) * (team_->world() - 1) / team_->world();
-    return {r.nvlink_bytes_per_s > 0 ? recv_bytes / r.nvlink_bytes_per_s : 0, "nvlink"};
+    const double bytes_s = r.nvlink_bytes_per_s > 0 ? recv_bytes / r.nvlink_bytes_per_s : 0;
+    return {std::max(bytes_s, r.flag_latency_s), bytes_s > r.flag_latency_s ? "nvlink" : "latency"};
   }
 
   void teardown() override {

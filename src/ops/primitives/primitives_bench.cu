@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "../../bench/bench_util.cuh"
+#include "../../bench/rates.h"
 #include "taxfree/bench/harness.h"
 #include "taxfree/device/barrier.cuh"
 #include "taxfree/device/signal.cuh"
@@ -138,27 +139,6 @@ class PutGetBench final : public OpBench {
 
 // ---- signal latency --------------------------------------------------------------------------
 
-// Ranks 0 and 1 bounce a flag `rounds` times; values grow across launches (epoch = base + i).
-__global__ void ping_pong_kernel(dev::SymmetricView v, uint64_t* flag, dev::LaunchSequence seq, int rounds,
-                                 dev::FaultContext fc) {
-  const uint64_t launch = dev::sequence_begin(seq);
-  const uint64_t base = (launch - 1) * uint64_t(rounds);
-  if (v.rank <= 1) {
-    const int peer = 1 - v.rank;
-    uint64_t* remote = v.peer(flag, peer);
-    for (int i = 1; i <= rounds; ++i) {
-      if (v.rank == 0) {
-        dev::signal_set(remote, base + i);
-        if (!dev::wait_geq(flag, base + i, fc, dev::WaitSite::ping_pong, peer)) break;
-      } else {
-        if (!dev::wait_geq(flag, base + i, fc, dev::WaitSite::ping_pong, peer)) break;
-        dev::signal_set(remote, base + i);
-      }
-    }
-  }
-  dev::sequence_end(seq, launch);
-}
-
 class SignalBench final : public OpBench {
  public:
   static constexpr int kRounds = 2000;
@@ -190,8 +170,7 @@ class SignalBench final : public OpBench {
   }
   void poison(cudaStream_t) override {}
   void run(const std::string&, cudaStream_t s) override {
-    ping_pong_kernel<<<1, 1, 0, s>>>(team_->view(), flag_, seq_, kRounds, team_->fault());
-    TF_CUDA(cudaGetLastError());
+    launch_ping_pong(team_->view(), flag_, seq_, kRounds, team_->fault(), s);
     ++launches_;
   }
   int64_t check(const std::string&, cudaStream_t s) override {

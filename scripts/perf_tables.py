@@ -1,0 +1,69 @@
+#!/usr/bin/env python3
+"""Markdown tables from a `taxfree bench --json` file, one per op, for docs/PERFORMANCE.md.
+
+    scripts/perf_tables.py bench.json [--ops all_gather,gemm] [--every N]
+
+Each row is one case; each variant gets its median time (us) and the op's throughput figure
+(busbw GB/s for collectives, TFLOP/s for GEMMs, GB/s for memory-bound kernels); the last columns
+are the best non-baseline variant's speedup over the fastest baseline and time over the floor.
+"""
+import argparse
+import json
+from collections import OrderedDict
+
+FIGURE = {"all_gather": ("busbw_gbs", "busbw GB/s"), "put_get": ("algbw_gbs", "GB/s"),
+          "gemm": ("tflops", "TFLOP/s"), "decode": ("algbw_gbs", "GB/s"),
+          "flash_decode": ("algbw_gbs", "GB/s")}
+
+
+def fmt(x, digits=1):
+    return "-" if x is None or x <= 0 else f"{x:.{digits}f}"
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("json")
+    ap.add_argument("--ops", default="")
+    ap.add_argument("--every", type=int, default=1, help="keep every N-th case")
+    a = ap.parse_args()
+    d = json.load(open(a.json))
+    ops = [o for o in a.ops.split(",") if o] or list(OrderedDict.fromkeys(r["op"] for r in d["results"]))
+    summary = {(s["op"], s["case"], s["size"]): s for s in d["summary"]}
+    r = d["rates"]
+    v = d["nccl_version"]
+    lat = f", flag one-way {r['flag_latency_us']:.2f} us" if r.get("flag_latency_us") else ""
+    print(f"Measured in the same run: HBM copy {r['hbm_gbs']:.0f} GB/s, NVLink copy engine "
+          f"{r['nvlink_ce_gbs']:.0f} GB/s{lat}, launch {r['launch_us']:.2f} us (graph {r['graph_launch_us']:.2f} us); "
+          f"{d['config']['ranks']} ranks, {d['device']}, NCCL {v // 10000}.{v // 100 % 100}.{v % 100}.\n")
+    for op in ops:
+        rows = [x for x in d["results"] if x["op"] == op]
+        if not rows:
+            continue
+        variants = list(OrderedDict.fromkeys(x["variant"] for x in rows))
+        key, label = FIGURE.get(op, (None, None))
+        cases = list(OrderedDict.fromkeys((x["case"], x["size"]) for x in rows))[:: a.every]
+        head = ["case", "size (B)"]
+        for v in variants:
+            head += [f"{v} us"] + ([f"{v} {label}"] if key else [])
+        head += ["best vs BSP", "best / floor"]
+        print(f"### {op}\n")
+        print("| " + " | ".join(head) + " |")
+        print("|" + "---|" * len(head))
+        for case, size in cases:
+            cells = [case, str(size)]
+            for v in variants:
+                m = next((x for x in rows if x["case"] == case and x["size"] == size and x["variant"] == v), None)
+                cells.append(fmt(m["time_us"]["median"], 2) if m else "-")
+                if key:
+                    cells.append(fmt(m[key]) if m else "-")
+            s = summary.get((op, case, size), {})
+            cells.append(f"{s['speedup']:.2f}x ({s['best']})" if s.get("speedup") else "-")
+            fl = s.get("floor_us", 0)
+            best = s.get("best_us") or s.get("baseline_us")
+            cells.append(f"{best / fl:.2f}" if fl and best else "-")
+            print("| " + " | ".join(cells) + " |")
+        print()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,126 @@
+// The coordinator in one process: clients on threads, as ranks would use it.
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "taxfree/runtime/coordinator.h"
+#include "taxfree/runtime/error.h"
+
+namespace taxfree {
+namespace {
+
+struct Job {
+  CoordinatorServer server{"127.0.0.1", 0, 3};
+  std::vector<std::unique_ptr<CoordinatorClient>> ranks;
+  Job() {
+    for (int r = 0; r < 3; ++r) {
+      ranks.push_back(std::make_unique<CoordinatorClient>("127.0.0.1", server.port(), r, 3, 10));
+      ranks.back()->set_exit_grace(0);  // tests must not be ended by the watchdog
+    }
+  }
+  void finish() {
+    for (auto& c : ranks) c->finish();
+  }
+};
+
+template <class F>
+void on_all(Job& job, F f) {
+  std::vector<std::thread> ts;
+  for (int r = 0; r < 3; ++r) ts.emplace_back([&, r] { f(r, *job.ranks[size_t(r)]); });
+  for (auto& t : ts) t.join();
+}
+
+TEST(Coordinator, SetGetAllGatherAndBarrier) {
+  Job job;
+  std::string binary("\x00\x01\xff\n id", 7);
+  job.ranks[0]->set("id", binary);
+  EXPECT_EQ(job.ranks[2]->get("id", 5), binary);
+  std::vector<std::vector<std::string>> got(3);
+  on_all(job, [&](int r, CoordinatorClient& c) {
+    got[size_t(r)] = c.all_gather("g", "value-" + std::to_string(r), 5);
+    c.barrier("b", 5);
+    c.barrier("b", 5);  // the same name twice in a row
+  });
+  for (const auto& g : got) EXPECT_EQ(g, (std::vector<std::string>{"value-0", "value-1", "value-2"}));
+  job.finish();
+}
+
+TEST(Coordinator, GetTimesOutNamingTheKey) {
+  Job job;
+  try {
+    job.ranks[1]->get("never-set", 0.2);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.status(), Status::Timeout);
+    EXPECT_NE(std::string(e.what()).find("'never-set'"), std::string::npos) << e.what();
+  }
+  job.finish();
+}
+
+TEST(Coordinator, BarrierTimeoutNamesMissingRanksToEveryone) {
+  Job job;
+  std::thread t0([&] { EXPECT_THROW(job.ranks[0]->barrier("x", 0.3), Error); });
+  std::thread t2([&] { EXPECT_THROW(job.ranks[2]->barrier("x", 5), Error); });
+  t0.join();
+  t2.join();
+  EXPECT_TRUE(job.ranks[2]->aborted());
+  EXPECT_NE(job.ranks[2]->abort_message().find("rank(s) 1 never arrived"), std::string::npos)
+      << job.ranks[2]->abort_message();
+  EXPECT_NE(job.server.first_failure().find("host barrier 'x' timed out"), std::string::npos);
+}
+
+TEST(Coordinator, FailureIsBroadcastAndWakesWaiters) {
+  Job job;
+  bool called = false;
+  job.ranks[2]->on_abort([&] { called = true; });
+  std::thread waiter([&] {
+    try {
+      job.ranks[2]->get("never", 30);
+      ADD_FAILURE() << "get returned";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.status(), Status::RemoteError);
+      EXPECT_NE(std::string(e.what()).find("rank 1 failed: out of cheese"), std::string::npos) << e.what();
+    }
+  });
+  job.ranks[1]->fail("out of cheese");
+  waiter.join();
+  EXPECT_TRUE(called);
+  EXPECT_TRUE(job.ranks[0]->aborted() || [&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    return job.ranks[0]->aborted();
+  }());
+  EXPECT_FALSE(job.ranks[1]->aborted()) << "the failing rank is not told about itself";
+  EXPECT_THROW(job.ranks[0]->throw_if_aborted(), Error);
+}
+
+TEST(Coordinator, DisconnectWithoutFinishingIsAFailure) {
+  Job job;
+  job.ranks[0]->finish();
+  job.ranks[0].reset();  // a clean exit: not a failure
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_FALSE(job.ranks[1]->aborted());
+  job.ranks[2].reset();  // vanished without finish(): like a killed process
+  for (int i = 0; i < 100 && !job.ranks[1]->aborted(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_TRUE(job.ranks[1]->aborted());
+  EXPECT_NE(job.ranks[1]->abort_message().find("rank 2 failed"), std::string::npos) << job.ranks[1]->abort_message();
+}
+
+TEST(Coordinator, HexRoundTripAndBadInput) {
+  const std::string s("\x00\x7f\x80\xff", 4);
+  EXPECT_EQ(from_hex(to_hex(s.data(), s.size())), s);
+  EXPECT_THROW(from_hex("abc"), Error);
+  EXPECT_THROW(from_hex("zz"), Error);
+}
+
+TEST(Coordinator, ClientGivesUpWhenNobodyListens) {
+  try {
+    CoordinatorClient c("127.0.0.1", 1, 0, 1, 0.3);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.status(), Status::Timeout);
+    EXPECT_NE(std::string(e.what()).find("could not reach the coordinator at 127.0.0.1:1"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace taxfree

@@ -1,0 +1,88 @@
+// Benchmark bookkeeping that needs no GPU: bandwidth formulas, statistics, size sweeps, filters,
+// heap placement.
+#include <gtest/gtest.h>
+
+#include "taxfree/bench/harness.h"
+#include "taxfree/runtime/error.h"
+#include "taxfree/runtime/symmetric_heap.h"
+
+namespace taxfree::bench {
+namespace {
+
+TEST(Harness, BusBandwidthFactorsFollowNcclTests) {
+  EXPECT_DOUBLE_EQ(bus_factor("all_gather", 2), 0.5);
+  EXPECT_DOUBLE_EQ(bus_factor("all_gather", 8), 7.0 / 8);
+  EXPECT_DOUBLE_EQ(bus_factor("reduce_scatter", 4), 0.75);
+  EXPECT_DOUBLE_EQ(bus_factor("all_reduce", 4), 1.5);
+  EXPECT_DOUBLE_EQ(bus_factor("all_reduce", 1), 0.0);
+  EXPECT_DOUBLE_EQ(bus_factor("broadcast", 8), 1.0);
+  EXPECT_THROW(bus_factor("gossip", 2), Error);
+}
+
+TEST(Harness, MedianMinMax) {
+  auto s = summarize({5, 1, 4, 2, 3});
+  EXPECT_EQ(s.median, 3);
+  EXPECT_EQ(s.min, 1);
+  EXPECT_EQ(s.max, 5);
+  EXPECT_EQ(summarize({4, 1, 3, 2}).median, 2.5);
+  EXPECT_THROW(summarize({}), Error);
+}
+
+TEST(Harness, ParseBytes) {
+  EXPECT_EQ(parse_bytes("1024"), 1024);
+  EXPECT_EQ(parse_bytes("64K"), 64 << 10);
+  EXPECT_EQ(parse_bytes("8M"), 8 << 20);
+  EXPECT_EQ(parse_bytes("1G"), int64_t(1) << 30);
+  EXPECT_EQ(parse_bytes("1.5K"), 1536);
+  for (const char* bad : {"", "abc", "12Q", "-5", "1.3"}) {
+    try {
+      parse_bytes(bad);
+      ADD_FAILURE() << "accepted '" << bad << "'";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.status(), Status::InvalidArgument);
+      EXPECT_NE(std::string(e.what()).find(std::string("'") + bad + "'"), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST(Harness, SizeSweepRespectsBoundsFactorAndMultiple) {
+  Options o;
+  EXPECT_EQ(size_sweep(o, 1024, 8192, 16), (std::vector<int64_t>{1024, 2048, 4096, 8192}));
+  o.min_bytes = 100, o.max_bytes = 1000, o.step_factor = 3;
+  EXPECT_EQ(size_sweep(o, 1, 1, 16), (std::vector<int64_t>{96, 288, 896}));
+  o.min_bytes = 1, o.max_bytes = 1;
+  EXPECT_EQ(size_sweep(o, 1, 1, 16), (std::vector<int64_t>{16}));
+  o.min_bytes = 10, o.max_bytes = 5;
+  EXPECT_THROW(size_sweep(o, 1, 1, 16), Error);
+}
+
+TEST(Harness, ShapeFilters) {
+  nlohmann::json p = {{"M", 8192}, {"N", 4096}, {"layout", "nk"}};
+  EXPECT_TRUE(matches_shape_filters(p, {}));
+  EXPECT_TRUE(matches_shape_filters(p, {"M=8192"}));
+  EXPECT_TRUE(matches_shape_filters(p, {"M=8192,layout=nk"}));
+  EXPECT_FALSE(matches_shape_filters(p, {"M=8192,layout=kn"}));
+  EXPECT_TRUE(matches_shape_filters(p, {"M=1", "N=4096"}));  // any entry may match
+  EXPECT_FALSE(matches_shape_filters(p, {"K=1"}));
+  EXPECT_THROW(matches_shape_filters(p, {"M"}), Error);
+}
+
+TEST(Heap, PlacementAlignsAndNamesExhaustion) {
+  EXPECT_EQ(heap_place(0, 1 << 20, 100, 256, "a"), 0u);
+  EXPECT_EQ(heap_place(100, 1 << 20, 100, 256, "b"), 256u);
+  EXPECT_EQ(heap_place(256, 1 << 20, 16, 4096, "c"), 4096u);
+  try {
+    heap_place(1000, 4096, 4000, 256, "ag.recv");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.status(), Status::OutOfMemory);
+    const std::string m = e.what();
+    EXPECT_NE(m.find("'ag.recv' asked for 4000 B"), std::string::npos) << m;
+    EXPECT_NE(m.find("3072 B free of 4096 B"), std::string::npos) << m;
+  }
+  EXPECT_THROW(heap_place(0, 4096, 0, 256, "zero"), Error);
+  EXPECT_THROW(heap_place(0, 4096, 16, 24, "align"), Error);
+}
+
+}  // namespace
+}  // namespace taxfree::bench

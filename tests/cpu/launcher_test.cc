@@ -1,0 +1,175 @@
+// The launcher and the coordinator with ranks that do no CUDA work: every way a rank can end, and
+// how fast and how clearly the others learn of it.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <chrono>
+#include <fstream>
+#include <map>
+
+#include "taxfree/runtime/error.h"
+#include "taxfree/runtime/launcher.h"
+#include "test_process.h"
+
+namespace taxfree {
+namespace {
+
+using test::cli;
+using test::run_process;
+
+EnvLookup env_of(std::map<std::string, std::string> m) {
+  auto owned = std::make_shared<std::map<std::string, std::string>>(std::move(m));
+  return [owned](const char* k) -> const char* {
+    auto it = owned->find(k);
+    return it == owned->end() ? nullptr : it->second.c_str();
+  };
+}
+
+TEST(RankEnv, NoLauncherVariablesMeansSingleProcess) { EXPECT_FALSE(rank_env(env_of({})).has_value()); }
+
+TEST(RankEnv, TaxfreeLauncher) {
+  auto e = rank_env(env_of({{"TAXFREE_COORDINATOR", "127.0.0.1:4567"}, {"RANK", "2"}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", "2"}}));
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->rank, 2);
+  EXPECT_EQ(e->world, 4);
+  EXPECT_EQ(e->local_rank, 2);
+  EXPECT_EQ(e->coordinator_host, "127.0.0.1");
+  EXPECT_EQ(e->coordinator_port, 4567);
+  EXPECT_FALSE(e->host_coordinator);
+}
+
+TEST(RankEnv, TorchrunUsesMasterPortPlusOneAndRankZeroHosts) {
+  auto e = rank_env(env_of({{"RANK", "0"}, {"WORLD_SIZE", "8"}, {"LOCAL_RANK", "0"}, {"MASTER_ADDR", "10.0.0.1"},
+                            {"MASTER_PORT", "29500"}}));
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->coordinator_host, "10.0.0.1");
+  EXPECT_EQ(e->coordinator_port, 29501);
+  EXPECT_TRUE(e->host_coordinator);
+  auto e3 = rank_env(env_of({{"RANK", "3"}, {"WORLD_SIZE", "8"}, {"TAXFREE_COORDINATOR_PORT", "4000"}}));
+  ASSERT_TRUE(e3);
+  EXPECT_EQ(e3->coordinator_port, 4000);
+  EXPECT_EQ(e3->local_rank, 3);  // LOCAL_RANK defaults to RANK
+  EXPECT_FALSE(e3->host_coordinator);
+}
+
+TEST(RankEnv, OpenMpiAndMpich) {
+  auto o = rank_env(env_of({{"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_SIZE", "3"}, {"OMPI_COMM_WORLD_LOCAL_RANK", "1"}}));
+  ASSERT_TRUE(o);
+  EXPECT_EQ(o->world, 3);
+  EXPECT_NE(o->source.find("Open MPI"), std::string::npos);
+  auto m = rank_env(env_of({{"PMI_RANK", "0"}, {"PMI_SIZE", "2"}}));
+  ASSERT_TRUE(m);
+  EXPECT_EQ(m->world, 2);
+}
+
+void expect_invalid(std::map<std::string, std::string> env, const std::string& needle) {
+  try {
+    rank_env(env_of(env));
+    ADD_FAILURE() << "no error for " << needle;
+  } catch (const Error& e) {
+    EXPECT_EQ(e.status(), Status::InvalidArgument);
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+  }
+}
+
+TEST(RankEnv, BadValuesNameTheVariable) {
+  expect_invalid({{"RANK", "abc"}, {"WORLD_SIZE", "2"}}, "RANK='abc' is not an integer");
+  expect_invalid({{"RANK", "2"}, {"WORLD_SIZE", "2"}}, "RANK=2 must be in [0, WORLD_SIZE=2)");
+  expect_invalid({{"RANK", "0"}, {"WORLD_SIZE", "0"}}, "WORLD_SIZE=0 must be >= 1");
+  expect_invalid({{"OMPI_COMM_WORLD_RANK", "0"}}, "OMPI_COMM_WORLD_SIZE is not");
+  expect_invalid({{"TAXFREE_COORDINATOR", "nohost"}, {"RANK", "0"}, {"WORLD_SIZE", "1"}}, "must be host:port");
+  expect_invalid({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_PORT", "65535"}}, "out of range");
+}
+
+// ---- whole jobs through `taxfree run` ----------------------------------------------------------
+
+std::vector<std::string> selftest_job(int n, int fail_rank, const std::string& mode) {
+  return {cli(), "run", "-n", std::to_string(n), "--", cli(), "_rank-selftest", "--fail-rank",
+          std::to_string(fail_rank), "--mode", mode};
+}
+
+TEST(Launcher, AllRanksFinish) {
+  auto r = run_process(selftest_job(4, -1, "ok"));
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  for (int i = 0; i < 4; ++i) EXPECT_NE(r.output.find("rank " + std::to_string(i) + " done"), std::string::npos) << r.output;
+}
+
+TEST(Launcher, RankExitingNonZeroEndsTheJobNamingIt) {
+  auto r = run_process(selftest_job(3, 1, "exit"));
+  EXPECT_EQ(r.exit_code, 7) << r.output;  // the failing rank's own code
+  EXPECT_LT(r.seconds, 10);
+  EXPECT_NE(r.output.find("job failed: rank 1"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("rank 1 (pid"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("exited with code 7"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("done"), std::string::npos) << "no rank may pass the final barrier: " << r.output;
+}
+
+TEST(Launcher, KilledRankEndsTheJobNamingIt) {
+  auto r = run_process(selftest_job(3, 2, "kill"));
+  EXPECT_EQ(r.exit_code, 128 + SIGKILL) << r.output;
+  EXPECT_LT(r.seconds, 10);
+  EXPECT_NE(r.output.find("rank 2 (pid"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("was killed by signal 9"), std::string::npos) << r.output;
+  // Survivors stop with "remote failure", naming the dead rank.
+  EXPECT_NE(r.output.find("rank 2 failed"), std::string::npos) << r.output;
+}
+
+TEST(Launcher, ReportedErrorReachesEveryRank) {
+  auto r = run_process(selftest_job(3, 0, "error"));
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_LT(r.seconds, 10);
+  EXPECT_NE(r.output.find("[taxfree rank 1"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("[taxfree rank 2"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("rank 0 failed: injected error in rank 0"), std::string::npos) << r.output;
+}
+
+TEST(Launcher, HungRankIsNamedWhenTheOthersTimeOut) {
+  // The others wait 10 s at a host barrier, then the job ends naming the rank that never came.
+  auto r = run_process(selftest_job(3, 1, "hang"), {}, 60);
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_FALSE(r.timed_out) << r.output;
+  EXPECT_LT(r.seconds, 30);
+  EXPECT_NE(r.output.find("rank(s) 1 never arrived"), std::string::npos) << r.output;
+}
+
+// ---- ranks started by another launcher (torchrun/mpirun style environment) ---------------------
+
+TEST(JoinedRanks, KilledRankEndsTheOthersWithItsName) {
+  const int port = test::free_port();
+  std::vector<int> pids;
+  for (int r = 0; r < 3; ++r)
+    pids.push_back(test::spawn_process(
+        {cli(), "_rank-selftest", "--fail-rank", "1", "--mode", "kill"},
+        {{"RANK", std::to_string(r)}, {"WORLD_SIZE", "3"}, {"MASTER_ADDR", "127.0.0.1"},
+         {"MASTER_PORT", std::to_string(port - 1)}},
+        "/tmp/taxfree-joined-" + std::to_string(r) + ".log"));
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<int> codes;
+  for (int pid : pids) codes.push_back(test::wait_process(pid, 30));
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_EQ(codes[1], 128 + SIGKILL);
+  EXPECT_EQ(codes[0], 3) << "remote failure";
+  EXPECT_EQ(codes[2], 3) << "remote failure";
+  EXPECT_LT(took, 10);
+  std::ifstream log("/tmp/taxfree-joined-2.log");
+  std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("rank 1 failed"), std::string::npos) << text;
+}
+
+TEST(JoinedRanks, LosingTheCoordinatorHostEndsTheOthers) {
+  const int port = test::free_port();
+  std::vector<int> pids;
+  for (int r = 0; r < 2; ++r)
+    pids.push_back(test::spawn_process({cli(), "_rank-selftest", "--fail-rank", "0", "--mode", "kill"},
+                                       {{"RANK", std::to_string(r)}, {"WORLD_SIZE", "2"},
+                                        {"TAXFREE_COORDINATOR_PORT", std::to_string(port)}},
+                                       "/tmp/taxfree-joined-host-" + std::to_string(r) + ".log"));
+  EXPECT_EQ(test::wait_process(pids[0], 30), 128 + SIGKILL);
+  EXPECT_EQ(test::wait_process(pids[1], 30), 3);
+  std::ifstream log("/tmp/taxfree-joined-host-1.log");
+  std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("lost the connection to the coordinator"), std::string::npos) << text;
+}
+
+}  // namespace
+}  // namespace taxfree
