@@ -50,8 +50,10 @@ TEST(FlashDecodeBench, DistributedVariantsPartsAndTaxes) {
   MachineRates r;
   r.hbm_bytes_per_s = 4e12;
   r.launch_s = 3e-6;
-  // Floor: the local KV at the HBM rate plus one flag latency (1.2 us).
+  // Floor: the local KV at the HBM rate plus one flag latency (measured; 1.2 us when unknown).
   EXPECT_DOUBLE_EQ(b->floor(c, r).seconds, kv_bytes / 4e12 + 1.2e-6);
+  r.flag_latency_s = 2e-6;
+  EXPECT_DOUBLE_EQ(b->floor(c, r).seconds, kv_bytes / 4e12 + 2e-6);
   const std::map<std::string, double> t = {
       {"bsp", 40e-6}, {"bsp-plain", 45e-6}, {"fused", 25e-6}, {"decode-only", 22e-6}, {"comm-only", 9e-6}};
   const Taxes x = b->taxes(c, t, r);

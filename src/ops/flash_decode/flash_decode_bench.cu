@@ -34,8 +34,7 @@ namespace {
 
 using bench_inputs::Shape;
 
-// One-way flag latency measured on 2xH200 (half the 2.4 us ping-pong round trip): the part of the
-// floor that no in-kernel exchange avoids.
+// One-way flag latency measured on 2xH200, for the floor when the harness has no measurement.
 constexpr double kFlagLatencyS = 1.2e-6;
 // Problems up to this many (tokens x KV heads x batch x ranks) get every group checked; larger
 // ones two groups per rank (different groups on every rank).
@@ -157,9 +156,11 @@ class FlashDecodeBench final : public bench::OpBench {
     return f;
   }
 
-  // The local slice's KV once through HBM at the copy rate measured in this run, plus one flag.
+  // The local slice's KV once through HBM at the copy rate measured in this run, plus one flag
+  // latency (measured in this run: the exchange that no in-kernel combine avoids).
   bench::Floor floor(const bench::Case& c, const bench::MachineRates& r) const override {
-    return {c.params.at("kv_bytes").get<double>() / r.hbm_bytes_per_s + kFlagLatencyS, "hbm"};
+    const double flag = r.flag_latency_s > 0 ? r.flag_latency_s : kFlagLatencyS;
+    return {c.params.at("kv_bytes").get<double>() / r.hbm_bytes_per_s + flag, "hbm"};
   }
 
   // bulk-synchronous: the faster bsp baseline - max(decode-only, comm-only); launch: the two

@@ -57,9 +57,9 @@ __device__ bool exchange_and_combine(const FusedDecodeParams& p, float* gather, 
   const bool peer_thread = t < v.world && t != v.rank;
   if (peer_thread && !p.skip_signal) dev::signal_set(v.peer(group_flags, t) + v.rank, epoch);
 
-  // Pattern P1/P2 consumer: thread r acquires rank r's flag [g][r] (wait_geq: relaxed polls, then
-  // fence.acq_rel.sys), and bar.sync extends that to the whole CTA, whose weak loads in
-  // cta_combine_partials then see rank r's stores. The own partial needs no flag: this CTA wrote
+  // Pattern P1/P2 consumer: thread r acquires rank r's flag [g][r] (wait_geq: ld.acquire.sys), and
+  // bar.sync extends that to the whole CTA, whose weak loads in cta_combine_partials then see rank
+  // r's stores. The own partial needs no flag: this CTA wrote
   // it, and the barrier at the combine's entry orders it.
   bool ok = true;
   if (peer_thread) ok = dev::wait_geq(group_flags + t, epoch, p.fault, dev::WaitSite::decode_partial, t);
