@@ -176,11 +176,11 @@ std::vector<std::vector<Slice>> partition(std::span<const int32_t> lens, int wor
 //          combines. No host work or flag reset between steps; CUDA-graph capturable.
 //
 // Preconditions (collective, not checked across ranks): every rank constructs the op with the same
-// config, and calls launch with the same variant, batch, heads, head_dim and dtype, in the same
-// order. A rank's slices, lengths, layout and cache may differ from its peers'. Launches of one
-// FlashDecode are ordered on one stream per rank (the epochs depend on it). A fused launch needs
-// every CTA of its grid resident at once (it sizes the grid by the kernel's occupancy): do not run
-// it beside kernels that hold SMs until it finishes.
+// config, and calls launch with the same variant, batch, heads, head_dim, dtype, softmax_scale and
+// q, in the same order. A rank's slices, lengths, layout and cache may differ from its peers'.
+// Launches of one FlashDecode are ordered on one stream per rank (the epochs depend on it). A fused
+// launch needs every CTA of its grid resident at once (it sizes the grid by the kernel's
+// occupancy): do not run it beside kernels that hold SMs until it finishes.
 
 enum class Variant { bsp, fused };
 Variant parse_variant(const std::string& name);  // "bsp" | "fused"; throws InvalidArgument
