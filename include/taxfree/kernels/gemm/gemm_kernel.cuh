@@ -107,7 +107,7 @@ __device__ __forceinline__ void produce(const GemmParams<Order, Ready, Epi>& p, 
     const int m0 = tile.m * Shape::BM, n0 = tile.n * Shape::BN;
     for (int kb = 0; kb < k_blocks; ++kb) {
       const uint32_t full = full0 + 8 * stage, a_dst = base + stage * L::kStageBytes, b_dst = a_dst + L::kABytes;
-      mbar_wait(empty0 + 8 * stage, phase ^ 1);  // consumers are done with this stage's last use
+      mbar_wait<false>(empty0 + 8 * stage, phase ^ 1);  // consumers are done with this stage's last use
       mbar_arrive_expect_tx(full, L::kStageBytes);
       if constexpr (kMajorB == Major::K) {
         tma_load_2d(b_dst, &p.b, kb * 64, n0, full);
@@ -137,7 +137,7 @@ __device__ __forceinline__ void consume(const GemmParams<Order, Ready, Epi>& p, 
     const TileCoord tile = Order::at(p.order, p.grid, t);
     uint32_t prev = 0;
     for (int kb = 0; kb < k_blocks; ++kb) {
-      mbar_wait(full0 + 8 * stage, phase);
+      mbar_wait<false>(full0 + 8 * stage, phase, 2 * dev::kMbarTimeoutNs);  // no call in the wgmma window
       const uint32_t a_tile = base + stage * L::kStageBytes + consumer * 64 * 128;
       const uint32_t b_tile = base + stage * L::kStageBytes + L::kABytes;
       wgmma_fence();
