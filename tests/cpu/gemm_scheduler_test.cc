@@ -1,10 +1,13 @@
-// Tile orders of the persistent GEMM: every tile exactly once, for grouped and rank-rotated orders.
+// Tile orders and work plans of the persistent GEMM: every tile exactly once, for grouped and
+// rank-rotated orders; every (tile, k-block) exactly once, for split-K plans.
 #include <gtest/gtest.h>
 
 #include <cstdint>
 #include <vector>
 
 #include "taxfree/kernels/gemm/tile_scheduler.cuh"
+#include "taxfree/ops/gemm.h"
+#include "taxfree/ops/gemm_detail.h"
 #include "taxfree/ops/gemm_tiles.h"
 
 namespace taxfree::gemm {
@@ -87,6 +90,88 @@ TEST(GemmTileScheduler, GroupedOrderSweepsGroupsColumnByColumn) {
   EXPECT_EQ(fifth.n, 1);
   EXPECT_EQ(group2.m, 4);
   EXPECT_EQ(group2.n, 0);
+}
+
+
+// Walks a plan's units as the kernel does (cluster c takes c, c + clusters, ...) and checks that every
+// (tile, k-block) is covered exactly once, every unit is non-empty, split units of a tile are
+// consecutive and numbered 0..splits-1 with the tile's slot, and whole tiles come first.
+void expect_plan_covers(const WorkPlan& plan, int64_t clusters) {
+  const int64_t tiles = plan.grid.tiles();
+  std::vector<int> kb_visits(size_t(tiles) * size_t(plan.k_blocks), 0);
+  int64_t prev_slot = -1;
+  int prev_split = -1;
+  for (int64_t c = 0; c < clusters; ++c)
+    for (int64_t u = c; u < plan.units(); u += clusters) {
+      const WorkUnit w = plan.unit(u);
+      ASSERT_GE(w.t, 0);
+      ASSERT_LT(w.t, tiles);
+      ASSERT_LT(w.kb_begin, w.kb_end) << "empty unit " << u;
+      ASSERT_GE(w.kb_begin, 0);
+      ASSERT_LE(w.kb_end, plan.k_blocks);
+      for (int kb = w.kb_begin; kb < w.kb_end; ++kb) ++kb_visits[size_t(w.t) * plan.k_blocks + kb];
+      if (u < plan.dp_tiles) {
+        ASSERT_EQ(w.slot, -1);
+        ASSERT_EQ(w.kb_begin, 0);
+        ASSERT_EQ(w.kb_end, plan.k_blocks);
+      } else {
+        ASSERT_EQ(w.slot, w.t - plan.dp_tiles);
+        ASSERT_GE(w.split, 0);
+        ASSERT_LT(w.split, plan.splits);
+      }
+    }
+  for (int64_t u = plan.dp_tiles; u < plan.units(); ++u) {  // in unit order: splits 0.. of a slot in a row
+    const WorkUnit w = plan.unit(u);
+    if (w.split == 0) {
+      ASSERT_EQ(w.slot, prev_slot + 1);
+    } else {
+      ASSERT_EQ(w.slot, prev_slot);
+      ASSERT_EQ(w.split, prev_split + 1);
+    }
+    prev_slot = w.slot, prev_split = w.split;
+  }
+  for (size_t i = 0; i < kb_visits.size(); ++i)
+    ASSERT_EQ(kb_visits[i], 1) << "tile " << i / plan.k_blocks << " k-block " << i % plan.k_blocks;
+}
+
+TEST(GemmWorkPlan, EveryTileAndKBlockOnceForEverySplitConfig) {
+  for (int cluster : {1, 2})
+    for (int64_t m : {1, 64, 129, 1000, 4096})
+      for (int64_t n : {64, 3592, 14336})
+        for (int64_t k : {1, 64, 65, 200, 1001, 8192})
+          for (int splits : {1, 2, 3, 7, 16, 64})
+            for (SplitScope scope : {SplitScope::all, SplitScope::tail})
+              for (int64_t clusters : {1, 7, 66, 132}) {
+                GemmArgs a;
+                a.m = m, a.n = n, a.k = k;
+                GemmConfig cfg;
+                cfg.bm = 128, cfg.bn = 128, cfg.cluster_m = cluster, cfg.splits = splits, cfg.split_scope = scope;
+                cfg.group_m = 3;
+                const WorkPlan plan = detail::make_work_plan(a, cfg, clusters);
+                ASSERT_LE(plan.splits, plan.k_blocks) << "K=" << k << " splits=" << splits;
+                ASSERT_EQ(plan.grid.m_blocks, (m + 128 * cluster - 1) / (128 * cluster));
+                if (splits == 1) ASSERT_EQ(plan.split_tiles(), 0);
+                if (scope == SplitScope::tail) ASSERT_LT(plan.split_tiles(), clusters);
+                expect_plan_covers(plan, std::min<int64_t>(plan.units(), clusters));
+                const detail::WorkspaceNeed need = detail::workspace_need(plan, cfg);
+                EXPECT_EQ(need.partial_bytes,
+                          size_t(plan.split_tiles()) * cluster * plan.splits * 128 * 128 * sizeof(float));
+                EXPECT_EQ(need.counters, size_t(plan.split_tiles()) * cluster * 2);
+              }
+}
+
+TEST(GemmWorkPlan, TailSplitLeavesWholeWavesWhole) {
+  GemmArgs a;
+  a.m = 2048, a.n = 7168, a.k = 8192;  // 16 x 28 = 448 tiles of 128 x 256: 3 waves of 132 + 52
+  GemmConfig cfg;
+  cfg.splits = 2, cfg.split_scope = SplitScope::tail;
+  const WorkPlan plan = detail::make_work_plan(a, cfg, 132);
+  EXPECT_EQ(plan.dp_tiles, 396);
+  EXPECT_EQ(plan.units(), 396 + 52 * 2);
+  EXPECT_EQ(plan.unit(396).kb_end, 64);
+  EXPECT_EQ(plan.unit(397).kb_begin, 64);
+  a.m = 12 * 128, a.n = 11 * 256;  // 132 tiles, exactly one wave: nothing to split
+  EXPECT_EQ(detail::make_work_plan(a, cfg, 132).split_tiles(), 0);
 }
 
 }  // namespace

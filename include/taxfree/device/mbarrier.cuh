@@ -45,10 +45,9 @@ __device__ __forceinline__ void mbar_arrive(uint32_t bar) {
 // 0, so waiting for parity 1 returns at once.
 //
 // kReport = false traps without printing. The print is a function call (vprintf), and a call
-// anywhere a wgmma group may be in flight makes ptxas serialise every wgmma of the kernel
-// (C7510: each HGMMA then waits for the previous one). wgmma consumers use the quiet form with a
-// longer `timeout_ns` than their producer's reporting wait, so a lost transaction is still named
-// by the producer before anyone traps.
+// anywhere in a kernel that issues wgmma makes ptxas serialise every wgmma of that kernel (C7510:
+// each HGMMA then waits for the previous one; measured by ptxas, not only where a group is in
+// flight), so wgmma kernels use the quiet form: the host sees a trap (launch failure), unnamed.
 template <bool kReport = true>
 __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity, uint64_t timeout_ns = kMbarTimeoutNs) {
   uint64_t start = 0;

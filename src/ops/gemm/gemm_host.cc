@@ -8,6 +8,7 @@
 #include <climits>
 #include <cstdint>
 #include <iterator>
+#include <map>
 #include <mutex>
 #include <set>
 #include <sstream>
@@ -29,6 +30,7 @@ std::string GemmConfig::name() const {
   std::ostringstream os;
   os << bm << "x" << bn << "x" << bk << " s" << stages << " g" << group_m;
   if (cluster_m != 1) os << " c" << cluster_m;
+  if (splits != 1) os << " sk" << splits << (split_scope == SplitScope::tail ? "t" : "");
   if (max_ctas > 0) os << " ctas" << max_ctas;
   return os.str();
 }
@@ -40,6 +42,7 @@ std::vector<GemmConfig> compiled_configs() {
     c.bm = t.bm;
     c.bn = t.bn;
     c.stages = t.stages;
+    c.cluster_m = t.cluster;
     out.push_back(c);
   }
   return out;
@@ -49,6 +52,7 @@ namespace {
 
 constexpr int64_t kElemBytes = 2;
 constexpr int64_t kMaxTmaStrideBytes = int64_t(1) << 40;
+constexpr int kMaxSplits = 64;
 
 void check_operand(const char* name, const void* p, const char* ld_name, int64_t ld, int64_t min_ld,
                    const char* min_name) {
@@ -91,19 +95,21 @@ void validate_inputs(const GemmArgs& a, const GemmConfig& cfg) {
     check_operand("B", a.b, "ldb", a.ldb, a.n, "N");
 
   TF_REQUIRE(cfg.bk == 64, Status::NotSupported, "GEMM config bk=" << cfg.bk << ": only bk=64 is compiled");
-  TF_REQUIRE(cfg.cluster_m == 1, Status::NotSupported,
-             "GEMM config cluster_m=" << cfg.cluster_m << ": only cluster_m=1 is implemented");
   TF_REQUIRE(cfg.group_m >= 1, Status::InvalidArgument, "GEMM config group_m=" << cfg.group_m << " must be >= 1");
   TF_REQUIRE(cfg.max_ctas >= 0, Status::InvalidArgument, "GEMM config max_ctas=" << cfg.max_ctas << " must be >= 0");
+  TF_REQUIRE(cfg.splits >= 1 && cfg.splits <= kMaxSplits, Status::InvalidArgument,
+             "GEMM config splits=" << cfg.splits << " must be in [1, " << kMaxSplits << "]");
+  TF_REQUIRE(cfg.split_scope == SplitScope::all || cfg.split_scope == SplitScope::tail, Status::InvalidArgument,
+             "GEMM config split_scope " << int(cfg.split_scope) << " is not all or tail");
   const CompiledTile* tile = nullptr;
   std::ostringstream known;
   for (const CompiledTile& t : kCompiledTiles) {
-    known << (known.tellp() > 0 ? ", " : "") << t.bm << "x" << t.bn << " s" << t.stages;
-    if (t.bm == cfg.bm && t.bn == cfg.bn && t.stages == cfg.stages) tile = &t;
+    known << (known.tellp() > 0 ? ", " : "") << t.bm << "x" << t.bn << " s" << t.stages << " c" << t.cluster;
+    if (t.bm == cfg.bm && t.bn == cfg.bn && t.stages == cfg.stages && t.cluster == cfg.cluster_m) tile = &t;
   }
   TF_REQUIRE(tile != nullptr, Status::NotSupported,
-             "GEMM tile " << cfg.bm << "x" << cfg.bn << " s" << cfg.stages << " is not compiled (have: " << known.str()
-                          << ")");
+             "GEMM tile " << cfg.bm << "x" << cfg.bn << " s" << cfg.stages << " cluster_m=" << cfg.cluster_m
+                          << " is not compiled (have: " << known.str() << ")");
   TF_REQUIRE(tile->kn || a.b_layout == BLayout::NK, Status::NotSupported,
              "GEMM tile " << cfg.bm << "x" << cfg.bn << " needs B as [N, K] (layout nk); B [K, N] needs bn % 64 == 0");
 }
@@ -156,6 +162,98 @@ void allow_dynamic_smem(const void* kernel, int bytes) {
   if (done.count({kernel, dev})) return;
   TF_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
   done.insert({kernel, dev});
+}
+
+
+int resident_clusters(const void* kernel, int threads, int smem_bytes, int cluster) {
+  static std::mutex mu;
+  static std::map<std::pair<const void*, int>, int> cache;  // (kernel, device) -> clusters
+  int dev = 0;
+  TF_CUDA(cudaGetDevice(&dev));
+  std::lock_guard<std::mutex> lock(mu);
+  const auto it = cache.find({kernel, dev});
+  if (it != cache.end()) return it->second;
+  int n = 0;
+  if (cluster == 1) {
+    int per_sm = 0;
+    TF_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, size_t(smem_bytes)));
+    n = per_sm * device_sm_count();
+  } else {
+    // Clusters are placed inside one GPC; the driver knows how many fit.
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = dim3(unsigned(cluster));
+    cfg.blockDim = dim3(unsigned(threads));
+    cfg.dynamicSmemBytes = size_t(smem_bytes);
+    cudaLaunchAttribute attr;
+    attr.id = cudaLaunchAttributeClusterDimension;
+    attr.val.clusterDim.x = unsigned(cluster);
+    attr.val.clusterDim.y = 1;
+    attr.val.clusterDim.z = 1;
+    cfg.attrs = &attr;
+    cfg.numAttrs = 1;
+    TF_CUDA(cudaOccupancyMaxActiveClusters(&n, kernel, &cfg));
+  }
+  TF_REQUIRE(n > 0, Status::NotSupported,
+             "GEMM kernel does not fit on this device (" << threads << " threads, " << smem_bytes << " B shared memory, "
+                                                         << cluster << "-CTA clusters)");
+  cache[{kernel, dev}] = n;
+  return n;
+}
+
+WorkPlan make_work_plan(const GemmArgs& a, const GemmConfig& cfg, int64_t clusters) {
+  WorkPlan plan{};
+  plan.grid = make_tile_grid(a.m, a.n, cfg.bm * cfg.cluster_m, cfg.bn, cfg.group_m);
+  plan.k_blocks = int((a.k + 63) / 64);
+  plan.splits = std::min(cfg.splits, plan.k_blocks);  // every K range gets at least one k-block
+  if (plan.splits <= 1) {
+    plan.splits = 1;
+    plan.dp_tiles = plan.grid.tiles();
+  } else {
+    plan.dp_tiles = cfg.split_scope == SplitScope::all ? 0 : tail_dp_tiles(plan.grid.tiles(), clusters);
+  }
+  return plan;
+}
+
+WorkspaceNeed workspace_need(const WorkPlan& plan, const GemmConfig& cfg) {
+  WorkspaceNeed need;
+  if (plan.split_tiles() == 0) return need;
+  const size_t ctas = size_t(plan.split_tiles()) * size_t(cfg.cluster_m);
+  need.partial_bytes = ctas * size_t(plan.splits) * size_t(cfg.bm) * size_t(cfg.bn) * sizeof(float);
+  need.counters = ctas * size_t(cfg.bm / 64);
+  return need;
+}
+
+Workspace splitk_workspace(cudaStream_t stream, const WorkspaceNeed& need) {
+  struct Buffer {
+    void* partials = nullptr;
+    size_t partial_bytes = 0;
+    uint32_t* counters = nullptr;
+    size_t counters_len = 0;
+  };
+  static std::mutex mu;
+  static std::map<std::pair<int, cudaStream_t>, Buffer> buffers;  // (device, stream)
+  int dev = 0;
+  TF_CUDA(cudaGetDevice(&dev));
+  std::lock_guard<std::mutex> lock(mu);
+  Buffer& b = buffers[{dev, stream}];
+  // Grown, never shrunk; rounded up so a sweep of shapes reallocates a few times at most. cudaFree
+  // waits for the device, so no kernel still uses the old buffer.
+  if (b.partial_bytes < need.partial_bytes) {
+    if (b.partials) TF_CUDA(cudaFree(b.partials));
+    b.partials = nullptr, b.partial_bytes = 0;
+    const size_t bytes = std::max(need.partial_bytes * 3 / 2, size_t(8) << 20);
+    TF_CUDA(cudaMalloc(&b.partials, bytes));
+    b.partial_bytes = bytes;
+  }
+  if (b.counters_len < need.counters) {
+    if (b.counters) TF_CUDA(cudaFree(b.counters));
+    b.counters = nullptr, b.counters_len = 0;
+    const size_t len = std::max(need.counters * 3 / 2, size_t(16384));
+    TF_CUDA(cudaMalloc(reinterpret_cast<void**>(&b.counters), len * sizeof(uint32_t)));
+    TF_CUDA(cudaMemset(b.counters, 0, len * sizeof(uint32_t)));
+    b.counters_len = len;
+  }
+  return {b.partials, b.counters};
 }
 
 }  // namespace detail

@@ -1,13 +1,25 @@
-// Tile scheduling of the persistent GEMM: which output tile the t-th work item is (host + device).
+// Tile scheduling of the persistent GEMM: which output tile, and which K range of it, the u-th
+// work unit is (host + device).
 //
-// The persistent kernel runs min(#tiles, #SMs) CTAs; CTA b takes work items b, b + gridDim.x, ...
-// in order, and producer and consumers of a CTA walk the same sequence. A tile-order policy maps a
-// work item t in [0, tiles) to a tile; it must be a bijection (every tile exactly once). Policies:
+// Tiles are cluster tiles: kCluster CTAs side by side along M (BM * kCluster rows x BN columns);
+// CTA r of a cluster computes m-block tile.m * kCluster + r. The persistent kernel runs
+// min(units, resident clusters) clusters; cluster c takes units c, c + clusters, ... in order, and
+// producer and consumers of every CTA of a cluster walk the same sequence.
+//
+// A tile-order policy maps an order index t in [0, tiles) to a tile; it must be a bijection (every
+// tile exactly once). Policies:
 //   GroupedOrder  L2-friendly rasterisation: groups of `group_m` consecutive m-blocks are swept
 //                 column by column, so the CTAs running at once share a few A row panels and a
 //                 few B column panels.
 //   RotatedOrder  GroupedOrder with the m-blocks renumbered to start at `first_m` and wrap, so a
 //                 rank can start on its own shard of A and then go to rank+1, rank+2, ...
+//
+// A WorkPlan cuts the ordered tiles into units: tiles [0, dp_tiles) of the order are one unit each
+// (all K); the remaining tiles are cut into `splits` units along K, consecutive in the unit order
+// so they run at once on neighbouring CTAs. Their fp32 partial sums are reduced by whichever unit
+// of the tile finishes last (epilogue.cuh). dp_tiles = 0 is classic split-K (too few tiles to fill
+// the GPU); dp_tiles = tiles - (tiles % clusters) splits only the tiles of the last, partial wave
+// (the tail that would leave most SMs idle).
 #pragma once
 
 #include <cstdint>
@@ -59,6 +71,39 @@ struct RotatedOrder {
     return c;
   }
 };
+
+// One unit of work: K blocks [kb_begin, kb_end) of the tile at order index t. slot >= 0 numbers the
+// split tiles (t - dp_tiles) for the split-K workspace; -1 for a whole tile.
+struct WorkUnit {
+  int64_t t;
+  int64_t slot;
+  int split;
+  int kb_begin, kb_end;
+};
+
+struct WorkPlan {
+  TileGrid grid;     // cluster tiles
+  int k_blocks;      // ceil(K / 64)
+  int splits;        // >= 1: K ranges per split tile
+  int64_t dp_tiles;  // in [0, tiles]: leading tiles of the order that are not split
+  TF_HOST_DEVICE int64_t units() const { return dp_tiles + (grid.tiles() - dp_tiles) * splits; }
+  TF_HOST_DEVICE int64_t split_tiles() const { return grid.tiles() - dp_tiles; }
+  // Split s of a tile gets k-blocks [s * k_blocks / splits, (s + 1) * k_blocks / splits): sizes differ
+  // by at most one, and none is empty if splits <= k_blocks (the host caps splits; the kernel traps
+  // on an empty range).
+  TF_HOST_DEVICE WorkUnit unit(int64_t u) const {
+    if (u < dp_tiles) return {u, -1, 0, 0, k_blocks};
+    const int64_t v = u - dp_tiles, slot = v / splits;
+    const int s = int(v - slot * splits);
+    return {dp_tiles + slot, slot, s, int(int64_t(s) * k_blocks / splits), int(int64_t(s + 1) * k_blocks / splits)};
+  }
+};
+
+// dp_tiles for a plan that splits only the last partial wave of `tiles` over `clusters` clusters
+// (none when the tiles fill whole waves).
+TF_HOST_DEVICE int64_t tail_dp_tiles(int64_t tiles, int64_t clusters) {
+  return clusters <= 0 ? tiles : tiles - tiles % clusters;
+}
 
 // First m-block of `rank`'s shard when the M rows are split evenly over `world` ranks (rank r owns
 // rows [r * M / world, (r + 1) * M / world)); the RotatedOrder start that visits it first.
