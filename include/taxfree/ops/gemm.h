@@ -9,7 +9,7 @@
 // M, N, K are otherwise free (M = 1, N = 3592, K = 8200 are fine). C must not overlap A or B.
 // launch() validates everything before its first CUDA call and throws taxfree::Error
 // (InvalidArgument for a bad value, NotSupported for a config this build does not have).
-// launch() is asynchronous on `stream`; it blocks on nothing. Split-K configs (splits > 1) use a
+// launch() is asynchronous on `stream`; it blocks on nothing. Split-K configs (splits_k()) use a
 // workspace the library keeps per device and stream (fp32 partial sums and arrival counters that
 // the kernel leaves zeroed): the first launch on a stream that needs more than it has allocates
 // (cudaMalloc, synchronising); warm up before capturing a CUDA graph. Split-K results do not depend
@@ -30,11 +30,15 @@ enum class BLayout { NK, KN };
 const char* dtype_name(DType t);
 const char* layout_name(BLayout l);  // "nk" / "kn"
 
-// Which tiles a split config (splits > 1) cuts along K.
+// How a config cuts K (GemmConfig::splits, split_scope). Tiles that are cut have their fp32
+// partial sums reduced by the last CTA to finish a part of them.
 enum class SplitScope {
-  all,   // every tile: classic split-K, for too few tiles to fill the GPU (small M x N)
-  tail,  // only the tiles of the last, partial wave of the persistent grid (stream-K-like): the
-         // other tiles run whole, the tail's K ranges keep every SM busy to the end
+  all,     // splits > 1: every tile in `splits` K ranges: classic split-K, for too few tiles to
+           // fill the GPU (small M x N, decode)
+  tail,    // splits > 1: only the tiles of the last, partial wave of the persistent grid; the
+           // other tiles run whole
+  stream,  // stream-K (splits unused): the last partial wave plus one full wave (all tiles when
+           // under one wave) share out their k-blocks equally, one contiguous range per cluster
 };
 
 // Launch geometry. Only the tile shapes listed by compiled_configs() exist; the heuristic returns
@@ -46,10 +50,11 @@ struct GemmConfig {
   int stages = 4;    // depth of the TMA -> wgmma ring
   int cluster_m = 1; // CTAs per cluster along M sharing B by TMA multicast: 1 or 2 (compiled tiles)
   int group_m = 8;   // m-blocks per rasterisation group (L2 reuse), >= 1; counted in cluster tiles
-  int splits = 1;    // K ranges per split tile, >= 1 (1: no split-K); capped at ceil(K / 64)
+  int splits = 1;    // K ranges per split tile (all, tail), >= 1 (1: no split-K); capped at ceil(K / 64)
   SplitScope split_scope = SplitScope::all;
+  bool splits_k() const { return splits > 1 || split_scope == SplitScope::stream; }
   int max_ctas = 0;  // persistent CTAs; 0 = as many as fit (one per SM). Fewer leaves SMs to concurrent kernels
-  std::string name() const;  // e.g. "128x256x64 s4 g8 c2 sk3t"
+  std::string name() const;  // e.g. "128x256x64 s4 g8 c2 sk3t" (sk3: split-K 3, t: tail, stk: stream-K)
 };
 
 struct GemmArgs {

@@ -25,7 +25,7 @@ void allow_dynamic_smem(const void* kernel, int bytes);
 int resident_clusters(const void* kernel, int threads, int smem_bytes, int cluster);
 
 // The work plan of a launch: tiles of bm * cluster_m x bn, the config's split-K (splits capped at
-// the k-blocks, scope resolved against `clusters` resident clusters).
+// the k-blocks, scope resolved against `clusters`, the clusters the persistent grid will have).
 WorkPlan make_work_plan(const GemmArgs& args, const GemmConfig& cfg, int64_t clusters);
 
 // Bytes of fp32 partials and number of counters a plan needs (0 without split tiles).

@@ -6,7 +6,7 @@
 //       any compiled tile shape, dtype and B layout, chosen at run time from cfg and args.
 // Both validate first (validate_inputs + Epi::check), then build the tensor maps and the work plan
 // and launch on `stream`. args.c / args.ldc are not used: the epilogue params say where C goes.
-// Split-K (cfg.splits > 1) needs Ready = AlwaysReady and uses the stream's workspace (ops/gemm.h).
+// Split-K (cfg.splits_k()) needs Ready = AlwaysReady and uses the stream's workspace (ops/gemm.h).
 #pragma once
 
 #include <cuda.h>
@@ -41,8 +41,8 @@ void launch_gemm(const GemmArgs& args, const GemmConfig& cfg, const typename Ord
   // A split tile's K ranges run on different CTAs in any order; a Ready policy sees only the
   // k-blocks of its own range and may not assume it sees k-block 0 first.
   constexpr bool kAlwaysReady = std::is_same_v<Ready, AlwaysReady>;
-  TF_REQUIRE(cfg.splits == 1 || kAlwaysReady, Status::NotSupported,
-             "GEMM config splits=" << cfg.splits << ": split-K needs the AlwaysReady policy");
+  TF_REQUIRE(!cfg.splits_k() || kAlwaysReady, Status::NotSupported,
+             "GEMM config " << cfg.name() << ": split-K needs the AlwaysReady policy");
   Epi::check(epi, args.m, args.n, 2);
 
   using Params = GemmParams<Order, Ready, Epi>;

@@ -11,6 +11,9 @@
 //   group=G        m-blocks (cluster tiles) per rasterisation group
 //   splitk=S       split every tile into S K ranges (1: no split-K)
 //   tailsplit=S    split only the tiles of the last, partial wave into S K ranges
+//   streamk=1      stream-K: the last partial wave plus one full wave share out their k-blocks
+//                  equally over the clusters
+// At most one of splitk, tailsplit, streamk per entry.
 // -b/-e bound the output size in bytes.
 // Check: cuBLASLt's output against a sampled fp32 reference; ours against the same sampled
 // reference and element by element against cuBLASLt on the same inputs (cuBLASLt is rerun inside
@@ -111,8 +114,8 @@ __global__ void check_sampled(const T* a, int64_t lda, const T* b, int64_t ldb, 
 // Overrides of the heuristic's config; 0 / "" = the heuristic's.
 struct Tuning {
   std::string tile;
-  int cluster = 0, group = 0, splitk = 0, tailsplit = 0;
-  bool any() const { return !tile.empty() || cluster || group || splitk || tailsplit; }
+  int cluster = 0, group = 0, splitk = 0, tailsplit = 0, streamk = 0;
+  bool any() const { return !tile.empty() || cluster || group || splitk || tailsplit || streamk; }
 };
 
 struct Shape {
@@ -121,7 +124,7 @@ struct Shape {
   Tuning tuning;
 };
 
-const char* const kTuningKeys[] = {"tile", "cluster", "group", "splitk", "tailsplit"};
+const char* const kTuningKeys[] = {"tile", "cluster", "group", "splitk", "tailsplit", "streamk"};
 bool is_tuning_key(const std::string& key) {
   for (const char* k : kTuningKeys)
     if (key == k) return true;
@@ -136,6 +139,7 @@ Tuning tuning_of(const std::map<std::string, std::string>& kv) {
   t.group = get("group");
   t.splitk = get("splitk");
   t.tailsplit = get("tailsplit");
+  t.streamk = get("streamk");
   return t;
 }
 
@@ -149,11 +153,11 @@ std::map<std::string, std::string> parse_entry(const std::string& entry) {
     TF_REQUIRE(eq != std::string::npos && eq > 0, Status::InvalidArgument,
                "--shape entry '" << entry
                                  << "': expected key=value,... with keys M, N, K, layout, tile, cluster, group, splitk, "
-                                    "tailsplit");
+                                    "tailsplit, streamk");
     const std::string key = item.substr(0, eq), value = item.substr(eq + 1);
     TF_REQUIRE(key == "M" || key == "N" || key == "K" || key == "layout" || is_tuning_key(key), Status::InvalidArgument,
                "--shape entry '" << entry << "': unknown key '" << key
-                                 << "' (keys: M, N, K, layout, tile, cluster, group, splitk, tailsplit)");
+                                 << "' (keys: M, N, K, layout, tile, cluster, group, splitk, tailsplit, streamk)");
     TF_REQUIRE(key != "layout" || value == "nk" || value == "kn", Status::InvalidArgument,
                "--shape entry '" << entry << "': layout must be nk or kn, not '" << value << "'");
     if (key == "tile") {
@@ -169,8 +173,8 @@ std::map<std::string, std::string> parse_entry(const std::string& entry) {
     }
     kv[key] = value;
   }
-  TF_REQUIRE(!(kv.count("splitk") && kv.count("tailsplit")), Status::InvalidArgument,
-             "--shape entry '" << entry << "': splitk and tailsplit exclude each other");
+  TF_REQUIRE(kv.count("splitk") + kv.count("tailsplit") + kv.count("streamk") <= 1, Status::InvalidArgument,
+             "--shape entry '" << entry << "': splitk, tailsplit and streamk exclude each other");
   return kv;
 }
 
@@ -236,6 +240,7 @@ class GemmBench final : public OpBench {
                   {"group", s.tuning.group},
                   {"splitk", s.tuning.splitk},
                   {"tailsplit", s.tuning.tailsplit},
+                  {"streamk", s.tuning.streamk},
                   {"config", cfg.name()}};
       out.push_back(std::move(c));
     }
@@ -276,6 +281,7 @@ class GemmBench final : public OpBench {
     t.group = c.params.at("group").get<int>();
     t.splitk = c.params.at("splitk").get<int>();
     t.tailsplit = c.params.at("tailsplit").get<int>();
+    t.streamk = c.params.at("streamk").get<int>();
     config_ = with_overrides(
         gemm::choose_gemm_config(args_.m, args_.n, args_.k, args_.dtype, args_.b_layout, gemm::device_sm_count()), t);
   }
@@ -361,6 +367,7 @@ class GemmBench final : public OpBench {
     if (t.group > 0) cfg.group_m = t.group;
     if (t.splitk > 0) cfg.splits = t.splitk, cfg.split_scope = gemm::SplitScope::all;
     if (t.tailsplit > 0) cfg.splits = t.tailsplit, cfg.split_scope = gemm::SplitScope::tail;
+    if (t.streamk > 0) cfg.splits = 1, cfg.split_scope = gemm::SplitScope::stream;
     return cfg;
   }
   static DType parse_dtype(const std::string& s) {

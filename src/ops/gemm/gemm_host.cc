@@ -30,7 +30,8 @@ std::string GemmConfig::name() const {
   std::ostringstream os;
   os << bm << "x" << bn << "x" << bk << " s" << stages << " g" << group_m;
   if (cluster_m != 1) os << " c" << cluster_m;
-  if (splits != 1) os << " sk" << splits << (split_scope == SplitScope::tail ? "t" : "");
+  if (split_scope == SplitScope::stream) os << " stk";
+  else if (splits != 1) os << " sk" << splits << (split_scope == SplitScope::tail ? "t" : "");
   if (max_ctas > 0) os << " ctas" << max_ctas;
   return os.str();
 }
@@ -99,8 +100,9 @@ void validate_inputs(const GemmArgs& a, const GemmConfig& cfg) {
   TF_REQUIRE(cfg.max_ctas >= 0, Status::InvalidArgument, "GEMM config max_ctas=" << cfg.max_ctas << " must be >= 0");
   TF_REQUIRE(cfg.splits >= 1 && cfg.splits <= kMaxSplits, Status::InvalidArgument,
              "GEMM config splits=" << cfg.splits << " must be in [1, " << kMaxSplits << "]");
-  TF_REQUIRE(cfg.split_scope == SplitScope::all || cfg.split_scope == SplitScope::tail, Status::InvalidArgument,
-             "GEMM config split_scope " << int(cfg.split_scope) << " is not all or tail");
+  TF_REQUIRE(cfg.split_scope == SplitScope::all || cfg.split_scope == SplitScope::tail ||
+                 cfg.split_scope == SplitScope::stream,
+             Status::InvalidArgument, "GEMM config split_scope " << int(cfg.split_scope) << " is not all, tail or stream");
   const CompiledTile* tile = nullptr;
   std::ostringstream known;
   for (const CompiledTile& t : kCompiledTiles) {
@@ -204,12 +206,27 @@ WorkPlan make_work_plan(const GemmArgs& a, const GemmConfig& cfg, int64_t cluste
   WorkPlan plan{};
   plan.grid = make_tile_grid(a.m, a.n, cfg.bm * cfg.cluster_m, cfg.bn, cfg.group_m);
   plan.k_blocks = int((a.k + 63) / 64);
-  plan.splits = std::min(cfg.splits, plan.k_blocks);  // every K range gets at least one k-block
-  if (plan.splits <= 1) {
-    plan.splits = 1;
-    plan.dp_tiles = plan.grid.tiles();
-  } else {
-    plan.dp_tiles = cfg.split_scope == SplitScope::all ? 0 : tail_dp_tiles(plan.grid.tiles(), clusters);
+  const int64_t tiles = plan.grid.tiles(), tail = tiles % std::max<int64_t>(clusters, 1);
+  const int64_t splits = std::min<int64_t>(cfg.splits, plan.k_blocks);  // no K range without a k-block
+  plan.dp_tiles = tiles;
+  plan.sk_units = 0;
+  if (cfg.split_scope == SplitScope::all && splits > 1) {
+    plan.dp_tiles = 0, plan.sk_units = tiles * splits;
+  } else if (cfg.split_scope == SplitScope::tail && splits > 1 && tail > 0) {
+    plan.dp_tiles = tiles - tail, plan.sk_units = tail * splits;
+  } else if (cfg.split_scope == SplitScope::stream && tail > 0) {
+    // One range per cluster over the tail plus one full wave, so every range covers more than a
+    // tile's worth of k-blocks (few parts per tile); under one wave, over all tiles.
+    plan.dp_tiles = tiles < clusters ? 0 : tiles - tail - clusters;
+    plan.dp_tiles = std::max<int64_t>(plan.dp_tiles, 0);
+    plan.sk_units = std::min<int64_t>(clusters, plan.split_tiles() * plan.k_blocks);
+  }
+  if (plan.sk_units == 0) plan.dp_tiles = tiles;
+  plan.max_parts = 1;
+  for (int64_t slot = 0; slot < plan.split_tiles(); ++slot) {
+    const int64_t pos = slot * plan.k_blocks;
+    const int64_t parts = plan.sk_range_of(pos + plan.k_blocks - 1) - plan.sk_range_of(pos) + 1;
+    plan.max_parts = std::max<int>(plan.max_parts, int(parts));
   }
   return plan;
 }
@@ -218,7 +235,7 @@ WorkspaceNeed workspace_need(const WorkPlan& plan, const GemmConfig& cfg) {
   WorkspaceNeed need;
   if (plan.split_tiles() == 0) return need;
   const size_t ctas = size_t(plan.split_tiles()) * size_t(cfg.cluster_m);
-  need.partial_bytes = ctas * size_t(plan.splits) * size_t(cfg.bm) * size_t(cfg.bn) * sizeof(float);
+  need.partial_bytes = ctas * size_t(plan.max_parts) * size_t(cfg.bm) * size_t(cfg.bn) * sizeof(float);
   need.counters = ctas * size_t(cfg.bm / 64);
   return need;
 }

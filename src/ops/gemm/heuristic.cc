@@ -1,11 +1,11 @@
 // choose_gemm_config: ranks (compiled tile, cluster, split-K) candidates by a coarse time estimate.
 //
 // The estimate replays the kernel's static schedule (unit u runs on cluster u % clusters) with a
-// per-unit cost, and takes the larger of that makespan and the HBM time of the unique bytes:
+// per-segment cost, and takes the larger of that makespan and the HBM time of the unique bytes:
 //   k-block   max(tensor time at the tile's efficiency, operand bytes / what one SM streams with
 //             its pipeline depth, the fixed issue + barrier cost of a k-block)
 //   epilogue  C band through shared memory to global
-//   split-K   partial write per unit; the tile's last unit also reads all partials
+//   split-K   partial write per part of a cut tile; its last part also reads all partials
 //   HBM       (A + B + C) bytes / bandwidth, derated when too few SMs stream.
 // The constants are rough H200 figures; they rank candidates, they do not predict time. Retune
 // them from scripts/gemm_tune.sh (docs/notes/gemm-tuning.md).
@@ -16,6 +16,7 @@
 
 #include "taxfree/kernels/gemm/tile_scheduler.cuh"
 #include "taxfree/ops/gemm.h"
+#include "taxfree/ops/gemm_detail.h"
 #include "taxfree/ops/gemm_tiles.h"
 
 namespace taxfree::gemm {
@@ -48,16 +49,17 @@ struct Candidate {
   const CompiledTile* tile;
   int splits;
   SplitScope scope;
+  GemmConfig config() const {
+    GemmConfig c;
+    c.bm = tile->bm, c.bn = tile->bn, c.stages = tile->stages, c.cluster_m = tile->cluster;
+    c.splits = splits, c.split_scope = scope, c.group_m = 1;
+    return c;
+  }
 };
 
-double estimate_seconds(const Candidate& c, int64_t m, int64_t n, int64_t k, int sms) {
+double estimate_seconds(const Candidate& c, const WorkPlan& plan, int64_t m, int64_t n, int64_t k, int64_t clusters,
+                        int sms) {
   const CompiledTile& t = *c.tile;
-  const int64_t clusters = std::max(1, sms / t.cluster);
-  const TileGrid grid = make_tile_grid(m, n, t.bm * t.cluster, t.bn, 1);
-  WorkPlan plan{grid, int((k + 63) / 64), std::min<int>(c.splits, int((k + 63) / 64)), grid.tiles()};
-  if (plan.splits > 1) plan.dp_tiles = c.scope == SplitScope::all ? 0 : tail_dp_tiles(grid.tiles(), clusters);
-  if (plan.splits > 1 && plan.split_tiles() == 0) plan.splits = 1;
-
   // Per CTA and k-block. Rows of A past M are zero-filled by TMA and cost no bandwidth; with
   // multicast each CTA pulls only its share of B from L2.
   const double a_bytes = double(std::min<int64_t>(t.bm, m)) * 128.0, b_bytes = double(t.bn) * 128.0;
@@ -68,18 +70,25 @@ double estimate_seconds(const Candidate& c, int64_t m, int64_t n, int64_t k, int
   const double rows = double(std::min<int64_t>(t.bm, m));
   const double epilogue = rows * t.bn * 2 / kSmStoreRate + kEpilogueFixed;
   const double partial = rows * t.bn * 4 / kSmStoreRate;
-  const double reduce = plan.splits * rows * t.bn * 4 / kSmLoadRate;
+  const double part_read = rows * t.bn * 4 / kSmLoadRate;
 
+  // Replays the static schedule: cluster i walks units i, i + active, ...; whole tiles come first
+  // and are counted, the split units after them are walked.
   const int64_t active = std::min<int64_t>(plan.units(), clusters);
-  std::vector<double> busy(size_t(active), 0.0);
-  for (int64_t u = 0; u < plan.units(); ++u) {
-    const WorkUnit w = plan.unit(u);
-    double cost = (w.kb_end - w.kb_begin) * per_kb;
-    if (w.slot < 0) cost += epilogue;
-    else cost += partial + (w.split == plan.splits - 1 ? reduce + epilogue : 0.0);  // the last usually reduces
-    busy[size_t(u % active)] += cost;
+  double makespan = 0;
+  for (int64_t i = 0; i < active; ++i) {
+    const int64_t whole = i < plan.dp_tiles ? (plan.dp_tiles - i + active - 1) / active : 0;
+    double busy = double(whole) * (plan.k_blocks * per_kb + epilogue);
+    const int64_t first_split = plan.dp_tiles + ((i - plan.dp_tiles) % active + active) % active;
+    for (SegmentWalk walk(plan, first_split, active); !walk.done();) {
+      const WorkSegment w = walk.get();
+      walk.next(w);
+      busy += (w.kb_end - w.kb_begin) * per_kb;
+      if (w.parts == 1) busy += epilogue;
+      else busy += partial + (w.part == w.parts - 1 ? w.parts * part_read + epilogue : 0.0);  // the last usually reduces
+    }
+    makespan = std::max(makespan, busy);
   }
-  const double makespan = *std::max_element(busy.begin(), busy.end());
   const double streaming = std::min(1.0, double(active * t.cluster) / (kSaturatingSmFraction * sms));
   const double hbm = double(m * k + n * k + m * n) * 2.0 / (kHbmBytesPerSec * streaming);
   return std::max(makespan, hbm);
@@ -108,7 +117,7 @@ GemmConfig choose_gemm_config(int64_t m, int64_t n, int64_t k, DType dtype, BLay
   m = std::max<int64_t>(m, 1), n = std::max<int64_t>(n, 1), k = std::max<int64_t>(k, 1);
   num_sms = std::max(num_sms, 1);
   const int k_blocks = int((k + 63) / 64);
-  // Simplest first: whole tiles, then split-K over all tiles, then over the tail wave only.
+  // Simplest first: whole tiles, then split-K over all tiles, over the tail wave, stream-K.
   std::vector<Candidate> candidates;
   for (const CompiledTile& t : kCompiledTiles) {  // listed largest first: near-ties keep the larger
     if (b_layout == BLayout::KN && !t.kn) continue;
@@ -120,35 +129,28 @@ GemmConfig choose_gemm_config(int64_t m, int64_t n, int64_t k, DType dtype, BLay
   for (size_t i = 0; i < whole; ++i)
     for (int s : {2, 3, 4, 6, 8, 12, 16})
       if (s <= k_blocks) candidates.push_back({candidates[i].tile, s, SplitScope::all});
-  for (size_t i = 0; i < whole; ++i)
+  for (size_t i = 0; i < whole; ++i) {
     for (int s : {2, 3, 4})
       if (s <= k_blocks) candidates.push_back({candidates[i].tile, s, SplitScope::tail});
+    candidates.push_back({candidates[i].tile, 1, SplitScope::stream});
+  }
 
+  GemmArgs shape;
+  shape.m = m, shape.n = n, shape.k = k;
   const Candidate* best = nullptr;
   double best_time = 0;
   for (const Candidate& c : candidates) {
-    const CompiledTile& t = *c.tile;
-    if (c.splits > 1) {
-      const TileGrid grid = make_tile_grid(m, n, t.bm * t.cluster, t.bn, 1);
-      const int64_t clusters = std::max(1, num_sms / t.cluster);
-      const int64_t split_tiles =
-          c.scope == SplitScope::all ? grid.tiles() : grid.tiles() - tail_dp_tiles(grid.tiles(), clusters);
-      if (split_tiles == 0) continue;  // nothing to split: the same as splits = 1
-      const double bytes = double(split_tiles) * t.cluster * c.splits * t.bm * t.bn * 4.0;
-      if (bytes > double(kMaxWorkspaceBytes)) continue;
-    }
-    const double time = estimate_seconds(c, m, n, k, num_sms);
+    const GemmConfig cfg = c.config();
+    const int64_t clusters = std::max(1, num_sms / c.tile->cluster);
+    const WorkPlan plan = detail::make_work_plan(shape, cfg, clusters);
+    if (cfg.splits_k() && plan.split_tiles() == 0) continue;  // nothing to split: the same as whole tiles
+    if (plan.sk_units > 16 * clusters) continue;  // splitting many waves of tiles only adds traffic
+    if (detail::workspace_need(plan, cfg).partial_bytes > kMaxWorkspaceBytes) continue;
+    const double time = estimate_seconds(c, plan, m, n, k, clusters, num_sms);
     if (!best || time < kSwitchMargin * best_time) best = &c, best_time = time;
   }
-  const CompiledTile& t = *best->tile;
-  GemmConfig cfg;
-  cfg.bm = t.bm;
-  cfg.bn = t.bn;
-  cfg.stages = t.stages;
-  cfg.cluster_m = t.cluster;
-  cfg.splits = best->splits;
-  cfg.split_scope = best->scope;
-  cfg.group_m = choose_group_m(t.bm * t.cluster, t.bn, m, n, num_sms / t.cluster);
+  GemmConfig cfg = best->config();
+  cfg.group_m = choose_group_m(cfg.bm * cfg.cluster_m, cfg.bn, m, n, num_sms / cfg.cluster_m);
   return cfg;
 }
 

@@ -43,17 +43,17 @@ __device__ __forceinline__ T element(const uint4& x, int i) {
 // tile, CTA of the cluster, consumer warpgroup). Counters start at zero and are reset by the last
 // arrival, so a workspace can be reused by the next launch on the same stream without a memset.
 // Partials are stored in fragment order ([j][row half][tid] float2: every warp store is 256
-// contiguous bytes) at partials + (((slot * splits + split) * kCluster + rank) * kConsumers +
+// contiguous bytes) at partials + (((slot * max_parts + part) * kCluster + rank) * kConsumers +
 // consumer) * 64 * BN / 2.
 struct SplitWorkspace {
   float2* partials = nullptr;
   uint32_t* counters = nullptr;
 };
 
-// Parks this split's partial sum of a 64 x BN band and counts the arrival. The last of the
-// `splits` arrivals replaces acc by the sum of all partials, added in split order (so the result
-// does not depend on which split finished last), and returns true; the others return false and
-// write nothing. Only the band's first `valid_rows` rows (those < M) are stored and read: for
+// Parks this part's partial sum of a 64 x BN band and counts the arrival. The last of the
+// `splits` (parts of the tile) arrivals replaces acc by the sum of all partials, added in part
+// (K) order, so the result does not depend on which part finished last, and returns true; the
+// others return false and write nothing. Only the band's first `valid_rows` rows (those < M) are stored and read: for
 // decode shapes the traffic is proportional to M, not to 64. `flag` is this warpgroup's word of
 // shared memory; the named barrier `bar` is this warpgroup's.
 template <int BN>

@@ -15,8 +15,8 @@
 // 16 + 32 at 128 x 256). A stage is therefore refilled only when the consumers of both CTAs
 // released it, and consumers arrive on both CTAs' "empty" barriers.
 //
-// Work units (tile_scheduler.cuh: WorkPlan) are whole tiles or K ranges of split tiles; a split
-// tile's last unit to finish sums the fp32 partials and writes C (epilogue.cuh: reduce_splits).
+// Work units (tile_scheduler.cuh: WorkPlan) are whole tiles or K ranges over split tiles; a split
+// tile's last segment to finish sums the fp32 partials and writes C (epilogue.cuh: reduce_splits).
 //
 // Contracts (checked on the host by ops/gemm_launch.cuh): A is [M, K] row-major, B is [N, K]
 // (Major::K) or [K, N] (Major::MN) row-major, both described by 2-D tensor maps with 128 B swizzle
@@ -100,8 +100,9 @@ __device__ __forceinline__ void produce(const GemmParams<Order, Ready, Epi>& p, 
   constexpr int kBoxesB = Shape::BN / 64;  // [K, N] B: 64-column boxes per stage
   const uint32_t full0 = base + L::kBarOffset, empty0 = full0 + 8 * Shape::kStages;
   uint32_t stage = 0, phase = 0;
-  for (int64_t u = cluster; u < p.plan.units(); u += clusters) {
-    const WorkUnit w = p.plan.unit(u);
+  for (SegmentWalk walk(p.plan, cluster, clusters); !walk.done();) {
+    const WorkSegment w = walk.get();
+    walk.next(w);
     const TileCoord ct = Order::at(p.order, p.plan.grid, w.t);
     const TileCoord tile{ct.m * Shape::kCluster + rank, ct.n};
     const int m0 = tile.m * Shape::BM, n0 = tile.n * Shape::BN;
@@ -160,10 +161,11 @@ __device__ __forceinline__ void consume(const GemmParams<Order, Ready, Epi>& p, 
   float acc[BN / 2];
   uint32_t stage = 0, phase = 0;
 
-  for (int64_t u = cluster; u < p.plan.units(); u += clusters) {
-    const WorkUnit w = p.plan.unit(u);
+  for (SegmentWalk walk(p.plan, cluster, clusters); !walk.done();) {
+    const WorkSegment w = walk.get();
+    walk.next(w);
     const TileCoord ct = Order::at(p.order, p.plan.grid, w.t);
-    // Every unit has a k-block (the host caps splits at the k-blocks). Zeroing the accumulators
+    // Every segment has a k-block (the host keeps units <= k-blocks). Zeroing the accumulators
     // for an empty range instead would cost ptxas a copy of all of them (spills at 128 x 256).
     if (w.kb_begin >= w.kb_end) __trap();
     uint32_t prev = 0;
@@ -189,18 +191,20 @@ __device__ __forceinline__ void consume(const GemmParams<Order, Ready, Epi>& p, 
     fence_accumulators(acc);
     if (lane == 0) release_stage<Shape>(empty0 + 8 * prev);
 
+    // A band wholly past M (the M tail of a cluster tile) has nothing to write; a split tile's
+    // segment that is not the last to finish only parks its partial.
     const int64_t row0 = (int64_t(ct.m) * Shape::kCluster + rank) * Shape::BM + consumer * 64;
-    if (row0 >= p.m) continue;  // a band wholly past M (M tail of a cluster tile): nothing to write
-    if (w.slot >= 0) {
-      const int64_t band = ((w.slot * p.plan.splits) * Shape::kCluster + rank) * Shape::kConsumers + consumer;
-      const int64_t split_stride = int64_t(Shape::kCluster) * Shape::kConsumers * 64 * BN / 2;
+    bool write = row0 < p.m;
+    if (write && w.parts > 1) {
+      const int64_t band = ((w.slot * p.plan.max_parts) * Shape::kCluster + rank) * Shape::kConsumers + consumer;
+      const int64_t part_stride = int64_t(Shape::kCluster) * Shape::kConsumers * 64 * BN / 2;
       const int64_t counter = (w.slot * Shape::kCluster + rank) * Shape::kConsumers + consumer;
       const int valid_rows = p.m - row0 < 64 ? int(p.m - row0) : 64;
-      if (!reduce_splits<BN>(acc, p.ws.partials + band * (64 * BN / 2), split_stride, w.split, p.plan.splits,
-                             p.ws.counters + counter, flag, bar, valid_rows))
-        continue;  // another split of this tile finishes it
+      write = reduce_splits<BN>(acc, p.ws.partials + band * (64 * BN / 2), part_stride, w.part, w.parts,
+                                p.ws.counters + counter, flag, bar, valid_rows);
     }
-    store_band<BN, L::kChunkN, L::kEpiPitch, T, Epi>(p.epi, p.m, p.n, acc, staging, bar, row0, int64_t(ct.n) * BN);
+    if (write)
+      store_band<BN, L::kChunkN, L::kEpiPitch, T, Epi>(p.epi, p.m, p.n, acc, staging, bar, row0, int64_t(ct.n) * BN);
   }
 }
 
