@@ -354,8 +354,9 @@ class GemmBench final : public OpBench {
     if (!t.tile.empty() || t.cluster > 0) {
       const std::string tile = t.tile.empty() ? std::to_string(cfg.bm) + "x" + std::to_string(cfg.bn) : t.tile;
       const int cluster = t.cluster > 0 ? t.cluster : cfg.cluster_m;
+      const std::vector<gemm::GemmConfig> compiled = gemm::compiled_configs();
       const gemm::GemmConfig* pick = nullptr;
-      for (const gemm::GemmConfig& c : gemm::compiled_configs()) {
+      for (const gemm::GemmConfig& c : compiled) {
         if (tile != std::to_string(c.bm) + "x" + std::to_string(c.bn)) continue;
         if (c.cluster_m == cluster) pick = &c;
         else if (!pick && t.cluster == 0) pick = &c;
