@@ -13,6 +13,7 @@
 //                 few B column panels.
 //   RotatedOrder  GroupedOrder with the m-blocks renumbered to start at `first_m` and wrap, so a
 //                 rank can start on its own shard of A and then go to rank+1, rank+2, ...
+//                 (m-blocks of cluster tiles: rank_first_m_block(m, BM * kCluster, ...)).
 //
 // A WorkPlan cuts the ordered tiles into units. Tiles [0, dp_tiles) of the order are one unit each
 // (all of K). The remaining "split" tiles, laid end to end as one line of k-blocks (tile after
