@@ -11,9 +11,11 @@
 // (InvalidArgument for a bad value, NotSupported for a config this build does not have).
 // launch() is asynchronous on `stream`; it blocks on nothing. Split-K configs (splits_k()) use a
 // workspace the library keeps per device and stream (fp32 partial sums and arrival counters that
-// the kernel leaves zeroed): the first launch on a stream that needs more than it has allocates
-// (cudaMalloc, synchronising); warm up before capturing a CUDA graph. Split-K results do not depend
-// on timing: partials are summed in a fixed order.
+// the kernel leaves zeroed): a launch that needs more than its stream has grows it with
+// stream-ordered cudaMallocAsync / cudaFreeAsync / cudaMemsetAsync on `stream` (no host wait);
+// warm up before capturing a CUDA graph. Launches on one stream may share the workspace; never run
+// split-K launches of one stream handle from two threads at once. Split-K results do not depend on
+// timing: partials are summed in a fixed order.
 #pragma once
 
 #include <cuda_runtime_api.h>

@@ -35,9 +35,9 @@ struct WorkspaceNeed {
 };
 WorkspaceNeed workspace_need(const WorkPlan& plan, const GemmConfig& cfg);
 
-// The split-K workspace of `stream` on the current device, grown to `need` if smaller (counters
-// zeroed on allocation; kernels leave them zeroed). Launches on one stream run in order, so they
-// may share it; two streams never do.
+// The split-K workspace of `stream` on the current device, grown to `need` if smaller (stream
+// ordered; counters zeroed on allocation, kernels leave them zeroed). Launches on one stream run
+// in order, so they may share it; two streams never do.
 struct Workspace {
   void* partials = nullptr;
   uint32_t* counters = nullptr;

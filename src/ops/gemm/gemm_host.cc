@@ -253,21 +253,23 @@ Workspace splitk_workspace(cudaStream_t stream, const WorkspaceNeed& need) {
   TF_CUDA(cudaGetDevice(&dev));
   std::lock_guard<std::mutex> lock(mu);
   Buffer& b = buffers[{dev, stream}];
-  // Grown, never shrunk; rounded up so a sweep of shapes reallocates a few times at most. cudaFree
-  // waits for the device, so no kernel still uses the old buffer.
+  // Grown, never shrunk; rounded up so a sweep of shapes reallocates a few times at most.
+  // Stream-ordered: the old buffer is freed after the kernels already queued on `stream` that use
+  // it, and nothing waits for the device (a host wait here could deadlock behind a kernel that
+  // waits for the host, e.g. the benchmark's gate).
   if (b.partial_bytes < need.partial_bytes) {
-    if (b.partials) TF_CUDA(cudaFree(b.partials));
+    if (b.partials) TF_CUDA(cudaFreeAsync(b.partials, stream));
     b.partials = nullptr, b.partial_bytes = 0;
     const size_t bytes = std::max(need.partial_bytes * 3 / 2, size_t(8) << 20);
-    TF_CUDA(cudaMalloc(&b.partials, bytes));
+    TF_CUDA(cudaMallocAsync(&b.partials, bytes, stream));
     b.partial_bytes = bytes;
   }
   if (b.counters_len < need.counters) {
-    if (b.counters) TF_CUDA(cudaFree(b.counters));
+    if (b.counters) TF_CUDA(cudaFreeAsync(b.counters, stream));
     b.counters = nullptr, b.counters_len = 0;
     const size_t len = std::max(need.counters * 3 / 2, size_t(16384));
-    TF_CUDA(cudaMalloc(reinterpret_cast<void**>(&b.counters), len * sizeof(uint32_t)));
-    TF_CUDA(cudaMemset(b.counters, 0, len * sizeof(uint32_t)));
+    TF_CUDA(cudaMallocAsync(reinterpret_cast<void**>(&b.counters), len * sizeof(uint32_t), stream));
+    TF_CUDA(cudaMemsetAsync(b.counters, 0, len * sizeof(uint32_t), stream));
     b.counters_len = len;
   }
   return {b.partials, b.counters};
