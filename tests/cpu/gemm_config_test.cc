@@ -12,7 +12,8 @@ namespace {
 
 bool is_compiled(const GemmConfig& c, BLayout layout) {
   for (const CompiledTile& t : kCompiledTiles)
-    if (t.bm == c.bm && t.bn == c.bn && t.stages == c.stages) return t.kn || layout == BLayout::NK;
+    if (t.bm == c.bm && t.bn == c.bn && t.stages == c.stages && t.cluster == c.cluster_m)
+      return t.kn || layout == BLayout::NK;
   return false;
 }
 
@@ -29,7 +30,9 @@ TEST(GemmHeuristic, ReturnsACompiledConfigForEveryShape) {
             EXPECT_TRUE(is_compiled(c, layout)) << c.name() << " M=" << m << " N=" << n << " layout=" << layout_name(layout);
             EXPECT_GE(c.group_m, 1);
             EXPECT_LE(c.group_m, std::max<int64_t>(1, (m + c.bm - 1) / c.bm));
-            EXPECT_EQ(c.cluster_m, 1);
+            EXPECT_TRUE(c.cluster_m == 1 || m > c.bm) << c.name() << " M=" << m << ": a cluster CTA with only zero rows";
+            EXPECT_GE(c.splits, 1);
+            EXPECT_LE(c.splits, std::max<int64_t>(1, (k + 63) / 64)) << "a split with no k-block";
             EXPECT_EQ(c.max_ctas, 0);
           }
 }
@@ -52,10 +55,9 @@ TEST(GemmHeuristic, DecodeSizesStreamBOverManyCtas) {
       for (int64_t n : kSweepN) {
         const GemmConfig c = choose_gemm_config(m, n, 8192, DType::bf16, layout);
         EXPECT_EQ(c.bm, 64) << "M=" << m << " N=" << n;
-        // B [K, N] has no tile narrower than 64 columns (MN-major B is loaded in 64-column boxes).
-        const int64_t tiles = (n + c.bn - 1) / c.bn;
-        EXPECT_GE(tiles, layout == BLayout::NK ? 100 : std::min<int64_t>(100, n / 64))
-            << "M=" << m << " N=" << n << ": " << c.name() << " leaves SMs idle";
+        // Tiles, or K ranges of split tiles, for most SMs.
+        const int64_t units = (n + c.bn - 1) / c.bn * c.splits;
+        EXPECT_GE(units, 100) << "M=" << m << " N=" << n << ": " << c.name() << " leaves SMs idle";
         EXPECT_GE(int64_t(c.stages) * c.bn * 128, 64 * 1024) << "too few B bytes in flight per SM for " << c.name();
       }
 }
@@ -152,10 +154,13 @@ TEST(GemmValidation, NamesTheBrokenConstraint) {
 TEST(GemmValidation, RejectsConfigsThatAreNotCompiled) {
   GemmConfig cfg;
   cfg.bn = 192;
-  expect_error(valid_args(), cfg, Status::NotSupported, "128x192 s4 is not compiled");
+  expect_error(valid_args(), cfg, Status::NotSupported, "128x192 s4 cluster_m=1 is not compiled");
   cfg = GemmConfig{};
-  cfg.cluster_m = 2;
-  expect_error(valid_args(), cfg, Status::NotSupported, "cluster_m=2");
+  cfg.bn = 128, cfg.stages = 6, cfg.cluster_m = 2;
+  expect_error(valid_args(), cfg, Status::NotSupported, "128x128 s6 cluster_m=2 is not compiled");
+  cfg = GemmConfig{};
+  cfg.splits = 0;
+  expect_error(valid_args(), cfg, Status::InvalidArgument, "splits=0");
   cfg = GemmConfig{};
   cfg.group_m = 0;
   expect_error(valid_args(), cfg, Status::InvalidArgument, "group_m=0");

@@ -1,7 +1,8 @@
 // GPU tests of the GEMM engine: every compiled kernel against a double-precision host reference
 // on fresh random inputs, odd shapes, both B layouts, bf16 and fp16, guard bands and padding around
 // C, repeated launches, and every hook (rotated tile order, A-ready flags set by another kernel,
-// store into a second buffer, add into a buffer).
+// store into a second buffer, add into a buffer), with and without clusters. Split-K, stream-K and
+// cluster tails: gemm_split_test.cu.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime_api.h>
@@ -14,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "gemm_test_util.h"
 #include "gpu_env.h"
 #include "taxfree/device/signal.cuh"
 #include "taxfree/ops/cublaslt_gemm.h"
@@ -24,152 +26,7 @@ namespace taxfree::gemm {
 namespace {
 
 using device::Major;
-
-constexpr int64_t kGuard = 256;           // elements of guard band before and after C
-constexpr uint16_t kPoison = 0xFFFF;      // NaN in bf16 and fp16
-
-float to_float(uint16_t bits, DType t) {
-  if (t == DType::bf16) {
-    uint32_t u = uint32_t(bits) << 16;
-    float f;
-    std::memcpy(&f, &u, 4);
-    return f;
-  }
-  __half_raw r;
-  r.x = bits;
-  return __half2float(__half(r));
-}
-uint16_t from_float(float f, DType t) {
-  if (t == DType::bf16) {
-    __nv_bfloat16_raw r = __nv_bfloat16_raw(__float2bfloat16(f));
-    return r.x;
-  }
-  __half_raw r = __half_raw(__float2half(f));
-  return r.x;
-}
-
-struct DevBuf {
-  void* p = nullptr;
-  explicit DevBuf(size_t bytes) { TF_CUDA(cudaMalloc(&p, bytes)); }
-  ~DevBuf() { cudaFree(p); }
-  DevBuf(const DevBuf&) = delete;
-  DevBuf& operator=(const DevBuf&) = delete;
-};
-
-// A problem with fresh random inputs (uniform in [-1, 1)), padded row strides, on host and device.
-struct Problem {
-  int64_t m, n, k, lda, ldb, ldc;
-  DType dtype;
-  BLayout layout;
-  std::vector<uint16_t> a, b;  // as stored, padding included
-  std::vector<int64_t> rows;   // rows the reference covers
-  std::vector<double> ref;     // rows.size() x n
-  std::unique_ptr<DevBuf> da, db;
-
-  int64_t b_rows() const { return layout == BLayout::NK ? n : k; }
-  float a_at(int64_t i, int64_t kk) const { return to_float(a[i * lda + kk], dtype); }
-  float b_at(int64_t kk, int64_t j) const {
-    return to_float(layout == BLayout::NK ? b[j * ldb + kk] : b[kk * ldb + j], dtype);
-  }
-  GemmArgs args(void* c) const {
-    GemmArgs g;
-    g.a = da->p, g.lda = lda, g.b = db->p, g.ldb = ldb, g.c = c, g.ldc = ldc;
-    g.m = m, g.n = n, g.k = k, g.dtype = dtype, g.b_layout = layout;
-    return g;
-  }
-};
-
-Problem make_problem(int64_t m, int64_t n, int64_t k, DType dtype, BLayout layout, uint64_t seed) {
-  Problem p{m, n, k, (k + 7) / 8 * 8 + 8, 0, (n + 7) / 8 * 8 + 16, dtype, layout, {}, {}, {}, {}, {}, {}};
-  p.ldb = layout == BLayout::NK ? (k + 7) / 8 * 8 + 24 : (n + 7) / 8 * 8 + 8;
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  p.a.assign(size_t(m * p.lda), kPoison);  // padding stays NaN: reading it would poison C
-  p.b.assign(size_t(p.b_rows() * p.ldb), kPoison);
-  for (int64_t i = 0; i < m; ++i)
-    for (int64_t kk = 0; kk < k; ++kk) p.a[i * p.lda + kk] = from_float(u(rng), dtype);
-  const int64_t b_cols = layout == BLayout::NK ? k : n;
-  for (int64_t r = 0; r < p.b_rows(); ++r)
-    for (int64_t c = 0; c < b_cols; ++c) p.b[r * p.ldb + c] = from_float(u(rng), dtype);
-
-  // Reference rows: all for small M, else the edges of every 64-row band and a few random ones.
-  for (int64_t i = 0; i < m; ++i)
-    if (m <= 96 || i % 64 == 0 || i % 64 == 63 || i == m - 1 || rng() % 97 == 0) p.rows.push_back(i);
-  std::vector<float> bt(static_cast<size_t>(n * k));  // B as [N, K] floats for a contiguous inner loop
-  for (int64_t j = 0; j < n; ++j)
-    for (int64_t kk = 0; kk < k; ++kk) bt[j * k + kk] = p.b_at(kk, j);
-  std::vector<float> arow(static_cast<size_t>(k));
-  p.ref.resize(p.rows.size() * size_t(n));
-  for (size_t r = 0; r < p.rows.size(); ++r) {
-    for (int64_t kk = 0; kk < k; ++kk) arow[kk] = p.a_at(p.rows[r], kk);
-    for (int64_t j = 0; j < n; ++j) {
-      double s = 0;
-      const float* bj = &bt[j * k];
-      for (int64_t kk = 0; kk < k; ++kk) s += double(arow[kk]) * double(bj[kk]);
-      p.ref[r * n + j] = s;
-    }
-  }
-  p.da = std::make_unique<DevBuf>(p.a.size() * 2);
-  p.db = std::make_unique<DevBuf>(p.b.size() * 2);
-  TF_CUDA(cudaMemcpy(p.da->p, p.a.data(), p.a.size() * 2, cudaMemcpyHostToDevice));
-  TF_CUDA(cudaMemcpy(p.db->p, p.b.data(), p.b.size() * 2, cudaMemcpyHostToDevice));
-  return p;
-}
-
-// C with guard bands: [kGuard | M x ldc | kGuard] elements, all NaN before each run.
-struct Output {
-  int64_t elems;
-  DevBuf buf;
-  explicit Output(const Problem& p) : elems(p.m * p.ldc + 2 * kGuard), buf(size_t(elems) * 2) {}
-  void* c() const { return static_cast<uint16_t*>(buf.p) + kGuard; }
-  void poison(cudaStream_t s) { TF_CUDA(cudaMemsetAsync(buf.p, 0xFF, size_t(elems) * 2, s)); }
-  std::vector<uint16_t> read() const {
-    std::vector<uint16_t> h(static_cast<size_t>(elems));
-    TF_CUDA(cudaMemcpy(h.data(), buf.p, h.size() * 2, cudaMemcpyDeviceToHost));
-    return h;
-  }
-};
-
-// Bounds for outputs rounded to 16 bits (unit roundoff u = 2^-8 bf16, 2^-11 fp16): elementwise
-// |got - ref| <= 2u |ref| + slack, and relative Frobenius error <= 1.5 u (rounding alone gives
-// about u / sqrt(3)). `base` is added to the reference (AddTo) and its size to the slack.
-void expect_matches(const Problem& p, const std::vector<uint16_t>& out, const std::string& what,
-                    const std::vector<uint16_t>* base = nullptr) {
-  const double u = p.dtype == DType::bf16 ? 1.0 / 256 : 1.0 / 2048;
-  const double slack = 1e-3 * std::sqrt(double(p.k) / 9.0);  // fp32 accumulation-order noise, generous
-  for (int64_t g = 0; g < kGuard; ++g) {
-    ASSERT_EQ(out[g], kPoison) << what << ": guard band before C written at " << g - kGuard;
-    ASSERT_EQ(out[kGuard + p.m * p.ldc + g], kPoison) << what << ": guard band after C written at +" << g;
-  }
-  for (int64_t i = 0; i < p.m; ++i) {
-    const uint16_t* row = &out[kGuard + i * p.ldc];
-    for (int64_t j = 0; j < p.n; ++j)
-      ASSERT_TRUE(std::isfinite(to_float(row[j], p.dtype))) << what << ": C[" << i << ", " << j << "] not written";
-    for (int64_t j = p.n; j < p.ldc; ++j)
-      ASSERT_EQ(row[j], kPoison) << what << ": padding C[" << i << ", " << j << "] (N=" << p.n << ") written";
-  }
-  double err2 = 0, ref2 = 0;
-  int64_t bad = 0;
-  for (size_t r = 0; r < p.rows.size(); ++r)
-    for (int64_t j = 0; j < p.n; ++j) {
-      const int64_t o = kGuard + p.rows[r] * p.ldc + j;
-      const double old = base ? to_float((*base)[o], p.dtype) : 0.0;
-      const double want = old + p.ref[r * p.n + j], got = to_float(out[o], p.dtype);
-      const double tol = 2 * u * (std::fabs(p.ref[r * p.n + j]) + std::fabs(old)) + slack;
-      if (std::fabs(got - want) > tol && bad++ < 5)
-        ADD_FAILURE() << what << ": C[" << p.rows[r] << ", " << j << "] = " << got << ", want " << want;
-      err2 += (got - want) * (got - want);
-      ref2 += want * want;
-    }
-  EXPECT_EQ(bad, 0) << what << ": elements outside tolerance";
-  EXPECT_LE(std::sqrt(err2 / ref2), 1.5 * u) << what << ": relative Frobenius error";
-}
-
-struct StreamGuard {
-  cudaStream_t s = nullptr;
-  StreamGuard() { TF_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking)); }
-  ~StreamGuard() { cudaStreamDestroy(s); }
-};
+using namespace test;
 
 struct ShapeCase {
   int64_t m, n, k;
@@ -232,20 +89,30 @@ GemmConfig big_config() {
   return cfg;
 }
 
-TEST(GemmHooks, RotatedTileOrderForEveryRank) {
-  TF_REQUIRE_GPUS(1);
+template <class Shape>
+void expect_rotated_order_for_every_rank() {
   const Problem p = make_problem(1000, 2056, 704, DType::bf16, BLayout::NK, 77);
   Output out(p);
   StreamGuard st;
+  GemmConfig cfg = big_config();
+  cfg.cluster_m = Shape::kCluster;
   for (int world : {2, 3, 8})
     for (int rank = 0; rank < world; ++rank) {
-      const RotatedOrder::Params order{rank_first_m_block(p.m, Big::BM, rank, world)};
+      // The order counts cluster tiles of BM * kCluster rows.
+      const RotatedOrder::Params order{rank_first_m_block(p.m, Shape::BM * Shape::kCluster, rank, world)};
       out.poison(st.s);
-      launch_gemm<Big, __nv_bfloat16, Major::K, RotatedOrder, AlwaysReady, StoreTo>(
-          p.args(nullptr), big_config(), order, {}, {out.c(), p.ldc}, st.s);
+      launch_gemm<Shape, __nv_bfloat16, Major::K, RotatedOrder, AlwaysReady, StoreTo>(p.args(nullptr), cfg, order, {},
+                                                                                     {out.c(), p.ldc}, st.s);
       TF_CUDA(cudaStreamSynchronize(st.s));
-      expect_matches(p, out.read(), "rotated order world " + std::to_string(world) + " rank " + std::to_string(rank));
+      expect_matches(p, out.read(), "rotated order " + cfg.name() + " world " + std::to_string(world) + " rank " +
+                                        std::to_string(rank));
     }
+}
+
+TEST(GemmHooks, RotatedTileOrderForEveryRank) {
+  TF_REQUIRE_GPUS(1);
+  expect_rotated_order_for_every_rank<Big>();
+  expect_rotated_order_for_every_rank<TileShape<128, 256, 4, 2>>();
 }
 
 // --- A-ready hook: the producer waits for per-m-block flags that another kernel sets ------------
@@ -283,8 +150,8 @@ __global__ void publish_a(const uint16_t* src, uint16_t* dst, int64_t m, int64_t
   }
 }
 
-TEST(GemmHooks, AReadyWaitsForFlagsSetByAnotherKernel) {
-  TF_REQUIRE_GPUS(1);
+template <class Shape>
+void expect_a_ready_waits() {
   const Problem p = make_problem(1000, 1536, 1024, DType::bf16, BLayout::NK, 99);
   Output out(p);
   DevBuf a(p.a.size() * 2), flags(64 * sizeof(uint64_t));
@@ -313,20 +180,27 @@ TEST(GemmHooks, AReadyWaitsForFlagsSetByAnotherKernel) {
     GemmArgs args = p.args(nullptr);
     args.a = a.p;
     GemmConfig cfg = big_config();
+    cfg.cluster_m = Shape::kCluster;
     cfg.max_ctas = device_sm_count() - 8;  // a GEMM CTA fills its SM: leave some for the writer
-    launch_gemm<Big, __nv_bfloat16, Major::K, GroupedOrder, FlagWait, StoreTo>(
+    launch_gemm<Shape, __nv_bfloat16, Major::K, GroupedOrder, FlagWait, StoreTo>(
         args, cfg, {}, {static_cast<const uint64_t*>(flags.p), epoch, fault}, {out.c(), p.ldc}, gemm_stream.s);
     publish_a<<<1, 256, 0, writer_stream.s>>>(static_cast<const uint16_t*>(p.da->p), static_cast<uint16_t*>(a.p), p.m,
-                                               p.lda, Big::BM, static_cast<uint64_t*>(flags.p), epoch, 300'000);
+                                               p.lda, Shape::BM, static_cast<uint64_t*>(flags.p), epoch, 300'000);
     TF_CUDA(cudaGetLastError());
     TF_CUDA(cudaDeviceSynchronize());
     ASSERT_EQ(record->complete, 0u) << "an A-ready wait gave up: m-block " << record->flag_offset << " observed "
                                     << record->observed << " expected " << record->expected;
     ASSERT_EQ(*abort, 0u);
-    expect_matches(p, out.read(), "A-ready flags, epoch " + std::to_string(epoch));
+    expect_matches(p, out.read(), "A-ready flags, " + cfg.name() + ", epoch " + std::to_string(epoch));
   }
   cudaFreeHost(record);
   cudaFreeHost(abort);
+}
+
+TEST(GemmHooks, AReadyWaitsForFlagsSetByAnotherKernel) {
+  TF_REQUIRE_GPUS(1);
+  expect_a_ready_waits<Big>();
+  expect_a_ready_waits<TileShape<128, 256, 4, 2>>();  // the peer CTA's producer waits on its own flags
 }
 
 // --- Epilogue destinations -------------------------------------------------------------------------

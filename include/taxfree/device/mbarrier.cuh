@@ -43,7 +43,13 @@ __device__ __forceinline__ void mbar_arrive(uint32_t bar) {
 
 // Blocks until the phase with parity `parity` has completed (acquire). A fresh barrier is in phase
 // 0, so waiting for parity 1 returns at once.
-__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+//
+// kReport = false traps without printing. The print is a function call (vprintf), and a call
+// anywhere in a kernel that issues wgmma makes ptxas serialise every wgmma of that kernel (C7510:
+// each HGMMA then waits for the previous one; measured by ptxas, not only where a group is in
+// flight), so wgmma kernels use the quiet form: the host sees a trap (launch failure), unnamed.
+template <bool kReport = true>
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity, uint64_t timeout_ns = kMbarTimeoutNs) {
   uint64_t start = 0;
   for (uint32_t i = 0;; ++i) {
     uint32_t done;
@@ -58,9 +64,10 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
     if ((i & 1023u) == 0u) {
       const uint64_t now = global_timer_ns();
       if (i == 0) start = now;
-      else if (now - start > kMbarTimeoutNs) {
-        printf("[taxfree device] block %d thread %d: mbarrier at smem 0x%x never completed phase parity %u\n",
-               int(blockIdx.x), int(threadIdx.x), bar, parity);
+      else if (now - start > timeout_ns) {
+        if constexpr (kReport)
+          printf("[taxfree device] block %d thread %d: mbarrier at smem 0x%x never completed phase parity %u\n",
+                 int(blockIdx.x), int(threadIdx.x), bar, parity);
         __trap();
       }
     }

@@ -9,7 +9,13 @@
 // M, N, K are otherwise free (M = 1, N = 3592, K = 8200 are fine). C must not overlap A or B.
 // launch() validates everything before its first CUDA call and throws taxfree::Error
 // (InvalidArgument for a bad value, NotSupported for a config this build does not have).
-// launch() is asynchronous on `stream`; it blocks on nothing and allocates nothing.
+// launch() is asynchronous on `stream`; it blocks on nothing. Split-K configs (splits_k()) use a
+// workspace the library keeps per device and stream (fp32 partial sums and arrival counters that
+// the kernel leaves zeroed): a launch that needs more than its stream has grows it with
+// stream-ordered cudaMallocAsync / cudaFreeAsync / cudaMemsetAsync on `stream` (no host wait);
+// warm up before capturing a CUDA graph. Launches on one stream may share the workspace; never run
+// split-K launches of one stream handle from two threads at once. Split-K results do not depend on
+// timing: partials are summed in a fixed order.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -26,6 +32,17 @@ enum class BLayout { NK, KN };
 const char* dtype_name(DType t);
 const char* layout_name(BLayout l);  // "nk" / "kn"
 
+// How a config cuts K (GemmConfig::splits, split_scope). Tiles that are cut have their fp32
+// partial sums reduced by the last CTA to finish a part of them.
+enum class SplitScope {
+  all,     // splits > 1: every tile in `splits` K ranges: classic split-K, for too few tiles to
+           // fill the GPU (small M x N, decode)
+  tail,    // splits > 1: only the tiles of the last, partial wave of the persistent grid; the
+           // other tiles run whole
+  stream,  // stream-K (splits unused): the last partial wave plus one full wave (all tiles when
+           // under one wave) share out their k-blocks equally, one contiguous range per cluster
+};
+
 // Launch geometry. Only the tile shapes listed by compiled_configs() exist; the heuristic returns
 // one of them.
 struct GemmConfig {
@@ -33,10 +50,13 @@ struct GemmConfig {
   int bn = 256;      // columns of C per tile
   int bk = 64;       // K per pipeline stage (fixed: one 128-byte swizzle row)
   int stages = 4;    // depth of the TMA -> wgmma ring
-  int cluster_m = 1; // CTAs per cluster sharing B by TMA multicast; only 1 is implemented
-  int group_m = 8;   // m-blocks per rasterisation group (L2 reuse), >= 1
-  int max_ctas = 0;  // persistent CTAs; 0 = one per SM. Fewer leaves SMs to concurrent kernels
-  std::string name() const;  // e.g. "128x256x64 s4 g8"
+  int cluster_m = 1; // CTAs per cluster along M sharing B by TMA multicast: 1 or 2 (compiled tiles)
+  int group_m = 8;   // m-blocks per rasterisation group (L2 reuse), >= 1; counted in cluster tiles
+  int splits = 1;    // K ranges per split tile (all, tail), >= 1 (1: no split-K); capped at ceil(K / 64)
+  SplitScope split_scope = SplitScope::all;
+  bool splits_k() const { return splits > 1 || split_scope == SplitScope::stream; }
+  int max_ctas = 0;  // persistent CTAs; 0 = as many as fit (one per SM). Fewer leaves SMs to concurrent kernels
+  std::string name() const;  // e.g. "128x256x64 s4 g8 c2 sk3t" (sk3: split-K 3, t: tail, stk: stream-K)
 };
 
 struct GemmArgs {

@@ -2,9 +2,12 @@
 #pragma once
 
 #include <cuda.h>
+#include <cuda_runtime_api.h>
 
+#include <cstddef>
 #include <cstdint>
 
+#include "taxfree/kernels/gemm/tile_scheduler.cuh"
 #include "taxfree/ops/gemm.h"
 
 namespace taxfree::gemm::detail {
@@ -16,5 +19,29 @@ CUtensorMap make_tensor_map(const void* base, DType dtype, int64_t inner, int64_
 
 // cudaFuncSetAttribute(MaxDynamicSharedMemorySize) once per kernel and device.
 void allow_dynamic_smem(const void* kernel, int bytes);
+
+// Clusters of `cluster` CTAs of `kernel` (threads, dynamic smem) that fit on the current device at
+// once: the persistent grid size. Cached per kernel and device.
+int resident_clusters(const void* kernel, int threads, int smem_bytes, int cluster);
+
+// The work plan of a launch: tiles of bm * cluster_m x bn, the config's split-K (splits capped at
+// the k-blocks, scope resolved against `clusters`, the clusters the persistent grid will have).
+WorkPlan make_work_plan(const GemmArgs& args, const GemmConfig& cfg, int64_t clusters);
+
+// Bytes of fp32 partials and number of counters a plan needs (0 without split tiles).
+struct WorkspaceNeed {
+  size_t partial_bytes = 0;
+  size_t counters = 0;
+};
+WorkspaceNeed workspace_need(const WorkPlan& plan, const GemmConfig& cfg);
+
+// The split-K workspace of `stream` on the current device, grown to `need` if smaller (stream
+// ordered; counters zeroed on allocation, kernels leave them zeroed). Launches on one stream run
+// in order, so they may share it; two streams never do.
+struct Workspace {
+  void* partials = nullptr;
+  uint32_t* counters = nullptr;
+};
+Workspace splitk_workspace(cudaStream_t stream, const WorkspaceNeed& need);
 
 }  // namespace taxfree::gemm::detail

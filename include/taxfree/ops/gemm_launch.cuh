@@ -4,13 +4,15 @@
 //       one fixed tile shape / dtype / layout (compiles one kernel);
 //   launch_gemm<Order, Ready, Epi>(args, cfg, order, ready, epi, stream)
 //       any compiled tile shape, dtype and B layout, chosen at run time from cfg and args.
-// Both validate first (validate_inputs + Epi::check), then build the tensor maps and launch on
-// `stream`. args.c / args.ldc are not used: the epilogue params say where C goes.
+// Both validate first (validate_inputs + Epi::check), then build the tensor maps and the work plan
+// and launch on `stream`. args.c / args.ldc are not used: the epilogue params say where C goes.
+// Split-K (cfg.splits_k()) needs Ready = AlwaysReady and uses the stream's workspace (ops/gemm.h).
 #pragma once
 
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <iterator>
 #include <type_traits>
 
@@ -28,33 +30,59 @@ void launch_gemm(const GemmArgs& args, const GemmConfig& cfg, const typename Ord
   constexpr DType kDType = std::is_same_v<T, __nv_bfloat16> ? DType::bf16 : DType::fp16;
   constexpr BLayout kLayout = kMajorB == device::Major::K ? BLayout::NK : BLayout::KN;
   validate_inputs(args, cfg);
-  TF_REQUIRE(cfg.bm == Shape::BM && cfg.bn == Shape::BN && cfg.stages == Shape::kStages, Status::InvalidArgument,
+  TF_REQUIRE(cfg.bm == Shape::BM && cfg.bn == Shape::BN && cfg.stages == Shape::kStages &&
+                 cfg.cluster_m == Shape::kCluster,
+             Status::InvalidArgument,
              "config " << cfg.name() << " does not match the kernel's tile " << Shape::BM << "x" << Shape::BN << " s"
-                       << Shape::kStages);
+                       << Shape::kStages << " c" << Shape::kCluster);
   TF_REQUIRE(args.dtype == kDType && args.b_layout == kLayout, Status::InvalidArgument,
              "args (" << dtype_name(args.dtype) << ", " << layout_name(args.b_layout) << ") do not match the kernel ("
                       << dtype_name(kDType) << ", " << layout_name(kLayout) << ")");
+  // A split tile's K ranges run on different CTAs in any order; a Ready policy sees only the
+  // k-blocks of its own range and may not assume it sees k-block 0 first.
+  constexpr bool kAlwaysReady = std::is_same_v<Ready, AlwaysReady>;
+  TF_REQUIRE(!cfg.splits_k() || kAlwaysReady, Status::NotSupported,
+             "GEMM config " << cfg.name() << ": split-K needs the AlwaysReady policy");
   Epi::check(epi, args.m, args.n, 2);
 
-  GemmParams<Order, Ready, Epi> p{};
+  using Params = GemmParams<Order, Ready, Epi>;
+  auto* kernel = &gemm_kernel<Shape, T, kMajorB, Order, Ready, Epi>;
+  constexpr int kSmem = SmemLayout<Shape>::kDynamicBytes;
+  detail::allow_dynamic_smem(reinterpret_cast<const void*>(kernel), kSmem);
+  int64_t clusters = detail::resident_clusters(reinterpret_cast<const void*>(kernel), Shape::kThreads, kSmem,
+                                               Shape::kCluster);
+  if (cfg.max_ctas > 0) clusters = std::max<int64_t>(1, std::min<int64_t>(clusters, cfg.max_ctas / Shape::kCluster));
+
+  Params p{};
   p.a = detail::make_tensor_map(args.a, args.dtype, args.k, args.m, args.lda, 64, Shape::BM);
-  p.b = kMajorB == device::Major::K ? detail::make_tensor_map(args.b, args.dtype, args.k, args.n, args.ldb, 64, Shape::BN)
-                                    : detail::make_tensor_map(args.b, args.dtype, args.n, args.k, args.ldb, 64, 64);
+  p.b = kMajorB == device::Major::K
+            ? detail::make_tensor_map(args.b, args.dtype, args.k, args.n, args.ldb, 64, Shape::BN / Shape::kCluster)
+            : detail::make_tensor_map(args.b, args.dtype, args.n, args.k, args.ldb, 64, 64);
   p.m = int(args.m);
   p.n = int(args.n);
   p.k = int(args.k);
-  p.grid = make_tile_grid(args.m, args.n, Shape::BM, Shape::BN, cfg.group_m);
+  p.plan = detail::make_work_plan(args, cfg, clusters);
+  if (p.plan.split_tiles() > 0) {
+    const detail::Workspace ws = detail::splitk_workspace(stream, detail::workspace_need(p.plan, cfg));
+    p.ws = {static_cast<float2*>(ws.partials), ws.counters};
+  }
   p.order = order;
   p.ready = ready;
   p.epi = epi;
 
-  const int64_t ctas_wanted = cfg.max_ctas > 0 ? cfg.max_ctas : device_sm_count();
-  const int ctas = int(p.grid.tiles() < ctas_wanted ? p.grid.tiles() : ctas_wanted);
-  constexpr int kSmem = SmemLayout<Shape>::kDynamicBytes;
-  auto* kernel = &gemm_kernel<Shape, T, kMajorB, Order, Ready, Epi>;
-  detail::allow_dynamic_smem(reinterpret_cast<const void*>(kernel), kSmem);
-  kernel<<<ctas, Shape::kThreads, kSmem, stream>>>(p);
-  TF_CUDA(cudaGetLastError());
+  cudaLaunchConfig_t launch{};
+  launch.gridDim = dim3(unsigned(std::min<int64_t>(p.plan.units(), clusters) * Shape::kCluster));
+  launch.blockDim = dim3(Shape::kThreads);
+  launch.dynamicSmemBytes = kSmem;
+  launch.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = Shape::kCluster;
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  launch.attrs = attr;
+  launch.numAttrs = Shape::kCluster > 1 ? 1 : 0;
+  TF_CUDA(cudaLaunchKernelEx(&launch, kernel, p));
 }
 
 namespace detail {
@@ -62,8 +90,8 @@ template <int I, class Order, class Ready, class Epi>
 bool launch_compiled(const GemmArgs& args, const GemmConfig& cfg, const typename Order::Params& order,
                      const typename Ready::Params& ready, const typename Epi::Params& epi, cudaStream_t stream) {
   constexpr CompiledTile kTile = kCompiledTiles[I];
-  using Shape = TileShape<kTile.bm, kTile.bn, kTile.stages>;
-  if (cfg.bm == kTile.bm && cfg.bn == kTile.bn && cfg.stages == kTile.stages) {
+  using Shape = TileShape<kTile.bm, kTile.bn, kTile.stages, kTile.cluster>;
+  if (cfg.bm == kTile.bm && cfg.bn == kTile.bn && cfg.stages == kTile.stages && cfg.cluster_m == kTile.cluster) {
     const bool bf16 = args.dtype == DType::bf16;
     if (args.b_layout == BLayout::NK) {
       if (bf16) launch_gemm<Shape, __nv_bfloat16, device::Major::K, Order, Ready, Epi>(args, cfg, order, ready, epi, stream);

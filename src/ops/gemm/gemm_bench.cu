@@ -2,11 +2,19 @@
 //
 // Cases: M in {1, 16, 128, 512, 1024, 2048, 4096, 8192, 16384} x N in {3584, 4096, 7168, 8192,
 // 14336} x B layout {nk, kn}, K = 8192. Each --shape entry is `key=value,...` with keys M, N, K,
-// layout, tile, group: an entry naming M, N and K adds that shape (both layouts unless it names
-// one); any other entry filters the sweep (a case is kept if it matches the M, N, K, layout keys of
-// some entry). tile=BMxBN (a compiled tile, e.g. 128x128) and group=G override the heuristic's
-// choice for `ours` in the cases that entry selects, for tuning. -b/-e bound the output size in
-// bytes.
+// layout and the tuning keys below: an entry naming M, N and K adds that shape (both layouts unless
+// it names one); any other entry filters the sweep (a case is kept if it matches the M, N, K, layout
+// keys of some entry). Tuning keys override the heuristic's choice for `ours` in the cases that
+// entry selects (the case label then ends with the config's name):
+//   tile=BMxBN     a compiled tile (e.g. 128x128; its stage count comes with it)
+//   cluster=C      CTAs per cluster along M (a compiled tile must have it; 128x256 has 1 and 2)
+//   group=G        m-blocks (cluster tiles) per rasterisation group
+//   splitk=S       split every tile into S K ranges (1: no split-K)
+//   tailsplit=S    split only the tiles of the last, partial wave into S K ranges
+//   streamk=1      stream-K: the last partial wave plus one full wave share out their k-blocks
+//                  equally over the clusters
+// At most one of splitk, tailsplit, streamk per entry.
+// -b/-e bound the output size in bytes.
 // Check: cuBLASLt's output against a sampled fp32 reference; ours against the same sampled
 // reference and element by element against cuBLASLt on the same inputs (cuBLASLt is rerun inside
 // check(), untimed), so unwritten (poisoned) or wrong elements anywhere are counted.
@@ -103,12 +111,37 @@ __global__ void check_sampled(const T* a, int64_t lda, const T* b, int64_t ldb, 
   if (lane == 0 && !tol.ok(to_float(c[i * ldc + j]), sum)) atomicAdd(wrong, 1ull);
 }
 
+// Overrides of the heuristic's config; 0 / "" = the heuristic's.
+struct Tuning {
+  std::string tile;
+  int cluster = 0, group = 0, splitk = 0, tailsplit = 0, streamk = 0;
+  bool any() const { return !tile.empty() || cluster || group || splitk || tailsplit || streamk; }
+};
+
 struct Shape {
   int64_t m, n, k;
   BLayout layout;
-  std::string tile;  // "" = the heuristic's
-  int group = 0;     // 0 = the heuristic's
+  Tuning tuning;
 };
+
+const char* const kTuningKeys[] = {"tile", "cluster", "group", "splitk", "tailsplit", "streamk"};
+bool is_tuning_key(const std::string& key) {
+  for (const char* k : kTuningKeys)
+    if (key == k) return true;
+  return false;
+}
+
+Tuning tuning_of(const std::map<std::string, std::string>& kv) {
+  Tuning t;
+  auto get = [&](const char* key) { return kv.count(key) ? std::stoi(kv.at(key)) : 0; };
+  t.tile = kv.count("tile") ? kv.at("tile") : "";
+  t.cluster = get("cluster");
+  t.group = get("group");
+  t.splitk = get("splitk");
+  t.tailsplit = get("tailsplit");
+  t.streamk = get("streamk");
+  return t;
+}
 
 // Parses "M=1,N=2,K=3,layout=nk" into key -> value; throws InvalidArgument naming the entry.
 std::map<std::string, std::string> parse_entry(const std::string& entry) {
@@ -118,11 +151,13 @@ std::map<std::string, std::string> parse_entry(const std::string& entry) {
   while (std::getline(ss, item, ',')) {
     const auto eq = item.find('=');
     TF_REQUIRE(eq != std::string::npos && eq > 0, Status::InvalidArgument,
-               "--shape entry '" << entry << "': expected key=value,... with keys M, N, K, layout, tile, group");
+               "--shape entry '" << entry
+                                 << "': expected key=value,... with keys M, N, K, layout, tile, cluster, group, splitk, "
+                                    "tailsplit, streamk");
     const std::string key = item.substr(0, eq), value = item.substr(eq + 1);
-    TF_REQUIRE(key == "M" || key == "N" || key == "K" || key == "layout" || key == "tile" || key == "group",
-               Status::InvalidArgument,
-               "--shape entry '" << entry << "': unknown key '" << key << "' (keys: M, N, K, layout, tile, group)");
+    TF_REQUIRE(key == "M" || key == "N" || key == "K" || key == "layout" || is_tuning_key(key), Status::InvalidArgument,
+               "--shape entry '" << entry << "': unknown key '" << key
+                                 << "' (keys: M, N, K, layout, tile, cluster, group, splitk, tailsplit, streamk)");
     TF_REQUIRE(key != "layout" || value == "nk" || value == "kn", Status::InvalidArgument,
                "--shape entry '" << entry << "': layout must be nk or kn, not '" << value << "'");
     if (key == "tile") {
@@ -138,12 +173,14 @@ std::map<std::string, std::string> parse_entry(const std::string& entry) {
     }
     kv[key] = value;
   }
+  TF_REQUIRE(kv.count("splitk") + kv.count("tailsplit") + kv.count("streamk") <= 1, Status::InvalidArgument,
+             "--shape entry '" << entry << "': splitk, tailsplit and streamk exclude each other");
   return kv;
 }
 
 bool matches(const Shape& s, const std::map<std::string, std::string>& kv) {
   for (const auto& [key, value] : kv) {
-    if (key == "tile" || key == "group") continue;
+    if (is_tuning_key(key)) continue;
     if (key == "layout" ? value != gemm::layout_name(s.layout)
                         : std::stoll(value) != (key == "M" ? s.m : key == "N" ? s.n : s.k))
       return false;
@@ -165,8 +202,7 @@ class GemmBench final : public OpBench {
       if (kv.count("M") && kv.count("N") && kv.count("K")) {
         for (BLayout l : {BLayout::NK, BLayout::KN})
           if (!kv.count("layout") || kv["layout"] == gemm::layout_name(l))
-            shapes.push_back({std::stoll(kv["M"]), std::stoll(kv["N"]), std::stoll(kv["K"]), l, kv["tile"],
-                              kv.count("group") ? std::stoi(kv["group"]) : 0});
+            shapes.push_back({std::stoll(kv["M"]), std::stoll(kv["N"]), std::stoll(kv["K"]), l, tuning_of(kv)});
       } else {
         filters.push_back(std::move(kv));
       }
@@ -175,13 +211,10 @@ class GemmBench final : public OpBench {
       for (BLayout l : {BLayout::NK, BLayout::KN})
         for (int64_t m : {1, 16, 128, 512, 1024, 2048, 4096, 8192, 16384})
           for (int64_t n : {3584, 4096, 7168, 8192, 14336}) {
-            Shape s{m, n, 8192, l, "", 0};
+            Shape s{m, n, 8192, l, {}};
             const auto f = std::find_if(filters.begin(), filters.end(), [&](auto& kv) { return matches(s, kv); });
             if (!filters.empty() && f == filters.end()) continue;
-            if (f != filters.end()) {
-              s.tile = (*f)["tile"];
-              s.group = f->count("group") ? std::stoi((*f)["group"]) : 0;
-            }
+            if (f != filters.end()) s.tuning = tuning_of(*f);
             shapes.push_back(s);
           }
     }
@@ -191,15 +224,24 @@ class GemmBench final : public OpBench {
       if ((opt.min_bytes >= 0 && bytes < opt.min_bytes) || (opt.max_bytes >= 0 && bytes > opt.max_bytes)) continue;
       Case c;
       std::ostringstream label;
+      const gemm::GemmConfig cfg = with_overrides(gemm::choose_gemm_config(s.m, s.n, s.k, dtype, s.layout), s.tuning);
       label << "M=" << s.m << " N=" << s.n << " K=" << s.k << " " << gemm::layout_name(s.layout);
+      if (s.tuning.any()) label << " [" << cfg.name() << "]";
       c.label = label.str();
       c.size_bytes = bytes;
       c.count = s.m * s.n;
       c.type = gemm::dtype_name(dtype);
-      c.params = {{"m", s.m}, {"n", s.n}, {"k", s.k}, {"layout", gemm::layout_name(s.layout)},
-                  {"tile", s.tile}, {"group", s.group},
-                  {"config", with_overrides(gemm::choose_gemm_config(s.m, s.n, s.k, dtype, s.layout), s.tile, s.group)
-                                 .name()}};
+      c.params = {{"m", s.m},
+                  {"n", s.n},
+                  {"k", s.k},
+                  {"layout", gemm::layout_name(s.layout)},
+                  {"tile", s.tuning.tile},
+                  {"cluster", s.tuning.cluster},
+                  {"group", s.tuning.group},
+                  {"splitk", s.tuning.splitk},
+                  {"tailsplit", s.tuning.tailsplit},
+                  {"streamk", s.tuning.streamk},
+                  {"config", cfg.name()}};
       out.push_back(std::move(c));
     }
     return out;
@@ -233,9 +275,15 @@ class GemmBench final : public OpBench {
     }
     TF_CUDA(cudaGetLastError());
     TF_CUDA(cudaDeviceSynchronize());
+    Tuning t;
+    t.tile = c.params.at("tile").get<std::string>();
+    t.cluster = c.params.at("cluster").get<int>();
+    t.group = c.params.at("group").get<int>();
+    t.splitk = c.params.at("splitk").get<int>();
+    t.tailsplit = c.params.at("tailsplit").get<int>();
+    t.streamk = c.params.at("streamk").get<int>();
     config_ = with_overrides(
-        gemm::choose_gemm_config(args_.m, args_.n, args_.k, args_.dtype, args_.b_layout, gemm::device_sm_count()),
-        c.params.at("tile").get<std::string>(), c.params.at("group").get<int>());
+        gemm::choose_gemm_config(args_.m, args_.n, args_.k, args_.dtype, args_.b_layout, gemm::device_sm_count()), t);
   }
 
   void poison(cudaStream_t stream) override {
@@ -300,11 +348,27 @@ class GemmBench final : public OpBench {
     return {double(c.params.at("m").get<int64_t>()), double(c.params.at("n").get<int64_t>()),
             double(c.params.at("k").get<int64_t>())};
   }
-  // The heuristic's config with the tile (BMxBN) and rasterisation group a --shape entry forces.
-  static gemm::GemmConfig with_overrides(gemm::GemmConfig cfg, const std::string& tile, int group) {
-    for (const gemm::GemmConfig& c : gemm::compiled_configs())
-      if (tile == std::to_string(c.bm) + "x" + std::to_string(c.bn)) cfg.bm = c.bm, cfg.bn = c.bn, cfg.stages = c.stages;
-    if (group > 0) cfg.group_m = group;
+  // The heuristic's config with what a --shape entry forces. A tile keeps the heuristic's cluster
+  // size when that tile has it compiled, else takes the tile's first compiled one.
+  static gemm::GemmConfig with_overrides(gemm::GemmConfig cfg, const Tuning& t) {
+    if (!t.tile.empty() || t.cluster > 0) {
+      const std::string tile = t.tile.empty() ? std::to_string(cfg.bm) + "x" + std::to_string(cfg.bn) : t.tile;
+      const int cluster = t.cluster > 0 ? t.cluster : cfg.cluster_m;
+      const std::vector<gemm::GemmConfig> compiled = gemm::compiled_configs();
+      const gemm::GemmConfig* pick = nullptr;
+      for (const gemm::GemmConfig& c : compiled) {
+        if (tile != std::to_string(c.bm) + "x" + std::to_string(c.bn)) continue;
+        if (c.cluster_m == cluster) pick = &c;
+        else if (!pick && t.cluster == 0) pick = &c;
+      }
+      TF_REQUIRE(pick != nullptr, Status::InvalidArgument,
+                 "gemm bench: tile " << tile << " with cluster=" << cluster << " is not compiled");
+      cfg.bm = pick->bm, cfg.bn = pick->bn, cfg.stages = pick->stages, cfg.cluster_m = pick->cluster_m;
+    }
+    if (t.group > 0) cfg.group_m = t.group;
+    if (t.splitk > 0) cfg.splits = t.splitk, cfg.split_scope = gemm::SplitScope::all;
+    if (t.tailsplit > 0) cfg.splits = t.tailsplit, cfg.split_scope = gemm::SplitScope::tail;
+    if (t.streamk > 0) cfg.splits = 1, cfg.split_scope = gemm::SplitScope::stream;
     return cfg;
   }
   static DType parse_dtype(const std::string& s) {

@@ -8,6 +8,7 @@
 #include <climits>
 #include <cstdint>
 #include <iterator>
+#include <map>
 #include <mutex>
 #include <set>
 #include <sstream>
@@ -29,6 +30,8 @@ std::string GemmConfig::name() const {
   std::ostringstream os;
   os << bm << "x" << bn << "x" << bk << " s" << stages << " g" << group_m;
   if (cluster_m != 1) os << " c" << cluster_m;
+  if (split_scope == SplitScope::stream) os << " stk";
+  else if (splits != 1) os << " sk" << splits << (split_scope == SplitScope::tail ? "t" : "");
   if (max_ctas > 0) os << " ctas" << max_ctas;
   return os.str();
 }
@@ -40,6 +43,7 @@ std::vector<GemmConfig> compiled_configs() {
     c.bm = t.bm;
     c.bn = t.bn;
     c.stages = t.stages;
+    c.cluster_m = t.cluster;
     out.push_back(c);
   }
   return out;
@@ -49,6 +53,7 @@ namespace {
 
 constexpr int64_t kElemBytes = 2;
 constexpr int64_t kMaxTmaStrideBytes = int64_t(1) << 40;
+constexpr int kMaxSplits = 64;
 
 void check_operand(const char* name, const void* p, const char* ld_name, int64_t ld, int64_t min_ld,
                    const char* min_name) {
@@ -91,19 +96,22 @@ void validate_inputs(const GemmArgs& a, const GemmConfig& cfg) {
     check_operand("B", a.b, "ldb", a.ldb, a.n, "N");
 
   TF_REQUIRE(cfg.bk == 64, Status::NotSupported, "GEMM config bk=" << cfg.bk << ": only bk=64 is compiled");
-  TF_REQUIRE(cfg.cluster_m == 1, Status::NotSupported,
-             "GEMM config cluster_m=" << cfg.cluster_m << ": only cluster_m=1 is implemented");
   TF_REQUIRE(cfg.group_m >= 1, Status::InvalidArgument, "GEMM config group_m=" << cfg.group_m << " must be >= 1");
   TF_REQUIRE(cfg.max_ctas >= 0, Status::InvalidArgument, "GEMM config max_ctas=" << cfg.max_ctas << " must be >= 0");
+  TF_REQUIRE(cfg.splits >= 1 && cfg.splits <= kMaxSplits, Status::InvalidArgument,
+             "GEMM config splits=" << cfg.splits << " must be in [1, " << kMaxSplits << "]");
+  TF_REQUIRE(cfg.split_scope == SplitScope::all || cfg.split_scope == SplitScope::tail ||
+                 cfg.split_scope == SplitScope::stream,
+             Status::InvalidArgument, "GEMM config split_scope " << int(cfg.split_scope) << " is not all, tail or stream");
   const CompiledTile* tile = nullptr;
   std::ostringstream known;
   for (const CompiledTile& t : kCompiledTiles) {
-    known << (known.tellp() > 0 ? ", " : "") << t.bm << "x" << t.bn << " s" << t.stages;
-    if (t.bm == cfg.bm && t.bn == cfg.bn && t.stages == cfg.stages) tile = &t;
+    known << (known.tellp() > 0 ? ", " : "") << t.bm << "x" << t.bn << " s" << t.stages << " c" << t.cluster;
+    if (t.bm == cfg.bm && t.bn == cfg.bn && t.stages == cfg.stages && t.cluster == cfg.cluster_m) tile = &t;
   }
   TF_REQUIRE(tile != nullptr, Status::NotSupported,
-             "GEMM tile " << cfg.bm << "x" << cfg.bn << " s" << cfg.stages << " is not compiled (have: " << known.str()
-                          << ")");
+             "GEMM tile " << cfg.bm << "x" << cfg.bn << " s" << cfg.stages << " cluster_m=" << cfg.cluster_m
+                          << " is not compiled (have: " << known.str() << ")");
   TF_REQUIRE(tile->kn || a.b_layout == BLayout::NK, Status::NotSupported,
              "GEMM tile " << cfg.bm << "x" << cfg.bn << " needs B as [N, K] (layout nk); B [K, N] needs bn % 64 == 0");
 }
@@ -156,6 +164,115 @@ void allow_dynamic_smem(const void* kernel, int bytes) {
   if (done.count({kernel, dev})) return;
   TF_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
   done.insert({kernel, dev});
+}
+
+
+int resident_clusters(const void* kernel, int threads, int smem_bytes, int cluster) {
+  static std::mutex mu;
+  static std::map<std::pair<const void*, int>, int> cache;  // (kernel, device) -> clusters
+  int dev = 0;
+  TF_CUDA(cudaGetDevice(&dev));
+  std::lock_guard<std::mutex> lock(mu);
+  const auto it = cache.find({kernel, dev});
+  if (it != cache.end()) return it->second;
+  int n = 0;
+  if (cluster == 1) {
+    int per_sm = 0;
+    TF_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, size_t(smem_bytes)));
+    n = per_sm * device_sm_count();
+  } else {
+    // Clusters are placed inside one GPC; the driver knows how many fit.
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = dim3(unsigned(cluster));
+    cfg.blockDim = dim3(unsigned(threads));
+    cfg.dynamicSmemBytes = size_t(smem_bytes);
+    cudaLaunchAttribute attr;
+    attr.id = cudaLaunchAttributeClusterDimension;
+    attr.val.clusterDim.x = unsigned(cluster);
+    attr.val.clusterDim.y = 1;
+    attr.val.clusterDim.z = 1;
+    cfg.attrs = &attr;
+    cfg.numAttrs = 1;
+    TF_CUDA(cudaOccupancyMaxActiveClusters(&n, kernel, &cfg));
+  }
+  TF_REQUIRE(n > 0, Status::NotSupported,
+             "GEMM kernel does not fit on this device (" << threads << " threads, " << smem_bytes << " B shared memory, "
+                                                         << cluster << "-CTA clusters)");
+  cache[{kernel, dev}] = n;
+  return n;
+}
+
+WorkPlan make_work_plan(const GemmArgs& a, const GemmConfig& cfg, int64_t clusters) {
+  WorkPlan plan{};
+  plan.grid = make_tile_grid(a.m, a.n, cfg.bm * cfg.cluster_m, cfg.bn, cfg.group_m);
+  plan.k_blocks = int((a.k + 63) / 64);
+  const int64_t tiles = plan.grid.tiles(), tail = tiles % std::max<int64_t>(clusters, 1);
+  const int64_t splits = std::min<int64_t>(cfg.splits, plan.k_blocks);  // no K range without a k-block
+  plan.dp_tiles = tiles;
+  plan.sk_units = 0;
+  if (cfg.split_scope == SplitScope::all && splits > 1) {
+    plan.dp_tiles = 0, plan.sk_units = tiles * splits;
+  } else if (cfg.split_scope == SplitScope::tail && splits > 1 && tail > 0) {
+    plan.dp_tiles = tiles - tail, plan.sk_units = tail * splits;
+  } else if (cfg.split_scope == SplitScope::stream && tail > 0) {
+    // One range per cluster over the tail plus one full wave, so every range covers more than a
+    // tile's worth of k-blocks (few parts per tile); under one wave, over all tiles.
+    plan.dp_tiles = tiles < clusters ? 0 : tiles - tail - clusters;
+    plan.dp_tiles = std::max<int64_t>(plan.dp_tiles, 0);
+    plan.sk_units = std::min<int64_t>(clusters, plan.split_tiles() * plan.k_blocks);
+  }
+  if (plan.sk_units == 0) plan.dp_tiles = tiles;
+  plan.max_parts = 1;
+  for (int64_t slot = 0; slot < plan.split_tiles(); ++slot) {
+    const int64_t pos = slot * plan.k_blocks;
+    const int64_t parts = plan.sk_range_of(pos + plan.k_blocks - 1) - plan.sk_range_of(pos) + 1;
+    plan.max_parts = std::max<int>(plan.max_parts, int(parts));
+  }
+  return plan;
+}
+
+WorkspaceNeed workspace_need(const WorkPlan& plan, const GemmConfig& cfg) {
+  WorkspaceNeed need;
+  if (plan.split_tiles() == 0) return need;
+  const size_t ctas = size_t(plan.split_tiles()) * size_t(cfg.cluster_m);
+  need.partial_bytes = ctas * size_t(plan.max_parts) * size_t(cfg.bm) * size_t(cfg.bn) * sizeof(float);
+  need.counters = ctas * size_t(cfg.bm / 64);
+  return need;
+}
+
+Workspace splitk_workspace(cudaStream_t stream, const WorkspaceNeed& need) {
+  struct Buffer {
+    void* partials = nullptr;
+    size_t partial_bytes = 0;
+    uint32_t* counters = nullptr;
+    size_t counters_len = 0;
+  };
+  static std::mutex mu;
+  static std::map<std::pair<int, cudaStream_t>, Buffer> buffers;  // (device, stream)
+  int dev = 0;
+  TF_CUDA(cudaGetDevice(&dev));
+  std::lock_guard<std::mutex> lock(mu);
+  Buffer& b = buffers[{dev, stream}];
+  // Grown, never shrunk; rounded up so a sweep of shapes reallocates a few times at most.
+  // Stream-ordered: the old buffer is freed after the kernels already queued on `stream` that use
+  // it, and nothing waits for the device (a host wait here could deadlock behind a kernel that
+  // waits for the host, e.g. the benchmark's gate).
+  if (b.partial_bytes < need.partial_bytes) {
+    if (b.partials) TF_CUDA(cudaFreeAsync(b.partials, stream));
+    b.partials = nullptr, b.partial_bytes = 0;
+    const size_t bytes = std::max(need.partial_bytes * 3 / 2, size_t(8) << 20);
+    TF_CUDA(cudaMallocAsync(&b.partials, bytes, stream));
+    b.partial_bytes = bytes;
+  }
+  if (b.counters_len < need.counters) {
+    if (b.counters) TF_CUDA(cudaFreeAsync(b.counters, stream));
+    b.counters = nullptr, b.counters_len = 0;
+    const size_t len = std::max(need.counters * 3 / 2, size_t(16384));
+    TF_CUDA(cudaMallocAsync(reinterpret_cast<void**>(&b.counters), len * sizeof(uint32_t), stream));
+    TF_CUDA(cudaMemsetAsync(b.counters, 0, len * sizeof(uint32_t), stream));
+    b.counters_len = len;
+  }
+  return {b.partials, b.counters};
 }
 
 }  // namespace detail

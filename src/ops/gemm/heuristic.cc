@@ -1,61 +1,110 @@
-// choose_gemm_config: ranks the compiled tiles by a coarse time estimate for the shape.
+// choose_gemm_config: ranks (compiled tile, cluster, split-K) candidates by a coarse time estimate.
 //
-// The estimate is the largest of three bounds, each with whole waves of persistent CTAs:
-//   compute  waves x tile FLOPs / (per-SM tensor peak x the tile's pipeline efficiency)
-//   feed     waves x bytes one CTA pulls per tile / what one SM can keep in flight per latency
-//            (this is what sinks small M: B streaming through too few or too shallow CTAs)
-//   HBM      unique bytes / bandwidth, derated when too few CTAs stream to saturate it.
-// The constants are rough H200 figures; they rank tiles, they do not predict time. Retune them
-// from `taxfree bench gemm` on the GPU.
+// The estimate replays the kernel's static schedule (unit u runs on cluster u % clusters) with a
+// per-segment cost, and takes the larger of that makespan and the HBM time of the unique bytes:
+//   k-block   max(tensor time at the tile's efficiency, operand bytes / what one SM streams with
+//             its pipeline depth, the fixed issue + barrier cost of a k-block)
+//   epilogue  C band through shared memory to global
+//   split-K   partial write per part of a cut tile; its last part also reads all partials
+//   HBM       (A + B + C) bytes / bandwidth, derated when too few SMs stream.
+// The constants are rough H200 figures; they rank candidates, they do not predict time. Retune
+// them from scripts/gemm_tune.sh (docs/notes/gemm-tuning.md).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <vector>
 
+#include "taxfree/kernels/gemm/tile_scheduler.cuh"
 #include "taxfree/ops/gemm.h"
+#include "taxfree/ops/gemm_detail.h"
 #include "taxfree/ops/gemm_tiles.h"
 
 namespace taxfree::gemm {
 namespace {
 
 constexpr double kPeakFlopsPerSm = 989e12 / 132;  // dense 16-bit tensor peak per SM
-constexpr double kHbmBytesPerSec = 3.3e12;        // sustained HBM bandwidth
-constexpr double kSaturatingSmFraction = 0.75;    // SMs that must stream to reach it
-constexpr double kLoadLatency = 1.5e-6;           // TMA load latency under load
+constexpr double kHbmBytesPerSec = 4.0e12;        // sustained HBM read bandwidth (H200)
+constexpr double kSaturatingSmFraction = 0.6;     // SMs that must stream to reach it
+constexpr double kLoadLatency = 2.0e-6;           // TMA load latency with HBM saturated
 constexpr double kMaxSmFeed = 120e9;              // L2 -> one SM
+constexpr double kKBlockIssue = 0.06e-6;          // wait full + 4 wgmma + commit + release, per k-block
+constexpr double kSmStoreRate = 100e9;            // one SM writing C or partials
+constexpr double kSmLoadRate = 120e9;             // one SM reading partials from L2
+constexpr double kEpilogueFixed = 0.3e-6;         // barriers and address math per band
+constexpr size_t kMaxWorkspaceBytes = size_t(64) << 20;
+// Bias against complexity: a candidate must beat the incumbent by this factor to replace it, and
+// candidates are tried simplest first.
+constexpr double kSwitchMargin = 0.97;
 
 // Fraction of the tensor peak a tile sustains with a full pipeline: smaller tiles read more
-// shared memory per FLOP and spend relatively more time issuing and synchronising.
+// shared memory per FLOP and spend relatively more time issuing and synchronising. Multicast
+// halves B's L2 -> SM traffic, which the widest tile is closest to saturating.
 double tile_efficiency(const CompiledTile& t) {
   const int area = t.bm * t.bn;
-  return area >= 128 * 256 ? 0.85 : area >= 128 * 128 ? 0.75 : area >= 64 * 64 ? 0.45 : 0.30;
+  const double e = area >= 128 * 256 ? 0.80 : area >= 128 * 128 ? 0.70 : area >= 64 * 64 ? 0.45 : 0.30;
+  return t.cluster > 1 ? e + 0.03 : e;
 }
 
-double estimate_seconds(const CompiledTile& t, int64_t m, int64_t n, int64_t k, int sms) {
-  const int64_t tiles = ((m + t.bm - 1) / t.bm) * ((n + t.bn - 1) / t.bn);
-  const double waves = double((tiles + sms - 1) / sms);
-  const double active = double(std::min<int64_t>(tiles, sms));
-  const double k_pad = double((k + 63) / 64 * 64);
-  const double compute = waves * 2.0 * t.bm * t.bn * k_pad / (kPeakFlopsPerSm * tile_efficiency(t));
-  // Rows of A past M are zero-filled by TMA and cost no bandwidth.
-  const double rows = double(std::min<int64_t>(t.bm, m) + t.bn);
-  const double in_flight = t.stages * rows * 128.0;
-  const double feed = waves * rows * k_pad * 2.0 / std::min(kMaxSmFeed, in_flight / kLoadLatency);
-  const double hbm_share = std::min(1.0, active / (kSaturatingSmFraction * sms));
-  const double hbm = double(m * k + n * k + m * n) * 2.0 / (kHbmBytesPerSec * hbm_share);
-  return std::max({compute, feed, hbm});
+struct Candidate {
+  const CompiledTile* tile;
+  int splits;
+  SplitScope scope;
+  GemmConfig config() const {
+    GemmConfig c;
+    c.bm = tile->bm, c.bn = tile->bn, c.stages = tile->stages, c.cluster_m = tile->cluster;
+    c.splits = splits, c.split_scope = scope, c.group_m = 1;
+    return c;
+  }
+};
+
+double estimate_seconds(const Candidate& c, const WorkPlan& plan, int64_t m, int64_t n, int64_t k, int64_t clusters,
+                        int sms) {
+  const CompiledTile& t = *c.tile;
+  // Per CTA and k-block. Rows of A past M are zero-filled by TMA and cost no bandwidth; with
+  // multicast each CTA pulls only its share of B from L2.
+  const double a_bytes = double(std::min<int64_t>(t.bm, m)) * 128.0, b_bytes = double(t.bn) * 128.0;
+  const double in_flight = t.stages * (a_bytes + b_bytes);
+  const double feed = (a_bytes + b_bytes / t.cluster) / std::min(kMaxSmFeed, in_flight / kLoadLatency);
+  const double compute = 2.0 * t.bm * t.bn * 64 / (kPeakFlopsPerSm * tile_efficiency(t));
+  const double per_kb = std::max({compute, feed, kKBlockIssue});
+  const double rows = double(std::min<int64_t>(t.bm, m));
+  const double epilogue = rows * t.bn * 2 / kSmStoreRate + kEpilogueFixed;
+  const double partial = rows * t.bn * 4 / kSmStoreRate;
+  const double part_read = rows * t.bn * 4 / kSmLoadRate;
+
+  // Replays the static schedule: cluster i walks units i, i + active, ...; whole tiles come first
+  // and are counted, the split units after them are walked.
+  const int64_t active = std::min<int64_t>(plan.units(), clusters);
+  double makespan = 0;
+  for (int64_t i = 0; i < active; ++i) {
+    const int64_t whole = i < plan.dp_tiles ? (plan.dp_tiles - i + active - 1) / active : 0;
+    double busy = double(whole) * (plan.k_blocks * per_kb + epilogue);
+    const int64_t first_split = plan.dp_tiles + ((i - plan.dp_tiles) % active + active) % active;
+    for (SegmentWalk walk(plan, first_split, active); !walk.done();) {
+      const WorkSegment w = walk.get();
+      walk.next(w);
+      busy += (w.kb_end - w.kb_begin) * per_kb;
+      if (w.parts == 1) busy += epilogue;
+      else busy += partial + (w.part == w.parts - 1 ? w.parts * part_read + epilogue : 0.0);  // the last usually reduces
+    }
+    makespan = std::max(makespan, busy);
+  }
+  const double streaming = std::min(1.0, double(active * t.cluster) / (kSaturatingSmFraction * sms));
+  const double hbm = double(m * k + n * k + m * n) * 2.0 / (kHbmBytesPerSec * streaming);
+  return std::max(makespan, hbm);
 }
 
 // Rasterisation group: the m-blocks per group that minimise the rows of A and B one wave of
 // `active` consecutive tiles touches: at least g (and at least active / n_blocks) m-blocks of A,
-// active / g n-blocks of B.
-int choose_group_m(const CompiledTile& t, int64_t m, int64_t n, int sms) {
-  const int64_t m_blocks = (m + t.bm - 1) / t.bm, n_blocks = (n + t.bn - 1) / t.bn;
-  const int64_t active = std::min<int64_t>(m_blocks * n_blocks, sms);
+// active / g n-blocks of B. Counted in cluster tiles of bm_eff rows.
+int choose_group_m(int bm_eff, int bn, int64_t m, int64_t n, int64_t active_tiles) {
+  const int64_t m_blocks = (m + bm_eff - 1) / bm_eff, n_blocks = (n + bn - 1) / bn;
+  const int64_t active = std::min<int64_t>(m_blocks * n_blocks, active_tiles);
   int best = 1;
   int64_t best_rows = INT64_MAX;
   for (int g = 1; g <= 32 && g <= m_blocks; g *= 2) {
     const int64_t m_touched = std::min(m_blocks, std::max<int64_t>(g, (active + n_blocks - 1) / n_blocks));
-    const int64_t rows = m_touched * t.bm + std::min(n_blocks, (active + g - 1) / g) * t.bn;
+    const int64_t rows = m_touched * bm_eff + std::min(n_blocks, (active + g - 1) / g) * bn;
     if (rows < best_rows) best = g, best_rows = rows;
   }
   return best;
@@ -67,19 +116,41 @@ GemmConfig choose_gemm_config(int64_t m, int64_t n, int64_t k, DType dtype, BLay
   (void)dtype;  // bf16 and fp16 run at the same rate
   m = std::max<int64_t>(m, 1), n = std::max<int64_t>(n, 1), k = std::max<int64_t>(k, 1);
   num_sms = std::max(num_sms, 1);
-  const CompiledTile* best = nullptr;
-  double best_time = 0;
+  const int k_blocks = int((k + 63) / 64);
+  // Simplest first: whole tiles, then split-K over all tiles, over the tail wave, stream-K.
+  std::vector<Candidate> candidates;
   for (const CompiledTile& t : kCompiledTiles) {  // listed largest first: near-ties keep the larger
     if (b_layout == BLayout::KN && !t.kn) continue;
-    if (m <= 64 && t.bm > 64) continue;  // half or more of a 128-row A tile would be zero fill
-    const double time = estimate_seconds(t, m, n, k, num_sms);
-    if (!best || time < 0.97 * best_time) best = &t, best_time = time;
+    if (m <= 64 && t.bm > 64) continue;        // half or more of a 128-row A tile would be zero fill
+    if (t.cluster > 1 && m <= t.bm) continue;  // the peer CTA would compute only zero rows
+    candidates.push_back({&t, 1, SplitScope::all});
   }
-  GemmConfig cfg;
-  cfg.bm = best->bm;
-  cfg.bn = best->bn;
-  cfg.stages = best->stages;
-  cfg.group_m = choose_group_m(*best, m, n, num_sms);
+  const size_t whole = candidates.size();
+  for (size_t i = 0; i < whole; ++i)
+    for (int s : {2, 3, 4, 6, 8, 12, 16})
+      if (s <= k_blocks) candidates.push_back({candidates[i].tile, s, SplitScope::all});
+  for (size_t i = 0; i < whole; ++i) {
+    for (int s : {2, 3, 4})
+      if (s <= k_blocks) candidates.push_back({candidates[i].tile, s, SplitScope::tail});
+    candidates.push_back({candidates[i].tile, 1, SplitScope::stream});
+  }
+
+  GemmArgs shape;
+  shape.m = m, shape.n = n, shape.k = k;
+  const Candidate* best = nullptr;
+  double best_time = 0;
+  for (const Candidate& c : candidates) {
+    const GemmConfig cfg = c.config();
+    const int64_t clusters = std::max(1, num_sms / c.tile->cluster);
+    const WorkPlan plan = detail::make_work_plan(shape, cfg, clusters);
+    if (cfg.splits_k() && plan.split_tiles() == 0) continue;  // nothing to split: the same as whole tiles
+    if (plan.sk_units > 16 * clusters) continue;  // splitting many waves of tiles only adds traffic
+    if (detail::workspace_need(plan, cfg).partial_bytes > kMaxWorkspaceBytes) continue;
+    const double time = estimate_seconds(c, plan, m, n, k, clusters, num_sms);
+    if (!best || time < kSwitchMargin * best_time) best = &c, best_time = time;
+  }
+  GemmConfig cfg = best->config();
+  cfg.group_m = choose_group_m(cfg.bm * cfg.cluster_m, cfg.bn, m, n, num_sms / cfg.cluster_m);
   return cfg;
 }
 

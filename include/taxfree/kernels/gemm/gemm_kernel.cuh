@@ -3,17 +3,29 @@
 // CTA = 1 producer warpgroup + BM/64 consumer warpgroups. One producer thread streams k-blocks of
 // A (BM x 64) and B (64 x BN) with TMA into a ring of kStages shared-memory stages; each consumer
 // warpgroup multiplies its 64 rows of A by B with m64nBNk16 wgmma into BN/2 fp32 registers per
-// thread, then writes its 64 x BN part of C through a small staging buffer and the Epilogue policy.
-// Per stage, "full" (1 arrival + TMA bytes) says the data landed and "empty" (one arrival per
-// consumer warp) says every wgmma reading it has completed. Consumers keep one wgmma group in
-// flight across k-blocks and release a stage once the group after it is issued. The producer runs
-// ahead into the next tile while consumers do the epilogue.
+// thread, then writes its 64 x BN band of C (epilogue.cuh). Per stage, "full" (1 arrival + TMA
+// bytes) says the data landed and "empty" (one arrival per consumer warp of every CTA that reads
+// the stage) says every wgmma reading it has completed. Consumers keep one wgmma group in flight
+// across k-blocks and release a stage once the group after it is issued. The producer runs ahead
+// into the next unit while consumers do the epilogue.
+//
+// Clusters (kCluster = 2): the two CTAs of a cluster compute vertically adjacent tiles that need
+// the same B tile. Each CTA loads half of B and multicasts it into both CTAs' shared memory, so B
+// crosses L2 -> SM once per pair (per CTA-tile and k-block: 16 KiB A + 16 KiB B loaded instead of
+// 16 + 32 at 128 x 256). A stage is therefore refilled only when the consumers of both CTAs
+// released it, and consumers arrive on both CTAs' "empty" barriers.
+//
+// Work units (tile_scheduler.cuh: WorkPlan) are whole tiles or K ranges over split tiles; a split
+// tile's last segment to finish sums the fp32 partials and writes C (epilogue.cuh: reduce_splits).
 //
 // Contracts (checked on the host by ops/gemm_launch.cuh): A is [M, K] row-major, B is [N, K]
 // (Major::K) or [K, N] (Major::MN) row-major, both described by 2-D tensor maps with 128 B swizzle
-// (A box {64, BM}; B box {64, BN} for [N, K], {64, 64} for [K, N]). M, N, K tails need no
-// padding: TMA fills out-of-bounds elements with zeros (exact in K), and the epilogue writes only
-// rows < M and columns < N. C must not alias A or B.
+// (A box {64, BM}; B box {64, BN / kCluster} for [N, K], {64, 64} for [K, N]). M, N, K tails need
+// no padding: TMA fills out-of-bounds elements (even whole boxes) with zeros, exact in K, and the
+// epilogue writes only rows < M and columns < N. C must not alias A or B.
+//
+// No function calls (printf included) anywhere in the kernel: one makes ptxas serialise every
+// wgmma (C7510). Waits trap after their deadline without a message.
 #pragma once
 
 #include <cuda.h>
@@ -23,6 +35,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "taxfree/kernels/gemm/epilogue.cuh"
 #include "taxfree/kernels/gemm/pipeline.cuh"
 #include "taxfree/kernels/gemm/policies.cuh"
 #include "taxfree/kernels/gemm/tile_scheduler.cuh"
@@ -31,34 +44,38 @@
 namespace taxfree::gemm {
 
 // Compile-time tile configuration.
-template <int BM_, int BN_, int kStages_>
+template <int BM_, int BN_, int kStages_, int kCluster_ = 1>
 struct TileShape {
   static constexpr int BM = BM_;
   static constexpr int BN = BN_;
   static constexpr int BK = 64;  // one 128 B swizzle row of 16-bit elements
   static constexpr int kStages = kStages_;
+  static constexpr int kCluster = kCluster_;  // CTAs along M sharing B by multicast
   static constexpr int kConsumers = BM / 64;
   static constexpr int kThreads = 128 * (1 + kConsumers);
   static_assert(BM == 64 || BM == 128, "BM: one or two consumer warpgroups of 64 rows");
   static_assert(BN == 32 || BN == 64 || BN == 128 || BN == 256, "BN: a wgmma width");
+  static_assert(kCluster == 1 || (kCluster == 2 && BN % 128 == 0),
+                "clusters of 2; each CTA multicasts half of B, in whole 64-column boxes for B [K, N]");
 };
 
-// Shared memory: [stage 0: A | B] ... [stage S-1] [epilogue staging per consumer] [barriers].
+// Shared memory: [stage 0: A | B] ... [stage S-1] [epilogue staging per consumer] [barriers]
+// [split-K flag per consumer].
 template <class Shape>
 struct SmemLayout {
   static constexpr uint32_t kABytes = Shape::BM * 128;
   static constexpr uint32_t kBBytes = Shape::BN * 128;
   static constexpr uint32_t kStageBytes = kABytes + kBBytes;  // also the TMA bytes per stage
-  // The epilogue stages a 64 x kChunkN slice of C at a time; rows padded by 16 B so the 8 rows a
-  // warp writes at once fall into distinct banks.
-  static constexpr int kChunkN = Shape::BN < 64 ? Shape::BN : 64;
+  static constexpr int kChunkN = Shape::BN < 64 ? Shape::BN : 64;  // C columns staged at a time
   static constexpr uint32_t kEpiPitch = kChunkN * 2 + 16;
   static constexpr uint32_t kEpiBytes = 64 * kEpiPitch;
   static constexpr uint32_t kEpiOffset = Shape::kStages * kStageBytes;
   static constexpr uint32_t kBarOffset = kEpiOffset + Shape::kConsumers * kEpiBytes;
-  static constexpr uint32_t kBytes = kBarOffset + 2 * Shape::kStages * 8;
+  static constexpr uint32_t kFlagOffset = kBarOffset + 2 * Shape::kStages * 8;
+  static constexpr uint32_t kBytes = kFlagOffset + 4 * Shape::kConsumers;
   static constexpr uint32_t kDynamicBytes = kBytes + 1024;  // slack to align the base to 1024 B
   static_assert(kStageBytes % 1024 == 0, "stage buffers must stay 1024-byte aligned (swizzle atoms)");
+  static_assert(kBBytes / Shape::kCluster % 1024 == 0, "each multicast half of B must stay 1024-byte aligned");
   static_assert(kDynamicBytes <= 232448, "exceeds the 227 KiB of shared memory per CTA on sm_90");
 };
 
@@ -67,7 +84,8 @@ struct GemmParams {
   CUtensorMap a;
   CUtensorMap b;
   int m, n, k;
-  TileGrid grid;
+  WorkPlan plan;  // over cluster tiles
+  device::SplitWorkspace ws;  // used only if plan.split_tiles() > 0
   typename Order::Params order;
   typename Ready::Params ready;
   typename Epilogue::Params epi;
@@ -75,45 +93,42 @@ struct GemmParams {
 
 namespace device {
 
-template <class T>
-__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-    return reinterpret_cast<uint32_t&>(v);
-  } else {
-    __half2 v = __floats2half2_rn(lo, hi);
-    return reinterpret_cast<uint32_t&>(v);
-  }
-}
-
-// Element i of 8 packed 16-bit values, without a trip through local memory.
-template <class T>
-__device__ __forceinline__ T element(const uint4& x, int i) {
-  const uint32_t w = i < 2 ? x.x : i < 4 ? x.y : i < 6 ? x.z : x.w;
-  const auto bits = static_cast<unsigned short>(w >> (16 * (i & 1)));
-  if constexpr (std::is_same_v<T, __nv_bfloat16>)
-    return __ushort_as_bfloat16(bits);
-  else
-    return __ushort_as_half(bits);
-}
-
 template <class Shape, Major kMajorB, class Order, class Ready, class Epi>
-__device__ __forceinline__ void produce(const GemmParams<Order, Ready, Epi>& p, uint32_t base, int k_blocks) {
+__device__ __forceinline__ void produce(const GemmParams<Order, Ready, Epi>& p, uint32_t base, int rank,
+                                        int cluster, int clusters) {
   using L = SmemLayout<Shape>;
+  constexpr int kBoxesB = Shape::BN / 64;  // [K, N] B: 64-column boxes per stage
   const uint32_t full0 = base + L::kBarOffset, empty0 = full0 + 8 * Shape::kStages;
   uint32_t stage = 0, phase = 0;
-  for (int64_t t = blockIdx.x; t < p.grid.tiles(); t += gridDim.x) {
-    const TileCoord tile = Order::at(p.order, p.grid, t);
+  for (SegmentWalk walk(p.plan, cluster, clusters); !walk.done();) {
+    const WorkSegment w = walk.get();
+    walk.next(w);
+    const TileCoord ct = Order::at(p.order, p.plan.grid, w.t);
+    const TileCoord tile{ct.m * Shape::kCluster + rank, ct.n};
     const int m0 = tile.m * Shape::BM, n0 = tile.n * Shape::BN;
-    for (int kb = 0; kb < k_blocks; ++kb) {
+    for (int kb = w.kb_begin; kb < w.kb_end; ++kb) {
       const uint32_t full = full0 + 8 * stage, a_dst = base + stage * L::kStageBytes, b_dst = a_dst + L::kABytes;
-      mbar_wait(empty0 + 8 * stage, phase ^ 1);  // consumers are done with this stage's last use
-      mbar_arrive_expect_tx(full, L::kStageBytes);
-      if constexpr (kMajorB == Major::K) {
-        tma_load_2d(b_dst, &p.b, kb * 64, n0, full);
-      } else {
+      // The consumers of every CTA this stage's B lands in are done with its last use.
+      mbar_wait<false>(empty0 + 8 * stage, phase ^ 1);
+      mbar_arrive_expect_tx(full, L::kStageBytes);  // A, and all of B (this CTA's half + the peer's)
+      if constexpr (Shape::kCluster == 1) {
+        if constexpr (kMajorB == Major::K) {
+          tma_load_2d(b_dst, &p.b, kb * 64, n0, full);
+        } else {
 #pragma unroll
-        for (int j = 0; j < Shape::BN / 64; ++j) tma_load_2d(b_dst + j * 8192, &p.b, n0 + 64 * j, kb * 64, full);
+          for (int j = 0; j < kBoxesB; ++j) tma_load_2d(b_dst + j * 8192, &p.b, n0 + 64 * j, kb * 64, full);
+        }
+      } else {
+        constexpr uint16_t kAll = (1u << Shape::kCluster) - 1;
+        if constexpr (kMajorB == Major::K) {
+          constexpr int kRows = Shape::BN / Shape::kCluster;
+          tma_load_2d_multicast(b_dst + rank * kRows * 128, &p.b, kb * 64, n0 + rank * kRows, full, kAll);
+        } else {
+#pragma unroll
+          for (int j = 0; j < kBoxesB; ++j)
+            if (j % Shape::kCluster == rank)
+              tma_load_2d_multicast(b_dst + j * 8192, &p.b, n0 + 64 * j, kb * 64, full, kAll);
+        }
       }
       Ready::wait(p.ready, tile, kb);  // B is already in flight while A's producer catches up
       tma_load_2d(a_dst, &p.a, kb * 64, m0, full);
@@ -122,22 +137,40 @@ __device__ __forceinline__ void produce(const GemmParams<Order, Ready, Epi>& p, 
   }
 }
 
+// Releases a stage: one arrival per warp on the "empty" barrier of every CTA that holds its B.
+template <class Shape>
+__device__ __forceinline__ void release_stage(uint32_t empty) {
+  if constexpr (Shape::kCluster == 1) {
+    mbar_arrive(empty);
+  } else {
+#pragma unroll
+    for (int r = 0; r < Shape::kCluster; ++r) mbar_arrive_cluster(map_to_cta(empty, r));
+  }
+}
+
 template <class Shape, class T, Major kMajorB, class Order, class Ready, class Epi>
 __device__ __forceinline__ void consume(const GemmParams<Order, Ready, Epi>& p, uint32_t base, uint8_t* smem,
-                                        int consumer, int k_blocks) {
+                                        int consumer, int rank, int cluster, int clusters) {
   using L = SmemLayout<Shape>;
   constexpr int BN = Shape::BN;
   const uint32_t full0 = base + L::kBarOffset, empty0 = full0 + 8 * Shape::kStages;
-  const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32;
+  const uint32_t bar = 1 + consumer;  // this warpgroup's named barrier
+  const int lane = threadIdx.x % 32;
   uint8_t* staging = smem + L::kEpiOffset + consumer * L::kEpiBytes;
+  auto* flag = reinterpret_cast<volatile uint32_t*>(smem + L::kFlagOffset) + consumer;
   float acc[BN / 2];
   uint32_t stage = 0, phase = 0;
 
-  for (int64_t t = blockIdx.x; t < p.grid.tiles(); t += gridDim.x) {
-    const TileCoord tile = Order::at(p.order, p.grid, t);
+  for (SegmentWalk walk(p.plan, cluster, clusters); !walk.done();) {
+    const WorkSegment w = walk.get();
+    walk.next(w);
+    const TileCoord ct = Order::at(p.order, p.plan.grid, w.t);
+    // Every segment has a k-block (the host keeps units <= k-blocks). Zeroing the accumulators
+    // for an empty range instead would cost ptxas a copy of all of them (spills at 128 x 256).
+    if (w.kb_begin >= w.kb_end) __trap();
     uint32_t prev = 0;
-    for (int kb = 0; kb < k_blocks; ++kb) {
-      mbar_wait(full0 + 8 * stage, phase);
+    for (int kb = w.kb_begin; kb < w.kb_end; ++kb) {
+      mbar_wait<false>(full0 + 8 * stage, phase);
       const uint32_t a_tile = base + stage * L::kStageBytes + consumer * 64 * 128;
       const uint32_t b_tile = base + stage * L::kStageBytes + L::kABytes;
       wgmma_fence();
@@ -145,51 +178,33 @@ __device__ __forceinline__ void consume(const GemmParams<Order, Ready, Epi>& p, 
 #pragma unroll
       for (int k16 = 0; k16 < 4; ++k16)
         wgmma_m64k16<BN, T, kMajorB>(acc, SwizzledOperand<Major::K>::desc(a_tile, k16),
-                                     SwizzledOperand<kMajorB>::desc(b_tile, k16), (kb | k16) != 0);
+                                     SwizzledOperand<kMajorB>::desc(b_tile, k16), kb != w.kb_begin || k16 != 0);
       wgmma_commit();
-      if (kb > 0) {
+      if (kb > w.kb_begin) {
         wgmma_wait<1>();  // the previous k-block's group is complete: its stage can be refilled
-        if (lane == 0) mbar_arrive(empty0 + 8 * prev);
+        if (lane == 0) release_stage<Shape>(empty0 + 8 * prev);
       }
       prev = stage;
       if (++stage == Shape::kStages) stage = 0, phase ^= 1;
     }
     wgmma_wait<0>();
     fence_accumulators(acc);
-    if (lane == 0) mbar_arrive(empty0 + 8 * prev);
+    if (lane == 0) release_stage<Shape>(empty0 + 8 * prev);
 
-    // Epilogue: per 64 x kChunkN slice, registers -> staging (fragment layout of m64nNk16: thread
-    // holds rows 16 warp + lane/4 (+8), columns 8 j + 2 (lane % 4) (+1)), then 16-byte row-contiguous
-    // reads from staging -> Epilogue, so global writes are full 128 B lines.
-    constexpr int kChunkN = L::kChunkN, kVecPerRow = kChunkN / 8, kRowsPerPass = 128 / kVecPerRow;
-    const int64_t row0 = int64_t(tile.m) * Shape::BM + consumer * 64;
-    const int64_t col0 = int64_t(tile.n) * BN;
-    const int frag_row = warp * 16 + lane / 4, frag_col = 2 * (lane % 4);
-#pragma unroll
-    for (int chunk = 0; chunk < BN / kChunkN; ++chunk) {
-#pragma unroll
-      for (int j = 0; j < kChunkN / 8; ++j) {
-        const int f = (chunk * kChunkN / 8 + j) * 4;
-        uint8_t* cell = staging + frag_row * L::kEpiPitch + (j * 8 + frag_col) * 2;
-        *reinterpret_cast<uint32_t*>(cell) = pack2<T>(acc[f], acc[f + 1]);
-        *reinterpret_cast<uint32_t*>(cell + 8 * L::kEpiPitch) = pack2<T>(acc[f + 2], acc[f + 3]);
-      }
-      named_barrier_sync(1 + consumer, 128);
-#pragma unroll
-      for (int pass = 0; pass < 64 / kRowsPerPass; ++pass) {
-        const int r = pass * kRowsPerPass + tid / kVecPerRow, v = tid % kVecPerRow;
-        const int64_t row = row0 + r, col = col0 + chunk * kChunkN + v * 8;
-        if (row < p.m && col < p.n) {
-          const uint4 x = *reinterpret_cast<const uint4*>(staging + r * L::kEpiPitch + v * 16);
-          if (col + 8 <= p.n) {
-            Epi::template put8<T>(p.epi, row, col, x);
-          } else {
-            for (int i = 0; i < p.n - col; ++i) Epi::template put1<T>(p.epi, row, col + i, element<T>(x, i));
-          }
-        }
-      }
-      named_barrier_sync(1 + consumer, 128);  // staging is free for the next slice
+    // A band wholly past M (the M tail of a cluster tile) has nothing to write; a split tile's
+    // segment that is not the last to finish only parks its partial.
+    const int64_t row0 = (int64_t(ct.m) * Shape::kCluster + rank) * Shape::BM + consumer * 64;
+    bool write = row0 < p.m;
+    if (write && w.parts > 1) {
+      const int64_t band = ((w.slot * p.plan.max_parts) * Shape::kCluster + rank) * Shape::kConsumers + consumer;
+      const int64_t part_stride = int64_t(Shape::kCluster) * Shape::kConsumers * 64 * BN / 2;
+      const int64_t counter = (w.slot * Shape::kCluster + rank) * Shape::kConsumers + consumer;
+      const int valid_rows = p.m - row0 < 64 ? int(p.m - row0) : 64;
+      write = reduce_splits<BN>(acc, p.ws.partials + band * (64 * BN / 2), part_stride, w.part, w.parts,
+                                p.ws.counters + counter, flag, bar, valid_rows);
     }
+    if (write)
+      store_band<BN, L::kChunkN, L::kEpiPitch, T, Epi>(p.epi, p.m, p.n, acc, staging, bar, row0, int64_t(ct.n) * BN);
   }
 }
 
@@ -202,31 +217,38 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
   using L = SmemLayout<Shape>;
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   const uint32_t raw = smem_addr(smem_raw);
-  const uint32_t pad = ((raw + 1023) & ~1023u) - raw;
+  const uint32_t pad = ((raw + 1023) & ~1023u) - raw;  // the same in every CTA of a cluster
   const uint32_t base = raw + pad;
+  // 1-D grid of 1-D clusters: CTA rank r of cluster c is block c * kCluster + r.
+  const int rank = int(blockIdx.x) % Shape::kCluster;
+  const int cluster = int(blockIdx.x) / Shape::kCluster, clusters = int(gridDim.x) / Shape::kCluster;
 
   if (threadIdx.x == 0) {
     for (int s = 0; s < Shape::kStages; ++s) {
       mbar_init(base + L::kBarOffset + 8 * s, 1);
-      mbar_init(base + L::kBarOffset + 8 * (Shape::kStages + s), 4 * Shape::kConsumers);
+      mbar_init(base + L::kBarOffset + 8 * (Shape::kStages + s), 4 * Shape::kConsumers * Shape::kCluster);
     }
     fence_mbar_init();
     prefetch_tensor_map(&p.a);
     prefetch_tensor_map(&p.b);
   }
-  __syncthreads();
+  // The peer CTA multicasts into this CTA's barriers and arrives on them: they must be initialised
+  // cluster-wide before anyone issues a load.
+  if constexpr (Shape::kCluster > 1) cluster_sync();
+  else __syncthreads();
 
-  const int k_blocks = (p.k + Shape::BK - 1) / Shape::BK;
   const int warpgroup = threadIdx.x / 128;
   // Two consumers need 2 x 128 x 232 registers for 128 fp32 accumulators each plus addressing;
   // the producer gives up most of its share (ptxas assigns 168 = 65536 / 384 at launch).
   if (warpgroup == 0) {
     if constexpr (Shape::kConsumers > 1) setmaxnreg_dec<40>();
-    if (threadIdx.x == 0) produce<Shape, kMajorB>(p, base, k_blocks);
+    if (threadIdx.x == 0) produce<Shape, kMajorB>(p, base, rank, cluster, clusters);
   } else {
     if constexpr (Shape::kConsumers > 1) setmaxnreg_inc<232>();
-    consume<Shape, T, kMajorB>(p, base, smem_raw + pad, warpgroup - 1, k_blocks);
+    consume<Shape, T, kMajorB>(p, base, smem_raw + pad, warpgroup - 1, rank, cluster, clusters);
   }
+  // Peers may still arrive on this CTA's barriers (their last stage releases): stay until all are done.
+  if constexpr (Shape::kCluster > 1) cluster_sync();
 }
 
 }  // namespace taxfree::gemm

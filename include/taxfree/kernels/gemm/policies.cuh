@@ -4,12 +4,15 @@
 // a trivially copyable `Params` (passed by value in the kernel parameters) and static functions:
 //
 //   Order     TileCoord at(const Params&, const TileGrid&, int64_t t)       host + device
-//             Bijection from work items to tiles (tile_scheduler.cuh: GroupedOrder, RotatedOrder).
+//             Bijection from order indices to cluster tiles (tile_scheduler.cuh: GroupedOrder,
+//             RotatedOrder); with clusters of 2 a cluster tile is 2 m-blocks of BM rows.
 //
 //   Ready     void wait(const Params&, TileCoord tile, int k_block)           device
-//             Called by the single producer thread before it issues the TMA load of A's k-block
-//             `k_block` (K columns [64 k_block, 64 k_block + 64)) of `tile`; B of that k-block is
-//             already in flight. It may block. On return, A data released by the writer must be
+//             Called by the single producer thread of each CTA before it issues the TMA load of
+//             A's k-block `k_block` (K columns [64 k_block, 64 k_block + 64)) of `tile` (this CTA's
+//             m-block and n-block); B of that k-block is already in flight. It may block. Split-K
+//             configs run a tile's K ranges on different CTAs, so launch_gemm accepts them only
+//             with AlwaysReady. On return, A data released by the writer must be
 //             visible to TMA: acquire the flag (device/signal.cuh: dev::wait_geq, pattern P4), then
 //             dev::fence_proxy_async_global(). Per-tile policies return at once for k_block > 0.
 //             A wait must have a deadline (the engine has none); when it gives up it returns

@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# GEMM tuning sweep in one device run: our kernel under forced configs (tile, cluster, raster
+# group, split-K, tail split, stream-K) on the shapes that decide the heuristic, plus the default
+# sweep (heuristic vs cuBLASLt) for reference. Every case is also checked against cuBLASLt (-c 1).
+#
+#   scripts/gemm_tune.sh OUT_DIR [default|large|waves|mid|m128|decode|all]...   (default: all)
+#
+# Writes OUT_DIR/tune_<section>.{json,log} and OUT_DIR/summary.txt (scripts/gemm_tune_report.py:
+# per shape, every config's time and ratio to cuBLASLt, best first). Binaries come from ./build.
+# Exit code: the number of failed sections (a wrong element fails its section).
+set -u -o pipefail
+out=${1:?usage: scripts/gemm_tune.sh OUT_DIR [default|large|waves|mid|m128|decode|all]...}
+shift
+sections=${*:-all}
+mkdir -p "$out"
+cd "$(dirname "$0")/.."
+bin=build/taxfree
+
+export NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 CUDA_MODULE_LOADING=EAGER
+if nccl_lib=$(python3 -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "lib"))' 2>/dev/null); then
+  export LD_LIBRARY_PATH="$nccl_lib:${LD_LIBRARY_PATH:-}"
+fi
+for d in /usr/local/cuda/lib64 /usr/local/cuda/lib; do [ -d "$d" ] && export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}:$d"; done
+
+want() { [[ " $sections " == *" all "* || " $sections " == *" $1 "* ]]; }
+failed=0
+entries=()
+add() { entries+=(--shape "$1"); }
+# run SECTION [bench args...]: one bench invocation over the collected entries, then clear them.
+run() {
+  local name=$1; shift
+  local t0=$SECONDS
+  timeout -k 10 540 "$bin" bench gemm -g 1 --json "$out/tune_$name.json" "$@" "${entries[@]}" >"$out/tune_$name.log" 2>&1
+  local rc=$?
+  echo "=== $name: ${#entries[@]} args, exit $rc after $((SECONDS - t0)) s"
+  [ $rc -eq 0 ] || failed=$((failed + 1))
+  entries=()
+}
+
+K=8192
+if want default; then  # the issue's sweep with the heuristic's configs, against cuBLASLt
+  run default
+fi
+
+if want large; then  # peak-throughput tile: clusters and raster groups
+  for s in "M=8192,N=8192" "M=4096,N=14336" "M=8192,N=7168" "M=16384,N=14336"; do
+    for c in 1 2; do
+      for g in 4 8 16; do add "$s,K=$K,layout=nk,tile=128x256,cluster=$c,group=$g,splitk=1"; done
+    done
+  done
+  for c in 1 2; do add "M=8192,N=8192,K=$K,layout=kn,tile=128x256,cluster=$c,splitk=1"; done
+  run large --variant ours
+fi
+
+if want waves; then  # 1.7 / 3.4 waves of 128x256 tiles: whole tiles vs tail split vs stream-K
+  for s in "M=2048,N=7168" "M=4096,N=3584" "M=1024,N=14336" "M=2048,N=3584" "M=4096,N=7168"; do
+    for c in 1 2; do
+      for k in splitk=1 streamk=1 tailsplit=2 tailsplit=3; do add "$s,K=$K,layout=nk,tile=128x256,cluster=$c,$k"; done
+    done
+  done
+  run waves --variant ours
+fi
+
+if want mid; then  # M = 512..1024: under one or two waves
+  for s in "M=512,N=3584" "M=512,N=8192" "M=512,N=14336" "M=1024,N=3584" "M=1024,N=8192"; do
+    for k in splitk=1 streamk=1 splitk=2; do
+      add "$s,K=$K,layout=nk,tile=128x256,cluster=2,$k"
+      add "$s,K=$K,layout=nk,tile=128x128,$k"
+    done
+    for k in splitk=1 streamk=1; do add "$s,K=$K,layout=nk,tile=128x256,cluster=1,$k"; done
+  done
+  run mid --variant ours
+fi
+
+if want m128; then  # M = 128: B streaming with few row tiles
+  for s in "M=128,N=3584,K=$K,layout=nk" "M=128,N=7168,K=$K,layout=nk" "M=128,N=14336,K=$K,layout=nk" \
+           "M=128,N=7168,K=$K,layout=kn"; do
+    for k in splitk=1 splitk=2 splitk=4 splitk=8 streamk=1; do add "$s,tile=128x128,$k"; done
+    for k in splitk=2 splitk=4 streamk=1; do add "$s,tile=128x256,cluster=1,$k"; done
+    for k in splitk=1 splitk=2 splitk=4; do add "$s,tile=64x64,$k"; done
+  done
+  run m128 --variant ours
+fi
+
+if want decode; then  # M = 1 and 16: B-streaming floor
+  for m in 1 16; do
+    for n in 3584 8192 14336; do
+      for k in splitk=1 splitk=2 splitk=3 splitk=4 splitk=6 streamk=1; do add "M=$m,N=$n,K=$K,layout=nk,tile=64x32,$k"; done
+      for k in splitk=1 splitk=2 splitk=3 splitk=4 splitk=7 streamk=1; do add "M=$m,N=$n,K=$K,layout=nk,tile=64x64,$k"; done
+    done
+    for n in 3584 14336; do
+      for k in splitk=1 splitk=2 splitk=3 splitk=4 splitk=7 streamk=1; do add "M=$m,N=$n,K=$K,layout=kn,tile=64x64,$k"; done
+    done
+  done
+  run decode --variant ours
+fi
+
+python3 scripts/gemm_tune_report.py "$out" >"$out/summary.txt" 2>&1 || failed=$((failed + 1))
+head -c 20000 "$out/summary.txt"
+echo "failed sections: $failed"
+exit $failed

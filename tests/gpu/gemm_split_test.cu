@@ -1,0 +1,142 @@
+// GPU tests of the GEMM's cut work and clusters: split-K over all tiles, tail-wave splits and
+// stream-K (fp32 partials summed by the last part of a tile to finish), and 2-CTA clusters sharing
+// B by multicast. Odd M/N tails (a cluster's second CTA wholly past M, multicast halves of B wholly
+// past N), K shorter than the splits, both layouts, several tiles per CTA, the add epilogue.
+// Every config runs twice into poisoned C: the second run checks that the workspace counters were
+// left at zero, and both must agree bit for bit (partials are summed in a fixed order).
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gemm_test_util.h"
+#include "gpu_env.h"
+#include "taxfree/ops/gemm.h"
+#include "taxfree/ops/gemm_detail.h"
+#include "taxfree/ops/gemm_launch.cuh"
+
+namespace taxfree::gemm {
+namespace {
+
+using device::Major;
+using namespace test;
+
+struct SplitShape {
+  int64_t m, n, k;
+};
+const SplitShape kSplitShapes[] = {
+    {1, 3592, 8200},    // decode: every tile cut; 129 k-blocks
+    {127, 3590, 1001},  // odd M, N not a multiple of 8, odd K
+    {300, 1000, 100},   // 2 k-blocks: 3 or 16 splits are capped at 2; stream-K ranges of one k-block
+    {1100, 2056, 704},  // 9 m-blocks of 128 (a cluster's second CTA past M), many tiles per CTA
+};
+
+struct Variant {
+  const char* name;
+  int splits;
+  SplitScope scope;
+  int max_ctas;  // 14: the tail of 14 (or 7 cluster) waves is cut, with whole tiles before it
+};
+const Variant kVariants[] = {
+    {"whole", 1, SplitScope::all, 0},         {"splitk3", 3, SplitScope::all, 0},
+    {"splitk16", 16, SplitScope::all, 0},     {"tail2", 2, SplitScope::tail, 0},
+    {"tail3 on 14 ctas", 3, SplitScope::tail, 14}, {"streamk", 1, SplitScope::stream, 0},
+    {"streamk on 14 ctas", 1, SplitScope::stream, 14},
+};
+
+class GemmSplit : public ::testing::TestWithParam<std::tuple<int, BLayout>> {};
+
+TEST_P(GemmSplit, EveryCompiledTileAndSplitMatchesReference) {
+  TF_REQUIRE_GPUS(1);
+  const auto [shape_index, layout] = GetParam();
+  const SplitShape s = kSplitShapes[shape_index];
+  const DType dtype = layout == BLayout::NK ? DType::bf16 : DType::fp16;
+  const Problem p = make_problem(s.m, s.n, s.k, dtype, layout, 4321 + shape_index * 7 + int(layout));
+  Output out(p);
+  StreamGuard st;
+  for (GemmConfig cfg : compiled_configs()) {
+    if (layout == BLayout::KN && cfg.bn % 64 != 0) continue;
+    for (const Variant& v : kVariants) {
+      cfg.splits = v.splits, cfg.split_scope = v.scope, cfg.max_ctas = v.max_ctas, cfg.group_m = 2;
+      const std::string what = "M=" + std::to_string(s.m) + " N=" + std::to_string(s.n) + " K=" +
+                               std::to_string(s.k) + " " + layout_name(layout) + " " + cfg.name() + " (" + v.name + ")";
+      if (v.max_ctas > 0) {  // the hybrid plans must really have whole tiles and cut ones
+        const WorkPlan plan = detail::make_work_plan(p.args(nullptr), cfg, v.max_ctas / cfg.cluster_m);
+        if (s.m > 1000) EXPECT_GT(plan.dp_tiles, 0) << what;
+        EXPECT_GT(plan.split_tiles(), 0) << what;
+      }
+      std::vector<uint16_t> first;
+      for (int rep = 0; rep < 2; ++rep) {
+        out.poison(st.s);
+        launch(p.args(out.c()), cfg, st.s);
+        TF_CUDA(cudaStreamSynchronize(st.s));
+        const std::vector<uint16_t> got = out.read();
+        expect_matches(p, got, what + " run " + std::to_string(rep));
+        if (rep == 0) first = got;
+        else EXPECT_TRUE(got == first) << what << ": two runs differ";
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, GemmSplit,
+                         ::testing::Combine(::testing::Range(0, int(std::size(kSplitShapes))),
+                                            ::testing::Values(BLayout::NK, BLayout::KN)),
+                         [](const auto& info) {
+                           const SplitShape s = kSplitShapes[std::get<0>(info.param)];
+                           return "M" + std::to_string(s.m) + "_N" + std::to_string(s.n) + "_K" + std::to_string(s.k) +
+                                  "_" + layout_name(std::get<1>(info.param));
+                         });
+
+// Stream-K into an add epilogue: C += A * B once per element (only the reducing part adds).
+template <int kCluster>
+void expect_stream_k_adds_once() {
+  const Problem p = make_problem(257, 1030, 777, DType::bf16, BLayout::NK, 13);
+  Output c2(p);
+  StreamGuard st;
+  std::vector<uint16_t> init(static_cast<size_t>(c2.elems), kPoison);
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> u(-4.0f, 4.0f);
+  for (int64_t i = 0; i < p.m; ++i)
+    for (int64_t j = 0; j < p.n; ++j) init[kGuard + i * p.ldc + j] = from_float(u(rng), p.dtype);
+  TF_CUDA(cudaMemcpy(c2.buf.p, init.data(), init.size() * 2, cudaMemcpyHostToDevice));
+  GemmConfig cfg;  // 128 x 256 s4
+  cfg.cluster_m = kCluster, cfg.split_scope = SplitScope::stream;
+  launch_gemm<TileShape<128, 256, 4, kCluster>, __nv_bfloat16, Major::K, GroupedOrder, AlwaysReady, AddTo>(
+      p.args(nullptr), cfg, {}, {}, {c2.c(), p.ldc}, st.s);
+  TF_CUDA(cudaStreamSynchronize(st.s));
+  expect_matches(p, c2.read(), "stream-K add into C2, cluster " + std::to_string(kCluster), &init);
+}
+
+TEST(GemmSplit, StreamKAddsEachElementOnce) {
+  TF_REQUIRE_GPUS(1);
+  expect_stream_k_adds_once<1>();
+  expect_stream_k_adds_once<2>();
+}
+
+// A Ready policy sees only its own K range of a cut tile: launch refuses split-K with one.
+struct TestReady {
+  struct Params {};
+  __device__ static void wait(const Params&, TileCoord, int) {}
+};
+
+TEST(GemmSplit, SplitKNeedsAlwaysReady) {
+  GemmArgs args;
+  args.a = args.b = reinterpret_cast<const void*>(uintptr_t(0x100000000));
+  args.m = 64, args.n = 256, args.k = 128, args.lda = args.ldb = 128;
+  GemmConfig cfg;
+  cfg.bm = 64, cfg.bn = 64, cfg.stages = 13, cfg.splits = 2;
+  try {
+    launch_gemm<TileShape<64, 64, 13>, __nv_bfloat16, Major::K, GroupedOrder, TestReady, StoreTo>(
+        args, cfg, {}, {}, {reinterpret_cast<void*>(uintptr_t(0x200000000)), 256}, nullptr);
+    ADD_FAILURE() << "split-K accepted a Ready policy";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.status(), Status::NotSupported) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace taxfree::gemm

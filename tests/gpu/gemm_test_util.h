@@ -1,0 +1,170 @@
+// Shared helpers of the GEMM GPU tests: random problems with a double-precision host reference,
+// C buffers with guard bands, and the tolerance check.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "taxfree/ops/gemm.h"
+#include "taxfree/ops/gemm_launch.cuh"
+#include "taxfree/runtime/error.h"
+
+namespace taxfree::gemm::test {
+
+constexpr int64_t kGuard = 256;           // elements of guard band before and after C
+constexpr uint16_t kPoison = 0xFFFF;      // NaN in bf16 and fp16
+
+inline float to_float(uint16_t bits, DType t) {
+  if (t == DType::bf16) {
+    uint32_t u = uint32_t(bits) << 16;
+    float f;
+    std::memcpy(&f, &u, 4);
+    return f;
+  }
+  __half_raw r;
+  r.x = bits;
+  return __half2float(__half(r));
+}
+inline uint16_t from_float(float f, DType t) {
+  if (t == DType::bf16) {
+    __nv_bfloat16_raw r = __nv_bfloat16_raw(__float2bfloat16(f));
+    return r.x;
+  }
+  __half_raw r = __half_raw(__float2half(f));
+  return r.x;
+}
+
+struct DevBuf {
+  void* p = nullptr;
+  explicit DevBuf(size_t bytes) { TF_CUDA(cudaMalloc(&p, bytes)); }
+  ~DevBuf() { cudaFree(p); }
+  DevBuf(const DevBuf&) = delete;
+  DevBuf& operator=(const DevBuf&) = delete;
+};
+
+// A problem with fresh random inputs (uniform in [-1, 1)), padded row strides, on host and device.
+struct Problem {
+  int64_t m, n, k, lda, ldb, ldc;
+  DType dtype;
+  BLayout layout;
+  std::vector<uint16_t> a, b;  // as stored, padding included
+  std::vector<int64_t> rows;   // rows the reference covers
+  std::vector<double> ref;     // rows.size() x n
+  std::unique_ptr<DevBuf> da, db;
+
+  int64_t b_rows() const { return layout == BLayout::NK ? n : k; }
+  float a_at(int64_t i, int64_t kk) const { return to_float(a[i * lda + kk], dtype); }
+  float b_at(int64_t kk, int64_t j) const {
+    return to_float(layout == BLayout::NK ? b[j * ldb + kk] : b[kk * ldb + j], dtype);
+  }
+  GemmArgs args(void* c) const {
+    GemmArgs g;
+    g.a = da->p, g.lda = lda, g.b = db->p, g.ldb = ldb, g.c = c, g.ldc = ldc;
+    g.m = m, g.n = n, g.k = k, g.dtype = dtype, g.b_layout = layout;
+    return g;
+  }
+};
+
+inline Problem make_problem(int64_t m, int64_t n, int64_t k, DType dtype, BLayout layout, uint64_t seed) {
+  Problem p{m, n, k, (k + 7) / 8 * 8 + 8, 0, (n + 7) / 8 * 8 + 16, dtype, layout, {}, {}, {}, {}, {}, {}};
+  p.ldb = layout == BLayout::NK ? (k + 7) / 8 * 8 + 24 : (n + 7) / 8 * 8 + 8;
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  p.a.assign(size_t(m * p.lda), kPoison);  // padding stays NaN: reading it would poison C
+  p.b.assign(size_t(p.b_rows() * p.ldb), kPoison);
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t kk = 0; kk < k; ++kk) p.a[i * p.lda + kk] = from_float(u(rng), dtype);
+  const int64_t b_cols = layout == BLayout::NK ? k : n;
+  for (int64_t r = 0; r < p.b_rows(); ++r)
+    for (int64_t c = 0; c < b_cols; ++c) p.b[r * p.ldb + c] = from_float(u(rng), dtype);
+
+  // Reference rows: all for small M, else the edges of every 64-row band and a few random ones.
+  for (int64_t i = 0; i < m; ++i)
+    if (m <= 96 || i % 64 == 0 || i % 64 == 63 || i == m - 1 || rng() % 97 == 0) p.rows.push_back(i);
+  std::vector<float> bt(static_cast<size_t>(n * k));  // B as [N, K] floats for a contiguous inner loop
+  for (int64_t j = 0; j < n; ++j)
+    for (int64_t kk = 0; kk < k; ++kk) bt[j * k + kk] = p.b_at(kk, j);
+  std::vector<float> arow(static_cast<size_t>(k));
+  p.ref.resize(p.rows.size() * size_t(n));
+  for (size_t r = 0; r < p.rows.size(); ++r) {
+    for (int64_t kk = 0; kk < k; ++kk) arow[kk] = p.a_at(p.rows[r], kk);
+    for (int64_t j = 0; j < n; ++j) {
+      double s = 0;
+      const float* bj = &bt[j * k];
+      for (int64_t kk = 0; kk < k; ++kk) s += double(arow[kk]) * double(bj[kk]);
+      p.ref[r * n + j] = s;
+    }
+  }
+  p.da = std::make_unique<DevBuf>(p.a.size() * 2);
+  p.db = std::make_unique<DevBuf>(p.b.size() * 2);
+  TF_CUDA(cudaMemcpy(p.da->p, p.a.data(), p.a.size() * 2, cudaMemcpyHostToDevice));
+  TF_CUDA(cudaMemcpy(p.db->p, p.b.data(), p.b.size() * 2, cudaMemcpyHostToDevice));
+  return p;
+}
+
+// C with guard bands: [kGuard | M x ldc | kGuard] elements, all NaN before each run.
+struct Output {
+  int64_t elems;
+  DevBuf buf;
+  explicit Output(const Problem& p) : elems(p.m * p.ldc + 2 * kGuard), buf(size_t(elems) * 2) {}
+  void* c() const { return static_cast<uint16_t*>(buf.p) + kGuard; }
+  void poison(cudaStream_t s) { TF_CUDA(cudaMemsetAsync(buf.p, 0xFF, size_t(elems) * 2, s)); }
+  std::vector<uint16_t> read() const {
+    std::vector<uint16_t> h(static_cast<size_t>(elems));
+    TF_CUDA(cudaMemcpy(h.data(), buf.p, h.size() * 2, cudaMemcpyDeviceToHost));
+    return h;
+  }
+};
+
+// Bounds for outputs rounded to 16 bits (unit roundoff u = 2^-8 bf16, 2^-11 fp16): elementwise
+// |got - ref| <= 2u |ref| + slack, and relative Frobenius error <= 1.5 u (rounding alone gives
+// about u / sqrt(3)). `base` is added to the reference (AddTo) and its size to the slack.
+inline void expect_matches(const Problem& p, const std::vector<uint16_t>& out, const std::string& what,
+                           const std::vector<uint16_t>* base = nullptr) {
+  const double u = p.dtype == DType::bf16 ? 1.0 / 256 : 1.0 / 2048;
+  const double slack = 1e-3 * std::sqrt(double(p.k) / 9.0);  // fp32 accumulation-order noise, generous
+  for (int64_t g = 0; g < kGuard; ++g) {
+    ASSERT_EQ(out[g], kPoison) << what << ": guard band before C written at " << g - kGuard;
+    ASSERT_EQ(out[kGuard + p.m * p.ldc + g], kPoison) << what << ": guard band after C written at +" << g;
+  }
+  for (int64_t i = 0; i < p.m; ++i) {
+    const uint16_t* row = &out[kGuard + i * p.ldc];
+    for (int64_t j = 0; j < p.n; ++j)
+      ASSERT_TRUE(std::isfinite(to_float(row[j], p.dtype))) << what << ": C[" << i << ", " << j << "] not written";
+    for (int64_t j = p.n; j < p.ldc; ++j)
+      ASSERT_EQ(row[j], kPoison) << what << ": padding C[" << i << ", " << j << "] (N=" << p.n << ") written";
+  }
+  double err2 = 0, ref2 = 0;
+  int64_t bad = 0;
+  for (size_t r = 0; r < p.rows.size(); ++r)
+    for (int64_t j = 0; j < p.n; ++j) {
+      const int64_t o = kGuard + p.rows[r] * p.ldc + j;
+      const double old = base ? to_float((*base)[o], p.dtype) : 0.0;
+      const double want = old + p.ref[r * p.n + j], got = to_float(out[o], p.dtype);
+      const double tol = 2 * u * (std::fabs(p.ref[r * p.n + j]) + std::fabs(old)) + slack;
+      if (std::fabs(got - want) > tol && bad++ < 5)
+        ADD_FAILURE() << what << ": C[" << p.rows[r] << ", " << j << "] = " << got << ", want " << want;
+      err2 += (got - want) * (got - want);
+      ref2 += want * want;
+    }
+  EXPECT_EQ(bad, 0) << what << ": elements outside tolerance";
+  EXPECT_LE(std::sqrt(err2 / ref2), 1.5 * u) << what << ": relative Frobenius error";
+}
+
+struct StreamGuard {
+  cudaStream_t s = nullptr;
+  StreamGuard() { TF_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking)); }
+  ~StreamGuard() { cudaStreamDestroy(s); }
+};
+
+}  // namespace taxfree::gemm::test
