@@ -5,6 +5,9 @@
 #
 #   scripts/gpu_check.sh OUT_DIR [tests|sanitize|faults|bench|all]...     (default: all)
 #
+# BENCH_OPS="op ..." limits the bench step to those ops (default: every op, with the summary);
+# GTEST_FILTER limits the GPU tests.
+#
 # Exit code: 0 if every step passed, else the number of failed steps.
 set -u -o pipefail
 out=${1:?usage: scripts/gpu_check.sh OUT_DIR [tests|faults|bench|all]...}
@@ -64,7 +67,7 @@ want() { [[ " $steps " == *" all "* || " $steps " == *" $1 "* ]]; }
 tail -3 "$out/env.log"
 
 if want tests; then
-  step "gpu tests" gpu_tests.log 300 "$tests" --gtest_output=json:"$out/gpu_tests.json"
+  step "gpu tests" gpu_tests.log 400 "$tests" --gtest_output=json:"$out/gpu_tests.json" --gtest_filter="${GTEST_FILTER:-*}"
   grep -E '^\[  (PASSED|FAILED|SKIPPED) |tests ran|FAILED TEST' "$out/gpu_tests.log" | tail -20
 fi
 
@@ -92,7 +95,8 @@ fi
 
 if want bench; then
   # The README's main job: every op's default sweep and the summary.
-  step "taxfree bench" bench.log 420 "$bin" bench --json "$out/bench.json"
+  # shellcheck disable=SC2086
+  step "taxfree bench" bench.log 480 "$bin" bench ${BENCH_OPS:-} --json "$out/bench.json"
   grep -A40 '# summary' "$out/bench.log" | head -60
 fi
 
