@@ -8,29 +8,22 @@
 
 #include <cstdint>
 
+#include "taxfree/device/tile_copy.cuh"
+
 namespace taxfree::dev {
 
 // Rows [0, rows) of `row_bytes` bytes each; threads tid = 0..nthreads-1 of the block all call.
 // Each thread keeps kUnroll 16-byte loads in flight before it stores (NVLink needs many bytes in
-// flight); the thread -> (row, column) assignment is fixed, so the loop does no division.
+// flight). Rows up to nthreads vectors: the thread -> (row, column) assignment is fixed and the
+// loop does no division; wider rows are copied one after another (kUnroll in flight only from
+// nthreads x kUnroll vectors per row on).
 template <int kUnroll = 8>
 __device__ __forceinline__ void copy_rows_vec16(char* dst, int64_t dst_ld, const char* src, int64_t src_ld,
                                                 int64_t rows, int64_t row_bytes, uint32_t tid, uint32_t nthreads) {
   const int64_t vecs = row_bytes / 16;
-  if (vecs >= nthreads) {  // wide rows: the block sweeps one row at a time
-    for (int64_t r = 0; r < rows; ++r) {
-      const uint4* s = reinterpret_cast<const uint4*>(src + r * src_ld);
-      uint4* d = reinterpret_cast<uint4*>(dst + r * dst_ld);
-      int64_t v = tid;
-      for (; v + (kUnroll - 1) * int64_t(nthreads) < vecs; v += int64_t(nthreads) * kUnroll) {
-        uint4 x[kUnroll];
-#pragma unroll
-        for (int u = 0; u < kUnroll; ++u) x[u] = s[v + u * int64_t(nthreads)];
-#pragma unroll
-        for (int u = 0; u < kUnroll; ++u) d[v + u * int64_t(nthreads)] = x[u];
-      }
-      for (; v < vecs; v += nthreads) d[v] = s[v];
-    }
+  if (vecs > nthreads) {  // wide rows: one row at a time, the whole block on it
+    for (int64_t r = 0; r < rows; ++r)
+      copy_vec16<kUnroll>(dst + r * dst_ld, src + r * src_ld, uint64_t(vecs) * 16, tid, nthreads);
   } else if (vecs > 0) {  // narrow rows: nthreads / vecs rows per pass, kUnroll passes in flight
     const uint32_t per_pass = nthreads / uint32_t(vecs);
     if (tid < per_pass * uint32_t(vecs)) {

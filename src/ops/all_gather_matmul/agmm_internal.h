@@ -42,14 +42,19 @@ void enqueue_push(const PushLaunch& l, cudaStream_t main, cudaStream_t side, cud
 void preload_push_kernel();
 void preload_small_kernels();
 
-// One-warp kernels of the decomposed variant; `epoch` is the op's device counter.
-// begin: epoch += 1, then tell every peer that this rank's gathered A is free (ready[rank] = e).
-void enqueue_begin(uint64_t* epoch, const dev::SymmetricView& view, uint64_t* ready, cudaStream_t s);
+// The decomposed variant's synchronization; `epoch` is the op's device counter. Only the main
+// stream runs kernels: a persistent cuBLASLt GEMM fills every SM, so a kernel queued on the side
+// stream would wait for it to end.
+// begin: epoch += 1, then a barrier of all ranks (nobody still uses the previous gathered A).
+void enqueue_begin(uint64_t* epoch, const dev::SymmetricView& view, uint64_t* barrier_slots,
+                   const dev::FaultContext& fault, cudaStream_t s);
 // wait: flag >= epoch (bounded: the team's deadline), naming `peer` and `site` if it gives up.
 void enqueue_wait(const uint64_t* flag, const uint64_t* epoch, const dev::FaultContext& fault, dev::WaitSite site,
                   int peer, cudaStream_t s);
-// signal: *flag = epoch (release, system scope) once the stream's prior copies have completed.
-void enqueue_signal(uint64_t* flag, const uint64_t* epoch, cudaStream_t s);
+// signal without an SM: the copy engine copies the epoch into `flag` (a peer's) once the stream's
+// earlier copies have completed (stream order), as cuStreamWriteValue after a copy would, but
+// with the value read on the device (CUDA-graph replay).
+void enqueue_signal_copy(uint64_t* flag, const uint64_t* epoch, cudaStream_t s);
 
 // gather_dim 1 BSP: dst[r, s * cols + c] = src[s][r][c] for the world blocks of rows x cols
 // (dense) that ncclAllGather produced; dst has row stride dst_ld elements. 16-bit elements, cols a

@@ -1,8 +1,9 @@
-// Small kernels of all_gather_matmul: the decomposed variant's one-warp flag kernels and the
-// gather_dim 1 BSP interleave.
+// Small kernels of all_gather_matmul: the decomposed variant's one-warp begin / wait kernels, its
+// copy-engine flag writes, and the gather_dim 1 BSP interleave.
 #include <algorithm>
 
 #include "agmm_internal.h"
+#include "taxfree/device/barrier.cuh"
 #include "taxfree/device/signal.cuh"
 #include "taxfree/runtime/error.h"
 
@@ -10,17 +11,16 @@ namespace taxfree::agmm {
 
 namespace {
 
-__global__ void begin_kernel(uint64_t* epoch, dev::SymmetricView v, uint64_t* ready) {
+__global__ void begin_kernel(uint64_t* epoch, dev::SymmetricView v, uint64_t* barrier_slots, dev::FaultContext fault) {
   __shared__ uint64_t e;
   if (threadIdx.x == 0) {
-    e = *epoch + 1;  // the next kernels of this launch read it after this one (stream order)
+    e = *epoch + 1;  // the next operations of this launch read it after this kernel (stream order)
     *epoch = e;
   }
   __syncthreads();
-  // P1 (the flag publishes nothing else): the previous launch, and the caller's use of its
-  // gathered A, ended before this kernel started; peers may write into it now.
-  for (int p = threadIdx.x; p < v.world; p += blockDim.x)
-    if (p != v.rank) dev::signal_set(v.peer(ready, p) + v.rank, e);
+  // Every rank has started launch e: the previous launch, and every use of its gathered A, is over
+  // everywhere. A false return is recorded for the host; the launch then runs on.
+  dev::block_barrier(v, barrier_slots, e, fault);
 }
 
 __global__ void wait_kernel(const uint64_t* flag, const uint64_t* epoch, dev::FaultContext fault, dev::WaitSite site,
@@ -28,12 +28,6 @@ __global__ void wait_kernel(const uint64_t* flag, const uint64_t* epoch, dev::Fa
   // P1 consumer: the kernels after this one on the stream see what the signaller published. A
   // false return is recorded for the host (Team::sync); the stream then runs on.
   if (threadIdx.x == 0) dev::wait_geq(flag, *epoch, fault, site, peer);
-}
-
-__global__ void signal_kernel(uint64_t* flag, const uint64_t* epoch) {
-  // The copy before this kernel on the stream has completed (stream order) when the release goes
-  // out: the copy-engine analogue of pattern P3, as cuStreamWriteValue after a copy.
-  if (threadIdx.x == 0) dev::signal_set(flag, *epoch);
 }
 
 __global__ void interleave_kernel(const uint4* src, uint4* dst, int64_t dst_ld, int world, int64_t rows,
@@ -47,8 +41,9 @@ __global__ void interleave_kernel(const uint4* src, uint4* dst, int64_t dst_ld, 
 
 }  // namespace
 
-void enqueue_begin(uint64_t* epoch, const dev::SymmetricView& view, uint64_t* ready, cudaStream_t s) {
-  begin_kernel<<<1, 32, 0, s>>>(epoch, view, ready);
+void enqueue_begin(uint64_t* epoch, const dev::SymmetricView& view, uint64_t* barrier_slots,
+                   const dev::FaultContext& fault, cudaStream_t s) {
+  begin_kernel<<<1, 32, 0, s>>>(epoch, view, barrier_slots, fault);
   TF_CUDA(cudaGetLastError());
 }
 
@@ -58,9 +53,8 @@ void enqueue_wait(const uint64_t* flag, const uint64_t* epoch, const dev::FaultC
   TF_CUDA(cudaGetLastError());
 }
 
-void enqueue_signal(uint64_t* flag, const uint64_t* epoch, cudaStream_t s) {
-  signal_kernel<<<1, 32, 0, s>>>(flag, epoch);
-  TF_CUDA(cudaGetLastError());
+void enqueue_signal_copy(uint64_t* flag, const uint64_t* epoch, cudaStream_t s) {
+  TF_CUDA(cudaMemcpyAsync(flag, epoch, sizeof(uint64_t), cudaMemcpyDeviceToDevice, s));
 }
 
 void enqueue_interleave(const void* src, void* dst, int64_t dst_ld, int world, int64_t rows, int64_t cols,
@@ -77,7 +71,6 @@ void preload_small_kernels() {
   cudaFuncAttributes attr;
   TF_CUDA(cudaFuncGetAttributes(&attr, begin_kernel));
   TF_CUDA(cudaFuncGetAttributes(&attr, wait_kernel));
-  TF_CUDA(cudaFuncGetAttributes(&attr, signal_kernel));
   TF_CUDA(cudaFuncGetAttributes(&attr, interleave_kernel));
 }
 

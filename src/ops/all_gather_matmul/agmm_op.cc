@@ -41,7 +41,7 @@ struct AllGatherMatmul::Impl {
   int64_t flag_capacity = 0;
   uint64_t* push_ready = nullptr;    // heap [world]
   uint64_t* push_flags = nullptr;    // heap [flag_capacity]
-  uint64_t* dec_ready = nullptr;     // heap [world]
+  uint64_t* dec_barrier = nullptr;   // heap [world]: the begin barrier's slots
   uint64_t* dec_arrived = nullptr;   // heap [world]: slot s = epoch of source s's shard
   dev::LaunchSequence push_seq{}, gemm_seq{}, dec_seq{};  // dec_seq.counter is decomposed's epoch
   cudaStream_t side = nullptr;       // the op's second stream (push kernel, copy-engine copies)
@@ -66,11 +66,11 @@ AllGatherMatmul::AllGatherMatmul(Team& team, AgmmConfig config)
     im.staging_sym = static_cast<char*>(heap.allocate(uint64_t(im.capacity_bytes), 4096, "all_gather_matmul.staging"));
   im.push_ready = heap.allocate_array<uint64_t>(w, "all_gather_matmul.push_ready");
   im.push_flags = heap.allocate_array<uint64_t>(uint64_t(im.flag_capacity), "all_gather_matmul.push_flags");
-  im.dec_ready = heap.allocate_array<uint64_t>(w, "all_gather_matmul.dec_ready");
+  im.dec_barrier = heap.allocate_array<uint64_t>(w, "all_gather_matmul.dec_barrier");
   im.dec_arrived = heap.allocate_array<uint64_t>(w, "all_gather_matmul.dec_arrived");
   TF_CUDA(cudaMemset(im.push_ready, 0, w * sizeof(uint64_t)));
   TF_CUDA(cudaMemset(im.push_flags, 0, uint64_t(im.flag_capacity) * sizeof(uint64_t)));
-  TF_CUDA(cudaMemset(im.dec_ready, 0, w * sizeof(uint64_t)));
+  TF_CUDA(cudaMemset(im.dec_barrier, 0, w * sizeof(uint64_t)));
   TF_CUDA(cudaMemset(im.dec_arrived, 0, w * sizeof(uint64_t)));
   if (!config_.bsp_symmetric) {
     TF_CUDA(cudaMalloc(&im.gathered_plain, size_t(im.capacity_bytes)));
@@ -186,11 +186,12 @@ GatheredA AllGatherMatmul::launch_bsp(const AgmmArgs& a, bool own_gemm, cudaStre
   return {gathered, sh.ld};
 }
 
-// Copy engine moves the data; one-warp kernels carry the flags. Side stream: copy the shard into
-// this rank's slot (gather_dim 0: only for the returned gathered A) and into every peer's slot,
-// peers rank-1, rank-2, ... (the one that consumes this shard soonest first), each after the peer
-// said its buffer is free and followed by its arrival flag. Main stream: cuBLASLt on this rank's
-// shard straight from A_shard, then on each arriving shard, rank+1, rank+2, ...
+// The copy engine moves the data and writes the arrival flags; no SM waits for a peer while
+// cuBLASLt runs. Main stream: a begin barrier (every rank is in this launch, so every gathered A
+// is free), then cuBLASLt on this rank's shard straight from A_shard, then on each arriving shard,
+// rank+1, rank+2, ... (gather_dim 0). Side stream: the shard into this rank's own slot (gather_dim
+// 0: only for the returned gathered A) and into every peer's slot, peers rank-1, rank-2, ... (the
+// one that consumes this shard soonest first), each followed by its arrival flag.
 GatheredA AllGatherMatmul::launch_decomposed(const AgmmArgs& a, cudaStream_t s) {
   const ShardShape sh = agmm_shard_shape(a.m, a.k, a.gather_dim, team_.world());
   Impl& im = *impl_;
@@ -202,16 +203,15 @@ GatheredA AllGatherMatmul::launch_decomposed(const AgmmArgs& a, cudaStream_t s) 
   const dev::FaultContext fault = team_.fault();
   gemm::validate(gemm_args(a, im.gathered, sh.ld), gemm::GemmConfig{});  // before anything is enqueued
 
-  agmm::enqueue_begin(epoch, view, im.dec_ready, s);
+  agmm::enqueue_begin(epoch, view, im.dec_barrier, fault, s);
   TF_CUDA(cudaEventRecord(im.fork, s));
   TF_CUDA(cudaStreamWaitEvent(im.side, im.fork, 0));
   if (!in_place && a.gather_dim == 0)
     copy_rows(const_cast<void*>(slot.ptr), slot.ld, a.a_shard, a.lda_shard, sh.rows, sh.cols, im.side);
   for (int i = 1; i < w; ++i) {
     const int q = (rank - i + w) % w;
-    agmm::enqueue_wait(im.dec_ready + q, epoch, fault, dev::WaitSite::all_gather_ready, q, im.side);
     copy_rows(view.peer(const_cast<void*>(slot.ptr), q), slot.ld, a.a_shard, a.lda_shard, sh.rows, sh.cols, im.side);
-    agmm::enqueue_signal(view.peer(im.dec_arrived, q) + rank, epoch, im.side);
+    agmm::enqueue_signal_copy(view.peer(im.dec_arrived, q) + rank, epoch, im.side);
   }
   TF_CUDA(cudaEventRecord(im.join, im.side));
 
