@@ -11,10 +11,12 @@
 // Check: every rank's C against cuBLASLt on the expected gathered A (computed at setup from the
 // known inputs of every rank) element by element, plus sampled fp32 dot products; the gathered A
 // the variant returns against the expected one bit for bit (so it is identical on every rank).
+// Environment: TAXFREE_AGMM_PUSH_CTAS, TAXFREE_AGMM_COL_CHUNK override push's per-shape choices.
 #include <nccl.h>
 
 #include <algorithm>
 #include <climits>
+#include <cstdlib>
 #include <cmath>
 #include <map>
 #include <memory>
@@ -84,6 +86,15 @@ std::vector<Shape> default_sweep() {
     for (int64_t n : {4096, 7168})
       for (int64_t m : {1024, 2048, 4096, 8192, 16384}) out.push_back({m, n, 8192, 0, l});
   return out;
+}
+
+int64_t env_int(const char* name) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return 0;
+  char* end = nullptr;
+  const long long x = std::strtoll(v, &end, 10);
+  TF_REQUIRE(*end == '\0' && x >= 0, Status::InvalidArgument, name << "='" << v << "' must be a number >= 0");
+  return x;
 }
 
 DType parse_dtype(const std::string& s) {
@@ -202,6 +213,9 @@ class AgmmBench final : public OpBench {
       AgmmConfig cfg;
       cfg.max_m = std::max<int64_t>(max_m_, 1);
       cfg.max_k = std::max<int64_t>(max_k_, 8);
+      // Tuning knobs of push without a rebuild (0 / unset: the per-shape choice).
+      cfg.push_ctas = int(env_int("TAXFREE_AGMM_PUSH_CTAS"));
+      cfg.col_chunk = env_int("TAXFREE_AGMM_COL_CHUNK");
       plain_ = std::make_unique<AllGatherMatmul>(team, cfg);
       cfg.bsp_symmetric = true;
       sym_ = std::make_unique<AllGatherMatmul>(team, cfg);

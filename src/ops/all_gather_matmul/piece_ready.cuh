@@ -32,6 +32,7 @@ struct PieceReady {
     int bm = 128;                     // the GEMM's tile rows
     int k_blocks = 1;                 // ceil(k / 64)
     uint32_t tiles = 0;               // output tiles of the GEMM
+    int present_source = -1;          // a source whose pieces are in place before the launch, or -1
     dev::LaunchSequence seq;          // this policy's own launch counter; `finished` counts tiles
     dev::FaultContext fault;
   };
@@ -44,6 +45,7 @@ struct PieceReady {
     const int64_t c_hi = c_lo + 64 < p.pieces.k ? c_lo + 64 : p.pieces.k;
     bool waited = false;
     for_each_piece(p.pieces, r_lo, r_hi, c_lo, c_hi, [&](int source, int64_t flag) {
+      if (source == p.present_source) return;  // written before the launch (stream order)
       // P4: acquire the piece's flag; a false return (deadline, abort) is recorded for the host,
       // and the GEMM finishes on whatever A holds.
       dev::wait_geq(p.flags + flag, epoch, p.fault, dev::WaitSite::gemm_a_ready, source);
