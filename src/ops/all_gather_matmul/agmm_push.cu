@@ -10,8 +10,8 @@ namespace taxfree::agmm {
 
 namespace {
 
-// 512 threads x 16 x 16 B = 128 KiB of loads in flight per SM (NVLink needs many bytes in flight;
-// 1024 threads x 8 spill at the 64 registers a 1024-thread block allows).
+// 512 threads x 8 x 16 B = 64 KiB of loads in flight per SM (NVLink needs many bytes in flight;
+// more per thread, or 1024 threads, spill registers).
 constexpr int kPushThreads = 512, kPushUnroll = 8;
 
 // Each block takes work items blockIdx.x, + gridDim.x, ... of push_item(): copies the piece from

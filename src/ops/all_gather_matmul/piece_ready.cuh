@@ -39,7 +39,13 @@ struct PieceReady {
 
 #ifdef __CUDACC__
   __device__ static void wait(const Params& p, gemm::TileCoord tile, int kb) {
-    const uint64_t epoch = dev::load<dev::Sem::relaxed, dev::Scope::gpu>(p.seq.counter) + 1;
+    // The epoch is read only where it is needed: most k-blocks start no new piece, and a global
+    // load per k-block would slow the producer of small tiles.
+    uint64_t epoch = 0;
+    auto current = [&] {
+      if (epoch == 0) epoch = dev::load<dev::Sem::relaxed, dev::Scope::gpu>(p.seq.counter) + 1;
+      return epoch;
+    };
     const int64_t r_lo = int64_t(tile.m) * p.bm, c_lo = int64_t(kb) * 64;
     const int64_t r_hi = r_lo + p.bm < p.pieces.m ? r_lo + p.bm : p.pieces.m;
     const int64_t c_hi = c_lo + 64 < p.pieces.k ? c_lo + 64 : p.pieces.k;
@@ -48,14 +54,14 @@ struct PieceReady {
       if (source == p.present_source) return;  // written before the launch (stream order)
       // P4: acquire the piece's flag; a false return (deadline, abort) is recorded for the host,
       // and the GEMM finishes on whatever A holds.
-      dev::wait_geq(p.flags + flag, epoch, p.fault, dev::WaitSite::gemm_a_ready, source);
+      dev::wait_geq(p.flags + flag, current(), p.fault, dev::WaitSite::gemm_a_ready, source);
       waited = true;
     });
     if (waited) dev::fence_proxy_async_global();  // P4: generic-proxy writes -> TMA reads
     if (kb == p.k_blocks - 1 &&
         dev::fetch_add<dev::Sem::acq_rel, dev::Scope::gpu>(p.seq.finished, 1u) == p.tiles - 1) {
       dev::store<dev::Sem::relaxed, dev::Scope::gpu>(p.seq.finished, 0u);
-      dev::store<dev::Sem::relaxed, dev::Scope::gpu>(p.seq.counter, epoch);
+      dev::store<dev::Sem::relaxed, dev::Scope::gpu>(p.seq.counter, current());
     }
   }
 #endif
