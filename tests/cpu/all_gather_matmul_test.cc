@@ -109,18 +109,28 @@ TEST(AgmmPieces, SendOrderIsABijectionAndPeersGoRankMinusOneFirst) {
       for (int rank = 0; rank < w; ++rank)
         for (bool local : {false, true}) {
           std::set<std::pair<int, int64_t>> items;
-          std::vector<int> targets;
+          std::vector<int> first_seen;
+          std::vector<int64_t> last_t(size_t(w), -1);
           for (int64_t x = 0; x < agmm::push_items(g, local); ++x) {
             const agmm::PushItem it = agmm::push_item(g, rank, local, x);
             ASSERT_TRUE(it.target >= 0 && it.target < w);
+            ASSERT_TRUE(local || it.target != rank);
             ASSERT_TRUE(items.insert({it.target, it.t}).second);
-            if (targets.empty() || targets.back() != it.target) targets.push_back(it.target);
+            ASSERT_EQ(it.t, last_t[size_t(it.target)] + 1) << "each target gets the pieces in send order";
+            last_t[size_t(it.target)] = it.t;
+            if (std::find(first_seen.begin(), first_seen.end(), it.target) == first_seen.end())
+              first_seen.push_back(it.target);
           }
           ASSERT_EQ(int64_t(items.size()), (w - 1 + (local ? 1 : 0)) * g.pieces());
           std::vector<int> want;
           if (local) want.push_back(rank);
           for (int i = 1; i < w; ++i) want.push_back((rank - i + w) % w);
-          EXPECT_EQ(targets, want) << "world " << w << " rank " << rank;
+          EXPECT_EQ(first_seen, want) << "world " << w << " rank " << rank;
+          // gather_dim 0: the local copy and rank-1 share the head, the others follow one by one.
+          if (c.gather_dim == 0 && w > 2) {
+            const int64_t head = (local ? 2 : 1) * g.pieces();
+            EXPECT_EQ(agmm::push_item(g, rank, local, head).target, (rank - 2 + w) % w);
+          }
         }
     }
 }

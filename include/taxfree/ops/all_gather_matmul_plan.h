@@ -90,9 +90,14 @@ TF_HOST_DEVICE void for_each_piece(const PieceGrid& g, int64_t r_lo, int64_t r_h
   }
 }
 
-// Work items of the push kernel on rank `rank`: [local pieces, if the shard must be copied into
-// this rank's own gathered A] then every peer's pieces, peers in the order rank-1, rank-2, ... (the
-// peer that consumes this shard soonest first: rank q's GEMM takes shard q, then q+1, q+2, ...).
+// Work items of the push kernel on rank `rank`: every piece of its shard once for each target
+// (this rank itself when the shard must be copied into its own gathered A, and every peer).
+// Targets are indexed 0 = self (if copied), then rank-1, rank-2, ... Order:
+//  gather_dim 0: rank q's GEMM takes shard q, then q+1, q+2, ...; so this shard is needed first by
+//    this rank and by rank-1 (its first remote shard), later by rank-2, ... The local copy and
+//    rank-1's pieces alternate (HBM and NVLink busy at once), then the other peers one by one.
+//  gather_dim 1: every rank's GEMM walks K in order, so every target needs this shard's pieces at
+//    the same time: piece by piece, each to every target.
 struct PushItem {
   int target;   // rank whose gathered A receives the piece
   int64_t t;    // position in PieceGrid::piece_in_order
@@ -101,11 +106,18 @@ TF_HOST_DEVICE int64_t push_items(const PieceGrid& g, bool copy_local) {
   return (int64_t(g.world) - 1 + (copy_local ? 1 : 0)) * g.pieces();
 }
 TF_HOST_DEVICE PushItem push_item(const PieceGrid& g, int rank, bool copy_local, int64_t x) {
-  const int64_t n = g.pieces();
-  int64_t slot = x / n;  // 0 = local when copy_local
-  if (copy_local && slot == 0) return {rank, x};
-  if (copy_local) --slot;
-  return {int((rank - 1 - slot + 2 * int64_t(g.world)) % g.world), x % n};
+  const int64_t n = g.pieces(), self = copy_local ? 1 : 0, targets = int64_t(g.world) - 1 + self;
+  int64_t index, t;  // target index as above, piece position
+  if (g.gather_dim == 1) {
+    index = x % targets, t = x / targets;
+  } else {
+    const int64_t first = self + (g.world > 1 ? 1 : 0);  // targets in the interleaved head
+    if (x < first * n) index = x % first, t = x / first;
+    else index = first + (x - first * n) / n, t = (x - first * n) % n;
+  }
+  if (index < self) return {rank, t};
+  const int64_t back = index - self + 1;  // 1 = rank-1
+  return {int((rank - back + 2 * int64_t(g.world)) % g.world), t};
 }
 
 }  // namespace taxfree::agmm

@@ -16,7 +16,7 @@ constexpr int kPushThreads = 512, kPushUnroll = 8;
 
 // Each block takes work items blockIdx.x, + gridDim.x, ... of push_item(): copies the piece from
 // A_shard into the target's gathered A, then raises the target's flag for (this rank, piece).
-// Before the first piece for a peer, it waits until that peer has started this launch (its
+// Before its first piece for a peer, a block waits until that peer has started this launch (its
 // gathered A is free: the caller's use of the previous launch's result is over).
 __global__ void __launch_bounds__(kPushThreads, 1) push_kernel(PushLaunch a) {
   const auto& v = a.view;
@@ -31,15 +31,16 @@ __global__ void __launch_bounds__(kPushThreads, 1) push_kernel(PushLaunch a) {
   __syncthreads();
   const PieceGrid& g = a.grid;
   const int64_t items = push_items(g, a.copy_local);
-  int confirmed = v.rank;  // the last peer seen ready (items go peer by peer)
+  uint64_t confirmed = 0;  // bit p: peer p was seen ready (ranks >= 64 are checked every time)
   for (int64_t x = blockIdx.x; x < items; x += gridDim.x) {
     const PushItem item = push_item(g, v.rank, a.copy_local, x);
-    if (item.target != confirmed) {
+    const uint64_t bit = item.target < 64 ? 1ull << item.target : 0;
+    if (item.target != v.rank && !(confirmed & bit)) {
       if (threadIdx.x == 0)
         ok = dev::wait_geq(a.ready + item.target, epoch, a.fault, dev::WaitSite::all_gather_ready, item.target);
       __syncthreads();
       if (!ok) break;  // the waits of the peer's GEMM give up at their deadline too
-      confirmed = item.target;
+      confirmed |= bit;
     }
     const Piece pc = g.piece_in_order(item.t);
     char* dst = a.gathered + (g.row0(v.rank) + pc.r0) * a.ld + (g.col0(v.rank) + pc.c0) * 2;
