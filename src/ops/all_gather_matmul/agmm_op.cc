@@ -189,9 +189,9 @@ GatheredA AllGatherMatmul::launch_bsp(const AgmmArgs& a, bool own_gemm, cudaStre
 // The copy engine moves the data and writes the arrival flags; no SM waits for a peer while
 // cuBLASLt runs. Main stream: a begin barrier (every rank is in this launch, so every gathered A
 // is free), then cuBLASLt on this rank's shard straight from A_shard, then on each arriving shard,
-// rank+1, rank+2, ... (gather_dim 0). Side stream: the shard into this rank's own slot (gather_dim
-// 0: only for the returned gathered A) and into every peer's slot, peers rank-1, rank-2, ... (the
-// one that consumes this shard soonest first), each followed by its arrival flag.
+// rank+1, rank+2, ... (gather_dim 0). Side stream: the shard into every peer's slot, peers rank-1,
+// rank-2, ... (the one that consumes this shard soonest first), each followed by its arrival flag,
+// then into this rank's own slot (gather_dim 0: only for the returned gathered A).
 GatheredA AllGatherMatmul::launch_decomposed(const AgmmArgs& a, cudaStream_t s) {
   const ShardShape sh = agmm_shard_shape(a.m, a.k, a.gather_dim, team_.world());
   Impl& im = *impl_;
@@ -206,13 +206,13 @@ GatheredA AllGatherMatmul::launch_decomposed(const AgmmArgs& a, cudaStream_t s) 
   agmm::enqueue_begin(epoch, view, im.dec_barrier, fault, s);
   TF_CUDA(cudaEventRecord(im.fork, s));
   TF_CUDA(cudaStreamWaitEvent(im.side, im.fork, 0));
-  if (!in_place && a.gather_dim == 0)
-    copy_rows(const_cast<void*>(slot.ptr), slot.ld, a.a_shard, a.lda_shard, sh.rows, sh.cols, im.side);
   for (int i = 1; i < w; ++i) {
     const int q = (rank - i + w) % w;
     copy_rows(view.peer(const_cast<void*>(slot.ptr), q), slot.ld, a.a_shard, a.lda_shard, sh.rows, sh.cols, im.side);
     agmm::enqueue_signal_copy(view.peer(im.dec_arrived, q) + rank, epoch, im.side);
   }
+  if (!in_place && a.gather_dim == 0)  // last: nothing waits for it but the returned gathered A
+    copy_rows(const_cast<void*>(slot.ptr), slot.ld, a.a_shard, a.lda_shard, sh.rows, sh.cols, im.side);
   TF_CUDA(cudaEventRecord(im.join, im.side));
 
   if (a.gather_dim == 0) {
