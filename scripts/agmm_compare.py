@@ -7,7 +7,8 @@ agmm_host.cc, kAutoRules) should say.
     scripts/agmm_compare.py OURS.json [TORCH.json]
 
 Times are the slowest rank's median per run, in us; speedups are over BSP = the faster of bsp and
-bsp-sym. Exit code 0 always (a report, not a gate).
+bsp-sym; tax-* are the three taxes of the BSP baseline (DESIGN.md) in us. Exit code 0 always (a
+report, not a gate).
 """
 import json
 import sys
@@ -54,10 +55,11 @@ def fmt(x, w=9, p=1):
 def main():
     if len(sys.argv) < 2:
         sys.exit(__doc__)
-    ours, _ = load_ours(sys.argv[1])
+    ours, taxes = load_ours(sys.argv[1])
     torch = load_torch(sys.argv[2]) if len(sys.argv) > 2 else {}
     print(f"{'case':<32} {'bsp':>9} {'bsp-own':>9} {'decomp':>9} {'push':>9} {'auto':>9} {'gemm':>9} "
-          f"{'floor':>9} {'auto/bsp':>8} {'t-bsp':>9} {'t-fused':>9} {'auto/tf':>8}  best")
+          f"{'floor':>9} {'auto/bsp':>8} {'t-bsp':>9} {'t-fused':>9} {'auto/tf':>8} {'tax-bsp':>8} {'tax-loc':>8} "
+          f"{'tax-lau':>8}  best")
     fails, best_by = [], {}
     for k in sorted(ours, key=lambda k: (k[3], k[4], k[1], k[0])):
         c = ours[k]
@@ -71,10 +73,13 @@ def main():
         best = min(timed, key=timed.get) if timed else "-"
         best_by[k] = best
         label = f"M={m} N={n} K={kk} gd{gd} {layout}"
+        tx = taxes.get(label, {})
         sp = bsp / auto if bsp and auto else None
         print(f"{label:<32} {fmt(bsp)} {fmt(c.get('bsp-own'))} {fmt(c.get('decomposed'))} {fmt(c.get('push'))} "
               f"{fmt(auto)} {fmt(c.get('gemm-only'))} {fmt(c.get('floor'))} {fmt(sp, 7, 2)}x "
-              f"{fmt(t.get('torch-bsp'))} {fmt(tf)} {fmt(tf / auto if tf and auto else None, 7, 2)}x  {best}"
+              f"{fmt(t.get('torch-bsp'))} {fmt(tf)} {fmt(tf / auto if tf and auto else None, 7, 2)}x "
+              f"{fmt(tx.get('tax_bulk_synchronous_us'), 8)} {fmt(tx.get('tax_data_locality_us'), 8)} "
+              f"{fmt(tx.get('tax_launch_us'), 8)}  {best}"
               + (f"  WRONG {c['wrong']}" if c["wrong"] else ""))
         # The issue's targets.
         if sp is not None:
