@@ -13,10 +13,11 @@
 //              buffers per AgmmConfig::bsp_symmetric (the benchmark runs both). gather_dim 1 adds a
 //              pass that interleaves the gathered [world][m][k/world] blocks into [m, k].
 //   bsp-own    the same with our GEMM (ops/gemm.h) instead of cuBLASLt.
-//   decomposed copy-engine copies of the shard into every peer's gathered A (no SM moves data),
-//              arrival flags set by one-warp kernels after each copy; cuBLASLt per source shard as
-//              it arrives, this rank's shard first (gather_dim 0). gather_dim 1 cannot be split
-//              by source without a split-K sum, so it waits for every shard and runs one cuBLASLt.
+//   decomposed a begin barrier, then copy-engine copies of the shard into every peer's gathered A,
+//              each followed by a copy-engine write of the arrival flag (no SM moves data or
+//              signals); cuBLASLt per source shard as it arrives, this rank's shard first
+//              (gather_dim 0). gather_dim 1 cannot be split by source without a split-K sum, so it
+//              waits for every shard and runs one cuBLASLt.
 //   push       a push kernel on a few SMs copies the shard into this rank's gathered A and every
 //              peer's, piece by piece, raising a per-(source, piece) epoch flag after each; our GEMM
 //              runs on the other SMs at the same time, its producer waiting for a piece's flag
