@@ -3,14 +3,16 @@
 # writes logs and JSON into the folder it is given. Binaries come from ./build (build them first:
 # scripts/setup.sh, or carry a build made elsewhere).
 #
-#   scripts/gpu_check.sh OUT_DIR [tests|sanitize|faults|bench|all]...     (default: all)
+#   scripts/gpu_check.sh OUT_DIR [tests|sanitize|faults|bench|all|agmm]...     (default: all)
 #
 # BENCH_OPS="op ..." limits the bench step to those ops (default: every op, with the summary);
 # GTEST_FILTER limits the GPU tests.
+# agmm (only when named): all_gather_matmul against PyTorch's fused op in one call -- our bench,
+# scripts/torch_fused_agmm.py on the same shapes, and scripts/agmm_compare.py over both JSONs.
 #
 # Exit code: 0 if every step passed, else the number of failed steps.
 set -u -o pipefail
-out=${1:?usage: scripts/gpu_check.sh OUT_DIR [tests|faults|bench|all]...}
+out=${1:?usage: scripts/gpu_check.sh OUT_DIR [tests|sanitize|faults|bench|all|agmm]...}
 shift
 steps=${*:-all}
 mkdir -p "$out"
@@ -98,6 +100,12 @@ if want bench; then
   # shellcheck disable=SC2086
   step "taxfree bench" bench.log 480 "$bin" bench ${BENCH_OPS:-} --json "$out/bench.json"
   grep -A40 '# summary' "$out/bench.log" | head -60
+fi
+
+if [[ " $steps " == *" agmm "* ]]; then
+  step "all_gather_matmul bench" agmm.log 420 "$bin" bench all_gather_matmul -g 2 --json "$out/agmm.json"
+  step "PyTorch fused_all_gather_matmul" torch_agmm.log 420 python3 scripts/torch_fused_agmm.py --json "$out/torch_agmm.json"
+  python3 scripts/agmm_compare.py "$out/agmm.json" "$out/torch_agmm.json" | tee "$out/agmm_compare.txt"
 fi
 
 echo "failed steps: $failed"

@@ -9,6 +9,7 @@ std::unique_ptr<OpBench> make_signal_bench();
 std::unique_ptr<OpBench> make_barrier_bench();
 std::unique_ptr<OpBench> make_all_gather_bench();
 std::unique_ptr<OpBench> make_gemm_bench();
+std::unique_ptr<OpBench> make_all_gather_matmul_bench();
 std::unique_ptr<OpBench> make_decode_bench();
 std::unique_ptr<OpBench> make_flash_decode_bench();
 
@@ -26,6 +27,7 @@ const std::vector<Entry>& entries() {
       {"barrier", make_barrier_bench},
       {"all_gather", make_all_gather_bench},
       {"gemm", make_gemm_bench},
+      {"all_gather_matmul", make_all_gather_matmul_bench},
       {"decode", make_decode_bench},
       {"flash_decode", make_flash_decode_bench},
   };

@@ -1,0 +1,156 @@
+// all_gather_matmul (AG+GEMM): A is sharded across the ranks, gathered, and multiplied by this
+// rank's B: C[m, n] = gather(A_shard)[m, k] * B, with fp32 accumulation, bf16 or fp16 in and out.
+//
+//   gather_dim 0 (tensor-parallel layout): A_shard is [m / world, k]; rank r's rows land at rows
+//                [r * m / world, (r + 1) * m / world) of the gathered A.
+//   gather_dim 1 (the paper's layout):    A_shard is [m, k / world]; rank r's columns land at
+//                columns [r * k / world, (r + 1) * k / world).
+//   B is [n, k] (BLayout::NK, a Linear weight) or [k, n] (BLayout::KN), as in ops/gemm.h.
+//
+// Variants (one interface, AllGatherMatmul::launch; every one produces the same C and the same
+// gathered A, bit-identical on every rank):
+//   bsp        ncclAllGather, then cuBLASLt. NCCL gets the registered symmetric window or plain
+//              buffers per AgmmConfig::bsp_symmetric (the benchmark runs both). gather_dim 1 adds a
+//              pass that interleaves the gathered [world][m][k/world] blocks into [m, k].
+//   bsp-own    the same with our GEMM (ops/gemm.h) instead of cuBLASLt.
+//   decomposed a begin barrier, then copy-engine copies of the shard into every peer's gathered A,
+//              each followed by a copy-engine write of the arrival flag (no SM moves data or
+//              signals); cuBLASLt per source shard as it arrives, this rank's shard first
+//              (gather_dim 0). gather_dim 1 cannot be split by source without a split-K sum, so it
+//              waits for every shard and runs one cuBLASLt.
+//   push       a push kernel on a few SMs copies the shard into this rank's gathered A and every
+//              peer's, piece by piece, raising a per-(source, piece) epoch flag after each; our GEMM
+//              runs on the other SMs at the same time, its producer waiting for a piece's flag
+//              before the first TMA load that reads it, tiles of this rank's shard first, then
+//              rank+1's, rank+2's, ...
+//   auto       one of the above per shape, from a table of measurements (choose_agmm_variant).
+//   pull and the SM-specialized single kernel are not implemented (parse_agmm_variant says so).
+//
+// Contract:
+//  - Collective: every rank constructs the op with the same config and calls launch() with the
+//    same variant and shape (m, n, k, gather_dim, dtype) in the same order. Pointers and strides
+//    may differ per rank.
+//  - A_shard, B, C: device memory of this rank, 16-byte aligned, row strides multiples of 8
+//    elements. C must not overlap A_shard, B or the op's buffers. A_shard may lie anywhere
+//    (symmetric heap or not); passing local_slot() with its stride (in place) skips the local copy.
+//  - launch() validates everything first (throws taxfree::Error, InvalidArgument naming the
+//    constraint, e.g. "divisible" for a shape the ranks cannot split) and then enqueues on `stream`
+//    without blocking; it returns where the gathered A of this launch lives (an op buffer, valid
+//    until the next launch of this op). When the stream reaches the end of the launch, C and the
+//    gathered A are complete on this rank and A_shard may be overwritten.
+//  - Epochs, not resets: the fused variants keep their launch counters on the device, so launches
+//    can run back to back and inside CUDA graphs (capture and replay) with no host work between.
+//  - A peer that never delivers ends this rank's waits at the team's deadline with a diagnostic
+//    (Team::sync reports it).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "taxfree/device/fault.cuh"
+#include "taxfree/device/launch_sequence.cuh"
+#include "taxfree/ops/all_gather_matmul_plan.h"
+#include "taxfree/ops/gemm.h"
+
+namespace taxfree {
+
+class Team;
+
+enum class AgmmVariant { bsp, bsp_own, decomposed, push, automatic };
+// "bsp", "bsp-own", "decomposed", "push", "auto"; throws InvalidArgument for unknown names and
+// NotSupported for "pull" / "sm-specialized" (designed, not implemented).
+AgmmVariant parse_agmm_variant(const std::string& name);
+const char* variant_name(AgmmVariant v);
+
+struct AgmmConfig {
+  int64_t max_m = 16384;       // capacity of the gathered A (rows)
+  int64_t max_k = 8192;        // capacity of the gathered A (columns)
+  bool bsp_symmetric = false;  // bsp / bsp-own: NCCL on the symmetric window (true) or plain buffers
+  int push_ctas = 0;           // push: SMs for the push kernel; 0 = choose per shape (push_plan)
+  int64_t col_chunk = 0;       // push: piece width in columns (multiple of 64); 0 = per shape
+};
+
+struct AgmmArgs {
+  const void* a_shard = nullptr;
+  int64_t lda_shard = 0;  // row stride of A_shard, elements (>= its columns)
+  const void* b = nullptr;
+  int64_t ldb = 0;
+  void* c = nullptr;
+  int64_t ldc = 0;
+  int64_t m = 0, n = 0, k = 0;  // of the whole product: C [m, n], gathered A [m, k]
+  int gather_dim = 0;
+  gemm::DType dtype = gemm::DType::bf16;
+  gemm::BLayout b_layout = gemm::BLayout::NK;
+};
+
+// Where a launch left the gathered A: [m, k] at ptr with row stride ld (elements).
+struct GatheredA {
+  const void* ptr = nullptr;
+  int64_t ld = 0;
+};
+
+// Geometry of one shard for `world` ranks; throws InvalidArgument naming "divisible" when the
+// gathered dimension does not split evenly (and for the other shape rules). Pure.
+struct ShardShape {
+  int64_t rows, cols;  // of A_shard
+  int64_t ld;          // row stride of the gathered A: k rounded up to 8 (16-byte rows)
+};
+ShardShape agmm_shard_shape(int64_t m, int64_t k, int gather_dim, int world);
+
+// All argument checks that need no Team (shape, dtype, layout, pointers, strides, capacity,
+// overlaps between the caller's buffers); throws InvalidArgument. Pure.
+void validate_agmm_args(const AgmmArgs& args, int world, const AgmmConfig& config);
+
+// What the push variant runs for a shape: the GEMM config (on the SMs left over), the push
+// kernel's CTAs and the piece grid. Pure; `num_sms` is the GPU's SM count.
+struct PushPlan {
+  gemm::GemmConfig gemm;  // max_ctas = num_sms - push_ctas
+  int push_ctas = 0;
+  agmm::PieceGrid grid;
+};
+PushPlan make_push_plan(const AgmmArgs& args, int world, const AgmmConfig& config, int num_sms);
+
+// The variant `auto` runs for a shape on `world` ranks (a table filled from measurements).
+AgmmVariant choose_agmm_variant(int64_t m, int64_t n, int64_t k, int gather_dim, int world);
+
+class AllGatherMatmul {
+ public:
+  // Collective: allocates the gathered A (and the BSP staging buffers) in the symmetric heap or in
+  // plain device memory, and the flags; ends with a host barrier. The heap part is not returned
+  // when the op is destroyed (the heap is a stack): take Team::heap().mark() before constructing
+  // and release it after the op is gone.
+  explicit AllGatherMatmul(Team& team, AgmmConfig config = {});
+  ~AllGatherMatmul();
+  AllGatherMatmul(const AllGatherMatmul&) = delete;
+  AllGatherMatmul& operator=(const AllGatherMatmul&) = delete;
+
+  GatheredA launch(AgmmVariant variant, const AgmmArgs& args, cudaStream_t stream);
+  // validate_agmm_args plus the checks that need the op (A_shard in place or apart from the op's
+  // buffers). Throws InvalidArgument.
+  void validate(const AgmmArgs& args) const;
+
+  // Where this rank's shard sits in the op's gathered A (heap): A_shard passed here with stride
+  // local_slot().ld is used in place by bsp-sym, decomposed and push.
+  GatheredA local_slot(int64_t m, int64_t k, int gather_dim) const;
+  const AgmmConfig& config() const { return config_; }
+  // Fills every gathered / staging buffer with `byte` (tests and benchmarks poison them with 0xFF,
+  // a NaN pattern, so a piece that never lands is caught). Call between launches, and make the
+  // peers wait (a barrier) before their next launch: they write into these buffers.
+  void fill_buffers(int byte, cudaStream_t stream);
+
+ private:
+  struct Impl;
+  GatheredA launch_bsp(const AgmmArgs& args, bool own_gemm, cudaStream_t stream);
+  GatheredA launch_decomposed(const AgmmArgs& args, cudaStream_t stream);
+  GatheredA launch_push(const AgmmArgs& args, cudaStream_t stream);
+
+  Team& team_;
+  AgmmConfig config_;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace taxfree

@@ -1,0 +1,123 @@
+// Shard and piece bookkeeping of all_gather_matmul: pure functions of the shape, shared by the host
+// (validation, tests) and the device (the push kernel, the GEMM's A-ready policy). No CUDA calls.
+//
+// The gathered A is [m, k] row-major. Source rank s contributes one block ("shard"):
+//   gather_dim 0: rows    [s * m / world, (s + 1) * m / world), all k columns;
+//   gather_dim 1: columns [s * k / world, (s + 1) * k / world), all m rows.
+// Each shard is cut into pieces of row_chunk x col_chunk elements (the last row / column of pieces
+// may be smaller). A piece is the unit one epoch flag publishes: flag (s, i, j) says piece (i, j)
+// of source s has landed in this rank's gathered A.
+//
+// Send order: a source sends its pieces group by group (group_rows row chunks per group), and
+// column-chunk-major inside a group, which is the order in which the GEMM's waves consume them
+// (one wave covers a few m-blocks across all of K).
+#pragma once
+
+#include <cstdint>
+
+#include "taxfree/device/config.cuh"
+
+namespace taxfree::agmm {
+
+struct Piece {
+  int64_t i, j;        // row-chunk and column-chunk index within the shard
+  int64_t r0, rows;    // shard-local rows [r0, r0 + rows)
+  int64_t c0, cols;    // shard-local columns [c0, c0 + cols)
+};
+
+struct PieceGrid {
+  int world = 1;
+  int gather_dim = 0;
+  int64_t m = 0, k = 0;                   // gathered A
+  int64_t shard_rows = 0, shard_cols = 0;  // one shard
+  int64_t row_chunk = 1, col_chunk = 1;    // piece size (the last ones smaller)
+  int64_t row_chunks = 0, col_chunks = 0;  // pieces per shard along each dimension
+  int64_t group_rows = 1;                  // row chunks per send group, >= 1
+
+  TF_HOST_DEVICE int64_t pieces() const { return row_chunks * col_chunks; }  // per shard
+  TF_HOST_DEVICE int64_t flags() const { return int64_t(world) * pieces(); }
+  // Where shard s starts in the gathered A.
+  TF_HOST_DEVICE int64_t row0(int s) const { return gather_dim == 0 ? int64_t(s) * shard_rows : 0; }
+  TF_HOST_DEVICE int64_t col0(int s) const { return gather_dim == 1 ? int64_t(s) * shard_cols : 0; }
+  TF_HOST_DEVICE int64_t flag_index(int s, int64_t i, int64_t j) const {
+    return (int64_t(s) * row_chunks + i) * col_chunks + j;
+  }
+
+  TF_HOST_DEVICE Piece piece(int64_t i, int64_t j) const {
+    Piece p;
+    p.i = i, p.j = j;
+    p.r0 = i * row_chunk, p.c0 = j * col_chunk;
+    p.rows = shard_rows - p.r0 < row_chunk ? shard_rows - p.r0 : row_chunk;
+    p.cols = shard_cols - p.c0 < col_chunk ? shard_cols - p.c0 : col_chunk;
+    return p;
+  }
+
+  // The t-th piece a source sends, t in [0, pieces()): a bijection (GroupedOrder's scheme).
+  TF_HOST_DEVICE Piece piece_in_order(int64_t t) const {
+    const int64_t per_group = group_rows * col_chunks;
+    const int64_t group = t / per_group, first = group * group_rows;
+    const int64_t rows = row_chunks - first < group_rows ? row_chunks - first : group_rows;
+    const int64_t in = t - group * per_group;
+    return piece(first + in % rows, in / rows);
+  }
+};
+
+// Calls fn(source, flag_index) for every piece that intersects rows [r_lo, r_hi) x columns
+// [c_lo, c_hi) of the gathered A and starts at column >= c_lo. A GEMM producer that walks the
+// k-blocks of one tile in order and calls this with each k-block's columns therefore meets every
+// piece under the tile's rows exactly once, at the first k-block that needs it. Empty ranges visit
+// nothing.
+template <class Fn>
+TF_HOST_DEVICE void for_each_piece(const PieceGrid& g, int64_t r_lo, int64_t r_hi, int64_t c_lo, int64_t c_hi,
+                                   Fn&& fn) {
+  // 32-bit arithmetic (m, k < 2^31 by validation): this runs in the GEMM's producer thread, which
+  // has few registers.
+  if (r_lo >= r_hi || c_lo >= c_hi) return;
+  const int rl = int(r_lo), rh = int(r_hi), cl = int(c_lo), ch = int(c_hi);
+  const int srows = int(g.shard_rows), scols = int(g.shard_cols), rc = int(g.row_chunk), cc = int(g.col_chunk);
+  // Sources whose shard intersects the range along the gathered dimension.
+  const bool by_rows = g.gather_dim == 0;
+  const int extent = by_rows ? srows : scols, lo = by_rows ? rl : cl, hi = by_rows ? rh : ch;
+  const int s_last = (hi - 1) / extent < g.world - 1 ? (hi - 1) / extent : g.world - 1;
+  for (int s = lo / extent; s <= s_last; ++s) {
+    const int r0 = by_rows ? s * srows : 0, c0 = by_rows ? 0 : s * scols;
+    const int lr_lo = rl - r0 > 0 ? rl - r0 : 0, lr_hi = rh - r0 < srows ? rh - r0 : srows;
+    const int lc_lo = cl - c0 > 0 ? cl - c0 : 0, lc_hi = ch - c0 < scols ? ch - c0 : scols;
+    if (lr_lo >= lr_hi || lc_lo >= lc_hi) continue;
+    for (int i = lr_lo / rc; i <= (lr_hi - 1) / rc; ++i)
+      for (int j = lc_lo / cc; j <= (lc_hi - 1) / cc; ++j)
+        if (c0 + j * cc >= cl) fn(s, g.flag_index(s, i, j));
+  }
+}
+
+// Work items of the push kernel on rank `rank`: every piece of its shard once for each target
+// (this rank itself when the shard must be copied into its own gathered A, and every peer).
+// Targets are indexed 0 = self (if copied), then rank-1, rank-2, ... Order:
+//  gather_dim 0: rank q's GEMM takes shard q, then q+1, q+2, ...; so this shard is needed first by
+//    this rank and by rank-1 (its first remote shard), later by rank-2, ... The local copy and
+//    rank-1's pieces alternate (HBM and NVLink busy at once), then the other peers one by one.
+//  gather_dim 1: every rank's GEMM walks K in order, so every target needs this shard's pieces at
+//    the same time: piece by piece, each to every target.
+struct PushItem {
+  int target;   // rank whose gathered A receives the piece
+  int64_t t;    // position in PieceGrid::piece_in_order
+};
+TF_HOST_DEVICE int64_t push_items(const PieceGrid& g, bool copy_local) {
+  return (int64_t(g.world) - 1 + (copy_local ? 1 : 0)) * g.pieces();
+}
+TF_HOST_DEVICE PushItem push_item(const PieceGrid& g, int rank, bool copy_local, int64_t x) {
+  const int64_t n = g.pieces(), self = copy_local ? 1 : 0, targets = int64_t(g.world) - 1 + self;
+  int64_t index, t;  // target index as above, piece position
+  if (g.gather_dim == 1) {
+    index = x % targets, t = x / targets;
+  } else {
+    const int64_t first = self + (g.world > 1 ? 1 : 0);  // targets in the interleaved head
+    if (x < first * n) index = x % first, t = x / first;
+    else index = first + (x - first * n) / n, t = (x - first * n) % n;
+  }
+  if (index < self) return {rank, t};
+  const int64_t back = index - self + 1;  // 1 = rank-1
+  return {int((rank - back + 2 * int64_t(g.world)) % g.world), t};
+}
+
+}  // namespace taxfree::agmm

@@ -1,0 +1,385 @@
+// `taxfree bench all_gather_matmul`: the BSP baselines (ncclAllGather + cuBLASLt, NCCL on plain
+// buffers and on the symmetric window), bsp-own, decomposed, push and auto, on the issue's shapes.
+//
+// Cases: paper   gather_dim 1, M in {1, 2, 4, ..., 1024}, N = 3584, K = 8192;
+//        tensor-parallel prefill   gather_dim 0, M in {1024, ..., 16384}, N in {4096, 7168}, K = 8192;
+// each with B as [K, N] (kn) and [N, K] (nk). --shape entries are key=value,... with keys M, N, K,
+// gather_dim, layout: an entry naming M, N, K and gather_dim adds that shape (both layouts unless it
+// names one); any other entry filters the default sweep. -b/-e bound C's bytes per rank.
+// Parts (timed, not checked; they feed the tax breakdown): gemm-only (our GEMM on an already
+// gathered A), cublas-only (cuBLASLt on it), comm-only / comm-only-sym (ncclAllGather alone).
+// Check: every rank's C against cuBLASLt on the expected gathered A (computed at setup from the
+// known inputs of every rank) element by element, plus sampled fp32 dot products; the gathered A
+// the variant returns against the expected one bit for bit (so it is identical on every rank).
+// Environment: TAXFREE_AGMM_PUSH_CTAS, TAXFREE_AGMM_COL_CHUNK override push's per-shape choices.
+#include <nccl.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstdlib>
+#include <cmath>
+#include <map>
+#include <memory>
+#include <sstream>
+
+#include "../../bench/matrix_check.cuh"
+#include "taxfree/bench/harness.h"
+#include "taxfree/ops/all_gather_matmul.h"
+#include "taxfree/ops/cublaslt_gemm.h"
+#include "taxfree/runtime/error.h"
+#include "taxfree/runtime/team.h"
+
+namespace taxfree::bench {
+
+namespace {
+
+using gemm::BLayout;
+using gemm::DType;
+
+struct Shape {
+  int64_t m, n, k;
+  int gather_dim;
+  BLayout layout;
+};
+
+std::map<std::string, std::string> parse_entry(const std::string& entry) {
+  std::map<std::string, std::string> kv;
+  std::stringstream ss(entry);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    const auto eq = item.find('=');
+    TF_REQUIRE(eq != std::string::npos && eq > 0, Status::InvalidArgument,
+               "--shape entry '" << entry << "': expected key=value,... with keys M, N, K, gather_dim, layout");
+    const std::string key = item.substr(0, eq), value = item.substr(eq + 1);
+    TF_REQUIRE(key == "M" || key == "N" || key == "K" || key == "gather_dim" || key == "layout", Status::InvalidArgument,
+               "--shape entry '" << entry << "': unknown key '" << key << "' (keys: M, N, K, gather_dim, layout)");
+    TF_REQUIRE(key != "layout" || value == "nk" || value == "kn", Status::InvalidArgument,
+               "--shape entry '" << entry << "': layout must be nk or kn, not '" << value << "'");
+    TF_REQUIRE(key != "gather_dim" || value == "0" || value == "1", Status::InvalidArgument,
+               "--shape entry '" << entry << "': gather_dim must be 0 or 1, not '" << value << "'");
+    if (key == "M" || key == "N" || key == "K") {
+      char* end = nullptr;
+      const long long v = std::strtoll(value.c_str(), &end, 10);
+      TF_REQUIRE(!value.empty() && *end == '\0' && v > 0, Status::InvalidArgument,
+                 "--shape entry '" << entry << "': " << key << "=" << value << " is not a positive integer");
+    }
+    kv[key] = value;
+  }
+  return kv;
+}
+
+bool matches(const Shape& s, const std::map<std::string, std::string>& kv) {
+  for (const auto& [key, value] : kv) {
+    if (key == "layout" && value != gemm::layout_name(s.layout)) return false;
+    if (key == "gather_dim" && std::stoi(value) != s.gather_dim) return false;
+    if ((key == "M" || key == "N" || key == "K") && std::stoll(value) != (key == "M" ? s.m : key == "N" ? s.n : s.k))
+      return false;
+  }
+  return true;
+}
+
+std::vector<Shape> default_sweep() {
+  std::vector<Shape> out;
+  for (BLayout l : {BLayout::KN, BLayout::NK})
+    for (int64_t m = 1; m <= 1024; m *= 2) out.push_back({m, 3584, 8192, 1, l});
+  for (BLayout l : {BLayout::NK, BLayout::KN})
+    for (int64_t n : {4096, 7168})
+      for (int64_t m : {1024, 2048, 4096, 8192, 16384}) out.push_back({m, n, 8192, 0, l});
+  return out;
+}
+
+int64_t env_int(const char* name) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return 0;
+  char* end = nullptr;
+  const long long x = std::strtoll(v, &end, 10);
+  TF_REQUIRE(*end == '\0' && x >= 0, Status::InvalidArgument, name << "='" << v << "' must be a number >= 0");
+  return x;
+}
+
+DType parse_dtype(const std::string& s) {
+  TF_REQUIRE(s == "bf16" || s == "fp16", Status::InvalidArgument, "all_gather_matmul dtype '" << s << "': bf16 or fp16");
+  return s == "bf16" ? DType::bf16 : DType::fp16;
+}
+
+struct DeviceBuffer {
+  void* p = nullptr;
+  DeviceBuffer() = default;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  void reset(size_t bytes) {
+    release();
+    TF_CUDA(cudaMalloc(&p, bytes));
+  }
+  void release() {
+    if (p) cudaFree(p);
+    p = nullptr;
+  }
+  ~DeviceBuffer() { release(); }
+};
+
+// cuBLASLt bf16 at M = N = K = 8192 (the compute floor's rate), measured once per process.
+double measure_gemm_rate(cudaStream_t s) {
+  static double rate = 0;
+  if (rate > 0) return rate;
+  constexpr int64_t n = 8192;
+  DeviceBuffer a, b, c;
+  a.reset(n * n * 2), b.reset(n * n * 2), c.reset(n * n * 2);
+  fill_uniform(a.p, n, n, n, 1, DType::bf16, s);
+  fill_uniform(b.p, n, n, n, 2, DType::bf16, s);
+  gemm::GemmArgs g;
+  g.a = a.p, g.b = b.p, g.c = c.p, g.lda = g.ldb = g.ldc = n, g.m = g.n = g.k = n;
+  cudaEvent_t e0, e1;
+  TF_CUDA(cudaEventCreate(&e0));
+  TF_CUDA(cudaEventCreate(&e1));
+  std::vector<double> t;
+  for (int i = 0; i < 6; ++i) {
+    TF_CUDA(cudaEventRecord(e0, s));
+    gemm::cublaslt_launch(g, s);
+    TF_CUDA(cudaEventRecord(e1, s));
+    TF_CUDA(cudaStreamSynchronize(s));
+    float ms = 0;
+    TF_CUDA(cudaEventElapsedTime(&ms, e0, e1));
+    if (i > 0) t.push_back(ms * 1e-3);
+  }
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  rate = 2.0 * double(n) * n * n / summarize(t).median;
+  return rate;
+}
+
+class AgmmBench final : public OpBench {
+ public:
+  std::string name() const override { return "all_gather_matmul"; }
+  std::vector<std::string> variants() const override {
+    return {"bsp", "bsp-sym", "bsp-own", "decomposed", "push", "auto"};
+  }
+  int baseline_count() const override { return 2; }
+  int min_ranks() const override { return 2; }
+  std::vector<std::string> parts() const override {
+    return {"gemm-only", "cublas-only", "comm-only", "comm-only-sym"};
+  }
+
+  std::vector<Case> cases(const Options& opt, const Team& team) const override {
+    const DType dtype = parse_dtype(opt.dtype);
+    std::vector<Shape> shapes;
+    std::vector<std::map<std::string, std::string>> filters;
+    for (const std::string& e : opt.shapes) {
+      auto kv = parse_entry(e);
+      if (kv.count("M") && kv.count("N") && kv.count("K") && kv.count("gather_dim")) {
+        for (BLayout l : {BLayout::KN, BLayout::NK})
+          if (!kv.count("layout") || kv["layout"] == gemm::layout_name(l)) {
+            shapes.push_back({std::stoll(kv["M"]), std::stoll(kv["N"]), std::stoll(kv["K"]), std::stoi(kv["gather_dim"]), l});
+            agmm_shard_shape(shapes.back().m, shapes.back().k, shapes.back().gather_dim, team.world());  // "divisible"
+          }
+      } else {
+        filters.push_back(std::move(kv));
+      }
+    }
+    if (shapes.empty() || !filters.empty())
+      for (const Shape& s : default_sweep()) {
+        if (!filters.empty() && std::none_of(filters.begin(), filters.end(), [&](auto& kv) { return matches(s, kv); }))
+          continue;
+        try {  // the sweep leaves out shapes this many ranks cannot split
+          agmm_shard_shape(s.m, s.k, s.gather_dim, team.world());
+        } catch (const Error&) {
+          continue;
+        }
+        shapes.push_back(s);
+      }
+    std::vector<Case> out;
+    for (const Shape& s : shapes) {
+      const int64_t bytes = s.m * s.n * 2;
+      if ((opt.min_bytes >= 0 && bytes < opt.min_bytes) || (opt.max_bytes >= 0 && bytes > opt.max_bytes)) continue;
+      Case c;
+      std::ostringstream label;
+      label << "M=" << s.m << " N=" << s.n << " K=" << s.k << " gd" << s.gather_dim << " " << gemm::layout_name(s.layout);
+      c.label = label.str();
+      c.size_bytes = bytes;
+      c.count = s.m * s.n;
+      c.type = gemm::dtype_name(dtype);
+      c.params = {{"M", s.m}, {"N", s.n}, {"K", s.k}, {"gather_dim", s.gather_dim}, {"layout", gemm::layout_name(s.layout)}};
+      max_m_ = std::max(max_m_, s.m);
+      max_k_ = std::max(max_k_, s.k);
+      out.push_back(std::move(c));
+    }
+    return out;
+  }
+
+  void setup(Team& team, const Case& c, const Options& opt) override {
+    team_ = &team;
+    cudaStream_t s = team.stream();
+    if (!plain_) {  // once: the ops' capacity covers every case of this run
+      AgmmConfig cfg;
+      cfg.max_m = std::max<int64_t>(max_m_, 1);
+      cfg.max_k = std::max<int64_t>(max_k_, 8);
+      // Tuning knobs of push without a rebuild (0 / unset: the per-shape choice).
+      cfg.push_ctas = int(env_int("TAXFREE_AGMM_PUSH_CTAS"));
+      cfg.col_chunk = env_int("TAXFREE_AGMM_COL_CHUNK");
+      plain_ = std::make_unique<AllGatherMatmul>(team, cfg);
+      cfg.bsp_symmetric = true;
+      sym_ = std::make_unique<AllGatherMatmul>(team, cfg);
+      gemm_rate_ = measure_gemm_rate(s);
+    }
+    const int w = team.world(), rank = team.rank();
+    a_ = {};
+    a_.m = c.params.at("M").get<int64_t>();
+    a_.n = c.params.at("N").get<int64_t>();
+    a_.k = c.params.at("K").get<int64_t>();
+    a_.gather_dim = c.params.at("gather_dim").get<int>();
+    a_.b_layout = c.params.at("layout").get<std::string>() == "nk" ? BLayout::NK : BLayout::KN;
+    a_.dtype = parse_dtype(opt.dtype);
+    shard_ = agmm_shard_shape(a_.m, a_.k, a_.gather_dim, w);
+    a_.lda_shard = shard_.cols;  // dense: NCCL can send it as it is
+    a_.ldb = a_.b_layout == BLayout::NK ? a_.k : a_.n;
+    a_.ldc = a_.n;
+    const int64_t shard_bytes = shard_.rows * shard_.cols * 2;
+    const int64_t b_rows = a_.b_layout == BLayout::NK ? a_.n : a_.k, b_cols = a_.b_layout == BLayout::NK ? a_.k : a_.n;
+
+    mark_ = team.heap().mark();
+    a_heap_ = team.heap().allocate(uint64_t(shard_bytes), 4096, "bench.agmm.a_shard");
+    recv_heap_ = team.heap().allocate(uint64_t(shard_bytes) * w, 4096, "bench.agmm.recv");
+    a_plain_.reset(size_t(shard_bytes));
+    recv_plain_.reset(size_t(shard_bytes) * w);
+    b_.reset(size_t(b_rows * a_.ldb * 2));
+    c_.reset(size_t(a_.m * a_.ldc * 2));
+    c_ref_.reset(size_t(a_.m * a_.ldc * 2));
+    a_ref_.reset(size_t(a_.m * a_.k * 2));
+
+    // Shard of rank r: fill_uniform(seed_r); every rank builds the whole expected gathered A.
+    seed_ = opt.seed ^ uint64_t(a_.m * 1000003 + a_.n * 1009 + a_.k * 7 + a_.gather_dim);
+    fill_uniform(a_heap_, shard_.rows, shard_.cols, shard_.cols, shard_seed(rank), a_.dtype, s);
+    TF_CUDA(cudaMemcpyAsync(a_plain_.p, a_heap_, size_t(shard_bytes), cudaMemcpyDeviceToDevice, s));
+    for (int r = 0; r < w; ++r) {
+      const int64_t off = a_.gather_dim == 0 ? r * shard_.rows * a_.k : r * shard_.cols;
+      fill_uniform(static_cast<char*>(a_ref_.p) + off * 2, shard_.rows, shard_.cols, a_.k, shard_seed(r), a_.dtype, s);
+    }
+    fill_uniform(b_.p, b_rows, b_cols, a_.ldb, seed_ * 31 + uint64_t(rank) + 17, a_.dtype, s);
+    gemm::cublaslt_launch(gathered_gemm(c_ref_.p), s);
+    team.sync(s);
+  }
+
+  void poison(cudaStream_t s) override {
+    TF_CUDA(cudaMemsetAsync(c_.p, 0xFF, size_t(a_.m * a_.ldc * 2), s));
+    plain_->fill_buffers(0xFF, s);
+    sym_->fill_buffers(0xFF, s);
+  }
+
+  void run(const std::string& v, cudaStream_t s) override {
+    AgmmArgs args = a_;
+    args.c = c_.p;
+    args.b = b_.p;
+    args.a_shard = a_heap_;
+    if (v == "bsp") {
+      args.a_shard = a_plain_.p;
+      last_ = plain_->launch(AgmmVariant::bsp, args, s);
+    } else if (v == "bsp-sym") {
+      last_ = sym_->launch(AgmmVariant::bsp, args, s);
+    } else if (v == "bsp-own") {
+      // NCCL at its best for the size (DESIGN.md: the window wins at small and mid sizes).
+      if (big_shard()) args.a_shard = a_plain_.p;
+      last_ = (big_shard() ? plain_ : sym_)->launch(AgmmVariant::bsp_own, args, s);
+    } else if (v == "decomposed" || v == "push" || v == "auto") {
+      last_ = plain_->launch(parse_agmm_variant(v), args, s);
+    } else if (v == "gemm-only") {
+      gemm::launch(gathered_gemm(c_.p), s);
+    } else if (v == "cublas-only") {
+      gemm::cublaslt_launch(gathered_gemm(c_.p), s);
+    } else if (v == "comm-only" || v == "comm-only-sym") {
+      const bool sym = v == "comm-only-sym";
+      auto& heap = team_->heap();
+      const void* send = sym ? heap.nccl_address(a_heap_) : a_plain_.p;
+      void* recv = sym ? heap.nccl_address(recv_heap_) : recv_plain_.p;
+      TF_NCCL(ncclAllGather(send, recv, size_t(shard_.rows * shard_.cols * 2), ncclUint8, team_->comm(), s));
+    } else {
+      TF_THROW(Status::InvalidArgument, "all_gather_matmul has no variant or part '" << v << "'");
+    }
+  }
+
+  int64_t check(const std::string&, cudaStream_t s) override {
+    const Tolerance tol = product_tolerance(a_.k, a_.dtype);
+    int64_t wrong = count_outside(c_.p, a_.ldc, c_ref_.p, a_.ldc, a_.m, a_.n, tol, a_.dtype, s);
+    wrong += count_sampled_wrong(gathered_gemm(c_.p), 1024, seed_ ^ 0x5A5A, tol, s);
+    wrong += count_diff_2d(last_.ptr, last_.ld, a_ref_.p, a_.k, a_.m, a_.k, s);
+    return wrong;
+  }
+
+  Figures figures(const Case& c, double seconds) const override {
+    const auto [m, n, k] = mnk(c);
+    Figures f;
+    f.tflops = 2.0 * m * n * k / seconds / 1e12;
+    f.algbw_gbs = m * k * 2 / seconds / 1e9;  // the gathered A
+    f.busbw_gbs = f.algbw_gbs * bus_factor("all_gather", team_->world());
+    return f;
+  }
+
+  Floor floor(const Case& c, const MachineRates& r) const override {
+    const auto [m, n, k] = mnk(c);
+    const double compute = gemm_rate_ > 0 ? 2.0 * m * n * k / gemm_rate_ : 0;
+    const double recv = m * k * 2.0 * (team_->world() - 1) / team_->world();
+    const double comm = r.nvlink_bytes_per_s > 0 ? recv / r.nvlink_bytes_per_s : 0;
+    return compute >= comm ? Floor{compute, "compute"} : Floor{comm, "nvlink"};
+  }
+
+  // DESIGN.md: bulk-synchronous = BSP - max(compute-only, comm-only), both at NCCL's / cuBLASLt's
+  // best; data locality = the gathered A written by NCCL and read back by the GEMM (plus, for
+  // gather_dim 1, the interleave pass) at the measured HBM rate; launch = BSP's kernels x launch cost.
+  Taxes taxes(const Case& c, const std::map<std::string, double>& t, const MachineRates& rates) const override {
+    auto best = [&](const char* x, const char* y) {
+      const bool hx = t.count(x), hy = t.count(y);
+      return hx && hy ? std::min(t.at(x), t.at(y)) : hx ? t.at(x) : hy ? t.at(y) : -1.0;
+    };
+    const auto [m, n, k] = mnk(c);
+    (void)n;
+    Taxes tx;
+    const double bsp = best("bsp", "bsp-sym"), comm = best("comm-only", "comm-only-sym");
+    if (bsp > 0 && comm > 0 && t.count("cublas-only")) tx.bulk_synchronous = bsp - std::max(t.at("cublas-only"), comm);
+    const bool gd1 = c.params.at("gather_dim").get<int>() == 1;
+    if (rates.hbm_bytes_per_s > 0) tx.data_locality = m * k * 2.0 * (gd1 ? 3 : 1) / rates.hbm_bytes_per_s;
+    tx.launch = (gd1 ? 3 : 2) * rates.launch_s;
+    return tx;
+  }
+
+  int launches(const std::string& v) const override {
+    const int w = team_ ? team_->world() : 2;
+    if (v == "bsp" || v == "bsp-sym" || v == "bsp-own") return a_.gather_dim == 1 ? 3 : 2;
+    if (v == "decomposed") return 2 + 3 * (w - 1) + (a_.gather_dim == 0 ? w + w - 1 : 2 + w - 1);
+    return 2;
+  }
+
+  void teardown() override {
+    for (DeviceBuffer* b : {&a_plain_, &recv_plain_, &b_, &c_, &c_ref_, &a_ref_}) b->release();
+    if (team_) team_->heap().release(mark_);
+  }
+
+ private:
+  static std::tuple<double, double, double> mnk(const Case& c) {
+    return {double(c.params.at("M").get<int64_t>()), double(c.params.at("N").get<int64_t>()),
+            double(c.params.at("K").get<int64_t>())};
+  }
+  uint64_t shard_seed(int r) const { return seed_ * 0x100000001B3ull + uint64_t(r) + 1; }
+  bool big_shard() const { return shard_.rows * shard_.cols * 2 >= (int64_t(32) << 20); }
+  gemm::GemmArgs gathered_gemm(void* c) const {
+    gemm::GemmArgs g;
+    g.a = a_ref_.p, g.lda = a_.k, g.b = b_.p, g.ldb = a_.ldb, g.c = c, g.ldc = a_.ldc;
+    g.m = a_.m, g.n = a_.n, g.k = a_.k, g.dtype = a_.dtype, g.b_layout = a_.b_layout;
+    return g;
+  }
+
+  Team* team_ = nullptr;
+  mutable int64_t max_m_ = 0, max_k_ = 0;
+  std::unique_ptr<AllGatherMatmul> plain_, sym_;
+  double gemm_rate_ = 0;
+  AgmmArgs a_;
+  ShardShape shard_{};
+  GatheredA last_;
+  uint64_t mark_ = 0, seed_ = 0;
+  void *a_heap_ = nullptr, *recv_heap_ = nullptr;
+  DeviceBuffer a_plain_, recv_plain_, b_, c_, c_ref_, a_ref_;
+};
+
+}  // namespace
+
+std::unique_ptr<OpBench> make_all_gather_matmul_bench() { return std::make_unique<AgmmBench>(); }
+
+}  // namespace taxfree::bench

@@ -1,0 +1,185 @@
+// all_gather_matmul host logic that needs no GPU: variant names, shard shapes, argument
+// validation, the push variant's plan and the `auto` choice table.
+#include <algorithm>
+#include <climits>
+#include <cstdint>
+#include <utility>
+
+#include "taxfree/kernels/gemm/tile_scheduler.cuh"
+#include "taxfree/ops/all_gather_matmul.h"
+#include "taxfree/runtime/error.h"
+
+namespace taxfree {
+
+namespace {
+
+constexpr int64_t kElem = 2;  // bf16 / fp16
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+// A row-major matrix operand: non-null, 16-byte aligned, stride >= its width and a multiple of
+// 16 bytes (TMA and the 16-byte copies need both).
+void check_matrix(const char* name, const void* p, const char* ld_name, int64_t ld, int64_t width,
+                  const char* width_name) {
+  TF_REQUIRE(p != nullptr, Status::InvalidArgument, "all_gather_matmul: " << name << " is null");
+  TF_REQUIRE(aligned16(p), Status::InvalidArgument,
+             "all_gather_matmul: " << name << " at " << p << " must be 16-byte aligned");
+  TF_REQUIRE(ld >= width, Status::InvalidArgument,
+             "all_gather_matmul: " << ld_name << "=" << ld << " must be >= " << width_name << "=" << width);
+  TF_REQUIRE(ld % 8 == 0, Status::InvalidArgument,
+             "all_gather_matmul: " << ld_name << "=" << ld << " elements must be a multiple of 8 (16-byte rows)");
+}
+
+// Bytes [begin, end) of a rows x cols matrix with stride ld.
+std::pair<uintptr_t, uintptr_t> span(const void* p, int64_t rows, int64_t cols, int64_t ld) {
+  const auto b = reinterpret_cast<uintptr_t>(p);
+  return {b, b + uintptr_t(((rows - 1) * ld + cols) * kElem)};
+}
+bool overlap(std::pair<uintptr_t, uintptr_t> x, std::pair<uintptr_t, uintptr_t> y) {
+  return std::max(x.first, y.first) < std::min(x.second, y.second);
+}
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+}  // namespace
+
+AgmmVariant parse_agmm_variant(const std::string& name) {
+  if (name == "bsp") return AgmmVariant::bsp;
+  if (name == "bsp-own") return AgmmVariant::bsp_own;
+  if (name == "decomposed") return AgmmVariant::decomposed;
+  if (name == "push") return AgmmVariant::push;
+  if (name == "auto") return AgmmVariant::automatic;
+  TF_REQUIRE(name != "pull" && name != "sm-specialized", Status::NotSupported,
+             "all_gather_matmul variant '" << name << "' is designed but not implemented");
+  TF_THROW(Status::InvalidArgument,
+           "unknown all_gather_matmul variant '" << name << "' (known: bsp, bsp-own, decomposed, push, auto)");
+}
+
+const char* variant_name(AgmmVariant v) {
+  switch (v) {
+    case AgmmVariant::bsp: return "bsp";
+    case AgmmVariant::bsp_own: return "bsp-own";
+    case AgmmVariant::decomposed: return "decomposed";
+    case AgmmVariant::push: return "push";
+    case AgmmVariant::automatic: return "auto";
+  }
+  return "unknown";
+}
+
+ShardShape agmm_shard_shape(int64_t m, int64_t k, int gather_dim, int world) {
+  TF_REQUIRE(world >= 1, Status::InvalidArgument, "all_gather_matmul: world=" << world << " must be >= 1");
+  TF_REQUIRE(gather_dim == 0 || gather_dim == 1, Status::InvalidArgument,
+             "all_gather_matmul: gather_dim=" << gather_dim << " must be 0 (rows) or 1 (columns)");
+  TF_REQUIRE(m >= 1 && k >= 1, Status::InvalidArgument,
+             "all_gather_matmul: sizes must be >= 1: M=" << m << " K=" << k);
+  TF_REQUIRE(m <= INT_MAX && k <= INT_MAX, Status::InvalidArgument,
+             "all_gather_matmul: sizes must be < 2^31: M=" << m << " K=" << k);
+  if (gather_dim == 0) {
+    TF_REQUIRE(m % world == 0, Status::InvalidArgument,
+               "all_gather_matmul: gather_dim 0 needs M divisible by the number of ranks: M=" << m << ", world="
+                                                                                              << world);
+    return {m / world, k, ceil_div(k, 8) * 8};
+  }
+  TF_REQUIRE(k % world == 0, Status::InvalidArgument,
+             "all_gather_matmul: gather_dim 1 needs K divisible by the number of ranks: K=" << k << ", world="
+                                                                                            << world);
+  TF_REQUIRE((k / world) % 8 == 0, Status::InvalidArgument,
+             "all_gather_matmul: gather_dim 1 needs K / world divisible by 8 (16-byte column blocks): K="
+                 << k << ", world=" << world << ", K / world=" << k / world);
+  return {m, k / world, k};
+}
+
+void validate_agmm_args(const AgmmArgs& a, int world, const AgmmConfig& cfg) {
+  TF_REQUIRE(a.dtype == gemm::DType::bf16 || a.dtype == gemm::DType::fp16, Status::InvalidArgument,
+             "all_gather_matmul: dtype " << int(a.dtype) << " is not bf16 or fp16");
+  TF_REQUIRE(a.b_layout == gemm::BLayout::NK || a.b_layout == gemm::BLayout::KN, Status::InvalidArgument,
+             "all_gather_matmul: B layout " << int(a.b_layout) << " is not nk or kn");
+  TF_REQUIRE(a.n >= 1 && a.n <= INT_MAX, Status::InvalidArgument, "all_gather_matmul: N=" << a.n << " out of range");
+  const ShardShape s = agmm_shard_shape(a.m, a.k, a.gather_dim, world);
+  TF_REQUIRE(a.m <= cfg.max_m && a.k <= cfg.max_k, Status::InvalidArgument,
+             "all_gather_matmul: M=" << a.m << " K=" << a.k << " exceed the op's capacity (max_m=" << cfg.max_m
+                                     << ", max_k=" << cfg.max_k << "); build the op with a larger AgmmConfig");
+  check_matrix("A_shard", a.a_shard, "lda_shard", a.lda_shard, s.cols, "its columns");
+  const bool nk = a.b_layout == gemm::BLayout::NK;
+  check_matrix("B", a.b, "ldb", a.ldb, nk ? a.k : a.n, nk ? "K" : "N");
+  check_matrix("C", a.c, "ldc", a.ldc, a.n, "N");
+  const auto c = span(a.c, a.m, a.n, a.ldc);
+  TF_REQUIRE(!overlap(c, span(a.a_shard, s.rows, s.cols, a.lda_shard)), Status::InvalidArgument,
+             "all_gather_matmul: C overlaps A_shard");
+  TF_REQUIRE(!overlap(c, nk ? span(a.b, a.n, a.k, a.ldb) : span(a.b, a.k, a.n, a.ldb)), Status::InvalidArgument,
+             "all_gather_matmul: C overlaps B");
+}
+
+PushPlan make_push_plan(const AgmmArgs& a, int world, const AgmmConfig& cfg, int num_sms) {
+  const ShardShape s = agmm_shard_shape(a.m, a.k, a.gather_dim, world);
+  // The push kernel needs SMs of its own (a GEMM CTA fills an SM). 4 SMs of 16-byte copies are
+  // estimated to keep one NVLink direction busy; more help only where the GEMM does not need
+  // them: take the most (up to 16) that leave the GEMM's wave count unchanged.
+  constexpr int kMinPush = 4, kMaxPush = 16;
+  PushPlan p;
+  if (cfg.push_ctas > 0) {
+    TF_REQUIRE(cfg.push_ctas < num_sms, Status::InvalidArgument,
+               "all_gather_matmul: push_ctas=" << cfg.push_ctas << " leaves no SM for the GEMM (" << num_sms << " SMs)");
+    p.push_ctas = cfg.push_ctas;
+    p.gemm = gemm::choose_gemm_config(a.m, a.n, a.k, a.dtype, a.b_layout, num_sms - p.push_ctas);
+  } else {
+    TF_REQUIRE(num_sms > kMinPush, Status::NotSupported,
+               "all_gather_matmul push needs more than " << kMinPush << " SMs (have " << num_sms << ")");
+    p.gemm = gemm::choose_gemm_config(a.m, a.n, a.k, a.dtype, a.b_layout, num_sms - kMinPush);
+    const gemm::TileGrid g = gemm::make_tile_grid(a.m, a.n, p.gemm.bm, p.gemm.bn, p.gemm.group_m);
+    const int64_t waves = ceil_div(g.tiles(), num_sms - kMinPush);
+    p.push_ctas = kMinPush;
+    for (int c = kMinPush + 1; c <= kMaxPush && c < num_sms; ++c)
+      if (ceil_div(g.tiles(), num_sms - c) == waves) p.push_ctas = c;
+  }
+  p.gemm.max_ctas = num_sms - p.push_ctas;
+
+  agmm::PieceGrid& g = p.grid;
+  g.world = world;
+  g.gather_dim = a.gather_dim;
+  g.m = a.m, g.k = a.k;
+  g.shard_rows = s.rows, g.shard_cols = s.cols;
+  g.row_chunk = p.gemm.bm;
+  if (cfg.col_chunk > 0) {
+    TF_REQUIRE(cfg.col_chunk % 64 == 0, Status::InvalidArgument,
+               "all_gather_matmul: col_chunk=" << cfg.col_chunk << " must be a multiple of 64 (one GEMM k-block)");
+    g.col_chunk = cfg.col_chunk;
+  } else {
+    // About 8 pieces across a shard: the GEMM can start on a piece's first k-blocks while the rest
+    // is in flight, at the cost of one flag check per piece per tile.
+    g.col_chunk = std::clamp<int64_t>(ceil_div(ceil_div(s.cols, 8), 64) * 64, 256, 4096);
+  }
+  g.row_chunks = ceil_div(g.shard_rows, g.row_chunk);
+  g.col_chunks = ceil_div(g.shard_cols, g.col_chunk);
+  // One GEMM wave covers about ctas / n_blocks m-blocks: send that many row chunks at a time.
+  const gemm::TileGrid tiles = gemm::make_tile_grid(a.m, a.n, p.gemm.bm, p.gemm.bn, p.gemm.group_m);
+  g.group_rows = std::max<int64_t>(1, ceil_div(std::min<int64_t>(tiles.tiles(), p.gemm.max_ctas), tiles.n_blocks));
+  return p;
+}
+
+namespace {
+// `auto`: the first row whose gather_dim matches and whose max_m >= M wins. Fill it from
+// `taxfree bench all_gather_matmul --json` (the fastest variant per case, never one slower than
+// bsp). Until measured: large tensor-parallel M splits cleanly into per-shard cuBLASLt calls that
+// hide the copy engine's transfer (decomposed); below that, and for K-sharded A, the per-piece
+// overlap of push.
+struct AutoRule {
+  int gather_dim;
+  int64_t max_m;
+  AgmmVariant variant;
+};
+constexpr AutoRule kAutoRules[] = {
+    {0, 2048, AgmmVariant::push},
+    {0, INT64_MAX, AgmmVariant::decomposed},
+    {1, INT64_MAX, AgmmVariant::push},
+};
+}  // namespace
+
+AgmmVariant choose_agmm_variant(int64_t m, int64_t n, int64_t k, int gather_dim, int world) {
+  (void)n, (void)k, (void)world;
+  for (const AutoRule& r : kAutoRules)
+    if (r.gather_dim == gather_dim && m <= r.max_m) return r.variant;
+  return AgmmVariant::bsp;
+}
+
+}  // namespace taxfree

@@ -1,0 +1,65 @@
+// Kernel launchers shared by the all_gather_matmul translation units (not a public contract).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "taxfree/device/fault.cuh"
+#include "taxfree/device/launch_sequence.cuh"
+#include "taxfree/device/symmetric_view.cuh"
+#include "taxfree/ops/all_gather_matmul_plan.h"
+#include "taxfree/ops/gemm.h"
+
+namespace taxfree::agmm {
+
+// Everything the push variant enqueues for one launch.
+struct PushLaunch {
+  dev::SymmetricView view;
+  const char* src = nullptr;   // A_shard
+  int64_t src_ld = 0;          // bytes
+  char* gathered = nullptr;    // this rank's gathered A (heap; the same offset on every rank)
+  int64_t ld = 0;              // bytes
+  uint64_t* ready = nullptr;   // heap, [world]: slot p = epoch at which rank p's gathered A is free
+  uint64_t* flags = nullptr;   // heap, [PieceGrid::flags()]
+  PieceGrid grid;
+  bool copy_local = true;      // false: A_shard already is this rank's slot (in place)
+  dev::LaunchSequence push_seq, gemm_seq;
+  dev::FaultContext fault;
+  int push_ctas = 0;
+  gemm::GemmArgs gemm;         // A = the gathered A
+  gemm::GemmConfig gemm_config;
+  int first_m = 0;             // RotatedOrder start: this rank's shard first
+};
+
+// The push kernel on `side` (push_ctas SMs) and the waiting GEMM on `main` (the rest), at once:
+// validates everything that can throw first, then forks `side` off `main` (event `fork`),
+// enqueues both and joins `side` back into `main` (event `join`).
+void enqueue_push(const PushLaunch& l, cudaStream_t main, cudaStream_t side, cudaEvent_t fork, cudaEvent_t join);
+
+// Loads the push kernel now: the GEMM of a peer waits for it, and a first launch that still needs
+// module loading waits for this device to go idle (lazy loading; see launcher.cc).
+void preload_push_kernel();
+void preload_small_kernels();
+
+// The decomposed variant's synchronization; `epoch` is the op's device counter. Only the main
+// stream runs kernels: a persistent cuBLASLt GEMM fills every SM, so a kernel queued on the side
+// stream would wait for it to end.
+// begin: epoch += 1, then a barrier of all ranks (nobody still uses the previous gathered A).
+void enqueue_begin(uint64_t* epoch, const dev::SymmetricView& view, uint64_t* barrier_slots,
+                   const dev::FaultContext& fault, cudaStream_t s);
+// wait: flag >= epoch (bounded: the team's deadline), naming `peer` and `site` if it gives up.
+void enqueue_wait(const uint64_t* flag, const uint64_t* epoch, const dev::FaultContext& fault, dev::WaitSite site,
+                  int peer, cudaStream_t s);
+// signal without an SM: the copy engine copies the epoch into `flag` (a peer's) once the stream's
+// earlier copies have completed (stream order), as cuStreamWriteValue after a copy would, but
+// with the value read on the device (CUDA-graph replay).
+void enqueue_signal_copy(uint64_t* flag, const uint64_t* epoch, cudaStream_t s);
+
+// gather_dim 1 BSP: dst[r, s * cols + c] = src[s][r][c] for the world blocks of rows x cols
+// (dense) that ncclAllGather produced; dst has row stride dst_ld elements. 16-bit elements, cols a
+// multiple of 8.
+void enqueue_interleave(const void* src, void* dst, int64_t dst_ld, int world, int64_t rows, int64_t cols,
+                        cudaStream_t s);
+
+}  // namespace taxfree::agmm

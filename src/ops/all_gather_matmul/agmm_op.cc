@@ -1,0 +1,272 @@
+// all_gather_matmul op object: buffers, flags and streams; validation; the bsp, decomposed and push
+// variants' host sides.
+#include <nccl.h>
+
+#include <algorithm>
+
+#include "agmm_internal.h"
+#include "taxfree/kernels/gemm/tile_scheduler.cuh"
+#include "taxfree/ops/all_gather_matmul.h"
+#include "taxfree/ops/cublaslt_gemm.h"
+#include "taxfree/runtime/error.h"
+#include "taxfree/runtime/team.h"
+
+namespace taxfree {
+
+namespace {
+constexpr int64_t kElem = 2;
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+bool overlap(const void* a, int64_t a_bytes, const void* b, int64_t b_bytes) {
+  const auto x = reinterpret_cast<uintptr_t>(a), y = reinterpret_cast<uintptr_t>(b);
+  return a_bytes > 0 && b_bytes > 0 && std::max(x, y) < std::min(x + uintptr_t(a_bytes), y + uintptr_t(b_bytes));
+}
+
+// Bytes a rows x cols matrix with stride ld spans from its first element.
+int64_t span_bytes(int64_t rows, int64_t cols, int64_t ld) { return ((rows - 1) * ld + cols) * kElem; }
+
+void copy_rows(void* dst, int64_t dst_ld, const void* src, int64_t src_ld, int64_t rows, int64_t cols, cudaStream_t s) {
+  TF_CUDA(cudaMemcpy2DAsync(dst, size_t(dst_ld * kElem), src, size_t(src_ld * kElem), size_t(cols * kElem),
+                            size_t(rows), cudaMemcpyDeviceToDevice, s));
+}
+}  // namespace
+
+struct AllGatherMatmul::Impl {
+  int64_t capacity_bytes = 0;        // each gathered / staging buffer
+  char* gathered = nullptr;          // heap: the gathered A of bsp-sym, decomposed and push
+  char* staging_sym = nullptr;       // heap: gather_dim 1 NCCL output (bsp_symmetric only)
+  char* gathered_plain = nullptr;    // device memory: bsp on plain buffers (!bsp_symmetric)
+  char* staging_plain = nullptr;
+  int64_t flag_capacity = 0;
+  uint64_t* push_ready = nullptr;    // heap [world]
+  uint64_t* push_flags = nullptr;    // heap [flag_capacity]
+  uint64_t* dec_barrier = nullptr;   // heap [world]: the begin barrier's slots
+  uint64_t* dec_arrived = nullptr;   // heap [world]: slot s = epoch of source s's shard
+  dev::LaunchSequence push_seq{}, gemm_seq{}, dec_seq{};  // dec_seq.counter is decomposed's epoch
+  cudaStream_t side = nullptr;       // the op's second stream (push kernel, copy-engine copies)
+  cudaEvent_t fork = nullptr, join = nullptr;
+};
+
+AllGatherMatmul::AllGatherMatmul(Team& team, AgmmConfig config)
+    : team_(team), config_(config), impl_(std::make_unique<Impl>()) {
+  TF_REQUIRE(config_.max_m >= 1 && config_.max_k >= 1, Status::InvalidArgument,
+             "all_gather_matmul: capacity max_m=" << config_.max_m << " max_k=" << config_.max_k << " must be >= 1");
+  TF_REQUIRE(config_.push_ctas >= 0 && config_.col_chunk >= 0, Status::InvalidArgument,
+             "all_gather_matmul: push_ctas=" << config_.push_ctas << " and col_chunk=" << config_.col_chunk
+                                             << " must be >= 0");
+  Impl& im = *impl_;
+  const uint64_t w = uint64_t(team.world());
+  im.capacity_bytes = config_.max_m * ceil_div(config_.max_k, 8) * 8 * kElem;
+  // Pieces are at least 64 x 64 (row_chunk = GEMM bm >= 64, col_chunk a multiple of 64).
+  im.flag_capacity = int64_t(w) * ceil_div(config_.max_m, 64) * ceil_div(config_.max_k, 64);
+  auto& heap = team.heap();
+  im.gathered = static_cast<char*>(heap.allocate(uint64_t(im.capacity_bytes), 4096, "all_gather_matmul.gathered"));
+  if (config_.bsp_symmetric)
+    im.staging_sym = static_cast<char*>(heap.allocate(uint64_t(im.capacity_bytes), 4096, "all_gather_matmul.staging"));
+  im.push_ready = heap.allocate_array<uint64_t>(w, "all_gather_matmul.push_ready");
+  im.push_flags = heap.allocate_array<uint64_t>(uint64_t(im.flag_capacity), "all_gather_matmul.push_flags");
+  im.dec_barrier = heap.allocate_array<uint64_t>(w, "all_gather_matmul.dec_barrier");
+  im.dec_arrived = heap.allocate_array<uint64_t>(w, "all_gather_matmul.dec_arrived");
+  TF_CUDA(cudaMemset(im.push_ready, 0, w * sizeof(uint64_t)));
+  TF_CUDA(cudaMemset(im.push_flags, 0, uint64_t(im.flag_capacity) * sizeof(uint64_t)));
+  TF_CUDA(cudaMemset(im.dec_barrier, 0, w * sizeof(uint64_t)));
+  TF_CUDA(cudaMemset(im.dec_arrived, 0, w * sizeof(uint64_t)));
+  if (!config_.bsp_symmetric) {
+    TF_CUDA(cudaMalloc(&im.gathered_plain, size_t(im.capacity_bytes)));
+    TF_CUDA(cudaMalloc(&im.staging_plain, size_t(im.capacity_bytes)));
+  }
+  im.push_seq = team.new_sequence();
+  im.gemm_seq = team.new_sequence();
+  im.dec_seq = team.new_sequence();
+  // The second stream at the highest priority: the data movers should never queue behind the GEMM.
+  int least = 0, greatest = 0;
+  TF_CUDA(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+  TF_CUDA(cudaStreamCreateWithPriority(&im.side, cudaStreamNonBlocking, greatest));
+  TF_CUDA(cudaEventCreateWithFlags(&im.fork, cudaEventDisableTiming));
+  TF_CUDA(cudaEventCreateWithFlags(&im.join, cudaEventDisableTiming));
+  agmm::preload_push_kernel();
+  agmm::preload_small_kernels();
+  TF_CUDA(cudaDeviceSynchronize());
+  // Flags must be zero on every rank before any peer may write into them.
+  team.host_barrier("all_gather_matmul.init");
+}
+
+AllGatherMatmul::~AllGatherMatmul() {
+  Impl& im = *impl_;
+  if (im.side) cudaStreamSynchronize(im.side);
+  if (im.fork) cudaEventDestroy(im.fork);
+  if (im.join) cudaEventDestroy(im.join);
+  if (im.side) cudaStreamDestroy(im.side);
+  if (im.gathered_plain) cudaFree(im.gathered_plain);
+  if (im.staging_plain) cudaFree(im.staging_plain);
+}
+
+void AllGatherMatmul::fill_buffers(int byte, cudaStream_t stream) {
+  const Impl& im = *impl_;
+  for (char* buf : {im.gathered, im.staging_sym, im.gathered_plain, im.staging_plain})
+    if (buf) TF_CUDA(cudaMemsetAsync(buf, byte, size_t(im.capacity_bytes), stream));
+}
+
+GatheredA AllGatherMatmul::local_slot(int64_t m, int64_t k, int gather_dim) const {
+  const ShardShape s = agmm_shard_shape(m, k, gather_dim, team_.world());
+  const int64_t r = team_.rank();
+  if (gather_dim == 0) return {impl_->gathered + r * s.rows * s.ld * kElem, s.ld};
+  return {impl_->gathered + r * s.cols * kElem, s.ld};
+}
+
+void AllGatherMatmul::validate(const AgmmArgs& a) const {
+  validate_agmm_args(a, team_.world(), config_);
+  const ShardShape s = agmm_shard_shape(a.m, a.k, a.gather_dim, team_.world());
+  const GatheredA slot = local_slot(a.m, a.k, a.gather_dim);
+  const bool in_place = a.a_shard == slot.ptr && a.lda_shard == slot.ld;
+  const int64_t a_bytes = span_bytes(s.rows, s.cols, a.lda_shard), c_bytes = span_bytes(a.m, a.n, a.ldc);
+  const Impl& im = *impl_;
+  for (const char* buf : {im.gathered, im.staging_sym, im.gathered_plain, im.staging_plain}) {
+    if (!buf) continue;
+    TF_REQUIRE(in_place || !overlap(a.a_shard, a_bytes, buf, im.capacity_bytes), Status::InvalidArgument,
+               "all_gather_matmul: A_shard overlaps the op's gathered / staging buffers (only local_slot() with "
+               "its stride is allowed)");
+    TF_REQUIRE(!overlap(a.c, c_bytes, buf, im.capacity_bytes), Status::InvalidArgument,
+               "all_gather_matmul: C overlaps the op's gathered / staging buffers");
+  }
+}
+
+GatheredA AllGatherMatmul::launch(AgmmVariant variant, const AgmmArgs& args, cudaStream_t stream) {
+  validate(args);
+  if (variant == AgmmVariant::automatic)
+    variant = choose_agmm_variant(args.m, args.n, args.k, args.gather_dim, team_.world());
+  switch (variant) {
+    case AgmmVariant::bsp: return launch_bsp(args, false, stream);
+    case AgmmVariant::bsp_own: return launch_bsp(args, true, stream);
+    case AgmmVariant::decomposed: return launch_decomposed(args, stream);
+    case AgmmVariant::push: return launch_push(args, stream);
+    case AgmmVariant::automatic: break;
+  }
+  TF_THROW(Status::InvalidArgument, "all_gather_matmul: variant " << int(variant) << " is not a variant");
+}
+
+namespace {
+gemm::GemmArgs gemm_args(const AgmmArgs& a, const void* gathered, int64_t ld) {
+  gemm::GemmArgs g;
+  g.a = gathered, g.lda = ld, g.b = a.b, g.ldb = a.ldb, g.c = a.c, g.ldc = a.ldc;
+  g.m = a.m, g.n = a.n, g.k = a.k, g.dtype = a.dtype, g.b_layout = a.b_layout;
+  return g;
+}
+}  // namespace
+
+// ncclAllGather into the gathered A (gather_dim 0) or into [world][m][k / world] staging plus an
+// interleave pass (gather_dim 1), then one GEMM. NCCL's send buffer is A_shard itself when it is
+// dense (and, for the symmetric path, in the window); otherwise the shard is packed into this
+// rank's slot first and gathered in place.
+GatheredA AllGatherMatmul::launch_bsp(const AgmmArgs& a, bool own_gemm, cudaStream_t s) {
+  const ShardShape sh = agmm_shard_shape(a.m, a.k, a.gather_dim, team_.world());
+  const bool sym = config_.bsp_symmetric;
+  Impl& im = *impl_;
+  auto& heap = team_.heap();
+  char* gathered = sym ? im.gathered : im.gathered_plain;
+  char* recv = a.gather_dim == 0 ? gathered : (sym ? im.staging_sym : im.staging_plain);
+  const int64_t row_ld = a.gather_dim == 0 ? sh.ld : sh.cols;  // of one shard inside recv
+  const int64_t bytes = sh.rows * row_ld * kElem;               // per rank
+  char* slot = recv + team_.rank() * bytes;
+  const bool dense = a.lda_shard == row_ld && row_ld == sh.cols;
+  const void* send = a.a_shard;
+  if (a.a_shard != slot || a.lda_shard != row_ld) {
+    if (!dense || (sym && !heap.contains(a.a_shard, uint64_t(bytes)))) {
+      copy_rows(slot, row_ld, a.a_shard, a.lda_shard, sh.rows, sh.cols, s);
+      send = slot;
+    }
+  }
+  TF_NCCL(ncclAllGather(sym ? heap.nccl_address(send) : send, sym ? heap.nccl_address(recv) : recv, size_t(bytes),
+                        ncclUint8, team_.comm(), s));
+  if (a.gather_dim == 1) agmm::enqueue_interleave(recv, gathered, sh.ld, team_.world(), sh.rows, sh.cols, s);
+  const gemm::GemmArgs g = gemm_args(a, gathered, sh.ld);
+  if (own_gemm) gemm::launch(g, s);
+  else gemm::cublaslt_launch(g, s);
+  return {gathered, sh.ld};
+}
+
+// The copy engine moves the data and writes the arrival flags; no SM waits for a peer while
+// cuBLASLt runs. Main stream: a begin barrier (every rank is in this launch, so every gathered A
+// is free), then cuBLASLt on this rank's shard straight from A_shard, then on each arriving shard,
+// rank+1, rank+2, ... (gather_dim 0). Side stream: the shard into every peer's slot, peers rank-1,
+// rank-2, ... (the one that consumes this shard soonest first), each followed by its arrival flag,
+// then into this rank's own slot (gather_dim 0: only for the returned gathered A).
+GatheredA AllGatherMatmul::launch_decomposed(const AgmmArgs& a, cudaStream_t s) {
+  const ShardShape sh = agmm_shard_shape(a.m, a.k, a.gather_dim, team_.world());
+  Impl& im = *impl_;
+  const auto& view = team_.view();
+  const int w = team_.world(), rank = team_.rank();
+  const GatheredA slot = local_slot(a.m, a.k, a.gather_dim);
+  const bool in_place = a.a_shard == slot.ptr && a.lda_shard == slot.ld;
+  uint64_t* epoch = im.dec_seq.counter;
+  const dev::FaultContext fault = team_.fault();
+  gemm::validate(gemm_args(a, im.gathered, sh.ld), gemm::GemmConfig{});  // before anything is enqueued
+
+  agmm::enqueue_begin(epoch, view, im.dec_barrier, fault, s);
+  TF_CUDA(cudaEventRecord(im.fork, s));
+  TF_CUDA(cudaStreamWaitEvent(im.side, im.fork, 0));
+  for (int i = 1; i < w; ++i) {
+    const int q = (rank - i + w) % w;
+    copy_rows(view.peer(const_cast<void*>(slot.ptr), q), slot.ld, a.a_shard, a.lda_shard, sh.rows, sh.cols, im.side);
+    agmm::enqueue_signal_copy(view.peer(im.dec_arrived, q) + rank, epoch, im.side);
+  }
+  if (!in_place && a.gather_dim == 0)  // last: nothing waits for it but the returned gathered A
+    copy_rows(const_cast<void*>(slot.ptr), slot.ld, a.a_shard, a.lda_shard, sh.rows, sh.cols, im.side);
+  TF_CUDA(cudaEventRecord(im.join, im.side));
+
+  if (a.gather_dim == 0) {
+    gemm::GemmArgs g = gemm_args(a, a.a_shard, a.lda_shard);
+    g.m = sh.rows;
+    g.c = static_cast<char*>(a.c) + rank * sh.rows * a.ldc * kElem;
+    gemm::cublaslt_launch(g, s);
+    for (int i = 1; i < w; ++i) {
+      const int src = (rank + i) % w;
+      agmm::enqueue_wait(im.dec_arrived + src, epoch, fault, dev::WaitSite::all_gather_data, src, s);
+      g.a = im.gathered + src * sh.rows * sh.ld * kElem;
+      g.lda = sh.ld;
+      g.c = static_cast<char*>(a.c) + src * sh.rows * a.ldc * kElem;
+      gemm::cublaslt_launch(g, s);
+    }
+  } else {
+    // Every k-block needs every source: no per-shard split without a split-K sum.
+    if (!in_place) copy_rows(const_cast<void*>(slot.ptr), slot.ld, a.a_shard, a.lda_shard, sh.rows, sh.cols, s);
+    for (int i = 1; i < w; ++i) {
+      const int src = (rank + i) % w;
+      agmm::enqueue_wait(im.dec_arrived + src, epoch, fault, dev::WaitSite::all_gather_data, src, s);
+    }
+    gemm::cublaslt_launch(gemm_args(a, im.gathered, sh.ld), s);
+  }
+  TF_CUDA(cudaStreamWaitEvent(s, im.join, 0));
+  return {im.gathered, sh.ld};
+}
+
+GatheredA AllGatherMatmul::launch_push(const AgmmArgs& a, cudaStream_t s) {
+  const PushPlan plan = make_push_plan(a, team_.world(), config_, team_.sm_count());
+  Impl& im = *impl_;
+  TF_REQUIRE(plan.grid.flags() <= im.flag_capacity, Status::Internal,
+             "all_gather_matmul: " << plan.grid.flags() << " piece flags exceed the " << im.flag_capacity
+                                   << " allocated");
+  const GatheredA slot = local_slot(a.m, a.k, a.gather_dim);
+  agmm::PushLaunch l;
+  l.view = team_.view();
+  l.src = static_cast<const char*>(a.a_shard);
+  l.src_ld = a.lda_shard * kElem;
+  l.gathered = im.gathered;
+  l.ld = slot.ld * kElem;
+  l.ready = im.push_ready;
+  l.flags = im.push_flags;
+  l.grid = plan.grid;
+  l.copy_local = !(a.a_shard == slot.ptr && a.lda_shard == slot.ld);
+  l.push_seq = im.push_seq;
+  l.gemm_seq = im.gemm_seq;
+  l.fault = team_.fault();
+  l.push_ctas = plan.push_ctas;
+  l.gemm = gemm_args(a, im.gathered, slot.ld);
+  l.gemm_config = plan.gemm;
+  l.first_m = a.gather_dim == 0 ? gemm::rank_first_m_block(a.m, plan.gemm.bm, team_.rank(), team_.world()) : 0;
+  agmm::enqueue_push(l, s, im.side, im.fork, im.join);
+  return {im.gathered, slot.ld};
+}
+
+}  // namespace taxfree

@@ -1,0 +1,70 @@
+// The GEMM's A-ready policy of all_gather_matmul `push` (kernels/gemm/policies.cuh, "Ready"): before
+// the producer's TMA load of A's k-block kb of a tile, wait until every piece of the gathered A
+// under the tile's rows and that k-block's columns has landed (its flag >= this launch's epoch),
+// each piece once per tile, at the first k-block that reads it.
+//
+// Epoch without the host (CUDA-graph replay): the policy keeps its own launch sequence. Every
+// wait reads e = counter + 1; the producer that finishes the last k-block wait of a tile counts
+// the tile, and whoever counts the launch's last tile stores e (and resets the count). Each
+// producer's reads precede its own counts, so every read of a launch happens before the store;
+// the next launch starts after this GEMM has ended. The push kernel of the same launch counts its
+// own sequence, so both arrive at the same e.
+//
+// Relies on the engine calling wait() for every k-block of every tile, in k order, from one
+// producer thread per CTA (policies.cuh). If that changes, the count never completes and the
+// next launch waits for a stale epoch: a timeout with a diagnostic, never a silent wrong result.
+#pragma once
+
+#include <cstdint>
+
+#include "taxfree/device/fault.cuh"
+#include "taxfree/device/launch_sequence.cuh"
+#include "taxfree/device/signal.cuh"
+#include "taxfree/kernels/gemm/tile_scheduler.cuh"  // TileCoord
+#include "taxfree/ops/all_gather_matmul_plan.h"
+
+namespace taxfree::agmm {
+
+struct PieceReady {
+  struct Params {
+    const uint64_t* flags = nullptr;  // this rank's, PieceGrid::flag_index order
+    PieceGrid pieces;
+    int bm = 128;                     // the GEMM's tile rows
+    int k_blocks = 1;                 // ceil(k / 64)
+    uint32_t tiles = 0;               // output tiles of the GEMM
+    int present_source = -1;          // a source whose pieces are in place before the launch, or -1
+    dev::LaunchSequence seq;          // this policy's own launch counter; `finished` counts tiles
+    dev::FaultContext fault;
+  };
+
+#ifdef __CUDACC__
+  __device__ static void wait(const Params& p, gemm::TileCoord tile, int kb) {
+    // The epoch is read only where it is needed: most k-blocks start no new piece, and a global
+    // load per k-block would slow the producer of small tiles.
+    uint64_t epoch = 0;
+    auto current = [&] {
+      if (epoch == 0) epoch = dev::load<dev::Sem::relaxed, dev::Scope::gpu>(p.seq.counter) + 1;
+      return epoch;
+    };
+    const int64_t r_lo = int64_t(tile.m) * p.bm, c_lo = int64_t(kb) * 64;
+    const int64_t r_hi = r_lo + p.bm < p.pieces.m ? r_lo + p.bm : p.pieces.m;
+    const int64_t c_hi = c_lo + 64 < p.pieces.k ? c_lo + 64 : p.pieces.k;
+    bool waited = false;
+    for_each_piece(p.pieces, r_lo, r_hi, c_lo, c_hi, [&](int source, int64_t flag) {
+      if (source == p.present_source) return;  // written before the launch (stream order)
+      // P4: acquire the piece's flag; a false return (deadline, abort) is recorded for the host,
+      // and the GEMM finishes on whatever A holds.
+      dev::wait_geq(p.flags + flag, current(), p.fault, dev::WaitSite::gemm_a_ready, source);
+      waited = true;
+    });
+    if (waited) dev::fence_proxy_async_global();  // P4: generic-proxy writes -> TMA reads
+    if (kb == p.k_blocks - 1 &&
+        dev::fetch_add<dev::Sem::acq_rel, dev::Scope::gpu>(p.seq.finished, 1u) == p.tiles - 1) {
+      dev::store<dev::Sem::relaxed, dev::Scope::gpu>(p.seq.finished, 0u);
+      dev::store<dev::Sem::relaxed, dev::Scope::gpu>(p.seq.counter, current());
+    }
+  }
+#endif
+};
+
+}  // namespace taxfree::agmm

@@ -1,0 +1,229 @@
+// all_gather_matmul host logic without a GPU: shard shapes and the "divisible" errors, the piece
+// grid and send order of the push variant for 2, 3, 4 and 8 ranks, the A-ready wait's mapping from
+// (tile, k-block) to pieces, argument validation, variant names and the auto table.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <functional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "taxfree/ops/all_gather_matmul.h"
+#include "taxfree/runtime/error.h"
+
+namespace taxfree {
+namespace {
+
+void expect_error(const std::function<void()>& fn, Status status, const std::string& needle) {
+  try {
+    fn();
+    ADD_FAILURE() << "no error; expected one naming '" << needle << "'";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.status(), status) << e.what();
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+  }
+}
+
+const int kWorlds[] = {2, 3, 4, 8};
+
+TEST(AgmmShards, ShapesForEveryWorld) {
+  for (int w : kWorlds) {
+    const ShardShape r = agmm_shard_shape(int64_t(w) * 500, 1001, 0, w);
+    EXPECT_EQ(r.rows, 500);
+    EXPECT_EQ(r.cols, 1001);
+    EXPECT_EQ(r.ld, 1008);  // 16-byte rows
+    const ShardShape c = agmm_shard_shape(999, int64_t(w) * 504, 1, w);
+    EXPECT_EQ(c.rows, 999);
+    EXPECT_EQ(c.cols, 504);
+    EXPECT_EQ(c.ld, int64_t(w) * 504);
+  }
+}
+
+TEST(AgmmShards, ShapesThatCannotSplitNameDivisible) {
+  expect_error([] { agmm_shard_shape(1001, 8192, 0, 2); }, Status::InvalidArgument, "divisible");
+  expect_error([] { agmm_shard_shape(1024, 8192, 0, 3); }, Status::InvalidArgument, "divisible");
+  expect_error([] { agmm_shard_shape(1024, 1001, 1, 2); }, Status::InvalidArgument, "divisible");
+  expect_error([] { agmm_shard_shape(1024, 1000, 1, 2); }, Status::InvalidArgument, "divisible by 8");
+  expect_error([] { agmm_shard_shape(1024, 8192, 2, 2); }, Status::InvalidArgument, "gather_dim");
+  expect_error([] { agmm_shard_shape(0, 8192, 0, 2); }, Status::InvalidArgument, ">= 1");
+}
+
+// Small but awkward shapes: shards not multiples of the tile, K not a multiple of the k-block.
+struct GridCase {
+  int64_t m, n, k;
+  int gather_dim;
+};
+std::vector<GridCase> grid_cases(int w) {
+  return {{int64_t(w) * 500, 1000, 1001, 0}, {int64_t(w) * 64, 512, 640, 0}, {int64_t(w) * 4096, 4096, 8192, 0},
+          {999, 1000, int64_t(w) * 504, 1},  {1, 3584, int64_t(w) * 4096, 1}, {1024, 3584, 8192 / 2 * w, 1}};
+}
+
+AgmmArgs args_for(const GridCase& c) {
+  AgmmArgs a;
+  a.m = c.m, a.n = c.n, a.k = c.k, a.gather_dim = c.gather_dim;
+  return a;
+}
+
+TEST(AgmmPieces, EveryElementOfTheGatheredAInExactlyOnePieceOfItsSource) {
+  for (int w : kWorlds)
+    for (const GridCase& c : grid_cases(w))
+      for (int64_t chunk : {int64_t(0), int64_t(64), int64_t(192)}) {
+        if (c.m * c.k > 40'000'000) continue;
+        AgmmConfig cfg;
+        cfg.col_chunk = chunk;
+        const agmm::PieceGrid g = make_push_plan(args_for(c), w, cfg, 132).grid;
+        EXPECT_EQ(g.col_chunk % 64, 0);
+        std::vector<uint8_t> seen(size_t(c.m * c.k), 0);
+        std::set<int64_t> flags;
+        for (int s = 0; s < w; ++s)
+          for (int64_t i = 0; i < g.row_chunks; ++i)
+            for (int64_t j = 0; j < g.col_chunks; ++j) {
+              const agmm::Piece p = g.piece(i, j);
+              ASSERT_GT(p.rows, 0);
+              ASSERT_GT(p.cols, 0);
+              ASSERT_LE(p.r0 + p.rows, g.shard_rows);
+              ASSERT_LE(p.c0 + p.cols, g.shard_cols);
+              const int64_t f = g.flag_index(s, i, j);
+              ASSERT_TRUE(f >= 0 && f < g.flags());
+              ASSERT_TRUE(flags.insert(f).second) << "flag index used twice";
+              for (int64_t r = 0; r < p.rows; ++r)
+                for (int64_t cc = 0; cc < p.cols; ++cc) ++seen[size_t((g.row0(s) + p.r0 + r) * c.k + g.col0(s) + p.c0 + cc)];
+            }
+        ASSERT_TRUE(std::all_of(seen.begin(), seen.end(), [](uint8_t v) { return v == 1; }))
+            << "world " << w << " M=" << c.m << " K=" << c.k << " gd" << c.gather_dim;
+      }
+}
+
+TEST(AgmmPieces, SendOrderIsABijectionAndPeersGoRankMinusOneFirst) {
+  for (int w : kWorlds)
+    for (const GridCase& c : grid_cases(w)) {
+      const agmm::PieceGrid g = make_push_plan(args_for(c), w, AgmmConfig{}, 132).grid;
+      std::set<std::pair<int64_t, int64_t>> pieces;
+      for (int64_t t = 0; t < g.pieces(); ++t) {
+        const agmm::Piece p = g.piece_in_order(t);
+        ASSERT_TRUE(p.i >= 0 && p.i < g.row_chunks && p.j >= 0 && p.j < g.col_chunks);
+        ASSERT_TRUE(pieces.insert({p.i, p.j}).second);
+      }
+      for (int rank = 0; rank < w; ++rank)
+        for (bool local : {false, true}) {
+          std::set<std::pair<int, int64_t>> items;
+          std::vector<int> first_seen;
+          std::vector<int64_t> last_t(size_t(w), -1);
+          for (int64_t x = 0; x < agmm::push_items(g, local); ++x) {
+            const agmm::PushItem it = agmm::push_item(g, rank, local, x);
+            ASSERT_TRUE(it.target >= 0 && it.target < w);
+            ASSERT_TRUE(local || it.target != rank);
+            ASSERT_TRUE(items.insert({it.target, it.t}).second);
+            ASSERT_EQ(it.t, last_t[size_t(it.target)] + 1) << "each target gets the pieces in send order";
+            last_t[size_t(it.target)] = it.t;
+            if (std::find(first_seen.begin(), first_seen.end(), it.target) == first_seen.end())
+              first_seen.push_back(it.target);
+          }
+          ASSERT_EQ(int64_t(items.size()), (w - 1 + (local ? 1 : 0)) * g.pieces());
+          std::vector<int> want;
+          if (local) want.push_back(rank);
+          for (int i = 1; i < w; ++i) want.push_back((rank - i + w) % w);
+          EXPECT_EQ(first_seen, want) << "world " << w << " rank " << rank;
+          // gather_dim 0: the local copy and rank-1 share the head, the others follow one by one.
+          if (c.gather_dim == 0 && w > 2) {
+            const int64_t head = (local ? 2 : 1) * g.pieces();
+            EXPECT_EQ(agmm::push_item(g, rank, local, head).target, (rank - 2 + w) % w);
+          }
+        }
+    }
+}
+
+// The GEMM producer walks each tile's k-blocks in order; over one tile it must wait for every piece
+// under the tile's rows exactly once, and for nothing else.
+TEST(AgmmPieces, ReadyWaitVisitsEachPieceUnderATileOnce) {
+  for (int w : kWorlds)
+    for (const GridCase& c : grid_cases(w))
+      for (int bm : {64, 128}) {
+        AgmmConfig cfg;
+        const agmm::PieceGrid g = make_push_plan(args_for(c), w, cfg, 132).grid;
+        for (int64_t r_lo = 0; r_lo < c.m; r_lo += bm) {
+          const int64_t r_hi = std::min(c.m, r_lo + bm);
+          std::vector<int> visits(size_t(g.flags()), 0);
+          for (int64_t kb = 0; kb * 64 < c.k; ++kb)
+            agmm::for_each_piece(g, r_lo, r_hi, kb * 64, std::min(c.k, kb * 64 + 64), [&](int s, int64_t f) {
+              ASSERT_EQ(f / g.pieces(), s);
+              ++visits[size_t(f)];
+            });
+          for (int s = 0; s < w; ++s)
+            for (int64_t i = 0; i < g.row_chunks; ++i)
+              for (int64_t j = 0; j < g.col_chunks; ++j) {
+                const agmm::Piece p = g.piece(i, j);
+                const int64_t pr0 = g.row0(s) + p.r0;
+                const bool under = pr0 < r_hi && pr0 + p.rows > r_lo;
+                ASSERT_EQ(visits[size_t(g.flag_index(s, i, j))], under ? 1 : 0)
+                    << "world " << w << " M=" << c.m << " K=" << c.k << " gd" << c.gather_dim << " rows [" << r_lo
+                    << ", " << r_hi << ") piece (" << s << ", " << i << ", " << j << ")";
+              }
+        }
+      }
+}
+
+TEST(AgmmPlan, PushLeavesTheGemmItsWavesAndNamesItsSms) {
+  AgmmArgs a = args_for({8192, 4096, 8192, 0});
+  const PushPlan p = make_push_plan(a, 2, AgmmConfig{}, 132);
+  EXPECT_GE(p.push_ctas, 4);
+  EXPECT_LE(p.push_ctas, 16);
+  EXPECT_EQ(p.gemm.max_ctas, 132 - p.push_ctas);
+  a = args_for({2, 3584, 8192, 1});
+  EXPECT_EQ(make_push_plan(a, 2, AgmmConfig{}, 132).push_ctas, 16);  // a few tiles: SMs to spare
+  AgmmConfig cfg;
+  cfg.push_ctas = 132;
+  expect_error([&] { make_push_plan(a, 2, cfg, 132); }, Status::InvalidArgument, "push_ctas");
+  cfg.push_ctas = 0;
+  cfg.col_chunk = 100;
+  expect_error([&] { make_push_plan(a, 2, cfg, 132); }, Status::InvalidArgument, "multiple of 64");
+}
+
+alignas(256) uint16_t g_mem[1 << 16];
+
+AgmmArgs valid_args() {
+  AgmmArgs a;
+  a.m = 256, a.n = 64, a.k = 64, a.gather_dim = 0;
+  a.a_shard = g_mem, a.lda_shard = 64;            // [128, 64]
+  a.b = g_mem + 8192, a.ldb = 64;                 // [64, 64] nk
+  a.c = g_mem + 16384, a.ldc = 64;                // [256, 64]
+  return a;
+}
+
+TEST(AgmmValidation, RejectsBadArgumentsNamingThem) {
+  const AgmmConfig cfg;
+  validate_agmm_args(valid_args(), 2, cfg);  // the baseline is fine
+  auto bad = [&](const char* needle, auto edit) {
+    AgmmArgs a = valid_args();
+    edit(a);
+    expect_error([&] { validate_agmm_args(a, 2, cfg); }, Status::InvalidArgument, needle);
+  };
+  bad("divisible", [](AgmmArgs& a) { a.m = 255; });
+  bad("A_shard is null", [](AgmmArgs& a) { a.a_shard = nullptr; });
+  bad("16-byte aligned", [](AgmmArgs& a) { a.a_shard = g_mem + 1; });
+  bad("lda_shard", [](AgmmArgs& a) { a.lda_shard = 32; });
+  bad("multiple of 8", [](AgmmArgs& a) { a.lda_shard = 68; });
+  bad("ldb", [](AgmmArgs& a) { a.ldb = 8; });
+  bad("ldc", [](AgmmArgs& a) { a.ldc = 60; });
+  bad("C overlaps A_shard", [](AgmmArgs& a) { a.c = g_mem + 64; });
+  bad("C overlaps B", [](AgmmArgs& a) { a.c = g_mem + 8192; });
+  bad("capacity", [](AgmmArgs& a) { a.m = 32768, a.c = g_mem + 16384; });
+  bad("dtype", [](AgmmArgs& a) { a.dtype = gemm::DType(7); });
+  bad("layout", [](AgmmArgs& a) { a.b_layout = gemm::BLayout(7); });
+  bad("gather_dim", [](AgmmArgs& a) { a.gather_dim = 2; });
+}
+
+TEST(AgmmVariants, NamesRoundTripAndUnbuiltOnesAreNotSupported) {
+  for (AgmmVariant v : {AgmmVariant::bsp, AgmmVariant::bsp_own, AgmmVariant::decomposed, AgmmVariant::push,
+                        AgmmVariant::automatic})
+    EXPECT_EQ(parse_agmm_variant(variant_name(v)), v);
+  expect_error([] { parse_agmm_variant("pull"); }, Status::NotSupported, "not implemented");
+  expect_error([] { parse_agmm_variant("bogus"); }, Status::InvalidArgument, "unknown");
+  for (int gd : {0, 1})
+    for (int64_t m : {1, 1024, 16384}) EXPECT_NE(choose_agmm_variant(m, 4096, 8192, gd, 2), AgmmVariant::automatic);
+}
+
+}  // namespace
+}  // namespace taxfree
