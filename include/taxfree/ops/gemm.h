@@ -81,7 +81,10 @@ void validate(const GemmArgs& args, const GemmConfig& cfg);
 
 // Tile configuration for a shape: the compiled config with the least estimated time on a GPU with
 // `num_sms` SMs (H200/H100 SXM: 132), and a group_m that keeps one wave's A and B panels small.
-GemmConfig choose_gemm_config(int64_t m, int64_t n, int64_t k, DType dtype, BLayout b_layout, int num_sms = 132);
+// `allow_split_k` false restricts the choice to whole tiles (what kernels with an A-ready policy
+// need: split-K runs only with AlwaysReady).
+GemmConfig choose_gemm_config(int64_t m, int64_t n, int64_t k, DType dtype, BLayout b_layout, int num_sms = 132,
+                              bool allow_split_k = true);
 
 void launch(const GemmArgs& args, const GemmConfig& cfg, cudaStream_t stream);
 // With choose_gemm_config for this device.

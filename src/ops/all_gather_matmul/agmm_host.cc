@@ -121,11 +121,12 @@ PushPlan make_push_plan(const AgmmArgs& a, int world, const AgmmConfig& cfg, int
     TF_REQUIRE(cfg.push_ctas < num_sms, Status::InvalidArgument,
                "all_gather_matmul: push_ctas=" << cfg.push_ctas << " leaves no SM for the GEMM (" << num_sms << " SMs)");
     p.push_ctas = cfg.push_ctas;
-    p.gemm = gemm::choose_gemm_config(a.m, a.n, a.k, a.dtype, a.b_layout, num_sms - p.push_ctas);
+    p.gemm = gemm::choose_gemm_config(a.m, a.n, a.k, a.dtype, a.b_layout, num_sms - p.push_ctas, false);
   } else {
     TF_REQUIRE(num_sms > kMinPush, Status::NotSupported,
                "all_gather_matmul push needs more than " << kMinPush << " SMs (have " << num_sms << ")");
-    p.gemm = gemm::choose_gemm_config(a.m, a.n, a.k, a.dtype, a.b_layout, num_sms - kMinPush);
+    // Whole tiles only: the A-ready wait runs with whole tiles (split-K needs AlwaysReady).
+    p.gemm = gemm::choose_gemm_config(a.m, a.n, a.k, a.dtype, a.b_layout, num_sms - kMinPush, false);
     const gemm::TileGrid g = gemm::make_tile_grid(a.m, a.n, p.gemm.bm, p.gemm.bn, p.gemm.group_m);
     const int64_t waves = ceil_div(g.tiles(), num_sms - kMinPush);
     p.push_ctas = kMinPush;

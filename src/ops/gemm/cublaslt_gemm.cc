@@ -80,6 +80,12 @@ std::unique_ptr<Plan> make_plan(cublasLtHandle_t handle, const GemmArgs& g) {
   TF_CUBLAS(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof(al_b)));
   TF_CUBLAS(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_c, sizeof(al_c)));
   TF_CUBLAS(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_c, sizeof(al_c)));
+  // Split-K partials are summed in fp32 (in place or in the compute type), never rounded to the
+  // 16-bit output type between partial sums: on H200, bf16 M=500..1000 K=1001 shapes otherwise came
+  // back 5 ulps off the fp64 reference (r6 in docs/PERFORMANCE.md).
+  const uint32_t reduction = CUBLASLT_REDUCTION_SCHEME_INPLACE | CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+  TF_CUBLAS(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &reduction,
+                                                 sizeof(reduction)));
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
   TF_CUBLAS(cublasLtMatmulAlgoGetHeuristic(handle, p->op, p->a, p->b, p->c, p->c, pref, 1, &result, &found));

@@ -112,7 +112,8 @@ int choose_group_m(int bm_eff, int bn, int64_t m, int64_t n, int64_t active_tile
 
 }  // namespace
 
-GemmConfig choose_gemm_config(int64_t m, int64_t n, int64_t k, DType dtype, BLayout b_layout, int num_sms) {
+GemmConfig choose_gemm_config(int64_t m, int64_t n, int64_t k, DType dtype, BLayout b_layout, int num_sms,
+                              bool allow_split_k) {
   (void)dtype;  // bf16 and fp16 run at the same rate
   m = std::max<int64_t>(m, 1), n = std::max<int64_t>(n, 1), k = std::max<int64_t>(k, 1);
   num_sms = std::max(num_sms, 1);
@@ -125,7 +126,7 @@ GemmConfig choose_gemm_config(int64_t m, int64_t n, int64_t k, DType dtype, BLay
     if (t.cluster > 1 && m <= t.bm) continue;  // the peer CTA would compute only zero rows
     candidates.push_back({&t, 1, SplitScope::all});
   }
-  const size_t whole = candidates.size();
+  const size_t whole = allow_split_k ? candidates.size() : 0;
   for (size_t i = 0; i < whole; ++i)
     for (int s : {2, 3, 4, 6, 8, 12, 16})
       if (s <= k_blocks) candidates.push_back({candidates[i].tile, s, SplitScope::all});
