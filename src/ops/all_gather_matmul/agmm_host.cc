@@ -159,20 +159,22 @@ PushPlan make_push_plan(const AgmmArgs& a, int world, const AgmmConfig& cfg, int
 }
 
 namespace {
-// `auto`: the first row whose gather_dim matches and whose max_m >= M wins. Fill it from
-// `taxfree bench all_gather_matmul --json` (the fastest variant per case, never one slower than
-// bsp). Until measured: large tensor-parallel M splits cleanly into per-shard cuBLASLt calls that
-// hide the copy engine's transfer (decomposed); below that, and for K-sharded A, the per-piece
-// overlap of push.
+// `auto`: the first row whose gather_dim matches and whose max_m >= M wins. Filled from the 2xH200
+// bench at 349f608 (docs/PERFORMANCE.md, r7), the fastest variant per case that is never slower than
+// bsp: decomposed won every tensor-parallel shape (M 1024..16384, 1.11-1.30x bsp); for K-sharded A
+// bsp won up to M = 128 (the transfer is a few microseconds and one cuBLASLt call beats any split)
+// and decomposed above. push lost everywhere (its GEMM waited on too few push SMs), so auto never
+// picks it until that is fixed. gather_dim 0 below M = 1024 was not measured: bsp, the safe choice.
 struct AutoRule {
   int gather_dim;
   int64_t max_m;
   AgmmVariant variant;
 };
 constexpr AutoRule kAutoRules[] = {
-    {0, 2048, AgmmVariant::push},
+    {0, 512, AgmmVariant::bsp},
     {0, INT64_MAX, AgmmVariant::decomposed},
-    {1, INT64_MAX, AgmmVariant::push},
+    {1, 128, AgmmVariant::bsp},
+    {1, INT64_MAX, AgmmVariant::decomposed},
 };
 }  // namespace
 
