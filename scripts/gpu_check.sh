@@ -6,7 +6,7 @@
 #   scripts/gpu_check.sh OUT_DIR [tests|sanitize|faults|bench|all|agmm]...     (default: all)
 #
 # BENCH_OPS="op ..." limits the bench step to those ops (default: every op, with the summary);
-# GTEST_FILTER limits the GPU tests.
+# TESTS_FILTER limits the GPU tests (gtest filter syntax).
 # agmm (only when named): all_gather_matmul against PyTorch's fused op in one call -- our bench,
 # scripts/torch_fused_agmm.py on the same shapes, and scripts/agmm_compare.py over both JSONs.
 #
@@ -69,7 +69,7 @@ want() { [[ " $steps " == *" all "* || " $steps " == *" $1 "* ]]; }
 tail -3 "$out/env.log"
 
 if want tests; then
-  step "gpu tests" gpu_tests.log 400 "$tests" --gtest_output=json:"$out/gpu_tests.json" --gtest_filter="${GTEST_FILTER:-*}"
+  step "gpu tests" gpu_tests.log 400 "$tests" --gtest_output=json:"$out/gpu_tests.json" --gtest_filter="${TESTS_FILTER:-*}"
   grep -E '^\[  (PASSED|FAILED|SKIPPED) |tests ran|FAILED TEST' "$out/gpu_tests.log" | tail -20
 fi
 
@@ -78,7 +78,7 @@ if want sanitize; then
   filter='FlashDecodeGpu.EmptyEverywhere:FlashDecodeGpu.SimulatedRanksOddSlices:FlashDecodeGpu.ForcedSplitCountsAgree:GemmHooks.StoreIntoASecondBuffer:Primitives.WaitGivesUpAtDeadlineWithDiagnostic'
   for tool in memcheck racecheck; do
     step "compute-sanitizer $tool" sanitize.log 240 \
-      env TAXFREE_TEST_RANKS=1 compute-sanitizer --tool "$tool" --target-processes all --error-exitcode 97 "$tests" --gtest_filter="$filter"
+      env TAXFREE_TEST_RANKS=1 compute-sanitizer --tool "$tool" --target-processes all --report-api-errors no --error-exitcode 97 "$tests" --gtest_filter="$filter"
   done
   grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|=== compute' "$out/sanitize.log" | tail -6
 fi
