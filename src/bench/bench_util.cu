@@ -5,13 +5,6 @@
 namespace taxfree::bench {
 
 namespace {
-__host__ __device__ inline uint64_t splitmix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
-
 // A finite 16-bit float pattern: sign, exponent 0x3F..0x40 region (|x| in [2^-1, 2)), random
 // mantissa. The same bits are a finite number in both bf16 and fp16.
 __device__ inline uint16_t random16(uint64_t seed, uint64_t stream_id, uint64_t i) {

@@ -150,6 +150,36 @@ std::vector<int64_t> size_sweep(const Options& o, int64_t def_min, int64_t def_m
   return out;
 }
 
+std::map<std::string, std::string> parse_shape_entry(const std::string& entry, const std::vector<ShapeKey>& keys) {
+  std::string names;
+  for (const auto& k : keys) names += (names.empty() ? "" : ", ") + k.name;
+  std::map<std::string, std::string> kv;
+  std::stringstream ss(entry);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    const auto eq = item.find('=');
+    TF_REQUIRE(eq != std::string::npos && eq > 0, Status::InvalidArgument,
+               "--shape entry '" << entry << "': expected key=value,... with keys " << names);
+    const std::string key = item.substr(0, eq), value = item.substr(eq + 1);
+    auto k = std::find_if(keys.begin(), keys.end(), [&](const ShapeKey& x) { return x.name == key; });
+    TF_REQUIRE(k != keys.end(), Status::InvalidArgument,
+               "--shape entry '" << entry << "': unknown key '" << key << "' (keys: " << names << ")");
+    if (k->choices.empty()) {
+      char* end = nullptr;
+      const long long v = std::strtoll(value.c_str(), &end, 10);
+      TF_REQUIRE(!value.empty() && *end == '\0' && v > 0, Status::InvalidArgument,
+                 "--shape entry '" << entry << "': " << key << "=" << value << " is not a positive integer");
+    } else {
+      std::string options;
+      for (const auto& c : k->choices) options += (options.empty() ? "" : ", ") + c;
+      TF_REQUIRE(std::find(k->choices.begin(), k->choices.end(), value) != k->choices.end(), Status::InvalidArgument,
+                 "--shape entry '" << entry << "': " << key << "=" << value << " is not one of " << options);
+    }
+    kv[key] = value;
+  }
+  return kv;
+}
+
 bool matches_shape_filters(const nlohmann::json& params, const std::vector<std::string>& filters) {
   if (filters.empty()) return true;
   for (const auto& f : filters) {

@@ -1,5 +1,7 @@
 #include "matrix_check.cuh"
 
+#include "bench_util.cuh"
+
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -12,13 +14,6 @@
 namespace taxfree::bench {
 
 namespace {
-
-__host__ __device__ inline uint64_t mix(uint64_t x) {  // splitmix64 finaliser
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
 
 template <class T>
 __device__ inline T from_float(float f) {
@@ -38,7 +33,7 @@ __device__ inline bool within(float x, float ref, Tolerance t) {
 template <class T>
 __global__ void fill_kernel(T* p, int64_t rows, int64_t cols, int64_t ld, uint64_t seed) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < rows * cols; i += int64_t(gridDim.x) * blockDim.x)
-    p[(i / cols) * ld + i % cols] = from_float<T>(float(mix(seed ^ uint64_t(i)) >> 40) * (2.0f / 16777216.0f) - 1.0f);
+    p[(i / cols) * ld + i % cols] = from_float<T>(float(splitmix64(seed ^ uint64_t(i)) >> 40) * (2.0f / 16777216.0f) - 1.0f);
 }
 
 template <class T>
@@ -61,7 +56,7 @@ __global__ void sampled_kernel(const T* a, int64_t lda, const T* b, int64_t ldb,
   if (warp >= samples) return;
   int64_t i = (warp & 1) ? m - 1 : 0, j = (warp & 2) ? n - 1 : 0;
   if (warp >= 4) {
-    const uint64_t h = mix(seed + uint64_t(warp));
+    const uint64_t h = splitmix64(seed + uint64_t(warp));
     i = int64_t(h % uint64_t(m));
     j = int64_t((h >> 32) % uint64_t(n));
   }

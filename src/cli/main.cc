@@ -191,6 +191,7 @@ int main(int argc, char** argv) {
     const auto known = bench::bench_names();
     for (const auto& op : ops) {
       auto b = bench::make_bench(op);  // throws for unknown ops, naming the known ones
+      b->check_options(opt);
       for (const auto& v : opt.variants) {
         auto vs = b->variants();
         TF_REQUIRE(std::find(vs.begin(), vs.end(), v) != vs.end(), Status::InvalidArgument,

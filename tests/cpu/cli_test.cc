@@ -26,6 +26,10 @@ TEST(Cli, RejectsBadBenchArguments) {
   expect_usage_error({"bench", "--inject", "melt:1"}, "unknown fault 'melt'");
   expect_usage_error({"bench", "--dtype", "fp64"}, "fp64");
   expect_usage_error({"frobnicate"}, "A subcommand is required");
+  expect_usage_error({"bench", "gemm", "--shape", "M=1,tile=1x1"}, "tile=1x1 is not one of");
+  expect_usage_error({"bench", "gemm", "--shape", "Q=1"}, "unknown key 'Q'");
+  expect_usage_error({"bench", "all_gather_matmul", "--shape", "gather_dim=2"}, "gather_dim=2 is not one of 0, 1");
+  expect_usage_error({"bench", "all_gather_matmul", "--shape", "M=-4"}, "M=-4 is not a positive integer");
 }
 
 TEST(Cli, BenchWithoutGpuSaysSoAndFails) {

@@ -4,6 +4,7 @@
 // checked against a reference, JSON beside the table.
 #pragma once
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -41,6 +42,15 @@ int64_t parse_bytes(const std::string& text);
 // Sizes from -b/-e/-f, or [def_min, def_max] by -f when not given; each rounded down to a multiple
 // of `multiple` (at least `multiple`).
 std::vector<int64_t> size_sweep(const Options& o, int64_t def_min, int64_t def_max, int64_t multiple);
+
+// One --shape entry "k=v,k=v" of an op with a fixed set of keys. A key with `choices` takes one of
+// them; one without takes a positive integer. Throws InvalidArgument naming the entry, the key and
+// what it accepts.
+struct ShapeKey {
+  std::string name;
+  std::vector<std::string> choices;
+};
+std::map<std::string, std::string> parse_shape_entry(const std::string& entry, const std::vector<ShapeKey>& keys);
 
 // Shape filters: each Options::shapes entry is "k=v,k=v"; a case matches if any entry's keys all
 // equal the case's params (numbers compared as numbers). No entries: everything matches.

@@ -88,6 +88,9 @@ class OpBench {
   // Fewest ranks the op needs; the harness reports "skipped: needs N ranks" below that.
   virtual int min_ranks() const { return 1; }
   virtual std::vector<Case> cases(const Options& opt, const Team& team) const = 0;
+  // Rejects options this op cannot take (e.g. malformed --shape entries) with InvalidArgument.
+  // Called by the CLI before any rank starts, so it must not touch CUDA.
+  virtual void check_options(const Options& opt) const { (void)opt; }
   // Allocate buffers and draw fresh random inputs for `c` (never zeros).
   virtual void setup(Team& team, const Case& c, const Options& opt) = 0;
   // Fill every output with a poison pattern so unwritten elements are caught by check().

@@ -43,29 +43,7 @@ struct Shape {
 };
 
 std::map<std::string, std::string> parse_entry(const std::string& entry) {
-  std::map<std::string, std::string> kv;
-  std::stringstream ss(entry);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    const auto eq = item.find('=');
-    TF_REQUIRE(eq != std::string::npos && eq > 0, Status::InvalidArgument,
-               "--shape entry '" << entry << "': expected key=value,... with keys M, N, K, gather_dim, layout");
-    const std::string key = item.substr(0, eq), value = item.substr(eq + 1);
-    TF_REQUIRE(key == "M" || key == "N" || key == "K" || key == "gather_dim" || key == "layout", Status::InvalidArgument,
-               "--shape entry '" << entry << "': unknown key '" << key << "' (keys: M, N, K, gather_dim, layout)");
-    TF_REQUIRE(key != "layout" || value == "nk" || value == "kn", Status::InvalidArgument,
-               "--shape entry '" << entry << "': layout must be nk or kn, not '" << value << "'");
-    TF_REQUIRE(key != "gather_dim" || value == "0" || value == "1", Status::InvalidArgument,
-               "--shape entry '" << entry << "': gather_dim must be 0 or 1, not '" << value << "'");
-    if (key == "M" || key == "N" || key == "K") {
-      char* end = nullptr;
-      const long long v = std::strtoll(value.c_str(), &end, 10);
-      TF_REQUIRE(!value.empty() && *end == '\0' && v > 0, Status::InvalidArgument,
-                 "--shape entry '" << entry << "': " << key << "=" << value << " is not a positive integer");
-    }
-    kv[key] = value;
-  }
-  return kv;
+  return parse_shape_entry(entry, {{"M", {}}, {"N", {}}, {"K", {}}, {"gather_dim", {"0", "1"}}, {"layout", {"nk", "kn"}}});
 }
 
 bool matches(const Shape& s, const std::map<std::string, std::string>& kv) {
@@ -150,6 +128,9 @@ double measure_gemm_rate(cudaStream_t s) {
 
 class AgmmBench final : public OpBench {
  public:
+  void check_options(const Options& opt) const override {
+    for (const std::string& e : opt.shapes) parse_entry(e);
+  }
   std::string name() const override { return "all_gather_matmul"; }
   std::vector<std::string> variants() const override {
     return {"bsp", "bsp-sym", "bsp-own", "decomposed", "push", "auto"};

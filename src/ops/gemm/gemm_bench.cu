@@ -32,6 +32,9 @@
 #include <tuple>
 #include <vector>
 
+#include "../../bench/bench_util.cuh"
+#include "../../bench/matrix_check.cuh"
+#include "taxfree/bench/harness.h"
 #include "taxfree/bench/op_bench.h"
 #include "taxfree/ops/cublaslt_gemm.h"
 #include "taxfree/ops/gemm.h"
@@ -42,74 +45,6 @@ namespace {
 
 using gemm::BLayout;
 using gemm::DType;
-
-__host__ __device__ inline uint64_t mix(uint64_t x) {  // splitmix64 finaliser
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
-
-template <class T>
-__device__ inline T from_float(float f) {
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) return __float2bfloat16(f);
-  else return __float2half(f);
-}
-template <class T>
-__device__ inline float to_float(T v) {
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) return __bfloat162float(v);
-  else return __half2float(v);
-}
-
-// Uniform in [-1, 1), never all zeros; rows x cols with row stride ld (padding left untouched).
-template <class T>
-__global__ void fill_random(T* p, int64_t rows, int64_t cols, int64_t ld, uint64_t seed) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < rows * cols; i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t r = i / cols, c = i % cols;
-    p[r * ld + c] = from_float<T>(float(mix(seed ^ uint64_t(i)) >> 40) * (2.0f / 16777216.0f) - 1.0f);
-  }
-}
-
-struct Tolerance {
-  float rtol, atol;
-  __device__ bool ok(float x, float ref) const { return isfinite(x) && fabsf(x - ref) <= atol + rtol * fabsf(ref); }
-};
-
-// Element-wise comparison of x with ref over [M, N].
-template <class T>
-__global__ void count_mismatches(const T* x, const T* ref, int64_t m, int64_t n, int64_t ld, Tolerance tol,
-                                 unsigned long long* wrong) {
-  unsigned long long local = 0;
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < m * n; i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t o = (i / n) * ld + i % n;
-    local += !tol.ok(to_float(x[o]), to_float(ref[o]));
-  }
-  if (local) atomicAdd(wrong, local);
-}
-
-// One warp per sampled element: fp32 dot product of A's row and B's column, compared with C. The
-// four corners are always sampled.
-template <class T>
-__global__ void check_sampled(const T* a, int64_t lda, const T* b, int64_t ldb, bool b_nk, const T* c, int64_t ldc,
-                              int64_t m, int64_t n, int64_t k, int samples, uint64_t seed, Tolerance tol,
-                              unsigned long long* wrong) {
-  const int warp = (blockIdx.x * blockDim.x + threadIdx.x) / 32, lane = threadIdx.x % 32;
-  if (warp >= samples) return;
-  int64_t i, j;
-  if (warp < 4) {
-    i = (warp & 1) ? m - 1 : 0;
-    j = (warp & 2) ? n - 1 : 0;
-  } else {
-    const uint64_t h = mix(seed + uint64_t(warp));
-    i = int64_t(h % uint64_t(m));
-    j = int64_t((h >> 32) % uint64_t(n));
-  }
-  float sum = 0;
-  for (int64_t kk = lane; kk < k; kk += 32)
-    sum += to_float(a[i * lda + kk]) * to_float(b_nk ? b[j * ldb + kk] : b[kk * ldb + j]);
-  for (int off = 16; off > 0; off /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, off);
-  if (lane == 0 && !tol.ok(to_float(c[i * ldc + j]), sum)) atomicAdd(wrong, 1ull);
-}
 
 // Overrides of the heuristic's config; 0 / "" = the heuristic's.
 struct Tuning {
@@ -143,36 +78,13 @@ Tuning tuning_of(const std::map<std::string, std::string>& kv) {
   return t;
 }
 
-// Parses "M=1,N=2,K=3,layout=nk" into key -> value; throws InvalidArgument naming the entry.
+// Parses "M=1,N=2,K=3,layout=nk[,tuning keys]" into key -> value; throws InvalidArgument naming the entry.
 std::map<std::string, std::string> parse_entry(const std::string& entry) {
-  std::map<std::string, std::string> kv;
-  std::stringstream ss(entry);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    const auto eq = item.find('=');
-    TF_REQUIRE(eq != std::string::npos && eq > 0, Status::InvalidArgument,
-               "--shape entry '" << entry
-                                 << "': expected key=value,... with keys M, N, K, layout, tile, cluster, group, splitk, "
-                                    "tailsplit, streamk");
-    const std::string key = item.substr(0, eq), value = item.substr(eq + 1);
-    TF_REQUIRE(key == "M" || key == "N" || key == "K" || key == "layout" || is_tuning_key(key), Status::InvalidArgument,
-               "--shape entry '" << entry << "': unknown key '" << key
-                                 << "' (keys: M, N, K, layout, tile, cluster, group, splitk, tailsplit, streamk)");
-    TF_REQUIRE(key != "layout" || value == "nk" || value == "kn", Status::InvalidArgument,
-               "--shape entry '" << entry << "': layout must be nk or kn, not '" << value << "'");
-    if (key == "tile") {
-      bool known = false;
-      for (const gemm::GemmConfig& cfg : gemm::compiled_configs())
-        known |= value == std::to_string(cfg.bm) + "x" + std::to_string(cfg.bn);
-      TF_REQUIRE(known, Status::InvalidArgument, "--shape entry '" << entry << "': tile=" << value << " is not compiled");
-    } else if (key != "layout") {
-      char* end = nullptr;
-      const long long v = std::strtoll(value.c_str(), &end, 10);
-      TF_REQUIRE(!value.empty() && *end == '\0' && v > 0, Status::InvalidArgument,
-                 "--shape entry '" << entry << "': " << key << "=" << value << " is not a positive integer");
-    }
-    kv[key] = value;
-  }
+  std::vector<std::string> tiles;
+  for (const gemm::GemmConfig& cfg : gemm::compiled_configs())
+    tiles.push_back(std::to_string(cfg.bm) + "x" + std::to_string(cfg.bn));
+  auto kv = parse_shape_entry(entry, {{"M", {}}, {"N", {}}, {"K", {}}, {"layout", {"nk", "kn"}}, {"tile", tiles},
+                                      {"cluster", {}}, {"group", {}}, {"splitk", {}}, {"tailsplit", {}}, {"streamk", {}}});
   TF_REQUIRE(kv.count("splitk") + kv.count("tailsplit") + kv.count("streamk") <= 1, Status::InvalidArgument,
              "--shape entry '" << entry << "': splitk, tailsplit and streamk exclude each other");
   return kv;
@@ -190,6 +102,9 @@ bool matches(const Shape& s, const std::map<std::string, std::string>& kv) {
 
 class GemmBench final : public OpBench {
  public:
+  void check_options(const Options& opt) const override {
+    for (const std::string& e : opt.shapes) parse_entry(e);
+  }
   std::string name() const override { return "gemm"; }
   std::vector<std::string> variants() const override { return {"cublaslt", "ours"}; }
 
@@ -264,16 +179,9 @@ class GemmBench final : public OpBench {
     TF_CUDA(cudaMalloc(&b_, b_rows * args_.ldb * 2));
     TF_CUDA(cudaMalloc(&c_ours_, args_.m * args_.ldc * 2));
     TF_CUDA(cudaMalloc(&c_ref_, args_.m * args_.ldc * 2));
-    TF_CUDA(cudaMalloc(&wrong_, sizeof(unsigned long long)));
-    seed_ = opt.seed ^ mix(uint64_t(args_.m) * 31 + uint64_t(args_.n) * 7 + uint64_t(args_.k));
-    if (bf16()) {
-      fill_random<<<1024, 256>>>(static_cast<__nv_bfloat16*>(a_), args_.m, args_.k, args_.lda, seed_);
-      fill_random<<<1024, 256>>>(static_cast<__nv_bfloat16*>(b_), b_rows, b_cols, args_.ldb, mix(seed_));
-    } else {
-      fill_random<<<1024, 256>>>(static_cast<__half*>(a_), args_.m, args_.k, args_.lda, seed_);
-      fill_random<<<1024, 256>>>(static_cast<__half*>(b_), b_rows, b_cols, args_.ldb, mix(seed_));
-    }
-    TF_CUDA(cudaGetLastError());
+    seed_ = opt.seed ^ splitmix64(uint64_t(args_.m) * 31 + uint64_t(args_.n) * 7 + uint64_t(args_.k));
+    fill_uniform(a_, args_.m, args_.k, args_.lda, seed_, args_.dtype, nullptr);
+    fill_uniform(b_, b_rows, b_cols, args_.ldb, splitmix64(seed_), args_.dtype, nullptr);
     TF_CUDA(cudaDeviceSynchronize());
     Tuning t;
     t.tile = c.params.at("tile").get<std::string>();
@@ -301,20 +209,15 @@ class GemmBench final : public OpBench {
     }
   }
 
+  // Both variants against sampled fp32 dot products; ours also element by element against cuBLASLt.
   int64_t check(const std::string& variant, cudaStream_t stream) override {
     const bool ours = variant == "ours";
-    TF_CUDA(cudaMemsetAsync(wrong_, 0, sizeof(unsigned long long), stream));
     if (ours) gemm::cublaslt_launch(with_c(c_ref_), stream);
-    const void* c = ours ? c_ours_ : c_ref_;
-    const Tolerance tol = tolerance();
+    const Tolerance tol = product_tolerance(args_.k, args_.dtype);
     constexpr int kSamples = 8192;
-    if (bf16()) launch_checks<__nv_bfloat16>(c, ours, tol, kSamples, stream);
-    else launch_checks<__half>(c, ours, tol, kSamples, stream);
-    TF_CUDA(cudaGetLastError());
-    unsigned long long wrong = 0;
-    TF_CUDA(cudaMemcpyAsync(&wrong, wrong_, sizeof(wrong), cudaMemcpyDeviceToHost, stream));
-    TF_CUDA(cudaStreamSynchronize(stream));
-    return int64_t(wrong);
+    int64_t wrong = count_sampled_wrong(with_c(ours ? c_ours_ : c_ref_), kSamples, seed_ ^ 0x5A5A, tol, stream);
+    if (ours) wrong += count_outside(c_ours_, args_.ldc, c_ref_, args_.ldc, args_.m, args_.n, tol, args_.dtype, stream);
+    return wrong;
   }
 
   // algbw: the bytes a GEMM must move at least (A, B read once, C written once).
@@ -335,7 +238,7 @@ class GemmBench final : public OpBench {
   }
 
   void teardown() override {
-    for (void** p : {&a_, &b_, &c_ours_, &c_ref_, reinterpret_cast<void**>(&wrong_)}) {
+    for (void** p : {&a_, &b_, &c_ours_, &c_ref_}) {
       if (*p) cudaFree(*p);
       *p = nullptr;
     }
@@ -375,7 +278,6 @@ class GemmBench final : public OpBench {
     TF_REQUIRE(s == "bf16" || s == "fp16", Status::InvalidArgument, "gemm dtype '" << s << "': bf16 or fp16");
     return s == "bf16" ? DType::bf16 : DType::fp16;
   }
-  bool bf16() const { return args_.dtype == DType::bf16; }
   gemm::GemmArgs with_c(void* c) const {
     gemm::GemmArgs g = args_;
     g.a = a_;
@@ -383,27 +285,9 @@ class GemmBench final : public OpBench {
     g.c = c;
     return g;
   }
-  // Outputs are |C| ~ sqrt(K / 9) for inputs uniform in [-1, 1); two fp32 sums of different order
-  // rounded to 16 bits differ by an ulp or two, near zero by fp32 noise only.
-  Tolerance tolerance() const {
-    const float rtol = bf16() ? 1.0f / 64 : 1.0f / 512;
-    return {rtol, rtol * 0.05f * std::sqrt(float(args_.k) / 9.0f)};
-  }
-  template <class T>
-  void launch_checks(const void* c, bool full, Tolerance tol, int samples, cudaStream_t stream) {
-    const T* ct = static_cast<const T*>(c);
-    check_sampled<T><<<(samples * 32 + 255) / 256, 256, 0, stream>>>(
-        static_cast<const T*>(a_), args_.lda, static_cast<const T*>(b_), args_.ldb, args_.b_layout == BLayout::NK, ct,
-        args_.ldc, args_.m, args_.n, args_.k, samples, seed_ ^ 0x5A5A, tol, wrong_);
-    if (full)
-      count_mismatches<T><<<1024, 256, 0, stream>>>(ct, static_cast<const T*>(c_ref_), args_.m, args_.n, args_.ldc, tol,
-                                                    wrong_);
-  }
-
   gemm::GemmArgs args_;
   gemm::GemmConfig config_;
   void *a_ = nullptr, *b_ = nullptr, *c_ours_ = nullptr, *c_ref_ = nullptr;
-  unsigned long long* wrong_ = nullptr;
   uint64_t seed_ = 0;
 };
 
