@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "gpu_env.h"
+#include "gemm_test_util.h"
 #include "taxfree/ops/all_gather_matmul.h"
 #include "taxfree/runtime/coordinator.h"
 #include "taxfree/runtime/error.h"
@@ -29,24 +30,10 @@ using gemm::BLayout;
 using gemm::DType;
 using test::team;
 
-constexpr int64_t kGuard = 256;       // elements of guard band before and after C
-constexpr uint16_t kPoison = 0xFFFF;  // NaN in bf16 and fp16
-
-float to_float(uint16_t bits, DType t) {
-  if (t == DType::bf16) {
-    uint32_t u = uint32_t(bits) << 16;
-    float f;
-    std::memcpy(&f, &u, 4);
-    return f;
-  }
-  __half_raw r;
-  r.x = bits;
-  return __half2float(__half(r));
-}
-uint16_t from_float(float f, DType t) {
-  if (t == DType::bf16) return __nv_bfloat16_raw(__float2bfloat16(f)).x;
-  return __half_raw(__float2half(f)).x;
-}
+using gemm::test::from_float;
+using gemm::test::kGuard;
+using gemm::test::kPoison;
+using gemm::test::to_float;
 int64_t round8(int64_t x) { return (x + 7) / 8 * 8; }
 
 struct DevBuf {

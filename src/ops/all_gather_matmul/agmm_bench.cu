@@ -23,6 +23,7 @@
 #include <sstream>
 
 #include "../../bench/matrix_check.cuh"
+#include "../../bench/rates.h"
 #include "taxfree/bench/harness.h"
 #include "taxfree/ops/all_gather_matmul.h"
 #include "taxfree/ops/cublaslt_gemm.h"
@@ -107,21 +108,15 @@ double measure_gemm_rate(cudaStream_t s) {
   fill_uniform(b.p, n, n, n, 2, DType::bf16, s);
   gemm::GemmArgs g;
   g.a = a.p, g.b = b.p, g.c = c.p, g.lda = g.ldb = g.ldc = n, g.m = g.n = g.k = n;
-  cudaEvent_t e0, e1;
-  TF_CUDA(cudaEventCreate(&e0));
-  TF_CUDA(cudaEventCreate(&e1));
+  Event e0, e1;
   std::vector<double> t;
   for (int i = 0; i < 6; ++i) {
-    TF_CUDA(cudaEventRecord(e0, s));
+    TF_CUDA(cudaEventRecord(e0.e, s));
     gemm::cublaslt_launch(g, s);
-    TF_CUDA(cudaEventRecord(e1, s));
+    TF_CUDA(cudaEventRecord(e1.e, s));
     TF_CUDA(cudaStreamSynchronize(s));
-    float ms = 0;
-    TF_CUDA(cudaEventElapsedTime(&ms, e0, e1));
-    if (i > 0) t.push_back(ms * 1e-3);
+    if (i > 0) t.push_back(elapsed_s(e0, e1));
   }
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
   rate = 2.0 * double(n) * n * n / summarize(t).median;
   return rate;
 }

@@ -4,6 +4,7 @@
 #include <cuda_fp16.h>
 
 #include <cstring>
+#include <sstream>
 
 #include "taxfree/runtime/error.h"
 
@@ -25,6 +26,18 @@ __global__ void fill_kernel(T* p, size_t n, uint64_t seed) {
 }
 
 }  // namespace
+
+bench::Case Shape::to_case(const std::string& dtype, const char* kv_suffix) const {
+  bench::Case c;
+  std::ostringstream label;
+  label << "b=" << batch << " kv=" << kv << kv_suffix << " heads=" << q_heads << "/" << kv_heads << " d=" << head_dim;
+  c.label = label.str();
+  c.count = int64_t(batch) * q_heads * head_dim;
+  c.size_bytes = c.count * 2;
+  c.type = dtype;
+  c.params = params();
+  return c;
+}
 
 nlohmann::json Shape::params() const {
   return {{"batch", batch},       {"kv", kv},

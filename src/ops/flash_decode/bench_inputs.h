@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "taxfree/bench/op_bench.h"
 #include "taxfree/ops/flash_decode.h"
 
 namespace taxfree::ops::flash_decode::bench_inputs {
@@ -22,6 +23,9 @@ struct Shape {
   // kv_bytes; and back.
   nlohmann::json params() const;
   static Shape from(const nlohmann::json& params);
+  // The bench row: output elements as count, 16-bit bytes as size; `kv_suffix` follows the KV
+  // length in the label ("/rank" when each rank holds that many tokens).
+  bench::Case to_case(const std::string& dtype, const char* kv_suffix) const;
 };
 
 // 96/12 heads x batch {1, 4, 16} x KV {8K, 32K, 128K, 512K}; 64/8 x batch {1, 8, 32} x KV {4K,

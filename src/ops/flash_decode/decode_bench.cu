@@ -45,16 +45,7 @@ class DecodeBench final : public bench::OpBench {
     std::vector<bench::Case> out;
     for (const Shape& s : bench_inputs::issue_shapes()) {
       if (!bench::matches_shape_filters(s.params(), opt.shapes)) continue;
-      bench::Case c;
-      std::ostringstream label;
-      label << "b=" << s.batch << " kv=" << s.kv << " heads=" << s.q_heads << "/" << s.kv_heads
-            << " d=" << s.head_dim;
-      c.label = label.str();
-      c.count = int64_t(s.batch) * s.q_heads * s.head_dim;
-      c.size_bytes = c.count * 2;
-      c.type = opt.dtype;
-      c.params = s.params();
-      out.push_back(std::move(c));
+      out.push_back(s.to_case(opt.dtype, ""));
     }
     return out;
   }
