@@ -95,7 +95,7 @@ if want decode; then  # M = 1 and 16: B-streaming floor
   run decode --variant ours
 fi
 
-python3 scripts/gemm_tune_report.py "$out" >"$out/summary.txt" 2>&1 || failed=$((failed + 1))
+python3 scripts/gemm_tune_report.py "$out" --csv "$out/tune.csv" >"$out/summary.txt" 2>&1 || failed=$((failed + 1))
 head -c 20000 "$out/summary.txt"
 echo "failed sections: $failed"
 exit $failed

@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
 """Summary of scripts/gemm_tune.sh: per shape, cuBLASLt and every config of ours, fastest first.
 
-    scripts/gemm_tune_report.py OUT_DIR
+    scripts/gemm_tune_report.py OUT_DIR [--csv PATH]
 
 Reads OUT_DIR/tune_*.json (taxfree bench --json). `ratio` is cuBLASLt time / ours (> 1: ours is
 faster); `heur` marks the heuristic's own config (from the default section). Ends with the
 geometric means the targets are stated in (M >= 2048 and M <= 1024) for the heuristic's configs
-and for the best config found per shape.
+and for the best config found per shape. --csv writes every timed config as the table the CPU test
+tests/cpu/gemm_heuristic_fit_test.cc checks the heuristic against (tests/data/gemm_tune_h200.csv).
 """
 import glob
 import json
@@ -18,6 +19,7 @@ from collections import defaultdict
 
 def main():
     out = sys.argv[1]
+    csv_path = sys.argv[sys.argv.index("--csv") + 1] if "--csv" in sys.argv else None
     rows = []
     for path in sorted(glob.glob(os.path.join(out, "tune_*.json"))):
         with open(path) as f:
@@ -33,6 +35,7 @@ def main():
         shapes[(p["m"], p["n"], p["k"], p["layout"])].append(r)
 
     heur_ratio, best_ratio, bad = {}, {}, 0
+    csv_rows = []
     for key in sorted(shapes, key=lambda k: (k[3], k[0], k[1], k[2])):
         m, n, k, layout = key
         rs = shapes[key]
@@ -48,10 +51,18 @@ def main():
                 heur_ratio[key] = ratio
             if base_us:
                 best_ratio[key] = max(best_ratio.get(key, 0), ratio)
+            if base_us:
+                csv_rows.append(f"{m},{n},{k},{layout},{r['params']['config']},{t:.2f},{base_us:.2f},{int(heur)}")
             wrong = r.get("nwrong", 0)
             bad += wrong != 0 and wrong != -1
             print(f"  {t:9.1f} us {r['tflops']:7.1f} TFLOP/s  {ratio:5.2f}x  {r['params']['config']:<28}"
                   f"{' heur' if heur else ''}{'  WRONG ' + str(wrong) if wrong not in (0, -1) else ''}")
+
+    if csv_path:
+        with open(csv_path, "w") as f:
+            f.write(f"# scripts/gemm_tune.sh: {out}\n# time_us: median; cublaslt_us: cuBLASLt on the same shape in the "
+                    "same run; heur: the heuristic's config (section default)\n")
+            f.write("m,n,k,layout,config,time_us,cublaslt_us,heur\n" + "\n".join(csv_rows) + "\n")
 
     def gmean(d, pred):
         v = [x for key, x in d.items() if pred(key)]

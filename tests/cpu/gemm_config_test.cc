@@ -62,16 +62,6 @@ TEST(GemmHeuristic, DecodeSizesStreamBOverManyCtas) {
       }
 }
 
-TEST(GemmHeuristic, PrintsTheSweepChoices) {
-  // Not a check: the table the lead compares with the GPU results.
-  for (BLayout layout : {BLayout::NK, BLayout::KN})
-    for (int64_t m : kSweepM) {
-      std::string line = std::string(layout_name(layout)) + " M=" + std::to_string(m) + ":";
-      for (int64_t n : kSweepN) line += " " + choose_gemm_config(m, n, 8192, DType::bf16, layout).name();
-      std::printf("%s\n", line.c_str());
-    }
-}
-
 // A valid problem at fake, aligned addresses: validation never touches memory or CUDA.
 GemmArgs valid_args() {
   GemmArgs a;

@@ -1,0 +1,89 @@
+// The GEMM heuristic against measurements: tests/data/gemm_tune_h200.csv holds every config that
+// scripts/gemm_tune.sh timed on an H200 (many configs per shape on the shapes that decide the
+// heuristic). For each measured shape whose heuristic choice was also measured, the choice must be
+// close to the fastest config measured there. Regenerate the table with
+// `scripts/gemm_tune_report.py OUT --csv tests/data/gemm_tune_h200.csv` after a tuning run.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <map>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "taxfree/ops/gemm.h"
+
+namespace taxfree::gemm {
+namespace {
+
+using ShapeKey = std::tuple<int64_t, int64_t, int64_t, std::string>;  // m, n, k, layout
+
+// Config label without its raster group: groups change time by a few percent at large M only, and
+// the sweeps measured one group per shape for most configs.
+std::string without_group(const std::string& label) { return std::regex_replace(label, std::regex(" g[0-9]+"), ""); }
+
+struct Measured {
+  std::map<std::string, double> best_by_config;  // label without group -> fastest time (us)
+  double best = 0;
+  std::string best_label;
+};
+
+std::map<ShapeKey, Measured> load_table() {
+  std::ifstream in(TAXFREE_TEST_DATA_DIR "/gemm_tune_h200.csv");
+  EXPECT_TRUE(in.good()) << "missing " TAXFREE_TEST_DATA_DIR "/gemm_tune_h200.csv";
+  std::map<ShapeKey, Measured> table;
+  std::string line;
+  bool header = true;
+  while (std::getline(in, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    if (header) {
+      EXPECT_EQ(line, "m,n,k,layout,config,time_us,cublaslt_us,heur");
+      header = false;
+      continue;
+    }
+    std::stringstream ss(line);
+    std::string f[8];
+    for (auto& x : f) std::getline(ss, x, ',');
+    const ShapeKey key{std::stoll(f[0]), std::stoll(f[1]), std::stoll(f[2]), f[3]};
+    const double us = std::stod(f[5]);
+    Measured& m = table[key];
+    const std::string label = without_group(f[4]);
+    auto [it, fresh] = m.best_by_config.emplace(label, us);
+    if (!fresh) it->second = std::min(it->second, us);
+    if (m.best == 0 || us < m.best) m.best = us, m.best_label = f[4];
+  }
+  return table;
+}
+
+TEST(GemmHeuristicFit, ChoicesAreNearTheFastestMeasuredConfig) {
+  const auto table = load_table();
+  ASSERT_GT(table.size(), 50u);
+  double log_sum = 0;
+  int judged = 0;
+  std::string report;
+  for (const auto& [key, m] : table) {
+    const auto& [mm, n, k, layout] = key;
+    if (m.best_by_config.size() < 2) continue;  // only the heuristic's old choice was measured
+    const GemmConfig c = choose_gemm_config(mm, n, k, DType::bf16, layout == "kn" ? BLayout::KN : BLayout::NK);
+    const auto it = m.best_by_config.find(without_group(c.name()));
+    if (it == m.best_by_config.end()) continue;  // a config the sweep did not time
+    const double slowdown = it->second / m.best;
+    log_sum += std::log(slowdown);
+    ++judged;
+    std::ostringstream line;
+    line << "M=" << mm << " N=" << n << " " << layout << ": chose " << c.name() << " " << it->second << " us, best "
+         << m.best_label << " " << m.best << " us (" << slowdown << "x)\n";
+    report += line.str();
+    EXPECT_LE(slowdown, 1.15) << line.str();
+  }
+  ASSERT_GE(judged, 15) << "too few measured shapes where the heuristic's choice was timed:\n" << report;
+  const double geomean = std::exp(log_sum / judged);
+  EXPECT_LE(geomean, 1.04) << "heuristic choices are on average " << geomean << "x the best measured:\n" << report;
+  std::printf("%d shapes judged, geomean slowdown %.3f\n%s", judged, geomean, report.c_str());
+}
+
+}  // namespace
+}  // namespace taxfree::gemm
