@@ -85,7 +85,6 @@ fi
 if want decode; then  # M = 1 and 16: B-streaming floor
   for m in 1 16; do
     for n in 3584 8192 14336; do
-      for k in splitk=1 splitk=2 splitk=3 splitk=4 splitk=6 streamk=1; do add "M=$m,N=$n,K=$K,layout=nk,tile=64x32,$k"; done
       for k in splitk=1 splitk=2 splitk=3 splitk=4 splitk=7 streamk=1; do add "M=$m,N=$n,K=$K,layout=nk,tile=64x64,$k"; done
     done
     for n in 3584 14336; do

@@ -251,11 +251,12 @@ class AgmmBench final : public OpBench {
       last_ = plain_->launch(AgmmVariant::bsp, args, s);
     } else if (v == "bsp-sym") {
       last_ = sym_->launch(AgmmVariant::bsp, args, s);
-    } else if (v == "bsp-own") {
-      // NCCL at its best for the size (DESIGN.md: the window wins at small and mid sizes).
+    } else if (v == "bsp-own" || v == "auto") {
+      // NCCL at its best for the size (DESIGN.md: the window wins at small and mid sizes): the op
+      // a user tuned for the size would hold, for auto's bsp choices too.
       if (big_shard()) args.a_shard = a_plain_.p;
-      last_ = (big_shard() ? plain_ : sym_)->launch(AgmmVariant::bsp_own, args, s);
-    } else if (v == "decomposed" || v == "push" || v == "auto") {
+      last_ = (big_shard() ? plain_ : sym_)->launch(parse_agmm_variant(v), args, s);
+    } else if (v == "decomposed" || v == "push") {
       last_ = plain_->launch(parse_agmm_variant(v), args, s);
     } else if (v == "gemm-only") {
       gemm::launch(gathered_gemm(c_.p), s);

@@ -6,7 +6,8 @@
 //             its pipeline depth, the fixed issue + barrier cost of a k-block)
 //   epilogue  C band through shared memory to global
 //   split-K   partial write per part of a cut tile; its last part also reads all partials
-//   HBM       (A + B + C) bytes / bandwidth, derated when too few SMs stream.
+//   HBM       (A + B + C) bytes / bandwidth, derated when too few SMs stream;
+//   time      the larger of makespan and HBM plus a quarter of the smaller.
 // The constants are rough H200 figures; they rank candidates, they do not predict time. Retune
 // them from scripts/gemm_tune.sh (docs/notes/gemm-tuning.md).
 #include <algorithm>
@@ -31,6 +32,7 @@ constexpr double kKBlockIssue = 0.06e-6;          // wait full + 4 wgmma + commi
 constexpr double kSmStoreRate = 50e9;             // one SM writing C or partials
 constexpr double kSmLoadRate = 60e9;              // one SM reading partials from L2
 constexpr double kEpilogueFixed = 0.3e-6;         // barriers and address math per band
+constexpr double kBoundOverlap = 0.25;           // share of the smaller bound that shows in the time
 constexpr size_t kMaxWorkspaceBytes = size_t(64) << 20;
 // Bias against complexity: a candidate must beat the incumbent by this factor to replace it, and
 // candidates are tried simplest first.
@@ -91,7 +93,9 @@ double estimate_seconds(const Candidate& c, const WorkPlan& plan, int64_t m, int
   }
   const double streaming = std::min(1.0, double(active * t.cluster) / (kSaturatingSmFraction * sms));
   const double hbm = double(m * k + n * k + m * n) * 2.0 / (kHbmBytesPerSec * streaming);
-  return std::max(makespan, hbm);
+  // Neither bound hides the other completely; the overlap term also ranks the candidates that
+  // tie at the HBM bound (small M) by their schedules.
+  return std::max(makespan, hbm) + kBoundOverlap * std::min(makespan, hbm);
 }
 
 // Rasterisation group: the m-blocks per group that minimise the rows of A and B one wave of
