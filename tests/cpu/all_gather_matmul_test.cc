@@ -96,6 +96,30 @@ TEST(AgmmPieces, EveryElementOfTheGatheredAInExactlyOnePieceOfItsSource) {
       }
 }
 
+// The GEMM's producer skips the piece walk on k-blocks with kb & piece_start_mask != 0: no piece of
+// any source may start inside one of them, or its flag would never be waited for.
+TEST(AgmmPieces, SkippedKBlocksStartNoPiece) {
+  int aligned = 0;
+  for (int w : kWorlds)
+    for (const GridCase& c : grid_cases(w))
+      for (int64_t chunk : {int64_t(0), int64_t(64), int64_t(192), int64_t(512), int64_t(1024)}) {
+        AgmmConfig cfg;
+        cfg.col_chunk = chunk;
+        const agmm::PieceGrid g = make_push_plan(args_for(c), w, cfg, 132).grid;
+        const int mask = agmm::piece_start_mask(g);
+        aligned += mask != 0;
+        std::set<int64_t> starts;  // first columns of every piece of every source
+        for (int s = 0; s < w; ++s)
+          for (int64_t j = 0; j < g.col_chunks; ++j) starts.insert(g.col0(s) + g.piece(0, j).c0);
+        for (int64_t kb = 0; kb * 64 < c.k; ++kb) {
+          const bool starts_here = starts.lower_bound(kb * 64) != starts.end() && *starts.lower_bound(kb * 64) < kb * 64 + 64;
+          if (kb & mask) ASSERT_FALSE(starts_here) << "world " << w << " M=" << c.m << " K=" << c.k << " gd" << c.gather_dim
+                                                   << " col_chunk " << g.col_chunk << ": kb " << kb << " skipped";
+        }
+      }
+  EXPECT_GT(aligned, 0) << "no grid could skip any k-block";
+}
+
 TEST(AgmmPieces, SendOrderIsABijectionAndPeersGoRankMinusOneFirst) {
   for (int w : kWorlds)
     for (const GridCase& c : grid_cases(w)) {

@@ -62,6 +62,18 @@ struct PieceGrid {
   }
 };
 
+// k-blocks (64 columns) at which no piece of any source starts are exactly those with
+// kb & mask != 0, for the mask returned here: col_chunk / 64 - 1 when every piece's first column
+// is a multiple of col_chunk (gather_dim 0, or shards a multiple of col_chunk wide) and col_chunk
+// / 64 is a power of two; otherwise 0 (no k-block can be skipped). Lets the GEMM's producer skip
+// the piece walk (integer divisions) on most k-blocks.
+TF_HOST_DEVICE int piece_start_mask(const PieceGrid& g) {
+  const int64_t blocks = g.col_chunk / 64;
+  const bool aligned = g.col_chunk % 64 == 0 && (blocks & (blocks - 1)) == 0 &&
+                       (g.gather_dim == 0 || g.shard_cols % g.col_chunk == 0);
+  return aligned ? int(blocks - 1) : 0;
+}
+
 // Calls fn(source, flag_index) for every piece that intersects rows [r_lo, r_hi) x columns
 // [c_lo, c_hi) of the gathered A and starts at column >= c_lo. A GEMM producer that walks the
 // k-blocks of one tile in order and calls this with each k-block's columns therefore meets every

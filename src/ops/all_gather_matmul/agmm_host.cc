@@ -147,8 +147,14 @@ PushPlan make_push_plan(const AgmmArgs& a, int world, const AgmmConfig& cfg, int
     g.col_chunk = cfg.col_chunk;
   } else {
     // About 8 pieces across a shard: the GEMM can start on a piece's first k-blocks while the rest
-    // is in flight, at the cost of one flag check per piece per tile.
-    g.col_chunk = std::clamp<int64_t>(ceil_div(ceil_div(s.cols, 8), 64) * 64, 256, 4096);
+    // is in flight, at the cost of one flag check per piece per tile. A power of two times 64 that
+    // divides the shard where it can, so the GEMM's producer skips the piece walk on the k-blocks
+    // inside a piece (piece_start_mask).
+    int64_t chunk = 256;
+    while (chunk < 4096 && chunk * 2 * 8 <= s.cols) chunk *= 2;
+    int64_t dividing = chunk;
+    while (dividing > 256 && s.cols % dividing != 0) dividing /= 2;
+    g.col_chunk = a.gather_dim == 1 && s.cols % dividing == 0 ? dividing : chunk;
   }
   g.row_chunks = ceil_div(g.shard_rows, g.row_chunk);
   g.col_chunks = ceil_div(g.shard_cols, g.col_chunk);

@@ -69,6 +69,7 @@ void enqueue_push(const PushLaunch& l, cudaStream_t main, cudaStream_t side, cud
   ready.tiles = uint32_t(
       gemm::make_tile_grid(l.gemm.m, l.gemm.n, l.gemm_config.bm, l.gemm_config.bn, l.gemm_config.group_m).tiles());
   ready.present_source = l.copy_local ? -1 : l.view.rank;  // in place: the push kernel raises no local flag
+  ready.start_mask = piece_start_mask(l.grid);
   ready.seq = l.gemm_seq;
   ready.fault = l.fault;
   // Everything that can throw is checked before the first kernel goes out: the two sequences
