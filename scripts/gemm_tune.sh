@@ -16,16 +16,7 @@ mkdir -p "$out"
 cd "$(dirname "$0")/.."
 bin=build/taxfree
 
-export NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 CUDA_MODULE_LOADING=EAGER
-if nccl_lib=$(python3 -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "lib"))' 2>/dev/null); then
-  export LD_LIBRARY_PATH="$nccl_lib:${LD_LIBRARY_PATH:-}"
-fi
-for d in /usr/local/cuda/lib64 /usr/local/cuda/lib; do [ -d "$d" ] && export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}:$d"; done
-
-want() { [[ " $sections " == *" all "* || " $sections " == *" $1 "* ]]; }
-failed=0
-entries=()
-add() { entries+=(--shape "$1"); }
+. scripts/sweep_env.sh
 # run SECTION [bench args...]: one bench invocation over the collected entries, then clear them.
 run() {
   local name=$1; shift

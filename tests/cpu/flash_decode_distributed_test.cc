@@ -83,7 +83,7 @@ TEST(FlashDecodeDistPlan, WorkspaceBoundCoversEveryPlan) {
         for (auto [q, kv] : std::vector<std::pair<int, int>>{{96, 12}, {16, 1}, {12, 12}, {96, 6}, {32, 2}})
           for (int d : {64, 128})
             for (int max_len : {0, 1, 300, 4096, 100000, 524288}) {
-              const int splits = forced ? forced : choose_num_splits(batch, kv, max_len, resident, 1);
+              const int splits = forced ? forced : choose_splits(batch, kv, max_len, resident, 1).num_splits;
               EXPECT_LE(decode_workspace_bytes(batch, q, kv, d, splits), bound)
                   << "forced=" << forced << " resident=" << resident << " batch=" << batch << " heads=" << q
                   << "/" << kv << " d=" << d << " max_len=" << max_len;

@@ -43,6 +43,7 @@ struct Problem {
   int batch = 1, q_heads = 8, kv_heads = 1, head_dim = 128;
   std::vector<std::vector<int32_t>> lens;  // [rank][batch]: tokens of each rank's slice, in rank order
   int num_splits = 0;                      // FlashDecodeConfig::num_splits
+  Ring ring = Ring::automatic;             // FlashDecodeConfig::ring
   int64_t rows() const { return int64_t(batch) * q_heads; }
 };
 
@@ -177,7 +178,7 @@ struct Op {
   Op(const Problem& p, BspBuffers bsp = BspBuffers::symmetric) : mark(team().heap().mark()) {
     FlashDecodeConfig c;
     c.max_batch = p.batch, c.max_q_heads = p.q_heads, c.max_kv_heads = p.kv_heads, c.max_head_dim = p.head_dim;
-    c.num_splits = p.num_splits, c.bsp_buffers = bsp;
+    c.num_splits = p.num_splits, c.ring = p.ring, c.bsp_buffers = bsp;
     op = std::make_unique<FlashDecode>(team(), c);
   }
   ~Op() {
@@ -233,7 +234,7 @@ void check(const Global& g, const std::vector<uint16_t>& out, const std::string&
 std::string name(const Problem& p) {
   return std::string(p.dtype == DType::BF16 ? "bf16" : "fp16") + " D=" + std::to_string(p.head_dim) +
          " heads=" + std::to_string(p.q_heads) + "/" + std::to_string(p.kv_heads) +
-         " splits=" + std::to_string(p.num_splits);
+         " splits=" + std::to_string(p.num_splits) + " ring=" + ring_name(p.ring);
 }
 
 constexpr Variant kVariants[] = {Variant::bsp, Variant::fused};
@@ -333,6 +334,38 @@ TEST(FlashDecodeDist, ForcedSplitCountsAndPersistentGrid) {
   EXPECT_EQ(fp.items, 320);
   EXPECT_LE(fp.grid, fp.resident);
   for (Variant v : kVariants) check(g, run_checked(op, v, p, l), std::string("320 groups ") + variant_name(v));
+}
+
+// b=1, 96/12 heads, small odd slices: the heuristic's plan (deep ring, one CTA per SM on an H200),
+// then forced splits with both rings, which must give the same bits.
+TEST(FlashDecodeDist, SmallBatchDeepRing) {
+  TF_REQUIRE_GPUS(2);
+  const int world = team().world();
+  Problem p;
+  p.q_heads = 96, p.kv_heads = 12, p.batch = 1;
+  for (int r = 0; r < world; ++r) p.lens.push_back({r == 0 ? 12345 : r == 1 ? 1 : 8192});
+  const Global g = make_global(p, 77);
+  Local l;
+  upload_local(g, l);
+  {
+    Op op(p);
+    const FusedPlan fp = op->fused_plan(l.args(p));
+    if (team().rank() == 0) EXPECT_EQ(fp.ring, Ring::deep) << "rank 0 holds 12345 tokens of one sequence";
+    for (Variant v : kVariants) check(g, run_checked(op, v, p, l), name(p) + " " + variant_name(v));
+  }
+  p.num_splits = 7;
+  std::vector<uint16_t> bits[2];
+  for (Ring ring : {Ring::shallow, Ring::deep}) {
+    p.ring = ring;
+    Op op(p);
+    EXPECT_EQ(op->fused_plan(l.args(p)).ring, ring);
+    for (Variant v : kVariants) {
+      const auto out = run_checked(op, v, p, l);
+      check(g, out, name(p) + " " + variant_name(v));
+      if (v == Variant::fused) bits[ring == Ring::deep] = out;
+    }
+  }
+  EXPECT_TRUE(bits[0] == bits[1]) << "fused: the deep ring differs from the shallow one";
 }
 
 TEST(FlashDecodeDist, ThousandFusedStepsWithoutResetFreshInputs) {

@@ -123,6 +123,7 @@ Paged make_paged(const Data& d, KvLayout layout, int page_size, uint64_t seed) {
 struct Result {
   std::vector<float> o, lse, out;  // out converted to float
   int num_splits = 0;
+  Ring ring = Ring::shallow;
 };
 
 struct Runner {
@@ -156,6 +157,7 @@ struct Runner {
     Dev<unsigned char> ws(plan.workspace_bytes);
     Result r;
     r.num_splits = plan.num_splits;
+    r.ring = plan.ring;
     const size_t counters = (size_t(p.batch) * p.kv_heads * 4 + 255) / 256 * 256;  // first section
     if (plan.workspace_bytes) {  // poison the split partials, zero the counters once
       ws.poison();
@@ -165,7 +167,7 @@ struct Runner {
       o.poison(), lse.poison(), out.poison();
       launch_decode_partial(a, plan, ws.p, plan.workspace_bytes, stream);
       TF_CUDA(cudaStreamSynchronize(stream));
-      Result cur{o.download(), lse.download(), {}, plan.num_splits};
+      Result cur{o.download(), lse.download(), {}, plan.num_splits, plan.ring};
       const auto bits = out.download();
       cur.out.resize(bits.size());
       for (size_t i = 0; i < bits.size(); ++i) cur.out[i] = from_bits(p.dtype, bits[i]);
@@ -227,19 +229,71 @@ TEST(FlashDecodeGpu, RaggedBatchEveryGqaRatioBothDtypesBothHeadDims) {
       }
 }
 
-TEST(FlashDecodeGpu, ForcedSplitCountsAgree) {
+// Forced split counts up to kMaxSplits (several batches of partials in the split merge), D = 64
+// (two rows per warp in the merge) with odd group sizes, both rings: the deep ring gives the same
+// bits as the shallow one.
+TEST(FlashDecodeGpu, ForcedSplitCountsAndRingsAgree) {
   TF_REQUIRE_GPUS(1);
   Runner run;
-  Problem p;
-  p.q_heads = 24, p.kv_heads = 3, p.batch = 3, p.lens = {5000, 33, 4097};
-  const Data d = make_data(p, 11);
-  const std::vector<int32_t> starts(3, 0);
-  std::vector<double> o, lse;
-  reference(d, starts, p.lens, o, lse);
-  for (int s : {1, 2, 3, 7, 16, 64}) {
-    DecodeConfig cfg;
-    cfg.num_splits = s;
-    expect_matches(d, run.run(d, starts, p.lens, nullptr, cfg), o, lse, "num_splits=" + std::to_string(s));
+  struct Heads {
+    int q, kv, d;
+  };
+  uint64_t seed = 11;
+  for (const Heads h : {Heads{24, 3, 128}, Heads{9, 3, 64}, Heads{3, 3, 64}}) {
+    Problem p;
+    p.q_heads = h.q, p.kv_heads = h.kv, p.head_dim = h.d, p.batch = 3, p.lens = {5000, 33, 4097};
+    const Data d = make_data(p, ++seed);
+    const std::vector<int32_t> starts(3, 0);
+    std::vector<double> o, lse;
+    reference(d, starts, p.lens, o, lse);
+    for (int s : {1, 2, 3, 7, 16, 33, 64}) {
+      DecodeConfig cfg;
+      cfg.num_splits = s;
+      cfg.ring = Ring::shallow;
+      const std::string what = name(p) + " num_splits=" + std::to_string(s);
+      const Result shallow = run.run(d, starts, p.lens, nullptr, cfg);
+      expect_matches(d, shallow, o, lse, what);
+      cfg.ring = Ring::deep;
+      const Result deep = run.run(d, starts, p.lens, nullptr, cfg);
+      EXPECT_EQ(0, std::memcmp(deep.o.data(), shallow.o.data(), shallow.o.size() * 4)) << what << " deep o";
+      EXPECT_EQ(0, std::memcmp(deep.lse.data(), shallow.lse.data(), shallow.lse.size() * 4)) << what << " deep lse";
+      EXPECT_EQ(0, std::memcmp(deep.out.data(), shallow.out.data(), shallow.out.size() * 4)) << what << " deep out";
+    }
+  }
+}
+
+// The issue's small-batch shapes with the heuristic's plan (one deep CTA per SM on an H200), fresh
+// inputs per case, odd lengths, against the float64 reference; the deep ring on a paged cache
+// gives the contiguous cache's bits.
+TEST(FlashDecodeGpu, SmallBatchAutoPlanFreshInputs) {
+  TF_REQUIRE_GPUS(1);
+  Runner run;
+  struct Case {
+    int q, kv, len;
+  };
+  uint64_t seed = 500;
+  for (const Case c : {Case{96, 12, 8192}, Case{96, 12, 12345}, Case{96, 12, 1}, Case{64, 8, 4096}}) {
+    Problem p;
+    p.q_heads = c.q, p.kv_heads = c.kv, p.batch = 1, p.lens = {c.len};
+    const Data d = make_data(p, ++seed);
+    const std::vector<int32_t> starts = {0};
+    std::vector<double> o, lse;
+    reference(d, starts, p.lens, o, lse);
+    const Result r = run.run(d, starts, p.lens);
+    const std::string what = name(p) + " len=" + std::to_string(c.len) + " splits=" + std::to_string(r.num_splits);
+    expect_matches(d, r, o, lse, what);
+    if (c.len >= 4096) {  // one CTA per SM covers >= 7/8 of the SMs on an H100/H200
+      EXPECT_GT(r.num_splits, 1) << what;
+      EXPECT_EQ(r.ring, Ring::deep) << what;
+    }
+    if (c.len == 12345) {
+      DecodeConfig cfg;
+      cfg.num_splits = r.num_splits, cfg.ring = Ring::deep;
+      const Paged pg = make_paged(d, KvLayout::PagedNHD, 64, seed);
+      const Result rp = run.run(d, starts, p.lens, &pg, cfg);
+      EXPECT_EQ(0, std::memcmp(rp.o.data(), r.o.data(), r.o.size() * 4)) << what << " paged deep";
+      EXPECT_EQ(0, std::memcmp(rp.out.data(), r.out.data(), r.out.size() * 4)) << what << " paged deep";
+    }
   }
 }
 
@@ -323,6 +377,16 @@ TEST(FlashDecodeGpu, SimulatedRanksBalancedPartition) {
     simulate_ranks(run, d, partition(p.lens, world), world == 3, "W=" + std::to_string(world));
     simulate_ranks(run, d, partition(p.lens, world, 64), false, "W=" + std::to_string(world) + " align 64");
   }
+}
+
+// D = 64 and 27 rows: the combine kernel's last CTA has 3 rows, one warp merges only one of two.
+TEST(FlashDecodeGpu, SimulatedRanksHeadDim64OddRows) {
+  TF_REQUIRE_GPUS(1);
+  Runner run;
+  Problem p;
+  p.q_heads = 9, p.kv_heads = 3, p.head_dim = 64, p.batch = 3, p.lens = {12345, 1, 0};
+  const Data d = make_data(p, 27);
+  for (int world : {2, 3, 5}) simulate_ranks(run, d, partition(p.lens, world), world == 3, "D=64 W=" + std::to_string(world));
 }
 
 TEST(FlashDecodeGpu, SimulatedRanksOddSlices) {

@@ -90,16 +90,25 @@ struct DecodeArgs {
   void* out = nullptr;           // [batch][q_heads][head_dim] dtype, 16-byte aligned
 };
 
+// Shared-memory ring of the decode kernels (kernels/attention/config.h): `shallow` = 96 KB per
+// CTA, two CTAs per SM; `deep` = twice the stages, 192 KB, one CTA per SM. The results are bitwise
+// identical; the ring only changes how many loads a CTA keeps in flight and how many CTAs fit.
+enum class Ring { automatic, shallow, deep };
+const char* ring_name(Ring r);   // "auto" | "shallow" | "deep"
+Ring parse_ring(const std::string& name);  // the same names; throws InvalidArgument
+
 struct DecodeConfig {
   int num_splits = 0;   // 0: heuristic; else 1..kMaxSplits (tuning/tests)
+  Ring ring = Ring::automatic;  // automatic: the heuristic's with num_splits 0, else shallow
   int num_sms = 0;      // heuristic input; 0: the current device's
-  int ctas_per_sm = 0;  // heuristic input; 0: the kernel's occupancy on the current device
+  int ctas_per_sm = 0;  // heuristic input; 0: the shallow kernel's occupancy on the current device
   int waves = 1;        // heuristic target: waves x (SMs x resident CTAs per SM) CTAs
 };
 
 struct DecodePlan {
   int num_splits = 1;          // grid.x of the decode kernel
   size_t workspace_bytes = 0;  // 0 when num_splits == 1
+  Ring ring = Ring::shallow;   // shallow or deep
 };
 
 // Validates `args` and `cfg`, then picks the split count (queries the current device for what
@@ -143,10 +152,20 @@ struct CombineArgs {
 void launch_combine(const CombineArgs& args, cudaStream_t stream);
 void validate_combine_args(const CombineArgs& args);
 
-// The split count the heuristic picks: fill every resident CTA slot once (slots = num_sms x
-// ctas_per_sm x waves), never below one 256-token chunk per split, at most kMaxSplits. Pure.
-int choose_num_splits(int batch, int kv_heads, int max_len, int num_sms, int ctas_per_sm,
-                      int waves = 1);
+// The split count and ring the heuristic picks (pure). It fills the GPU once with equal CTAs (a
+// partial second wave would run latency-bound) and uses as few CTAs as that allows, because every
+// split adds a partial to the merge in the launch's tail. With G = batch x kv_heads groups:
+//  * one deep-ring CTA per SM, splits = num_sms x waves / G, when those CTAs cover >= 7/8 of the
+//    SMs (small batch: b=1 with 8 or 12 KV heads gives 16 or 11 splits);
+//  * else ctas_per_sm shallow CTAs per SM, splits = num_sms x ctas_per_sm x waves / G.
+// Never below one 256-token chunk per split, at most kMaxSplits, at least 1. The ring is deep
+// whenever the grid (splits x G) fits one CTA per SM.
+struct SplitChoice {
+  int num_splits = 1;
+  Ring ring = Ring::shallow;
+};
+SplitChoice choose_splits(int batch, int kv_heads, int max_len, int num_sms, int ctas_per_sm,
+                          int waves = 1);
 
 // Rank r's slice [start, end) of a sequence of `len` tokens split contiguously over `world`
 // ranks, balanced in units of `align` tokens: with U = ceil(len/align) units, rank r gets
@@ -197,6 +216,7 @@ struct FlashDecodeConfig {
   int max_kv_heads = 0;
   int max_head_dim = 128;  // 64 or 128
   int num_splits = 0;      // splits per (sequence, KV head) inside a rank; 0: heuristic (one wave)
+  Ring ring = Ring::automatic;  // of both kernels; automatic as in DecodeConfig
   BspBuffers bsp_buffers = BspBuffers::symmetric;
 };
 
@@ -228,8 +248,9 @@ void validate_flash_decode_args(const DecodeArgs& a, const FlashDecodeConfig& cf
 // work items over `grid` = min(items, resident) persistent CTAs.
 struct FusedPlan {
   int num_splits = 1;
+  Ring ring = Ring::shallow;
   int64_t items = 0;
-  int resident = 0;  // resident CTAs of the fused kernel on this GPU
+  int resident = 0;  // resident CTAs of the fused kernel (with `ring`) on this GPU
   int grid = 0;
 };
 
@@ -258,7 +279,7 @@ class FlashDecode {
   void set_skip_signal(bool skip) { skip_signal_ = skip; }
 
  private:
-  int ctas_per_sm(bool fused, DType dtype, int head_dim, bool paged);
+  int ctas_per_sm(bool fused, DType dtype, int head_dim, bool paged, Ring ring);
   DecodeConfig split_config(bool fused, const DecodeArgs& args);
   void launch_fused(const DecodeArgs& args, cudaStream_t stream);
 
@@ -270,7 +291,7 @@ class FlashDecode {
   void* workspace_ = nullptr;      // device memory
   size_t workspace_bytes_ = 0;
   dev::LaunchSequence seq_{};
-  int occupancy_[16] = {};         // ctas_per_sm cache, 0 = not queried yet
+  int occupancy_[32] = {};         // ctas_per_sm cache, 0 = not queried yet
   bool skip_signal_ = false;
 };
 

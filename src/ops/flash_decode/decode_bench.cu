@@ -1,16 +1,20 @@
 // `taxfree bench decode`: the single-GPU split-KV decode kernel on the issue's shapes, with the
 // KV length per rank as the local length (contiguous cache, every sequence full length).
 //
-// --shape filters (any entry may match; an entry matches when all its keys do), e.g.
-//   --shape batch=1,kv=32768,heads=96/12      keys: batch, kv, heads (q/kv), head_dim
-// (bench::matches_shape_filters: an unknown key matches nothing).
-// The sweep is the shape list below; -b/-e do not apply (the size column is the output bytes).
+// --shape entries (bench_inputs::shapes_of) name shapes or select issue shapes, and may force the
+// split count and ring, e.g.
+//   --shape batch=1,kv=32768,heads=96/12            an issue shape, the heuristic's plan
+//   --shape batch=1,kv=12345,splits=7,ring=deep     any KV length, forced plan
+//   --shape kv=8192,splits=11                       every issue shape with 8K tokens, 11 splits
+// Rank 0 prints each case's plan ("# plan: ..."). -b/-e do not apply (the size column is the
+// output bytes).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <sstream>
@@ -19,10 +23,10 @@
 
 #include "bench_inputs.h"
 #include "reference.h"
-#include "taxfree/bench/harness.h"
 #include "taxfree/bench/op_bench.h"
 #include "taxfree/ops/flash_decode.h"
 #include "taxfree/runtime/error.h"
+#include "taxfree/runtime/team.h"
 
 namespace taxfree::ops::flash_decode {
 namespace {
@@ -40,17 +44,16 @@ class DecodeBench final : public bench::OpBench {
   std::string name() const override { return "decode"; }
   std::vector<std::string> variants() const override { return {"split-kv"}; }
 
+  void check_options(const bench::Options& opt) const override { bench_inputs::shapes_of(opt.shapes); }
+
   std::vector<bench::Case> cases(const bench::Options& opt, const Team&) const override {
     parse_dtype(opt.dtype);
     std::vector<bench::Case> out;
-    for (const Shape& s : bench_inputs::issue_shapes()) {
-      if (!bench::matches_shape_filters(s.params(), opt.shapes)) continue;
-      out.push_back(s.to_case(opt.dtype, ""));
-    }
+    for (const Shape& s : bench_inputs::shapes_of(opt.shapes)) out.push_back(s.to_case(opt.dtype, ""));
     return out;
   }
 
-  void setup(Team&, const bench::Case& c, const bench::Options& opt) override {
+  void setup(Team& team, const bench::Case& c, const bench::Options& opt) override {
     teardown();
     s_ = Shape::from(c.params);
     dtype_ = parse_dtype(opt.dtype);
@@ -75,7 +78,11 @@ class DecodeBench final : public bench::OpBench {
     a_.q = q_, a_.k = k_, a_.v = v_, a_.layout = KvLayout::Contiguous, a_.capacity = s_.kv;
     a_.slice_len = lens_, a_.max_len = s_.kv;
     a_.out = out_, a_.lse_part = lse_;
-    plan_ = plan_decode(a_);
+    DecodeConfig cfg;
+    cfg.num_splits = s_.splits, cfg.ring = s_.ring;
+    plan_ = plan_decode(a_, cfg);
+    if (team.rank() == 0)
+      std::printf("# plan: %s -> splits=%d ring=%s\n", c.label.c_str(), plan_.num_splits, ring_name(plan_.ring));
     if (plan_.workspace_bytes) {
       TF_CUDA(cudaMalloc(&ws_, plan_.workspace_bytes));
       init_decode_workspace(ws_, plan_.workspace_bytes, nullptr);

@@ -10,15 +10,14 @@
 namespace taxfree::ops::flash_decode::detail {
 
 namespace {
-// 96 KB of dynamic shared memory needs an opt-in, and two CTAs per SM need the largest carveout.
-// Done once per process and kernel: one process drives one GPU (DESIGN.md), and attributes are
-// per function, not per launch. Shared by every kernel of the decode family (same shared memory).
-template <auto kKernel, int D>
+// 96 or 192 KB of dynamic shared memory need an opt-in, and the shallow ring's two CTAs per SM the
+// largest carveout. Done once per process and kernel: one process drives one GPU (DESIGN.md), and
+// attributes are per function, not per launch. Shared by every kernel of the decode family.
+template <auto kKernel, int kSmem>
 void prepare_kernel() {
   static const bool done = [] {
     const void* fn = reinterpret_cast<const void*>(kKernel);
-    TF_CUDA(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 attention::decode_smem_bytes<D>()));
+    TF_CUDA(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
     TF_CUDA(cudaFuncSetAttribute(fn, cudaFuncAttributePreferredSharedMemoryCarveout,
                                  int(cudaSharedmemCarveoutMaxShared)));
     return true;
@@ -27,33 +26,39 @@ void prepare_kernel() {
 }
 
 // Resident CTAs per SM of a prepared kernel of the decode family.
-template <auto kKernel, int D>
+template <auto kKernel, int kSmem>
 int ctas_per_sm() {
-  prepare_kernel<kKernel, D>();
+  prepare_kernel<kKernel, kSmem>();
   int n = 0;
-  TF_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kKernel, attention::kThreads,
-                                                        attention::decode_smem_bytes<D>()));
+  TF_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kKernel, attention::kThreads, kSmem));
   return n;
+}
+
+// Prepares `kernel` (a decode-family kernel for kCtasPerSm) and launches it with `grid` CTAs.
+template <auto kKernel, int D, int kCtasPerSm, class P, class G>
+void launch_prepared(const P& p, G grid, cudaStream_t stream) {
+  constexpr int kSmem = attention::decode_smem_bytes<D, kCtasPerSm>();
+  prepare_kernel<kKernel, kSmem>();
+  kKernel<<<grid, attention::kThreads, kSmem, stream>>>(p);
+  TF_CUDA(cudaGetLastError());
 }
 }  // namespace
 
 template <class T, int D>
-void launch_decode_t(bool paged, const attention::DecodeParams& p, dim3 grid, cudaStream_t stream) {
-  constexpr int kSmem = attention::decode_smem_bytes<D>();
-  if (paged) {
-    prepare_kernel<&attention::decode_partial_kernel<T, D, true>, D>();
-    attention::decode_partial_kernel<T, D, true><<<grid, attention::kThreads, kSmem, stream>>>(p);
-  } else {
-    prepare_kernel<&attention::decode_partial_kernel<T, D, false>, D>();
-    attention::decode_partial_kernel<T, D, false><<<grid, attention::kThreads, kSmem, stream>>>(p);
-  }
-  TF_CUDA(cudaGetLastError());
+void launch_decode_t(bool paged, Ring ring, const attention::DecodeParams& p, dim3 grid, cudaStream_t stream) {
+  dispatch_ring(ring, [&]<int C>() {
+    if (paged) launch_prepared<&attention::decode_partial_kernel<T, D, true, C>, D, C>(p, grid, stream);
+    else launch_prepared<&attention::decode_partial_kernel<T, D, false, C>, D, C>(p, grid, stream);
+  });
 }
 
 template <class T, int D>
-int decode_ctas_per_sm_t(bool paged) {
-  return paged ? ctas_per_sm<&attention::decode_partial_kernel<T, D, true>, D>()
-               : ctas_per_sm<&attention::decode_partial_kernel<T, D, false>, D>();
+int decode_ctas_per_sm_t(bool paged, Ring ring) {
+  return dispatch_ring(ring, [&]<int C>() {
+    constexpr int kSmem = attention::decode_smem_bytes<D, C>();
+    return paged ? ctas_per_sm<&attention::decode_partial_kernel<T, D, true, C>, kSmem>()
+                 : ctas_per_sm<&attention::decode_partial_kernel<T, D, false, C>, kSmem>();
+  });
 }
 
 template <class T, int D>
@@ -64,8 +69,8 @@ void launch_combine_t(const attention::CombineParams& p, cudaStream_t stream) {
 }
 
 #define TF_FLASH_DECODE_INSTANTIATE(T, D)                                                     \
-  template void launch_decode_t<T, D>(bool, const attention::DecodeParams&, dim3, cudaStream_t); \
-  template int decode_ctas_per_sm_t<T, D>(bool);                                              \
+  template void launch_decode_t<T, D>(bool, Ring, const attention::DecodeParams&, dim3, cudaStream_t); \
+  template int decode_ctas_per_sm_t<T, D>(bool, Ring);                                              \
   template void launch_combine_t<T, D>(const attention::CombineParams&, cudaStream_t);
 
 }  // namespace taxfree::ops::flash_decode::detail

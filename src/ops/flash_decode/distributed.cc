@@ -23,7 +23,7 @@ FlashDecode::FlashDecode(Team& team, const FlashDecodeConfig& cfg) : team_(team)
     for (DType dt : {DType::BF16, DType::FP16})
       for (int d : {64, 128})
         for (bool paged : {false, true})
-          if (d <= cfg.max_head_dim) per_sm = std::max(per_sm, ctas_per_sm(fused, dt, d, paged));
+          if (d <= cfg.max_head_dim) per_sm = std::max(per_sm, ctas_per_sm(fused, dt, d, paged, Ring::shallow));
   TF_REQUIRE(per_sm >= 1, Status::NotSupported, "the decode kernels do not fit on an SM of this device (occupancy 0)");
   const FlashDecodeBuffers bytes = flash_decode_buffers(cfg, team.world(), team.sm_count() * per_sm);
 
@@ -53,11 +53,12 @@ FlashDecode::~FlashDecode() {
   // Heap buffers go back with the heap's release(mark) (stack discipline).
 }
 
-int FlashDecode::ctas_per_sm(bool fused, DType dtype, int head_dim, bool paged) {
-  int& n = occupancy_[(fused ? 8 : 0) + (dtype == DType::FP16 ? 4 : 0) + (head_dim == 128 ? 2 : 0) + (paged ? 1 : 0)];
+int FlashDecode::ctas_per_sm(bool fused, DType dtype, int head_dim, bool paged, Ring ring) {
+  int& n = occupancy_[(ring == Ring::deep ? 16 : 0) + (fused ? 8 : 0) + (dtype == DType::FP16 ? 4 : 0) +
+                      (head_dim == 128 ? 2 : 0) + (paged ? 1 : 0)];
   if (n == 0)
     n = detail::dispatch(dtype, head_dim, [&]<class T, int D>() {
-      return fused ? detail::fused_ctas_per_sm_t<T, D>(paged) : detail::decode_ctas_per_sm_t<T, D>(paged);
+      return fused ? detail::fused_ctas_per_sm_t<T, D>(paged, ring) : detail::decode_ctas_per_sm_t<T, D>(paged, ring);
     });
   return n;
 }
@@ -65,8 +66,9 @@ int FlashDecode::ctas_per_sm(bool fused, DType dtype, int head_dim, bool paged) 
 DecodeConfig FlashDecode::split_config(bool fused, const DecodeArgs& a) {
   DecodeConfig dc;
   dc.num_splits = cfg_.num_splits;
+  dc.ring = cfg_.ring;
   dc.num_sms = team_.sm_count();
-  dc.ctas_per_sm = ctas_per_sm(fused, a.dtype, a.head_dim, is_paged(a.layout));
+  dc.ctas_per_sm = ctas_per_sm(fused, a.dtype, a.head_dim, is_paged(a.layout), Ring::shallow);
   TF_REQUIRE(dc.ctas_per_sm >= 1, Status::NotSupported, "the decode kernel does not fit on an SM of this device");
   return dc;
 }
@@ -79,8 +81,10 @@ FusedPlan FlashDecode::fused_plan(const DecodeArgs& a) {
              "fused plan needs " << plan.workspace_bytes << " workspace bytes, FlashDecode has " << workspace_bytes_);
   FusedPlan fp;
   fp.num_splits = plan.num_splits;
+  fp.ring = plan.ring;
   fp.items = int64_t(plan.num_splits) * a.batch * a.kv_heads;
-  fp.resident = dc.num_sms * dc.ctas_per_sm;
+  fp.resident = dc.num_sms * ctas_per_sm(true, a.dtype, a.head_dim, is_paged(a.layout), plan.ring);
+  TF_REQUIRE(fp.resident >= 1, Status::NotSupported, "the fused decode kernel does not fit on an SM of this device");
   fp.grid = attention::fused_grid(fp.items, fp.resident);
   return fp;
 }
@@ -109,7 +113,7 @@ void FlashDecode::launch_fused(const DecodeArgs& a, cudaStream_t stream) {
   p.skip_signal = skip_signal_ ? 1 : 0;
   const bool paged = is_paged(a.layout);
   detail::dispatch(a.dtype, a.head_dim,
-                   [&]<class T, int D>() { detail::launch_fused_t<T, D>(paged, p, fp.grid, stream); });
+                   [&]<class T, int D>() { detail::launch_fused_t<T, D>(paged, fp.ring, p, fp.grid, stream); });
 }
 
 void FlashDecode::launch_bsp_stage(Stage stage, const DecodeArgs& a, cudaStream_t stream) {

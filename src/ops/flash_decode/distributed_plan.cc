@@ -20,7 +20,7 @@ uint64_t max_workspace_bytes(const FlashDecodeConfig& c, int resident_ctas) {
   if (c.num_splits > 1)  // sizes only grow with each argument
     return decode_workspace_bytes(c.max_batch, c.max_q_heads, c.max_kv_heads, c.max_head_dim, c.num_splits);
   // Heuristic: more than one split only while splits x batch x kv_heads <= resident CTAs (one
-  // wave, choose_num_splits), so a plan holds at most resident x group split partials.
+  // wave, choose_splits), so a plan holds at most resident x group split partials.
   const int64_t group = std::min(kMaxGqaRatio, c.max_q_heads);
   const int64_t parts = std::min(int64_t(resident_ctas) * group, int64_t(c.max_batch) * c.max_q_heads * kMaxSplits);
   return round_up(uint64_t(c.max_batch) * c.max_kv_heads * sizeof(int), kAlign) +
@@ -75,6 +75,8 @@ void validate_flash_decode_config(const FlashDecodeConfig& c, int world) {
              "max_head_dim=" << c.max_head_dim << " must be 64 or 128");
   TF_REQUIRE(c.num_splits >= 0 && c.num_splits <= kMaxSplits, S::InvalidArgument,
              "num_splits=" << c.num_splits << " must be 0 (auto) or in [1, " << kMaxSplits << "]");
+  TF_REQUIRE(c.ring == Ring::automatic || c.ring == Ring::shallow || c.ring == Ring::deep, S::InvalidArgument,
+             "ring=" << int(c.ring) << " is not a Ring");
   TF_REQUIRE(c.bsp_buffers == BspBuffers::symmetric || c.bsp_buffers == BspBuffers::plain, S::InvalidArgument,
              "bsp_buffers=" << int(c.bsp_buffers) << " is not a BspBuffers value");
   // Fused work items (splits x batch x kv_heads) are int32.

@@ -5,7 +5,8 @@
 // plain buffers; NCCL at its best is the faster of the two baselines), fused (one kernel).
 // Parts for the tax breakdown: decode-only (bsp's decode kernel alone; its algbw column is the KV
 // read rate, to compare with the measured HBM rate) and comm-only (the all-gather alone).
-// --shape filters: batch, kv, heads (e.g. heads=96/12), head_dim.
+// --shape entries as for `bench decode` (bench_inputs::shapes_of: batch, kv, heads, head_dim, and
+// splits / ring forcing the plan of every variant and part); rank 0 prints the fused plan.
 //
 // Check: the output of sampled (sequence, KV head) groups against a double-precision reference
 // over the whole sequence (each rank regenerates every rank's KV on the host), and the output
@@ -14,6 +15,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <map>
 #include <memory>
 #include <sstream>
@@ -23,7 +25,6 @@
 #include "../../bench/bench_util.cuh"
 #include "bench_inputs.h"
 #include "reference.h"
-#include "taxfree/bench/harness.h"
 #include "taxfree/bench/op_bench.h"
 #include "taxfree/ops/flash_decode.h"
 #include "taxfree/runtime/error.h"
@@ -55,11 +56,12 @@ class FlashDecodeBench final : public bench::OpBench {
   std::vector<std::string> parts() const override { return {"decode-only", "comm-only"}; }
   int launches(const std::string& v) const override { return v == "bsp" || v == "bsp-plain" ? 3 : 1; }
 
+  void check_options(const bench::Options& opt) const override { bench_inputs::shapes_of(opt.shapes); }
+
   std::vector<bench::Case> cases(const bench::Options& opt, const Team& team) const override {
     bench_inputs::parse_dtype(opt.dtype);
     std::vector<bench::Case> out;
-    for (const Shape& s : bench_inputs::issue_shapes()) {
-      if (!bench::matches_shape_filters(s.params(), opt.shapes)) continue;
+    for (const Shape& s : bench_inputs::shapes_of(opt.shapes)) {
       bench::Case c = s.to_case(opt.dtype, "/rank");
       c.params["world"] = team.world();
       out.push_back(std::move(c));
@@ -98,7 +100,13 @@ class FlashDecodeBench final : public bench::OpBench {
     FlashDecodeConfig cfg;
     cfg.max_batch = s_.batch, cfg.max_q_heads = s_.q_heads, cfg.max_kv_heads = s_.kv_heads;
     cfg.max_head_dim = s_.head_dim;
+    cfg.num_splits = s_.splits, cfg.ring = s_.ring;
     op_ = std::make_unique<FlashDecode>(team, cfg);
+    if (team.rank() == 0) {
+      const FusedPlan fp = op_->fused_plan(a_);
+      std::printf("# plan: %s -> fused splits=%d ring=%s grid=%d\n", c.label.c_str(), fp.num_splits,
+                  ring_name(fp.ring), fp.grid);
+    }
     cfg.bsp_buffers = BspBuffers::plain;
     plain_ = std::make_unique<FlashDecode>(team, cfg);
     op_->set_skip_signal(opt.skip_signal_rank == team.rank());

@@ -147,20 +147,33 @@ void validate_decode_args(const DecodeArgs& a) {
   }
 }
 
-int choose_num_splits(int batch, int kv_heads, int max_len, int num_sms, int ctas_per_sm, int waves) {
+SplitChoice choose_splits(int batch, int kv_heads, int max_len, int num_sms, int ctas_per_sm, int waves) {
   TF_REQUIRE(batch >= 1 && kv_heads >= 1 && num_sms >= 1 && ctas_per_sm >= 1 && waves >= 1,
              Status::InvalidArgument,
-             "choose_num_splits(batch=" << batch << ", kv_heads=" << kv_heads << ", num_sms=" << num_sms
-                                        << ", ctas_per_sm=" << ctas_per_sm << ", waves=" << waves
-                                        << "): all must be >= 1");
-  if (max_len <= 0) return 1;
-  // One wave of equal CTAs: a partial last wave would run latency-bound with few CTAs in flight.
-  const int64_t slots = int64_t(num_sms) * ctas_per_sm * waves;
-  const int64_t bh = int64_t(batch) * kv_heads;
-  int64_t s = bh >= slots ? 1 : slots / bh;
-  const int64_t by_len = (int64_t(max_len) + kMinSplitTokens - 1) / kMinSplitTokens;
-  s = std::min({s, by_len, int64_t(kMaxSplits)});
-  return int(std::max<int64_t>(s, 1));
+             "choose_splits(batch=" << batch << ", kv_heads=" << kv_heads << ", num_sms=" << num_sms
+                                    << ", ctas_per_sm=" << ctas_per_sm << ", waves=" << waves
+                                    << "): all must be >= 1");
+  const int64_t groups = int64_t(batch) * kv_heads;
+  const int64_t sms = int64_t(num_sms) * waves;
+  int64_t s = 1;
+  if (max_len > 0) {
+    // Fewest equal CTAs that fill the GPU once (flash_decode.h).
+    const int64_t deep = sms / groups;
+    s = deep * groups * 8 >= sms * 7 ? deep : sms * ctas_per_sm / groups;
+    const int64_t by_len = (int64_t(max_len) + kMinSplitTokens - 1) / kMinSplitTokens;
+    s = std::max<int64_t>(std::min({s, by_len, int64_t(kMaxSplits)}), 1);
+  }
+  return {int(s), s * groups <= sms ? Ring::deep : Ring::shallow};
+}
+
+const char* ring_name(Ring r) {
+  return r == Ring::automatic ? "auto" : r == Ring::shallow ? "shallow" : r == Ring::deep ? "deep" : "?";
+}
+
+Ring parse_ring(const std::string& name) {
+  for (Ring r : {Ring::automatic, Ring::shallow, Ring::deep})
+    if (name == ring_name(r)) return r;
+  TF_THROW(Status::InvalidArgument, "unknown decode ring '" << name << "' (known: auto, shallow, deep)");
 }
 
 size_t decode_workspace_bytes(int batch, int q_heads, int kv_heads, int head_dim, int num_splits) {
@@ -180,21 +193,25 @@ void init_decode_workspace(void* workspace, size_t bytes, cudaStream_t stream) {
 
 namespace {
 int decode_ctas_per_sm(DType dt, int head_dim, bool is_paged) {
-  return detail::dispatch(dt, head_dim, [&]<class T, int D>() { return detail::decode_ctas_per_sm_t<T, D>(is_paged); });
+  return detail::dispatch(dt, head_dim, [&]<class T, int D>() {
+    return detail::decode_ctas_per_sm_t<T, D>(is_paged, Ring::shallow);
+  });
 }
+bool valid_ring(Ring r) { return r == Ring::automatic || r == Ring::shallow || r == Ring::deep; }
 }  // namespace
 
 DecodePlan plan_decode(const DecodeArgs& a, const DecodeConfig& cfg) {
   validate_decode_args(a);
   TF_REQUIRE(cfg.num_splits >= 0 && cfg.num_splits <= kMaxSplits, Status::InvalidArgument,
              "num_splits=" << cfg.num_splits << " must be 0 (auto) or in [1, " << kMaxSplits << "]");
+  TF_REQUIRE(valid_ring(cfg.ring), Status::InvalidArgument, "ring=" << int(cfg.ring) << " is not a Ring");
   TF_REQUIRE(cfg.num_sms >= 0, Status::InvalidArgument, "num_sms=" << cfg.num_sms << " must be >= 0");
   TF_REQUIRE(cfg.ctas_per_sm >= 0, Status::InvalidArgument,
              "ctas_per_sm=" << cfg.ctas_per_sm << " must be >= 0");
   TF_REQUIRE(cfg.waves >= 1 && cfg.waves <= 64, Status::InvalidArgument,
              "waves=" << cfg.waves << " must be in [1, 64]");
-  int s = cfg.num_splits;
-  if (s == 0) {
+  SplitChoice c{cfg.num_splits, Ring::shallow};
+  if (c.num_splits == 0) {
     int sms = cfg.num_sms;
     if (sms == 0) {
       int dev = 0;
@@ -205,9 +222,10 @@ DecodePlan plan_decode(const DecodeArgs& a, const DecodeConfig& cfg) {
     if (per_sm == 0) per_sm = decode_ctas_per_sm(a.dtype, a.head_dim, paged(a.layout));
     TF_REQUIRE(per_sm >= 1, Status::NotSupported,
                "the decode kernel does not fit on an SM of this device (occupancy 0)");
-    s = choose_num_splits(a.batch, a.kv_heads, a.max_len, sms, per_sm, cfg.waves);
+    c = choose_splits(a.batch, a.kv_heads, a.max_len, sms, per_sm, cfg.waves);
   }
-  return {s, decode_workspace_bytes(a.batch, a.q_heads, a.kv_heads, a.head_dim, s)};
+  if (cfg.ring != Ring::automatic) c.ring = cfg.ring;
+  return {c.num_splits, decode_workspace_bytes(a.batch, a.q_heads, a.kv_heads, a.head_dim, c.num_splits), c.ring};
 }
 
 void launch_decode_partial(const DecodeArgs& a, const DecodePlan& plan, void* workspace,
@@ -215,6 +233,8 @@ void launch_decode_partial(const DecodeArgs& a, const DecodePlan& plan, void* wo
   validate_decode_args(a);
   TF_REQUIRE(plan.num_splits >= 1 && plan.num_splits <= kMaxSplits, Status::InvalidArgument,
              "plan.num_splits=" << plan.num_splits << " must be in [1, " << kMaxSplits << "]");
+  TF_REQUIRE(plan.ring == Ring::shallow || plan.ring == Ring::deep, Status::InvalidArgument,
+             "plan.ring=" << int(plan.ring) << " must be Ring::shallow or Ring::deep");
   const size_t need = decode_workspace_bytes(a.batch, a.q_heads, a.kv_heads, a.head_dim, plan.num_splits);
   if (need > 0) {
     TF_REQUIRE(workspace != nullptr, Status::InvalidArgument,
@@ -228,8 +248,9 @@ void launch_decode_partial(const DecodeArgs& a, const DecodePlan& plan, void* wo
 
   const attention::DecodeParams p = detail::make_decode_params(a, plan.num_splits, workspace);
   const dim3 grid(unsigned(plan.num_splits), unsigned(a.kv_heads), unsigned(a.batch));
-  detail::dispatch(a.dtype, a.head_dim,
-                   [&]<class T, int D>() { detail::launch_decode_t<T, D>(paged(a.layout), p, grid, stream); });
+  detail::dispatch(a.dtype, a.head_dim, [&]<class T, int D>() {
+    detail::launch_decode_t<T, D>(paged(a.layout), plan.ring, p, grid, stream);
+  });
 }
 
 namespace detail {

@@ -29,7 +29,7 @@ struct PartialTile {
 
 // Weights of up to kMaxParts partials for up to kMaxRows rows.
 struct CombineScratch {
-  float w[kMaxParts][kMaxRows];
+  float w[kMaxRows][kMaxParts + 1];  // + 1: the two rows a D = 64 warp reads at once use two banks
 };
 
 // Store rows [0, rows) of `t`: o_dst[r*D + d] (16-byte aligned, float4 stores) and, when
@@ -67,61 +67,98 @@ __device__ inline void cta_store_tile_as(const PartialTile<D>& t, int rows, T* d
 // Merge n partials of `rows` rows into `out` (shared memory), with lse_combine.h's formula.
 //   partial i, row r:  o at o[i*o_part_stride + r*D + d]   (fp32, normalised, 16-byte aligned)
 //                      lse at lse[i*lse_part_stride + r]
-// Preconditions: 1 <= n <= kMaxParts, 1 <= rows <= kMaxRows; every thread of the CTA calls it.
+// Preconditions: 1 <= n <= kMaxParts, 1 <= rows <= kMaxRows, blockDim.x a multiple of 32; every
+// thread of the CTA calls it.
 // Global reads are plain (weak) loads: the partials were written by other CTAs, other GPUs or an
 // earlier kernel, and every calling thread must already be ordered after those writes by an
-// acquire pattern (cta_arrive_last's fence, a flag acquire plus CTA barrier and fence, or a kernel
-// boundary); the PTX memory model then guarantees the weak loads see them (no stale L1 line).
-// Every partial's o must be readable memory, but the o of a partial whose weight is 0
+// acquire pattern (cta_arrive_last's acquire plus CTA barrier, a flag acquire plus CTA barrier, or
+// a kernel boundary); the PTX memory model then guarantees the weak loads see them (no stale L1
+// line). Every partial's o must be readable memory, but the o of a partial whose weight is 0
 // (lse = -inf) is discarded by a select: garbage or NaN there cannot leak into the result.
 // Synchronises the CTA on entry and exit (`out` and `scratch` are safe to read/reuse after).
+//
+// It runs in the launch's tail, so it is built for latency: a warp merges whole rows (a half-warp
+// per row when D = 64), lane j owning float4 column j. The row's LSEs (lane j: partials j, j+L, ..)
+// and the o values of the first kBatch partials are loaded together, the LSE statistics are warp
+// reductions (no serial per-row loop, no CTA barrier between stats and sums), and the weights
+// reach the lanes through the row's scratch line. The sum S is a tree (lse_stats sums in order):
+// the result differs from the host formula by float rounding only.
 template <int D>
 __device__ inline void cta_combine_partials(const float* o, int64_t o_part_stride, const float* lse,
                                             int64_t lse_part_stride, int n, int rows,
                                             CombineScratch& scratch, PartialTile<D>& out) {
+  constexpr int kLanes = D / 4;              // lanes per row: one float4 column each
+  constexpr int kRowsPerWarp = 32 / kLanes;  // 1 (D = 128) or 2 (D = 64)
+  constexpr int kLse = kMaxParts / kLanes;   // LSEs per lane
+  constexpr int kBatch = 16;                 // o loads in flight per lane
+  static_assert(32 % kLanes == 0 && kMaxParts % kLanes == 0, "head_dim 64 or 128");
+  constexpr float kNegInf = -INFINITY;
   __syncthreads();  // scratch/out may still be read by the caller's previous step
-  for (int i = threadIdx.x; i < n * rows; i += blockDim.x) {
-    const int p = i / rows, r = i % rows;
-    scratch.w[p][r] = lse[p * lse_part_stride + r];
-  }
-  __syncthreads();
-  if (threadIdx.x < rows) {
-    const int r = threadIdx.x;
-    const LseStats st = lse_stats(&scratch.w[0][r], n, kMaxRows);
-    for (int p = 0; p < n; ++p) scratch.w[p][r] = lse_weight(scratch.w[p][r], st);
-    out.lse[r] = lse_total(st);
-  }
-  __syncthreads();
-  constexpr int kVec = D / 4;
-  constexpr int kBatch = 8;  // L2 loads in flight per thread: this runs in the launch's tail
-  for (int i = threadIdx.x; i < rows * kVec; i += blockDim.x) {
-    const int r = i / kVec, c = i % kVec;
-    const float* src = o + int64_t(r) * D + 4 * c;
-    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-    for (int p0 = 0; p0 < n; p0 += kBatch) {
-      // Weights first, then kBatch unconditional weak loads (index clamped into [0, n)), then the
-      // math: ptxas then keeps the loads back to back. Predicated, branched or ld.global.cg
-      // (STRONG.GPU) loads were serialised behind the FMAs (seen in SASS). The select, not a
-      // multiply, drops weight-0 partials, so garbage/NaN there never reaches acc.
-      float w[kBatch];
-      float4 x[kBatch];
-#pragma unroll
-      for (int u = 0; u < kBatch; ++u) w[u] = p0 + u < n ? scratch.w[p0 + u][r] : 0.f;
+  const int lane = threadIdx.x & 31, col = lane % kLanes;
+  const int warps = int(blockDim.x) >> 5;
+  for (int r0 = (int(threadIdx.x) >> 5) * kRowsPerWarp; r0 < rows; r0 += warps * kRowsPerWarp) {
+    // Warp-uniform trip count; a half-warp past the last row redoes that row and stores nothing.
+    const int r = r0 + lane / kLanes < rows ? r0 + lane / kLanes : rows - 1;
+    const bool owner = r0 + lane / kLanes < rows;
+    const float* src = o + int64_t(r) * D + 4 * col;
+    float* const w = scratch.w[r];
+    // Weak, unconditional loads with the index clamped into [0, n): ptxas keeps them back to back
+    // (predicated or branched loads were serialised behind the math, seen in SASS).
+    const auto load_batch = [&](int p0, float4 (&x)[kBatch]) {
 #pragma unroll
       for (int u = 0; u < kBatch; ++u) {
         const int p = p0 + u < n ? p0 + u : n - 1;
         x[u] = *reinterpret_cast<const float4*>(src + p * o_part_stride);
       }
+    };
+    float l[kLse];
+#pragma unroll
+    for (int k = 0; k < kLse; ++k) {
+      const int p = col + k * kLanes;
+      l[k] = lse[(p < n ? p : n - 1) * lse_part_stride + r];
+      if (p >= n) l[k] = kNegInf;
+    }
+    float4 x[kBatch];
+    load_batch(0, x);
+
+    // Row statistics (lse_stats' m and S) as segment reductions, then every weight (lse_weight).
+    float m = kNegInf;
+#pragma unroll
+    for (int k = 0; k < kLse; ++k) m = fmaxf(m, l[k]);
+#pragma unroll
+    for (int off = kLanes / 2; off > 0; off >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
+    float s = 0.f;
+    if (m != kNegInf)
+#pragma unroll
+      for (int k = 0; k < kLse; ++k) s += l[k] == kNegInf ? 0.f : expf(l[k] - m);
+#pragma unroll
+    for (int off = kLanes / 2; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
+    const LseStats st{m, s};
+    if (owner) {
+#pragma unroll
+      for (int k = 0; k < kLse; ++k)
+        if (col + k * kLanes < n) w[col + k * kLanes] = lse_weight(l[k], st);
+      if (col == 0) out.lse[r] = lse_total(st);
+    }
+    __syncwarp();
+
+    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int p0 = 0;;) {
 #pragma unroll
       for (int u = 0; u < kBatch; ++u) {
-        const float4 t = w[u] != 0.f ? x[u] : make_float4(0.f, 0.f, 0.f, 0.f);
-        acc.x += w[u] * t.x;
-        acc.y += w[u] * t.y;
-        acc.z += w[u] * t.z;
-        acc.w += w[u] * t.w;
+        // The select, not a multiply, drops weight-0 partials, so garbage/NaN never reaches acc.
+        const float wu = p0 + u < n ? w[p0 + u] : 0.f;
+        const float4 t = wu != 0.f ? x[u] : make_float4(0.f, 0.f, 0.f, 0.f);
+        acc.x += wu * t.x;
+        acc.y += wu * t.y;
+        acc.z += wu * t.z;
+        acc.w += wu * t.w;
       }
+      p0 += kBatch;
+      if (p0 >= n) break;
+      load_batch(p0, x);
     }
-    reinterpret_cast<float4*>(out.o[r])[c] = acc;
+    if (owner) reinterpret_cast<float4*>(out.o[r])[col] = acc;
   }
   __syncthreads();
 }
@@ -132,14 +169,15 @@ __device__ inline void cta_combine_partials(const float* o, int64_t o_part_strid
 // after every launch (no host reset between launches; CUDA-graph replay works). The counter must
 // be 0 before the first launch and not shared by two launches in flight at once.
 //
-// Memory order (the threadfence-reduction pattern of the CUDA guide): every thread fences its own
-// stores at gpu scope, the CTA barrier orders them before thread 0's acq_rel fetch_add; the last
-// arriver's fetch_add reads the release sequence of all earlier arrivals, and its barrier plus
-// fence order the following reads after it. Device scope only: for partials arriving from other
-// GPUs use the team's .sys-scope signals instead.
+// Memory order (signal.cuh's pattern P2 at gpu scope, as CUTLASS's barriers do it): the CTA
+// barrier orders every thread's stores before thread 0's acq_rel fetch_add, whose release is
+// cumulative over them; the last arriver's fetch_add reads the release sequence of all earlier
+// arrivals (acquire), and the second barrier extends that to the whole CTA, whose weak loads then
+// see the other CTAs' stores. No per-thread __threadfence: each would wait for its own stores to
+// drain, a second serial L2 round trip in the launch's tail besides the fetch_add's own release.
+// Device scope only: for partials arriving from other GPUs use the team's .sys-scope signals.
 __device__ inline bool cta_arrive_last(int* counter, int expected) {
   __shared__ int s_last;
-  __threadfence();
   __syncthreads();
   if (threadIdx.x == 0) {
     cuda::atomic_ref<int, cuda::thread_scope_device> c(*counter);
@@ -149,9 +187,7 @@ __device__ inline bool cta_arrive_last(int* counter, int expected) {
     s_last = last;
   }
   __syncthreads();
-  const bool last = s_last != 0;
-  if (last) __threadfence();
-  return last;
+  return s_last != 0;
 }
 
 }  // namespace taxfree::attention

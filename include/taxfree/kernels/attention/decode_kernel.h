@@ -2,8 +2,9 @@
 // building blocks (attend_chunk.h, combine.h). Templates only; src/ops/flash_decode instantiates
 // them (one .cu per dtype x head_dim) and launches them after validation.
 //
-// decode_partial_kernel — grid (num_splits, kv_heads, batch), kThreads threads,
-// sizeof(AttendSmem<D, stages_for(D)>) dynamic shared memory (96 KB; 2 CTAs per SM).
+// decode_partial_kernel<T, D, kPaged, kCtasPerSm> — grid (num_splits, kv_heads, batch), kThreads
+// threads, decode_smem_bytes<D, kCtasPerSm>() dynamic shared memory: 96 KB with kCtasPerSm = 2,
+// 192 KB (a ring twice as deep, same results bit for bit) with kCtasPerSm = 1 (config.h).
 //   CTA (s, h, b) attends split s of sequence b's slice for the query heads of KV head h. With one
 //   effective split it writes the outputs directly; otherwise it stores its partial in the
 //   workspace, and the last of the sequence's splits to finish (atomic arrival counter) merges
@@ -26,14 +27,14 @@
 
 namespace taxfree::attention {
 
-template <int D>
+template <int D, int kCtasPerSm>
 constexpr int decode_smem_bytes() {
-  return int(sizeof(AttendSmem<D, stages_for(D)>));
+  return int(sizeof(AttendSmem<D, stages_for(D, kCtasPerSm)>));
 }
 
-template <class T, int D, bool kPaged>
-__global__ void __launch_bounds__(kThreads, 2) decode_partial_kernel(const __grid_constant__ DecodeParams p) {
-  constexpr int kStages = stages_for(D);
+template <class T, int D, bool kPaged, int kCtasPerSm>
+__global__ void __launch_bounds__(kThreads, kCtasPerSm) decode_partial_kernel(const __grid_constant__ DecodeParams p) {
+  constexpr int kStages = stages_for(D, kCtasPerSm);
   extern __shared__ __align__(128) unsigned char smem_raw[];
   auto& smem = *reinterpret_cast<AttendSmem<D, kStages>*>(smem_raw);
 

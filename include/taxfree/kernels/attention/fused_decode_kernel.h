@@ -6,7 +6,7 @@
 // output is bitwise identical on every rank.
 //
 // Grid fused_grid(items, resident slots) (fused_schedule.h: schedule and the no-deadlock
-// argument), kThreads threads, decode_smem_bytes<D>() dynamic shared memory (2 CTAs per SM).
+// argument), kThreads threads, decode_smem_bytes<D, kCtasPerSm>() dynamic shared memory.
 //
 // Epochs, buffers, reuse (no host reset between launches, CUDA-graph safe):
 //  * epoch e = dev::sequence_begin(seq), +1 per launch of the op; flags only grow.
@@ -71,9 +71,9 @@ __device__ bool exchange_and_combine(const FusedDecodeParams& p, float* gather, 
   return true;
 }
 
-template <class T, int D, bool kPaged>
-__global__ void __launch_bounds__(kThreads, 2) fused_decode_kernel(const __grid_constant__ FusedDecodeParams p) {
-  constexpr int kStages = stages_for(D);
+template <class T, int D, bool kPaged, int kCtasPerSm>
+__global__ void __launch_bounds__(kThreads, kCtasPerSm) fused_decode_kernel(const __grid_constant__ FusedDecodeParams p) {
+  constexpr int kStages = stages_for(D, kCtasPerSm);
   extern __shared__ __align__(128) unsigned char smem_raw[];
   auto& smem = *reinterpret_cast<AttendSmem<D, kStages>*>(smem_raw);
   const DecodeParams& d = p.d;
