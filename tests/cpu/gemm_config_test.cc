@@ -59,10 +59,10 @@ TEST(GemmHeuristic, DecodeSizesUseSwapABOverManyCtas) {
         EXPECT_TRUE(c.swap_ab) << what;
         EXPECT_GE(c.bm, m) << what << ": M fits one m-block";
         EXPECT_EQ(c.bm, 16) << what << ": the narrowest swap-AB tile";
-        // Tiles, or K ranges of split tiles, for most SMs.
+        // Tiles, or K ranges of split tiles, for enough SMs to saturate HBM (~60% of them).
         GemmArgs shape;
         shape.m = m, shape.n = n, shape.k = 8192;
-        EXPECT_GE(detail::make_work_plan(shape, c, 132).units(), 100) << what << " leaves SMs idle";
+        EXPECT_GE(detail::make_work_plan(shape, c, 132).units(), 80) << what << " leaves SMs idle";
         EXPECT_GE(int64_t(c.stages) * c.bn * 128, 128 * 1024) << "too few B bytes in flight per SM for " << what;
       }
 }

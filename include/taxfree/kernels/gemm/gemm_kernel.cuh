@@ -274,12 +274,14 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
   const int warpgroup = threadIdx.x / 128;
   // Two consumers need 2 x 128 x 232 registers for 128 fp32 accumulators each plus addressing;
   // the producer gives up most of its share (ptxas assigns 168 = 65536 / 384 at launch). Swap-AB
-  // consumers need far fewer; the same split is harmless there.
+  // consumers hold at most 32 accumulators: everyone keeps 168, and the producer's Ready policy
+  // (e.g. the all-gather piece waits) does not spill under a 40-register cap.
+  constexpr bool kRebalance = Shape::kConsumers > 1 && !Shape::kSwapAB;
   if (warpgroup == 0) {
-    if constexpr (Shape::kConsumers > 1) setmaxnreg_dec<40>();
+    if constexpr (kRebalance) setmaxnreg_dec<40>();
     if (threadIdx.x == 0) produce<Shape, kMajorB>(p, base, rank, cluster, clusters);
   } else {
-    if constexpr (Shape::kConsumers > 1) setmaxnreg_inc<232>();
+    if constexpr (kRebalance) setmaxnreg_inc<232>();
     consume<Shape, T, kMajorB>(p, base, smem_raw + pad, warpgroup - 1, rank, cluster, clusters);
   }
   // Peers may still arrive on this CTA's barriers (their last stage releases): stay until all are done.
