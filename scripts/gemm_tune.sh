@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
 # GEMM tuning sweep in one device run: our kernel under forced configs (tile, cluster, raster
-# group, split-K, tail split, stream-K) on the shapes that decide the heuristic, plus the default
+# group, split-K, tail split, stream-K, swap-AB) on the shapes that decide the heuristic, plus the default
 # sweep (heuristic vs cuBLASLt) for reference. Every case is also checked against cuBLASLt (-c 1).
 #
-#   scripts/gemm_tune.sh OUT_DIR [default|large|waves|mid|m128|decode|all]...   (default: all)
+#   scripts/gemm_tune.sh OUT_DIR [default|large|waves|mid|m128|decode|swap|all]...   (default: all)
 #
 # Writes OUT_DIR/tune_<section>.{json,log} and OUT_DIR/summary.txt (scripts/gemm_tune_report.py:
 # per shape, every config's time and ratio to cuBLASLt, best first). Binaries come from ./build.
 # Exit code: the number of failed sections (a wrong element fails its section).
 set -u -o pipefail
-out=${1:?usage: scripts/gemm_tune.sh OUT_DIR [default|large|waves|mid|m128|decode|all]...}
+out=${1:?usage: scripts/gemm_tune.sh OUT_DIR [default|large|waves|mid|m128|decode|swap|all]...}
 shift
 sections=${*:-all}
 mkdir -p "$out"
@@ -69,6 +69,7 @@ if want m128; then  # M = 128: B streaming with few row tiles
     for k in splitk=1 splitk=2 splitk=4 splitk=8 streamk=1; do add "$s,tile=128x128,$k"; done
     for k in splitk=2 splitk=4 streamk=1; do add "$s,tile=128x256,cluster=1,$k"; done
     for k in splitk=1 splitk=2 splitk=4; do add "$s,tile=64x64,$k"; done
+    for k in splitk=2 splitk=4 streamk=1; do add "$s,swap=1,tile=64x128,$k"; done
   done
   run m128 --variant ours
 fi
@@ -81,8 +82,28 @@ if want decode; then  # M = 1 and 16: B-streaming floor
     for n in 3584 14336; do
       for k in splitk=1 splitk=2 splitk=3 splitk=4 splitk=7 streamk=1; do add "M=$m,N=$n,K=$K,layout=kn,tile=64x64,$k"; done
     done
+    for n in 3584 8192 14336; do
+      for k in splitk=4 streamk=1; do add "M=$m,N=$n,K=$K,layout=nk,swap=1,tile=16x128,$k"; done
+    done
   done
   run decode --variant ours
+fi
+
+if want swap; then  # swap-AB (C^T = B^T A^T): tile x split-K / stream-K vs the best plain config, vs cuBLASLt
+  for layout in nk kn; do
+    for m in 1 16 64 128 256; do
+      for n in 3584 8192 14336; do
+        tiles="64x128"
+        [ $m -le 32 ] && tiles="32x128 64x128"
+        [ $m -le 16 ] && tiles="16x128 32x128"
+        for t in $tiles; do
+          for k in splitk=1 splitk=2 splitk=4 streamk=1; do add "M=$m,N=$n,K=$K,layout=$layout,swap=1,tile=$t,$k"; done
+        done
+        add "M=$m,N=$n,K=$K,layout=$layout,swap=0"  # the heuristic's best without swap-AB
+      done
+    done
+    run "swap_$layout"
+  done
 fi
 
 python3 scripts/gemm_tune_report.py "$out" --csv "$out/tune.csv" >"$out/summary.txt" 2>&1 || failed=$((failed + 1))

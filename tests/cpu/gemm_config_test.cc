@@ -4,6 +4,7 @@
 #include <string>
 
 #include "taxfree/ops/gemm.h"
+#include "taxfree/ops/gemm_detail.h"
 #include "taxfree/ops/gemm_tiles.h"
 #include "taxfree/runtime/error.h"
 
@@ -12,7 +13,7 @@ namespace {
 
 bool is_compiled(const GemmConfig& c, BLayout layout) {
   for (const CompiledTile& t : kCompiledTiles)
-    if (t.bm == c.bm && t.bn == c.bn && t.stages == c.stages && t.cluster == c.cluster_m)
+    if (t.bm == c.bm && t.bn == c.bn && t.stages == c.stages && t.cluster == c.cluster_m && t.swap == c.swap_ab)
       return t.kn || layout == BLayout::NK;
   return false;
 }
@@ -49,16 +50,42 @@ TEST(GemmHeuristic, LargeProblemsUseTheLargestTile) {
   EXPECT_GT(c.group_m, 1) << "a wave of 132 tiles should share A panels";
 }
 
-TEST(GemmHeuristic, DecodeSizesStreamBOverManyCtas) {
+TEST(GemmHeuristic, DecodeSizesUseSwapABOverManyCtas) {
   for (BLayout layout : {BLayout::NK, BLayout::KN})
-    for (int64_t m : {1, 16, 64})
+    for (int64_t m : {1, 7, 16})
       for (int64_t n : kSweepN) {
         const GemmConfig c = choose_gemm_config(m, n, 8192, DType::bf16, layout);
-        EXPECT_EQ(c.bm, 64) << "M=" << m << " N=" << n;
-        // Tiles, or K ranges of split tiles, for most SMs.
-        const int64_t units = (n + c.bn - 1) / c.bn * c.splits;
-        EXPECT_GE(units, 100) << "M=" << m << " N=" << n << ": " << c.name() << " leaves SMs idle";
-        EXPECT_GE(int64_t(c.stages) * c.bn * 128, 64 * 1024) << "too few B bytes in flight per SM for " << c.name();
+        const std::string what = "M=" + std::to_string(m) + " N=" + std::to_string(n) + ": " + c.name();
+        EXPECT_TRUE(c.swap_ab) << what;
+        EXPECT_GE(c.bm, m) << what << ": M fits one m-block";
+        EXPECT_EQ(c.bm, 16) << what << ": the narrowest swap-AB tile";
+        // Tiles, or K ranges of split tiles, for enough SMs to saturate HBM (~60% of them).
+        GemmArgs shape;
+        shape.m = m, shape.n = n, shape.k = 8192;
+        EXPECT_GE(detail::make_work_plan(shape, c, 132).units(), 80) << what << " leaves SMs idle";
+        EXPECT_GE(int64_t(c.stages) * c.bn * 128, 128 * 1024) << "too few B bytes in flight per SM for " << what;
+      }
+}
+
+TEST(GemmHeuristic, SwapABOnlyForSmallM) {
+  for (BLayout layout : {BLayout::NK, BLayout::KN})
+    for (int64_t m : {512, 1024, 4096, 16384})
+      for (int64_t n : kSweepN)
+        EXPECT_FALSE(choose_gemm_config(m, n, 8192, DType::bf16, layout).swap_ab) << "M=" << m << " N=" << n;
+}
+
+TEST(GemmHeuristic, SwapChoiceCanBeForced) {
+  for (BLayout layout : {BLayout::NK, BLayout::KN})
+    for (int64_t m : {1, 16, 33, 128, 1000, 8192})
+      for (bool split : {true, false}) {
+        const GemmConfig on = choose_gemm_config(m, 3592, 8200, DType::fp16, layout, 132, split, SwapAB::always);
+        const GemmConfig off = choose_gemm_config(m, 3592, 8200, DType::fp16, layout, 132, split, SwapAB::never);
+        EXPECT_TRUE(on.swap_ab && is_compiled(on, layout)) << "M=" << m << " " << on.name();
+        EXPECT_FALSE(off.swap_ab) << "M=" << m << " " << off.name();
+        EXPECT_TRUE(is_compiled(off, layout)) << off.name();
+        EXPECT_EQ(on.cluster_m, 1);
+        EXPECT_EQ(on.bm, m <= 16 ? 16 : m <= 32 ? 32 : 64) << "the narrowest swap-AB tile that covers M";
+        if (!split) EXPECT_FALSE(on.splits_k() || off.splits_k()) << on.name() << " / " << off.name();
       }
 }
 
@@ -157,6 +184,42 @@ TEST(GemmValidation, RejectsConfigsThatAreNotCompiled) {
   cfg = GemmConfig{};
   cfg.bm = 64, cfg.bn = 32, cfg.stages = 18;  // dropped from the list: slower than 64 x 64
   expect_error(valid_args(), cfg, Status::NotSupported, "64x32 s18 cluster_m=1 is not compiled");
+}
+
+TEST(GemmValidation, SwapABConfigs) {
+  GemmConfig cfg;
+  cfg.bm = 16, cfg.bn = 128, cfg.stages = 12, cfg.swap_ab = true;
+  EXPECT_EQ(cfg.name(), "16x128x64 s12 g8 swap");
+  EXPECT_EQ(cfg.consumers(), 2);
+  GemmArgs a = valid_args();
+  for (int64_t m : {1, 7, 127, 1000}) {
+    a.m = m;
+    EXPECT_NO_THROW(validate(a, cfg)) << m;
+  }
+  a.b_layout = BLayout::KN;
+  a.ldb = a.n;
+  EXPECT_NO_THROW(validate(a, cfg));
+  // Well-formed but not built: NotSupported, naming the swap-AB tiles that exist.
+  GemmConfig c = cfg;
+  c.cluster_m = 2;
+  expect_error(valid_args(), c, Status::NotSupported, "swap-AB runs without clusters");
+  c = cfg;
+  c.swap_ab = false;
+  expect_error(valid_args(), c, Status::NotSupported, "16x128 s12 cluster_m=1 is not compiled");
+  c = cfg;
+  c.bm = 8;
+  expect_error(valid_args(), c, Status::NotSupported, "8x128 s12 cluster_m=1 swap-AB is not compiled");
+  expect_error(valid_args(), c, Status::NotSupported, "16x128 s12 c1 swap");
+  c = cfg;
+  c.bm = 64, c.bn = 64, c.stages = 13;  // a plain tile's shape
+  expect_error(valid_args(), c, Status::NotSupported, "64x64 s13 cluster_m=1 swap-AB is not compiled");
+  // Values that never make sense: InvalidArgument.
+  c = cfg;
+  c.bm = 0;
+  expect_error(valid_args(), c, Status::InvalidArgument, "must be >= 1");
+  c = cfg;
+  c.splits = 65;
+  expect_error(valid_args(), c, Status::InvalidArgument, "splits=65");
 }
 
 TEST(GemmValidation, HeuristicLaunchValidatesFirst) {

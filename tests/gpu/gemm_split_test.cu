@@ -8,7 +8,6 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -68,16 +67,7 @@ TEST_P(GemmSplit, EveryCompiledTileAndSplitMatchesReference) {
         if (s.m > 1000) EXPECT_GT(plan.dp_tiles, 0) << what;
         EXPECT_GT(plan.split_tiles(), 0) << what;
       }
-      std::vector<uint16_t> first;
-      for (int rep = 0; rep < 2; ++rep) {
-        out.poison(st.s);
-        launch(p.args(out.c()), cfg, st.s);
-        TF_CUDA(cudaStreamSynchronize(st.s));
-        const std::vector<uint16_t> got = out.read();
-        expect_matches(p, got, what + " run " + std::to_string(rep));
-        if (rep == 0) first = got;
-        else EXPECT_TRUE(got == first) << what << ": two runs differ";
-      }
+      expect_repeatable(p, out, cfg, st.s, what);
     }
   }
 }
@@ -97,12 +87,7 @@ void expect_stream_k_adds_once() {
   const Problem p = make_problem(257, 1030, 777, DType::bf16, BLayout::NK, 13);
   Output c2(p);
   StreamGuard st;
-  std::vector<uint16_t> init(static_cast<size_t>(c2.elems), kPoison);
-  std::mt19937 rng(5);
-  std::uniform_real_distribution<float> u(-4.0f, 4.0f);
-  for (int64_t i = 0; i < p.m; ++i)
-    for (int64_t j = 0; j < p.n; ++j) init[kGuard + i * p.ldc + j] = from_float(u(rng), p.dtype);
-  TF_CUDA(cudaMemcpy(c2.buf.p, init.data(), init.size() * 2, cudaMemcpyHostToDevice));
+  const std::vector<uint16_t> init = fill_random(p, c2, 5);  // C2 += A * B on top of these
   GemmConfig cfg;  // 128 x 256 s4
   cfg.cluster_m = kCluster, cfg.split_scope = SplitScope::stream;
   launch_gemm<TileShape<128, 256, 4, kCluster>, __nv_bfloat16, Major::K, GroupedOrder, AlwaysReady, AddTo>(

@@ -11,7 +11,6 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -28,19 +27,11 @@ namespace {
 using device::Major;
 using namespace test;
 
-struct ShapeCase {
-  int64_t m, n, k;
-};
-std::string label(const ShapeCase& s, DType t, BLayout l) {
-  return "M=" + std::to_string(s.m) + " N=" + std::to_string(s.n) + " K=" + std::to_string(s.k) + " " +
-         dtype_name(t) + " " + layout_name(l);
-}
-
 // Odd sizes (M = 1, 127, 1000; N = 3592 and N not a multiple of 8; K = 8200 and odd K), plus a
 // problem with several tiles per CTA so the pipeline's phases wrap across tiles.
 const ShapeCase kShapes[] = {{1, 3592, 8200}, {127, 3590, 1001}, {1000, 3592, 8200}, {4096, 4096, 512}};
 
-class GemmAllConfigs : public ::testing::TestWithParam<std::tuple<int, DType, BLayout>> {};
+class GemmAllConfigs : public ::testing::TestWithParam<ShapeParam> {};
 
 TEST_P(GemmAllConfigs, MatchesReference) {
   TF_REQUIRE_GPUS(1);
@@ -75,19 +66,17 @@ INSTANTIATE_TEST_SUITE_P(Shapes, GemmAllConfigs,
                          ::testing::Combine(::testing::Range(0, int(std::size(kShapes))),
                                             ::testing::Values(DType::bf16, DType::fp16),
                                             ::testing::Values(BLayout::NK, BLayout::KN)),
-                         [](const auto& info) {
-                           const ShapeCase s = kShapes[std::get<0>(info.param)];
-                           return "M" + std::to_string(s.m) + "_N" + std::to_string(s.n) + "_K" + std::to_string(s.k) +
-                                  "_" + dtype_name(std::get<1>(info.param)) + "_" +
-                                  layout_name(std::get<2>(info.param));
-                         });
+                         shape_param_name(kShapes));
 
 using Big = TileShape<128, 256, 4>;
-GemmConfig big_config() {
+template <class Shape>
+GemmConfig config_of() {
   GemmConfig cfg;
-  cfg.bm = Big::BM, cfg.bn = Big::BN, cfg.stages = Big::kStages;
+  cfg.bm = Shape::BM, cfg.bn = Shape::BN, cfg.stages = Shape::kStages, cfg.cluster_m = Shape::kCluster;
+  cfg.swap_ab = Shape::kSwapAB;
   return cfg;
 }
+GemmConfig big_config() { return config_of<Big>(); }
 
 template <class Shape>
 void expect_rotated_order_for_every_rank() {
@@ -179,8 +168,7 @@ void expect_a_ready_waits() {
     TF_CUDA(cudaDeviceSynchronize());
     GemmArgs args = p.args(nullptr);
     args.a = a.p;
-    GemmConfig cfg = big_config();
-    cfg.cluster_m = Shape::kCluster;
+    GemmConfig cfg = config_of<Shape>();
     cfg.max_ctas = device_sm_count() - 8;  // a GEMM CTA fills its SM: leave some for the writer
     launch_gemm<Shape, __nv_bfloat16, Major::K, GroupedOrder, FlagWait, StoreTo>(
         args, cfg, {}, {static_cast<const uint64_t*>(flags.p), epoch, fault}, {out.c(), p.ldc}, gemm_stream.s);
@@ -201,6 +189,9 @@ TEST(GemmHooks, AReadyWaitsForFlagsSetByAnotherKernel) {
   TF_REQUIRE_GPUS(1);
   expect_a_ready_waits<Big>();
   expect_a_ready_waits<TileShape<128, 256, 4, 2>>();  // the peer CTA's producer waits on its own flags
+  // Swap-AB: tile.m still counts m-blocks of BM rows of A (16 of them here), waited for before
+  // the load of A's k-block.
+  expect_a_ready_waits<TileShape<64, 128, 8, 1, true>>();
 }
 
 // --- Epilogue destinations -------------------------------------------------------------------------
@@ -224,13 +215,7 @@ void expect_add_into(DType dtype, BLayout layout) {
   const Problem p = make_problem(257, 1030, 777, dtype, layout, 11);
   Output c2(p);
   StreamGuard st;
-  // C2 starts as random values (guards and padding stay NaN), then C2 += A * B.
-  std::vector<uint16_t> init(static_cast<size_t>(c2.elems), kPoison);
-  std::mt19937 rng(3);
-  std::uniform_real_distribution<float> u(-4.0f, 4.0f);
-  for (int64_t i = 0; i < p.m; ++i)
-    for (int64_t j = 0; j < p.n; ++j) init[kGuard + i * p.ldc + j] = from_float(u(rng), dtype);
-  TF_CUDA(cudaMemcpy(c2.buf.p, init.data(), init.size() * 2, cudaMemcpyHostToDevice));
+  const std::vector<uint16_t> init = fill_random(p, c2, 3);  // C2 += A * B on top of these
   GemmConfig cfg;
   cfg.bm = Shape::BM, cfg.bn = Shape::BN, cfg.stages = Shape::kStages;
   launch_gemm<Shape, T, kMajorB, GroupedOrder, AlwaysReady, AddTo>(p.args(nullptr), cfg, {}, {}, {c2.c(), p.ldc}, st.s);

@@ -13,6 +13,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "taxfree/ops/gemm.h"
@@ -51,6 +52,25 @@ struct DevBuf {
   DevBuf(const DevBuf&) = delete;
   DevBuf& operator=(const DevBuf&) = delete;
 };
+
+// Shape-parameterised suites: (index into a ShapeCase table, dtype, layout).
+struct ShapeCase {
+  int64_t m, n, k;
+};
+using ShapeParam = std::tuple<int, DType, BLayout>;
+inline std::string label(const ShapeCase& s, DType t, BLayout l) {
+  return "M=" + std::to_string(s.m) + " N=" + std::to_string(s.n) + " K=" + std::to_string(s.k) + " " +
+         dtype_name(t) + " " + layout_name(l);
+}
+// Test names like M1_N3592_K8200_bf16_nk for INSTANTIATE_TEST_SUITE_P over `shapes`.
+template <size_t kCount>
+auto shape_param_name(const ShapeCase (&shapes)[kCount]) {
+  return [&shapes](const ::testing::TestParamInfo<ShapeParam>& info) {
+    const auto [i, t, l] = info.param;
+    return "M" + std::to_string(shapes[i].m) + "_N" + std::to_string(shapes[i].n) + "_K" + std::to_string(shapes[i].k) +
+           "_" + dtype_name(t) + "_" + layout_name(l);
+  };
+}
 
 // A problem with fresh random inputs (uniform in [-1, 1)), padded row strides, on host and device.
 struct Problem {
@@ -126,6 +146,18 @@ struct Output {
   }
 };
 
+// Fills C with random values in [-4, 4) (guard bands and padding stay NaN) and returns the whole
+// buffer as written: the base that an add epilogue's result is checked against.
+inline std::vector<uint16_t> fill_random(const Problem& p, Output& c, uint32_t seed) {
+  std::vector<uint16_t> init(static_cast<size_t>(c.elems), kPoison);
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-4.0f, 4.0f);
+  for (int64_t i = 0; i < p.m; ++i)
+    for (int64_t j = 0; j < p.n; ++j) init[kGuard + i * p.ldc + j] = from_float(u(rng), p.dtype);
+  TF_CUDA(cudaMemcpy(c.buf.p, init.data(), init.size() * 2, cudaMemcpyHostToDevice));
+  return init;
+}
+
 // Bounds for outputs rounded to 16 bits (unit roundoff u = 2^-8 bf16, 2^-11 fp16): elementwise
 // |got - ref| <= 2u |ref| + slack, and relative Frobenius error <= 1.5 u (rounding alone gives
 // about u / sqrt(3)). `base` is added to the reference (AddTo) and its size to the slack.
@@ -166,5 +198,22 @@ struct StreamGuard {
   StreamGuard() { TF_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking)); }
   ~StreamGuard() { cudaStreamDestroy(s); }
 };
+
+// Runs `cfg` twice into poisoned C: both runs must match the reference and agree bit for bit
+// (split-K partials are summed in a fixed order; the second run also finds the workspace counters
+// the first left at zero).
+inline void expect_repeatable(const Problem& p, Output& out, const GemmConfig& cfg, cudaStream_t s,
+                              const std::string& what) {
+  std::vector<uint16_t> first;
+  for (int rep = 0; rep < 2; ++rep) {
+    out.poison(s);
+    launch(p.args(out.c()), cfg, s);
+    TF_CUDA(cudaStreamSynchronize(s));
+    const std::vector<uint16_t> got = out.read();
+    expect_matches(p, got, what + " run " + std::to_string(rep));
+    if (rep == 0) first = got;
+    else EXPECT_TRUE(got == first) << what << ": two runs differ";
+  }
+}
 
 }  // namespace taxfree::gemm::test

@@ -45,8 +45,17 @@ enum class SplitScope {
 
 // Launch geometry. Only the tile shapes listed by compiled_configs() exist; the heuristic returns
 // one of them.
+//
+// Swap-AB (swap_ab, for skinny M): the kernel computes C^T = B^T A^T so that N fills wgmma's
+// 64-row M dimension and M sits in its narrow N dimension (16, 32 or 64). bm is then the rows of
+// C per tile (16, 32, 64: any M works, rows past M are zero fill), bn = 128 columns (two consumer
+// warpgroups of 64), cluster_m = 1. Same inputs, layouts, alignment rules, hooks and split-K as
+// without swap; C is written row by row through shared memory (16-byte vectors). Ready policies
+// see the same (tile, k_block) calls: tile.m counts m-blocks of bm rows of A, and the wait comes
+// before the TMA load of A's k-block k_block for those rows. Tile orders map to the same
+// (m-block, n-block) tiles; with M <= bm there is one m-block, so rotating it changes nothing.
 struct GemmConfig {
-  int bm = 128;      // rows of C per tile: 64 (one consumer warpgroup) or 128 (two)
+  int bm = 128;      // rows of C per tile: 64 (one consumer warpgroup) or 128 (two); 16/32/64 with swap_ab
   int bn = 256;      // columns of C per tile
   int bk = 64;       // K per pipeline stage (fixed: one 128-byte swizzle row)
   int stages = 4;    // depth of the TMA -> wgmma ring
@@ -56,7 +65,11 @@ struct GemmConfig {
   SplitScope split_scope = SplitScope::all;
   bool splits_k() const { return splits > 1 || split_scope == SplitScope::stream; }
   int max_ctas = 0;  // persistent CTAs; 0 = as many as fit (one per SM). Fewer leaves SMs to concurrent kernels
-  std::string name() const;  // e.g. "128x256x64 s4 g8 c2 sk3t" (sk3: split-K 3, t: tail, stk: stream-K)
+  bool swap_ab = false;  // swap-AB kernel (see above)
+  // Consumer warpgroups per CTA: each owns 64 rows of C (64 columns with swap_ab).
+  int consumers() const { return (swap_ab ? bn : bm) / 64; }
+  // e.g. "128x256x64 s4 g8 c2 sk3t" (sk3: split-K 3, t: tail, stk: stream-K), "16x128x64 s12 g1 swap stk"
+  std::string name() const;
 };
 
 struct GemmArgs {
@@ -74,6 +87,9 @@ struct GemmArgs {
 // Tile configurations compiled into the library (group_m and max_ctas at their defaults).
 std::vector<GemmConfig> compiled_configs();
 
+// Whether choose_gemm_config may, must, or must not return a swap-AB config.
+enum class SwapAB { choose, always, never };
+
 // Everything about A, B, sizes and the config; no CUDA call. Throws taxfree::Error.
 void validate_inputs(const GemmArgs& args, const GemmConfig& cfg);
 // validate_inputs plus C (pointer, alignment, ldc, no overlap with A or B).
@@ -82,9 +98,10 @@ void validate(const GemmArgs& args, const GemmConfig& cfg);
 // Tile configuration for a shape: the compiled config with the least estimated time on a GPU with
 // `num_sms` SMs (H200/H100 SXM: 132), and a group_m that keeps one wave's A and B panels small.
 // `allow_split_k` false restricts the choice to whole tiles (what kernels with an A-ready policy
-// need: split-K runs only with AlwaysReady).
+// need: split-K runs only with AlwaysReady). Swap-AB configs are candidates for small M (up to
+// 256 rows) unless `swap` says never; `always` returns the best swap-AB config for any M.
 GemmConfig choose_gemm_config(int64_t m, int64_t n, int64_t k, DType dtype, BLayout b_layout, int num_sms = 132,
-                              bool allow_split_k = true);
+                              bool allow_split_k = true, SwapAB swap = SwapAB::choose);
 
 void launch(const GemmArgs& args, const GemmConfig& cfg, cudaStream_t stream);
 // With choose_gemm_config for this device.

@@ -31,10 +31,10 @@ void launch_gemm(const GemmArgs& args, const GemmConfig& cfg, const typename Ord
   constexpr BLayout kLayout = kMajorB == device::Major::K ? BLayout::NK : BLayout::KN;
   validate_inputs(args, cfg);
   TF_REQUIRE(cfg.bm == Shape::BM && cfg.bn == Shape::BN && cfg.stages == Shape::kStages &&
-                 cfg.cluster_m == Shape::kCluster,
+                 cfg.cluster_m == Shape::kCluster && cfg.swap_ab == Shape::kSwapAB,
              Status::InvalidArgument,
              "config " << cfg.name() << " does not match the kernel's tile " << Shape::BM << "x" << Shape::BN << " s"
-                       << Shape::kStages << " c" << Shape::kCluster);
+                       << Shape::kStages << " c" << Shape::kCluster << (Shape::kSwapAB ? " swap" : ""));
   TF_REQUIRE(args.dtype == kDType && args.b_layout == kLayout, Status::InvalidArgument,
              "args (" << dtype_name(args.dtype) << ", " << layout_name(args.b_layout) << ") do not match the kernel ("
                       << dtype_name(kDType) << ", " << layout_name(kLayout) << ")");
@@ -90,8 +90,9 @@ template <int I, class Order, class Ready, class Epi>
 bool launch_compiled(const GemmArgs& args, const GemmConfig& cfg, const typename Order::Params& order,
                      const typename Ready::Params& ready, const typename Epi::Params& epi, cudaStream_t stream) {
   constexpr CompiledTile kTile = kCompiledTiles[I];
-  using Shape = TileShape<kTile.bm, kTile.bn, kTile.stages, kTile.cluster>;
-  if (cfg.bm == kTile.bm && cfg.bn == kTile.bn && cfg.stages == kTile.stages && cfg.cluster_m == kTile.cluster) {
+  using Shape = TileShape<kTile.bm, kTile.bn, kTile.stages, kTile.cluster, kTile.swap>;
+  if (cfg.bm == kTile.bm && cfg.bn == kTile.bn && cfg.stages == kTile.stages && cfg.cluster_m == kTile.cluster &&
+      cfg.swap_ab == kTile.swap) {
     const bool bf16 = args.dtype == DType::bf16;
     if (args.b_layout == BLayout::NK) {
       if (bf16) launch_gemm<Shape, __nv_bfloat16, device::Major::K, Order, Ready, Epi>(args, cfg, order, ready, epi, stream);

@@ -8,8 +8,9 @@ namespace taxfree::gemm {
 
 struct CompiledTile {
   int bm, bn, stages;
-  int cluster;  // CTAs along M sharing B by TMA multicast
-  bool kn;      // B as [K, N] too (needs bn % 64 == 0: MN-major B is loaded in 64-column boxes)
+  int cluster;        // CTAs along M sharing B by TMA multicast
+  bool kn;            // B as [K, N] too (needs bn % 64 == 0: MN-major B is loaded in 64-column boxes)
+  bool swap = false;  // swap-AB (gemm_kernel.cuh): C^T = B^T A^T, bm = wgmma N (16..64), bn = 64 per consumer
 };
 
 // Stages fill the 227 KiB of shared memory next to the epilogue staging buffers.
@@ -19,6 +20,11 @@ inline constexpr CompiledTile kCompiledTiles[] = {
     {128, 128, 6, 1, true},  // mid M / narrow N: twice the tiles for better wave fill
     {64, 64, 13, 1, true},   // small M: B-streaming bound, many CTAs and deep pipelines
     // (64 x 32 was dropped: slower than 64 x 64 at every decode shape of the H200 sweep)
+    // Swap-AB for M <= 64 (and a few m-blocks beyond): 16 KiB of B per stage whatever M is, so
+    // 128-192 KiB of B in flight per SM; split-K / stream-K spread the few tiles over all SMs.
+    {16, 128, 12, 1, true, true},  // M <= 16 (decode)
+    {32, 128, 10, 1, true, true},  // M <= 32
+    {64, 128, 8, 1, true, true},   // M <= 64, and M up to ~256 as m-blocks that share B through L2
 };
 
 }  // namespace taxfree::gemm

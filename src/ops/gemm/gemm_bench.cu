@@ -6,6 +6,8 @@
 // it names one); any other entry filters the sweep (a case is kept if it matches the M, N, K, layout
 // keys of some entry). Tuning keys override the heuristic's choice for `ours` in the cases that
 // entry selects (the case label then ends with the config's name):
+//   swap=0|1       swap-AB off / on (1: the heuristic's best swap-AB config; a tile= picks among
+//                  the swap-AB tiles 16x128, 32x128, 64x128)
 //   tile=BMxBN     a compiled tile (e.g. 128x128; its stage count comes with it)
 //   cluster=C      CTAs per cluster along M (a compiled tile must have it; 128x256 has 1 and 2)
 //   group=G        m-blocks (cluster tiles) per rasterisation group
@@ -49,8 +51,12 @@ using gemm::DType;
 // Overrides of the heuristic's config; 0 / "" = the heuristic's.
 struct Tuning {
   std::string tile;
+  int swap = -1;  // -1: the heuristic's choice
   int cluster = 0, group = 0, splitk = 0, tailsplit = 0, streamk = 0;
-  bool any() const { return !tile.empty() || cluster || group || splitk || tailsplit || streamk; }
+  bool any() const { return !tile.empty() || swap >= 0 || cluster || group || splitk || tailsplit || streamk; }
+  gemm::SwapAB swap_choice() const {
+    return swap < 0 ? gemm::SwapAB::choose : swap ? gemm::SwapAB::always : gemm::SwapAB::never;
+  }
 };
 
 struct Shape {
@@ -59,7 +65,7 @@ struct Shape {
   Tuning tuning;
 };
 
-const char* const kTuningKeys[] = {"tile", "cluster", "group", "splitk", "tailsplit", "streamk"};
+const char* const kTuningKeys[] = {"tile", "swap", "cluster", "group", "splitk", "tailsplit", "streamk"};
 bool is_tuning_key(const std::string& key) {
   for (const char* k : kTuningKeys)
     if (key == k) return true;
@@ -70,6 +76,7 @@ Tuning tuning_of(const std::map<std::string, std::string>& kv) {
   Tuning t;
   auto get = [&](const char* key) { return kv.count(key) ? std::stoi(kv.at(key)) : 0; };
   t.tile = kv.count("tile") ? kv.at("tile") : "";
+  t.swap = kv.count("swap") ? get("swap") : -1;
   t.cluster = get("cluster");
   t.group = get("group");
   t.splitk = get("splitk");
@@ -84,7 +91,7 @@ std::map<std::string, std::string> parse_entry(const std::string& entry) {
   for (const gemm::GemmConfig& cfg : gemm::compiled_configs())
     tiles.push_back(std::to_string(cfg.bm) + "x" + std::to_string(cfg.bn));
   auto kv = parse_shape_entry(entry, {{"M", {}}, {"N", {}}, {"K", {}}, {"layout", {"nk", "kn"}}, {"tile", tiles},
-                                      {"cluster", {}}, {"group", {}}, {"splitk", {}}, {"tailsplit", {}}, {"streamk", {}}});
+                                      {"swap", {"0", "1"}}, {"cluster", {}}, {"group", {}}, {"splitk", {}}, {"tailsplit", {}}, {"streamk", {}}});
   TF_REQUIRE(kv.count("splitk") + kv.count("tailsplit") + kv.count("streamk") <= 1, Status::InvalidArgument,
              "--shape entry '" << entry << "': splitk, tailsplit and streamk exclude each other");
   return kv;
@@ -139,7 +146,8 @@ class GemmBench final : public OpBench {
       if ((opt.min_bytes >= 0 && bytes < opt.min_bytes) || (opt.max_bytes >= 0 && bytes > opt.max_bytes)) continue;
       Case c;
       std::ostringstream label;
-      const gemm::GemmConfig cfg = with_overrides(gemm::choose_gemm_config(s.m, s.n, s.k, dtype, s.layout), s.tuning);
+      const gemm::GemmConfig cfg = with_overrides(
+          gemm::choose_gemm_config(s.m, s.n, s.k, dtype, s.layout, 132, true, s.tuning.swap_choice()), s.tuning);
       label << "M=" << s.m << " N=" << s.n << " K=" << s.k << " " << gemm::layout_name(s.layout);
       if (s.tuning.any()) label << " [" << cfg.name() << "]";
       c.label = label.str();
@@ -151,6 +159,7 @@ class GemmBench final : public OpBench {
                   {"k", s.k},
                   {"layout", gemm::layout_name(s.layout)},
                   {"tile", s.tuning.tile},
+                  {"swap", s.tuning.swap},
                   {"cluster", s.tuning.cluster},
                   {"group", s.tuning.group},
                   {"splitk", s.tuning.splitk},
@@ -185,13 +194,15 @@ class GemmBench final : public OpBench {
     TF_CUDA(cudaDeviceSynchronize());
     Tuning t;
     t.tile = c.params.at("tile").get<std::string>();
+    t.swap = c.params.at("swap").get<int>();
     t.cluster = c.params.at("cluster").get<int>();
     t.group = c.params.at("group").get<int>();
     t.splitk = c.params.at("splitk").get<int>();
     t.tailsplit = c.params.at("tailsplit").get<int>();
     t.streamk = c.params.at("streamk").get<int>();
-    config_ = with_overrides(
-        gemm::choose_gemm_config(args_.m, args_.n, args_.k, args_.dtype, args_.b_layout, gemm::device_sm_count()), t);
+    config_ = with_overrides(gemm::choose_gemm_config(args_.m, args_.n, args_.k, args_.dtype, args_.b_layout,
+                                                      gemm::device_sm_count(), true, t.swap_choice()),
+                             t);
   }
 
   void poison(cudaStream_t stream) override {
@@ -251,8 +262,9 @@ class GemmBench final : public OpBench {
     return {double(c.params.at("m").get<int64_t>()), double(c.params.at("n").get<int64_t>()),
             double(c.params.at("k").get<int64_t>())};
   }
-  // The heuristic's config with what a --shape entry forces. A tile keeps the heuristic's cluster
-  // size when that tile has it compiled, else takes the tile's first compiled one.
+  // The heuristic's config (already with the entry's swap choice) with what a --shape entry forces.
+  // A tile keeps the heuristic's cluster size when that tile has it compiled, else takes the
+  // tile's first compiled one; a swap-AB tile (16x128, ...) brings swap-AB with it.
   static gemm::GemmConfig with_overrides(gemm::GemmConfig cfg, const Tuning& t) {
     if (!t.tile.empty() || t.cluster > 0) {
       const std::string tile = t.tile.empty() ? std::to_string(cfg.bm) + "x" + std::to_string(cfg.bn) : t.tile;
@@ -261,12 +273,16 @@ class GemmBench final : public OpBench {
       const gemm::GemmConfig* pick = nullptr;
       for (const gemm::GemmConfig& c : compiled) {
         if (tile != std::to_string(c.bm) + "x" + std::to_string(c.bn)) continue;
+        if (t.swap >= 0 && c.swap_ab != (t.swap == 1)) continue;
         if (c.cluster_m == cluster) pick = &c;
         else if (!pick && t.cluster == 0) pick = &c;
       }
       TF_REQUIRE(pick != nullptr, Status::InvalidArgument,
-                 "gemm bench: tile " << tile << " with cluster=" << cluster << " is not compiled");
+                 "gemm bench: tile " << tile << " with cluster=" << cluster
+                                     << (t.swap == 1 ? " and swap=1" : t.swap == 0 ? " and swap=0" : "")
+                                     << " is not compiled");
       cfg.bm = pick->bm, cfg.bn = pick->bn, cfg.stages = pick->stages, cfg.cluster_m = pick->cluster_m;
+      cfg.swap_ab = pick->swap_ab;
     }
     if (t.group > 0) cfg.group_m = t.group;
     if (t.splitk > 0) cfg.splits = t.splitk, cfg.split_scope = gemm::SplitScope::all;

@@ -30,6 +30,7 @@ std::string GemmConfig::name() const {
   std::ostringstream os;
   os << bm << "x" << bn << "x" << bk << " s" << stages << " g" << group_m;
   if (cluster_m != 1) os << " c" << cluster_m;
+  if (swap_ab) os << " swap";
   if (split_scope == SplitScope::stream) os << " stk";
   else if (splits != 1) os << " sk" << splits << (split_scope == SplitScope::tail ? "t" : "");
   if (max_ctas > 0) os << " ctas" << max_ctas;
@@ -44,6 +45,7 @@ std::vector<GemmConfig> compiled_configs() {
     c.bn = t.bn;
     c.stages = t.stages;
     c.cluster_m = t.cluster;
+    c.swap_ab = t.swap;
     out.push_back(c);
   }
   return out;
@@ -95,6 +97,8 @@ void validate_inputs(const GemmArgs& a, const GemmConfig& cfg) {
   else
     check_operand("B", a.b, "ldb", a.ldb, a.n, "N");
 
+  TF_REQUIRE(cfg.bm >= 1 && cfg.bn >= 1 && cfg.stages >= 1 && cfg.cluster_m >= 1, Status::InvalidArgument,
+             "GEMM config " << cfg.name() << ": bm, bn, stages and cluster_m must be >= 1");
   TF_REQUIRE(cfg.bk == 64, Status::NotSupported, "GEMM config bk=" << cfg.bk << ": only bk=64 is compiled");
   TF_REQUIRE(cfg.group_m >= 1, Status::InvalidArgument, "GEMM config group_m=" << cfg.group_m << " must be >= 1");
   TF_REQUIRE(cfg.max_ctas >= 0, Status::InvalidArgument, "GEMM config max_ctas=" << cfg.max_ctas << " must be >= 0");
@@ -105,13 +109,19 @@ void validate_inputs(const GemmArgs& a, const GemmConfig& cfg) {
              Status::InvalidArgument, "GEMM config split_scope " << int(cfg.split_scope) << " is not all, tail or stream");
   const CompiledTile* tile = nullptr;
   std::ostringstream known;
+  // Swap-AB kernels have no clusters: the operand a cluster would share (A, along N) is small.
+  TF_REQUIRE(!cfg.swap_ab || cfg.cluster_m == 1, Status::NotSupported,
+             "GEMM config " << cfg.name() << ": swap-AB runs without clusters (cluster_m=1)");
   for (const CompiledTile& t : kCompiledTiles) {
-    known << (known.tellp() > 0 ? ", " : "") << t.bm << "x" << t.bn << " s" << t.stages << " c" << t.cluster;
-    if (t.bm == cfg.bm && t.bn == cfg.bn && t.stages == cfg.stages && t.cluster == cfg.cluster_m) tile = &t;
+    known << (known.tellp() > 0 ? ", " : "") << t.bm << "x" << t.bn << " s" << t.stages << " c" << t.cluster
+          << (t.swap ? " swap" : "");
+    if (t.bm == cfg.bm && t.bn == cfg.bn && t.stages == cfg.stages && t.cluster == cfg.cluster_m &&
+        t.swap == cfg.swap_ab)
+      tile = &t;
   }
   TF_REQUIRE(tile != nullptr, Status::NotSupported,
              "GEMM tile " << cfg.bm << "x" << cfg.bn << " s" << cfg.stages << " cluster_m=" << cfg.cluster_m
-                          << " is not compiled (have: " << known.str() << ")");
+                          << (cfg.swap_ab ? " swap-AB" : "") << " is not compiled (have: " << known.str() << ")");
   TF_REQUIRE(tile->kn || a.b_layout == BLayout::NK, Status::NotSupported,
              "GEMM tile " << cfg.bm << "x" << cfg.bn << " needs B as [N, K] (layout nk); B [K, N] needs bn % 64 == 0");
 }
@@ -236,7 +246,7 @@ WorkspaceNeed workspace_need(const WorkPlan& plan, const GemmConfig& cfg) {
   if (plan.split_tiles() == 0) return need;
   const size_t ctas = size_t(plan.split_tiles()) * size_t(cfg.cluster_m);
   need.partial_bytes = ctas * size_t(plan.max_parts) * size_t(cfg.bm) * size_t(cfg.bn) * sizeof(float);
-  need.counters = ctas * size_t(cfg.bm / 64);
+  need.counters = ctas * size_t(cfg.consumers());
   return need;
 }
 

@@ -3,11 +3,16 @@
 // The estimate replays the kernel's static schedule (unit u runs on cluster u % clusters) with a
 // per-segment cost, and takes the larger of that makespan and the HBM time of the unique bytes:
 //   k-block   max(tensor time at the tile's efficiency, operand bytes / what one SM streams with
-//             its pipeline depth, the fixed issue + barrier cost of a k-block)
+//             its pipeline depth at the loaded latency, the fixed issue + barrier cost of a k-block)
 //   epilogue  C band through shared memory to global
 //   split-K   partial write per part of a cut tile; its last part also reads all partials
-//   HBM       (A + B + C) bytes / bandwidth, derated when too few SMs stream;
-//   time      the larger of makespan and HBM plus a quarter of the smaller.
+//   HBM       (A + B + C) bytes / bandwidth, derated when too few SMs stream; A rows past M that
+//             TMA zero-fills count as streamed bytes (r11: M = 1 and 16 on 64-row tiles ran at
+//             about half the B-only HBM rate).
+//   time      the larger of makespan and HBM plus a quarter of the smaller, plus a fixed launch
+//             and pipeline fill, the same for every candidate.
+// Swap-AB tiles (M as wgmma's N: 16, 32, 64 rows) are ranked by the same replay; at M <= 16 they
+// win on zero fill (16 A rows per tile instead of 64).
 // The constants are rough H200 figures; they rank candidates, they do not predict time. Retune
 // them from scripts/gemm_tune.sh (docs/notes/gemm-tuning.md).
 #include <algorithm>
@@ -27,6 +32,8 @@ constexpr double kPeakFlopsPerSm = 989e12 / 132;  // dense 16-bit tensor peak pe
 constexpr double kHbmBytesPerSec = 4.0e12;        // sustained HBM read bandwidth (H200)
 constexpr double kSaturatingSmFraction = 0.6;     // SMs that must stream to reach it
 constexpr double kLoadLatency = 2.0e-6;           // TMA load latency with HBM saturated
+constexpr double kSmemRate = 225e9;               // shared-memory operand reads of one SM's wgmmas
+constexpr double kFixed = 3.0e-6;                 // launch + pipeline fill
 constexpr double kMaxSmFeed = 120e9;              // L2 -> one SM
 constexpr double kKBlockIssue = 0.06e-6;          // wait full + 4 wgmma + commit + release, per k-block
 constexpr double kSmStoreRate = 50e9;             // one SM writing C or partials
@@ -34,6 +41,7 @@ constexpr double kSmLoadRate = 60e9;              // one SM reading partials fro
 constexpr double kEpilogueFixed = 0.3e-6;         // barriers and address math per band
 constexpr double kBoundOverlap = 0.25;           // share of the smaller bound that shows in the time
 constexpr size_t kMaxWorkspaceBytes = size_t(64) << 20;
+constexpr int64_t kMaxSwapM = 256;                // swap-AB candidates up to this M (SwapAB::choose)
 // Bias against complexity: a candidate must beat the incumbent by this factor to replace it, and
 // candidates are tried simplest first.
 constexpr double kSwitchMargin = 0.97;
@@ -42,6 +50,7 @@ constexpr double kSwitchMargin = 0.97;
 // shared memory per FLOP and spend relatively more time issuing and synchronising. Multicast
 // halves B's L2 -> SM traffic, which the widest tile is closest to saturating.
 double tile_efficiency(const CompiledTile& t) {
+  if (t.swap) return 0.8;  // the operand reads below bound narrow wgmmas, not this
   const int area = t.bm * t.bn;
   const double e = area >= 128 * 256 ? 0.80 : area >= 128 * 128 ? 0.74 : area >= 64 * 64 ? 0.45 : 0.30;
   return e;
@@ -54,7 +63,7 @@ struct Candidate {
   GemmConfig config() const {
     GemmConfig c;
     c.bm = tile->bm, c.bn = tile->bn, c.stages = tile->stages, c.cluster_m = tile->cluster;
-    c.splits = splits, c.split_scope = scope, c.group_m = 1;
+    c.splits = splits, c.split_scope = scope, c.group_m = 1, c.swap_ab = tile->swap;
     return c;
   }
 };
@@ -67,7 +76,11 @@ double estimate_seconds(const Candidate& c, const WorkPlan& plan, int64_t m, int
   const double a_bytes = double(std::min<int64_t>(t.bm, m)) * 128.0, b_bytes = double(t.bn) * 128.0;
   const double in_flight = t.stages * (a_bytes + b_bytes);
   const double feed = (a_bytes + b_bytes / t.cluster) / std::min(kMaxSmFeed, in_flight / kLoadLatency);
-  const double compute = 2.0 * t.bm * t.bn * 64 / (kPeakFlopsPerSm * tile_efficiency(t));
+  // Each consumer's wgmmas read its own 64 rows and the whole shared operand (acc_n rows).
+  const int consumers = (t.swap ? t.bn : t.bm) / 64, acc_n = t.swap ? t.bm : t.bn;
+  const double operand_reads = consumers * (64.0 + acc_n) * 128.0;
+  const double compute = std::max(2.0 * t.bm * t.bn * 64 / (kPeakFlopsPerSm * tile_efficiency(t)),
+                                  operand_reads / kSmemRate);
   const double per_kb = std::max({compute, feed, kKBlockIssue});
   const double rows = double(std::min<int64_t>(t.bm, m));
   const double epilogue = rows * t.bn * 2 / kSmStoreRate + kEpilogueFixed;
@@ -92,10 +105,20 @@ double estimate_seconds(const Candidate& c, const WorkPlan& plan, int64_t m, int
     makespan = std::max(makespan, busy);
   }
   const double streaming = std::min(1.0, double(active * t.cluster) / (kSaturatingSmFraction * sms));
-  const double hbm = double(m * k + n * k + m * n) * 2.0 / (kHbmBytesPerSec * streaming);
+  const double zero_fill = double(plan.grid.m_blocks * t.bm * t.cluster - m) * k * plan.grid.n_blocks;
+  const double hbm = (double(m * k + n * k + m * n) + zero_fill) * 2.0 / (kHbmBytesPerSec * streaming);
   // Neither bound hides the other completely; the overlap term also ranks the candidates that
   // tie at the HBM bound (small M) by their schedules.
-  return std::max(makespan, hbm) + kBoundOverlap * std::min(makespan, hbm);
+  return std::max(makespan, hbm) + kBoundOverlap * std::min(makespan, hbm) + kFixed;
+}
+
+// The swap-AB tile for M: the narrowest whose bm covers M (64 beyond: more rows are more m-blocks).
+const CompiledTile* swap_tile_for(int64_t m, BLayout b_layout) {
+  const CompiledTile* best = nullptr;
+  for (const CompiledTile& t : kCompiledTiles)
+    if (t.swap && (t.kn || b_layout == BLayout::NK) && t.bm >= std::min<int64_t>(m, 64) && (!best || t.bm < best->bm))
+      best = &t;
+  return best;
 }
 
 // Rasterisation group: the m-blocks per group that minimise the rows of A and B one wave of
@@ -117,17 +140,23 @@ int choose_group_m(int bm_eff, int bn, int64_t m, int64_t n, int64_t active_tile
 }  // namespace
 
 GemmConfig choose_gemm_config(int64_t m, int64_t n, int64_t k, DType dtype, BLayout b_layout, int num_sms,
-                              bool allow_split_k) {
+                              bool allow_split_k, SwapAB swap) {
   (void)dtype;  // bf16 and fp16 run at the same rate
   m = std::max<int64_t>(m, 1), n = std::max<int64_t>(n, 1), k = std::max<int64_t>(k, 1);
   num_sms = std::max(num_sms, 1);
   const int k_blocks = int((k + 63) / 64);
   // Simplest first: whole tiles, then split-K over all tiles, then over the tail wave.
+  // Swap-AB last (near-ties keep the plain kernel), and only for M small enough that B is read
+  // from HBM about once: beyond 256 rows its tiles would stream B through L2 many times.
+  const CompiledTile* swap_tile = swap == SwapAB::never || (swap == SwapAB::choose && m > kMaxSwapM)
+                                      ? nullptr
+                                      : swap_tile_for(m, b_layout);
   std::vector<Candidate> candidates;
   for (const CompiledTile& t : kCompiledTiles) {  // listed largest first: near-ties keep the larger
+    if (t.swap ? &t != swap_tile : swap == SwapAB::always) continue;
     if (b_layout == BLayout::KN && !t.kn) continue;
-    if (m <= 64 && t.bm > 64) continue;        // half or more of a 128-row A tile would be zero fill
-    if (t.cluster > 1 && m <= t.bm) continue;  // the peer CTA would compute only zero rows
+    if (!t.swap && m <= 64 && t.bm > 64) continue;  // half or more of a 128-row A tile would be zero fill
+    if (t.cluster > 1 && m <= t.bm) continue;       // the peer CTA would compute only zero rows
     candidates.push_back({&t, 1, SplitScope::all});
   }
   const size_t whole = allow_split_k ? candidates.size() : 0;

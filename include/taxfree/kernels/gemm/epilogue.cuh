@@ -104,14 +104,38 @@ __device__ __forceinline__ bool reduce_splits(float (&acc)[BN / 2], float2* spli
   return true;
 }
 
+// Writes the kRows x kCols block of C held in `staging` (row r at staging + r * kPitch) to
+// (row0, col0), clipped to rows < m and columns < n, through the Epilogue policy: 16-byte
+// row-contiguous reads, so global writes are full 128 B lines. The caller has synchronised the
+// staging writes (named barrier) and syncs again before reusing `staging`.
+template <int kRows, int kCols, uint32_t kPitch, class T, class Epi>
+__device__ __forceinline__ void flush_staging(const typename Epi::Params& epi, int m, int n, const uint8_t* staging,
+                                              int64_t row0, int64_t col0) {
+  constexpr int kVecPerRow = kCols / 8, kRowsPerPass = 128 / kVecPerRow;
+  static_assert(kRows % kRowsPerPass == 0, "whole passes of the warpgroup");
+  const int tid = threadIdx.x % 128;
+#pragma unroll
+  for (int pass = 0; pass < kRows / kRowsPerPass; ++pass) {
+    const int r = pass * kRowsPerPass + tid / kVecPerRow, v = tid % kVecPerRow;
+    const int64_t row = row0 + r, col = col0 + v * 8;
+    if (row < m && col < n) {
+      const uint4 x = *reinterpret_cast<const uint4*>(staging + r * kPitch + v * 16);
+      if (col + 8 <= n) {
+        Epi::template put8<T>(epi, row, col, x);
+      } else {
+        for (int i = 0; i < n - col; ++i) Epi::template put1<T>(epi, row, col + i, element<T>(x, i));
+      }
+    }
+  }
+}
+
 // Writes the 64 x BN band of C at (row0, col0), clipped to rows < m and columns < n, through the
 // Epilogue policy. Per 64 x kChunkN slice: registers -> staging (rows padded by 16 B so the 8 rows
-// a warp writes at once fall into distinct banks) -> 16-byte row-contiguous reads -> Epi, so global
-// writes are full 128 B lines. `staging` holds 64 x pitch bytes; `bar` is the warpgroup's barrier.
+// a warp writes at once fall into distinct banks) -> flush_staging. `staging` holds 64 x pitch
+// bytes; `bar` is the warpgroup's barrier.
 template <int BN, int kChunkN, uint32_t kPitch, class T, class Epi>
 __device__ __forceinline__ void store_band(const typename Epi::Params& epi, int m, int n, const float (&acc)[BN / 2],
                                            uint8_t* staging, uint32_t bar, int64_t row0, int64_t col0) {
-  constexpr int kVecPerRow = kChunkN / 8, kRowsPerPass = 128 / kVecPerRow;
   const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32;
   const int frag_row = warp * 16 + lane / 4, frag_col = 2 * (lane % 4);
 #pragma unroll
@@ -124,21 +148,36 @@ __device__ __forceinline__ void store_band(const typename Epi::Params& epi, int 
       *reinterpret_cast<uint32_t*>(cell + 8 * kPitch) = pack2<T>(acc[f + 2], acc[f + 3]);
     }
     named_barrier_sync(bar, 128);
-#pragma unroll
-    for (int pass = 0; pass < 64 / kRowsPerPass; ++pass) {
-      const int r = pass * kRowsPerPass + tid / kVecPerRow, v = tid % kVecPerRow;
-      const int64_t row = row0 + r, col = col0 + chunk * kChunkN + v * 8;
-      if (row < m && col < n) {
-        const uint4 x = *reinterpret_cast<const uint4*>(staging + r * kPitch + v * 16);
-        if (col + 8 <= n) {
-          Epi::template put8<T>(epi, row, col, x);
-        } else {
-          for (int i = 0; i < n - col; ++i) Epi::template put1<T>(epi, row, col + i, element<T>(x, i));
-        }
-      }
-    }
+    flush_staging<64, kChunkN, kPitch, T, Epi>(epi, m, n, staging, row0, col0 + chunk * kChunkN);
     named_barrier_sync(bar, 128);  // staging is free for the next slice
   }
+}
+
+// Swap-AB: the accumulator is a 64 x BM band of C^T (fragment rows = 64 columns of C from col0,
+// fragment columns = BM rows of C from row0). It is transposed through staging (BM rows of C x 64
+// columns, pitch kPitch) so that C is still written in row-contiguous 16-byte vectors. Single
+// 16-bit stores: the two values a thread holds per column pair sit in different rows of C. Lanes
+// with equal lane % 4 write adjacent halves of one word, the four lane % 4 groups land 2 rows
+// (2 * kPitch = 72 words: +8 banks) apart, so a warp's stores hit 16 distinct banks.
+template <int BM, uint32_t kPitch, class T, class Epi>
+__device__ __forceinline__ void store_band_transposed(const typename Epi::Params& epi, int m, int n,
+                                                      const float (&acc)[BM / 2], uint8_t* staging, uint32_t bar,
+                                                      int64_t row0, int64_t col0) {
+  const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32;
+  const int frag_row = warp * 16 + lane / 4, frag_col = 2 * (lane % 4);
+  auto* cells = reinterpret_cast<T*>(staging);
+  constexpr int kPitchElems = int(kPitch / 2);
+#pragma unroll
+  for (int j = 0; j < BM / 8; ++j) {
+    const int c = j * 8 + frag_col;  // row of C (within the band)
+    cells[c * kPitchElems + frag_row] = T(acc[4 * j]);
+    cells[(c + 1) * kPitchElems + frag_row] = T(acc[4 * j + 1]);
+    cells[c * kPitchElems + frag_row + 8] = T(acc[4 * j + 2]);
+    cells[(c + 1) * kPitchElems + frag_row + 8] = T(acc[4 * j + 3]);
+  }
+  named_barrier_sync(bar, 128);
+  flush_staging<BM, 64, kPitch, T, Epi>(epi, m, n, staging, row0, col0);
+  named_barrier_sync(bar, 128);  // staging is free for the next band
 }
 
 }  // namespace taxfree::gemm::device

@@ -15,6 +15,18 @@
 // 16 + 32 at 128 x 256). A stage is therefore refilled only when the consumers of both CTAs
 // released it, and consumers arrive on both CTAs' "empty" barriers.
 //
+// Swap-AB (kSwapAB, for skinny M): wgmma's M is at least 64, so with M <= 64 most of an A tile
+// would be zero fill and the few B columns per CTA would starve the pipeline. A swap-AB kernel
+// computes C^T = B^T A^T instead: each consumer warpgroup owns 64 columns of C (64 rows of B as
+// [N, K], or one 64-column box of B as [K, N], as wgmma's A operand, MN-major with the transpose
+// bit for [K, N]) and multiplies them by the BM (16..64) rows of A as wgmma's K-major B operand:
+// m64nBMk16. The producer, the stage layout ([A: BM x 64 | B: BN x 64]), the tensor maps, the
+// work plan and the hooks are the same as without swap: a tile is still BM rows x BN columns of
+// C, Ready::wait(tile, kb) still precedes the load of A's k-block kb of that tile's rows, and the
+// Order still maps order indices to (m-block, n-block). Only the consumers' wgmma operands and
+// the epilogue's orientation (store_band_transposed) differ. No clusters: A is what would be
+// shared along N, and it is small.
+//
 // Work units (tile_scheduler.cuh: WorkPlan) are whole tiles or K ranges over split tiles; a split
 // tile's last segment to finish sums the fp32 partials and writes C (epilogue.cuh: reduce_splits).
 //
@@ -43,20 +55,25 @@
 
 namespace taxfree::gemm {
 
-// Compile-time tile configuration.
-template <int BM_, int BN_, int kStages_, int kCluster_ = 1>
+// Compile-time tile configuration: BM rows x BN columns of C per tile.
+template <int BM_, int BN_, int kStages_, int kCluster_ = 1, bool kSwapAB_ = false>
 struct TileShape {
   static constexpr int BM = BM_;
   static constexpr int BN = BN_;
   static constexpr int BK = 64;  // one 128 B swizzle row of 16-bit elements
   static constexpr int kStages = kStages_;
   static constexpr int kCluster = kCluster_;  // CTAs along M sharing B by multicast
-  static constexpr int kConsumers = BM / 64;
+  static constexpr bool kSwapAB = kSwapAB_;
+  // Consumer warpgroups each own 64 rows of C (64 columns with swap-AB); kAccN is their wgmma width.
+  static constexpr int kConsumers = (kSwapAB ? BN : BM) / 64;
+  static constexpr int kAccN = kSwapAB ? BM : BN;
   static constexpr int kThreads = 128 * (1 + kConsumers);
-  static_assert(BM == 64 || BM == 128, "BM: one or two consumer warpgroups of 64 rows");
-  static_assert(BN == 32 || BN == 64 || BN == 128 || BN == 256, "BN: a wgmma width");
-  static_assert(kCluster == 1 || (kCluster == 2 && BN % 128 == 0),
-                "clusters of 2; each CTA multicasts half of B, in whole 64-column boxes for B [K, N]");
+  static_assert(kSwapAB || BM == 64 || BM == 128, "BM: one or two consumer warpgroups of 64 rows");
+  static_assert(kSwapAB || BN == 32 || BN == 64 || BN == 128 || BN == 256, "BN: a wgmma width");
+  static_assert(!kSwapAB || BM == 16 || BM == 32 || BM == 64, "swap-AB BM: a wgmma width of at least 16");
+  static_assert(!kSwapAB || BN == 64 || BN == 128, "swap-AB BN: one or two consumer warpgroups of 64 columns");
+  static_assert(kCluster == 1 || (kCluster == 2 && !kSwapAB && BN % 128 == 0),
+                "clusters of 2 without swap-AB; each CTA multicasts half of B, in whole 64-column boxes for B [K, N]");
 };
 
 // Shared memory: [stage 0: A | B] ... [stage S-1] [epilogue staging per consumer] [barriers]
@@ -68,13 +85,14 @@ struct SmemLayout {
   static constexpr uint32_t kStageBytes = kABytes + kBBytes;  // also the TMA bytes per stage
   static constexpr int kChunkN = Shape::BN < 64 ? Shape::BN : 64;  // C columns staged at a time
   static constexpr uint32_t kEpiPitch = kChunkN * 2 + 16;
-  static constexpr uint32_t kEpiBytes = 64 * kEpiPitch;
+  // Staged rows of C per consumer: 64, or with swap-AB the tile's BM (x its 64 columns).
+  static constexpr uint32_t kEpiBytes = (Shape::kSwapAB ? Shape::BM : 64) * kEpiPitch;
   static constexpr uint32_t kEpiOffset = Shape::kStages * kStageBytes;
   static constexpr uint32_t kBarOffset = kEpiOffset + Shape::kConsumers * kEpiBytes;
   static constexpr uint32_t kFlagOffset = kBarOffset + 2 * Shape::kStages * 8;
   static constexpr uint32_t kBytes = kFlagOffset + 4 * Shape::kConsumers;
   static constexpr uint32_t kDynamicBytes = kBytes + 1024;  // slack to align the base to 1024 B
-  static_assert(kStageBytes % 1024 == 0, "stage buffers must stay 1024-byte aligned (swizzle atoms)");
+  static_assert(kABytes % 1024 == 0 && kStageBytes % 1024 == 0, "stage buffers must stay 1024-byte aligned (swizzle atoms)");
   static_assert(kBBytes / Shape::kCluster % 1024 == 0, "each multicast half of B must stay 1024-byte aligned");
   static_assert(kDynamicBytes <= 232448, "exceeds the 227 KiB of shared memory per CTA on sm_90");
 };
@@ -152,13 +170,13 @@ template <class Shape, class T, Major kMajorB, class Order, class Ready, class E
 __device__ __forceinline__ void consume(const GemmParams<Order, Ready, Epi>& p, uint32_t base, uint8_t* smem,
                                         int consumer, int rank, int cluster, int clusters) {
   using L = SmemLayout<Shape>;
-  constexpr int BN = Shape::BN;
+  constexpr int kAccN = Shape::kAccN;
   const uint32_t full0 = base + L::kBarOffset, empty0 = full0 + 8 * Shape::kStages;
   const uint32_t bar = 1 + consumer;  // this warpgroup's named barrier
   const int lane = threadIdx.x % 32;
   uint8_t* staging = smem + L::kEpiOffset + consumer * L::kEpiBytes;
   auto* flag = reinterpret_cast<volatile uint32_t*>(smem + L::kFlagOffset) + consumer;
-  float acc[BN / 2];
+  float acc[kAccN / 2];
   uint32_t stage = 0, phase = 0;
 
   for (SegmentWalk walk(p.plan, cluster, clusters); !walk.done();) {
@@ -171,14 +189,21 @@ __device__ __forceinline__ void consume(const GemmParams<Order, Ready, Epi>& p, 
     uint32_t prev = 0;
     for (int kb = w.kb_begin; kb < w.kb_end; ++kb) {
       mbar_wait<false>(full0 + 8 * stage, phase);
-      const uint32_t a_tile = base + stage * L::kStageBytes + consumer * 64 * 128;
-      const uint32_t b_tile = base + stage * L::kStageBytes + L::kABytes;
+      // This consumer's 64 rows of A (64 columns of B with swap-AB: 64 rows of [N, K] or one
+      // 64-column box of [K, N], 8 KiB either way) and the operand all consumers share.
+      const uint32_t a_tile = base + stage * L::kStageBytes, b_tile = a_tile + L::kABytes;
       wgmma_fence();
       fence_accumulators(acc);
 #pragma unroll
-      for (int k16 = 0; k16 < 4; ++k16)
-        wgmma_m64k16<BN, T, kMajorB>(acc, SwizzledOperand<Major::K>::desc(a_tile, k16),
-                                     SwizzledOperand<kMajorB>::desc(b_tile, k16), kb != w.kb_begin || k16 != 0);
+      for (int k16 = 0; k16 < 4; ++k16) {
+        const uint32_t scale_d = kb != w.kb_begin || k16 != 0;
+        if constexpr (Shape::kSwapAB)
+          wgmma_m64k16<kAccN, T, kMajorB, Major::K>(acc, SwizzledOperand<kMajorB>::desc(b_tile + consumer * 8192, k16),
+                                                    SwizzledOperand<Major::K>::desc(a_tile, k16), scale_d);
+        else
+          wgmma_m64k16<kAccN, T, Major::K, kMajorB>(acc, SwizzledOperand<Major::K>::desc(a_tile + consumer * 8192, k16),
+                                                    SwizzledOperand<kMajorB>::desc(b_tile, k16), scale_d);
+      }
       wgmma_commit();
       if (kb > w.kb_begin) {
         wgmma_wait<1>();  // the previous k-block's group is complete: its stage can be refilled
@@ -191,20 +216,29 @@ __device__ __forceinline__ void consume(const GemmParams<Order, Ready, Epi>& p, 
     fence_accumulators(acc);
     if (lane == 0) release_stage<Shape>(empty0 + 8 * prev);
 
-    // A band wholly past M (the M tail of a cluster tile) has nothing to write; a split tile's
-    // segment that is not the last to finish only parks its partial.
-    const int64_t row0 = (int64_t(ct.m) * Shape::kCluster + rank) * Shape::BM + consumer * 64;
-    bool write = row0 < p.m;
+    // This consumer's band of C: 64 rows from row0 x BN columns from col0, or with swap-AB BM rows
+    // x 64 columns. A band wholly past M (the M tail of a cluster tile), or past N with swap-AB,
+    // has nothing to write; a split tile's segment that is not the last to finish only parks its
+    // partial.
+    const int64_t row0 = (int64_t(ct.m) * Shape::kCluster + rank) * Shape::BM + (Shape::kSwapAB ? 0 : consumer * 64);
+    const int64_t col0 = int64_t(ct.n) * Shape::BN + (Shape::kSwapAB ? consumer * 64 : 0);
+    // Fragment rows: rows of C, or columns of C with swap-AB.
+    const int64_t frag_rows_left = Shape::kSwapAB ? p.n - col0 : p.m - row0;
+    bool write = frag_rows_left > 0;
     if (write && w.parts > 1) {
       const int64_t band = ((w.slot * p.plan.max_parts) * Shape::kCluster + rank) * Shape::kConsumers + consumer;
-      const int64_t part_stride = int64_t(Shape::kCluster) * Shape::kConsumers * 64 * BN / 2;
+      const int64_t part_stride = int64_t(Shape::kCluster) * Shape::kConsumers * 64 * kAccN / 2;
       const int64_t counter = (w.slot * Shape::kCluster + rank) * Shape::kConsumers + consumer;
-      const int valid_rows = p.m - row0 < 64 ? int(p.m - row0) : 64;
-      write = reduce_splits<BN>(acc, p.ws.partials + band * (64 * BN / 2), part_stride, w.part, w.parts,
-                                p.ws.counters + counter, flag, bar, valid_rows);
+      const int valid_rows = frag_rows_left < 64 ? int(frag_rows_left) : 64;
+      write = reduce_splits<kAccN>(acc, p.ws.partials + band * (64 * kAccN / 2), part_stride, w.part, w.parts,
+                                   p.ws.counters + counter, flag, bar, valid_rows);
     }
-    if (write)
-      store_band<BN, L::kChunkN, L::kEpiPitch, T, Epi>(p.epi, p.m, p.n, acc, staging, bar, row0, int64_t(ct.n) * BN);
+    if (write) {
+      if constexpr (Shape::kSwapAB)
+        store_band_transposed<Shape::BM, L::kEpiPitch, T, Epi>(p.epi, p.m, p.n, acc, staging, bar, row0, col0);
+      else
+        store_band<Shape::BN, L::kChunkN, L::kEpiPitch, T, Epi>(p.epi, p.m, p.n, acc, staging, bar, row0, col0);
+    }
   }
 }
 
@@ -239,12 +273,15 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
 
   const int warpgroup = threadIdx.x / 128;
   // Two consumers need 2 x 128 x 232 registers for 128 fp32 accumulators each plus addressing;
-  // the producer gives up most of its share (ptxas assigns 168 = 65536 / 384 at launch).
+  // the producer gives up most of its share (ptxas assigns 168 = 65536 / 384 at launch). Swap-AB
+  // consumers hold at most 32 accumulators: everyone keeps 168, and the producer's Ready policy
+  // (e.g. the all-gather piece waits) does not spill under a 40-register cap.
+  constexpr bool kRebalance = Shape::kConsumers > 1 && !Shape::kSwapAB;
   if (warpgroup == 0) {
-    if constexpr (Shape::kConsumers > 1) setmaxnreg_dec<40>();
+    if constexpr (kRebalance) setmaxnreg_dec<40>();
     if (threadIdx.x == 0) produce<Shape, kMajorB>(p, base, rank, cluster, clusters);
   } else {
-    if constexpr (Shape::kConsumers > 1) setmaxnreg_inc<232>();
+    if constexpr (kRebalance) setmaxnreg_inc<232>();
     consume<Shape, T, kMajorB>(p, base, smem_raw + pad, warpgroup - 1, rank, cluster, clusters);
   }
   // Peers may still arrive on this CTA's barriers (their last stage releases): stay until all are done.

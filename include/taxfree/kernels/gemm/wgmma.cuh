@@ -10,6 +10,8 @@
 //   MN-major (B stored [K, N]): TMA boxes of 64 N-elements (128 B) x 64 K-rows (8 KiB each), one
 //            box per 64 columns of N. 8-K-row groups are 1024 B apart (SBO); the next 64 columns
 //            of N are one box (8 KiB) further (LBO). A k16 step is 16 K-rows = +2048 B.
+// Swap-AB kernels use B as wgmma's A operand (64 N-rows: one K-major row block or one MN-major
+// box, so LBO is never reached) with the transpose-A bit for MN-major, and A as the K-major B.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -69,49 +71,55 @@ __device__ __forceinline__ void fence_accumulators(float (&d)[kRegs]) {
 #define TF_WG_R6 "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111"
 #define TF_WG_R7 "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
 #define TF_WG_F4(i) "+f"(d[(i)]), "+f"(d[(i) + 1]), "+f"(d[(i) + 2]), "+f"(d[(i) + 3])
-#define TF_WG_F16(i) TF_WG_F4(i), TF_WG_F4((i) + 4), TF_WG_F4((i) + 8), TF_WG_F4((i) + 12)
+#define TF_WG_F8(i) TF_WG_F4(i), TF_WG_F4((i) + 4)
+#define TF_WG_F16(i) TF_WG_F8(i), TF_WG_F8((i) + 8)
 // One wgmma with D += A * B (scale-d != 0) or D = A * B (scale-d == 0); A and B from descriptors.
-// IA, IB, IS, IT: operand numbers of the A descriptor, B descriptor, scale-d and transpose-B.
-#define TF_WG_ASM(N, TY, DREGS, IA, IB, IS, IT)                                                        \
+// IA, IB, IS, ITA, ITB: operand numbers of the A descriptor, B descriptor, scale-d, transpose-A and
+// transpose-B.
+#define TF_WG_ASM(N, TY, DREGS, IA, IB, IS, ITA, ITB)                                                  \
   "{\n .reg .pred p;\n setp.ne.b32 p, " IS ", 0;\n wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." TY \
-  "." TY " {" DREGS "}, " IA ", " IB ", p, 1, 1, 0, " IT ";\n}\n"
-#define TF_WG_CALL(N, DREGS, IA, IB, IS, IT, ...)                                                        \
+  "." TY " {" DREGS "}, " IA ", " IB ", p, 1, 1, " ITA ", " ITB ";\n}\n"
+#define TF_WG_CALL(N, DREGS, IA, IB, IS, ITA, ITB, ...)                                                  \
   if constexpr (kBf16)                                                                                  \
-    asm volatile(TF_WG_ASM(N, "bf16", DREGS, IA, IB, IS, IT)                                          \
+    asm volatile(TF_WG_ASM(N, "bf16", DREGS, IA, IB, IS, ITA, ITB)                                     \
                  : __VA_ARGS__                                                                          \
-                 : "l"(a_desc), "l"(b_desc), "r"(scale_d), "n"(kTransB));                              \
+                 : "l"(a_desc), "l"(b_desc), "r"(scale_d), "n"(kTransA), "n"(kTransB));                \
   else                                                                                                  \
-    asm volatile(TF_WG_ASM(N, "f16", DREGS, IA, IB, IS, IT)                                           \
+    asm volatile(TF_WG_ASM(N, "f16", DREGS, IA, IB, IS, ITA, ITB)                                      \
                  : __VA_ARGS__                                                                          \
-                 : "l"(a_desc), "l"(b_desc), "r"(scale_d), "n"(kTransB))
+                 : "l"(a_desc), "l"(b_desc), "r"(scale_d), "n"(kTransA), "n"(kTransB))
 
 // d (N/2 fp32 per thread, the m64nNk16 accumulator fragment) = A(64x16) * B(16xN) [+ d].
-// A is K-major; B is K-major or MN-major (transpose-B). T is __nv_bfloat16 or __half.
-template <int N, class T, Major kMajorB>
+// Each operand is K-major or MN-major (transpose bit). T is __nv_bfloat16 or __half.
+template <int N, class T, Major kMajorA, Major kMajorB>
 __device__ __forceinline__ void wgmma_m64k16(float (&d)[N / 2], uint64_t a_desc, uint64_t b_desc,
                                              uint32_t scale_d) {
   static_assert(std::is_same_v<T, __nv_bfloat16> || std::is_same_v<T, __half>, "bf16 or fp16 operands");
   constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
+  constexpr int kTransA = kMajorA == Major::MN ? 1 : 0;
   constexpr int kTransB = kMajorB == Major::MN ? 1 : 0;
   if constexpr (N == 256) {
     TF_WG_CALL(256, TF_WG_R0 ", " TF_WG_R1 ", " TF_WG_R2 ", " TF_WG_R3 ", " TF_WG_R4 ", " TF_WG_R5 ", " TF_WG_R6
                         ", " TF_WG_R7,
-               "%128", "%129", "%130", "%131", TF_WG_F16(0), TF_WG_F16(16), TF_WG_F16(32), TF_WG_F16(48),
+               "%128", "%129", "%130", "%131", "%132", TF_WG_F16(0), TF_WG_F16(16), TF_WG_F16(32), TF_WG_F16(48),
                TF_WG_F16(64), TF_WG_F16(80), TF_WG_F16(96), TF_WG_F16(112));
   } else if constexpr (N == 128) {
-    TF_WG_CALL(128, TF_WG_R0 ", " TF_WG_R1 ", " TF_WG_R2 ", " TF_WG_R3, "%64", "%65", "%66", "%67", TF_WG_F16(0),
-               TF_WG_F16(16), TF_WG_F16(32), TF_WG_F16(48));
+    TF_WG_CALL(128, TF_WG_R0 ", " TF_WG_R1 ", " TF_WG_R2 ", " TF_WG_R3, "%64", "%65", "%66", "%67", "%68",
+               TF_WG_F16(0), TF_WG_F16(16), TF_WG_F16(32), TF_WG_F16(48));
   } else if constexpr (N == 64) {
-    TF_WG_CALL(64, TF_WG_R0 ", " TF_WG_R1, "%32", "%33", "%34", "%35", TF_WG_F16(0), TF_WG_F16(16));
+    TF_WG_CALL(64, TF_WG_R0 ", " TF_WG_R1, "%32", "%33", "%34", "%35", "%36", TF_WG_F16(0), TF_WG_F16(16));
+  } else if constexpr (N == 32) {
+    TF_WG_CALL(32, TF_WG_R0, "%16", "%17", "%18", "%19", "%20", TF_WG_F16(0));
   } else {
-    static_assert(N == 32, "instantiated wgmma widths: 32, 64, 128, 256");
-    TF_WG_CALL(32, TF_WG_R0, "%16", "%17", "%18", "%19", TF_WG_F16(0));
+    static_assert(N == 16, "instantiated wgmma widths: 16, 32, 64, 128, 256");
+    TF_WG_CALL(16, "%0, %1, %2, %3, %4, %5, %6, %7", "%8", "%9", "%10", "%11", "%12", TF_WG_F8(0));
   }
 }
 
 #undef TF_WG_CALL
 #undef TF_WG_ASM
 #undef TF_WG_F16
+#undef TF_WG_F8
 #undef TF_WG_F4
 #undef TF_WG_R7
 #undef TF_WG_R6
