@@ -41,7 +41,7 @@ constexpr double kSmLoadRate = 60e9;              // one SM reading partials fro
 constexpr double kEpilogueFixed = 0.3e-6;         // barriers and address math per band
 constexpr double kBoundOverlap = 0.25;           // share of the smaller bound that shows in the time
 constexpr size_t kMaxWorkspaceBytes = size_t(64) << 20;
-constexpr int64_t kMaxSwapM = 256;                // swap-AB candidates up to this M (SwapAB::choose)
+constexpr int64_t kMaxSwapM = 64;                 // swap-AB candidates up to this M (SwapAB::choose)
 // Bias against complexity: a candidate must beat the incumbent by this factor to replace it, and
 // candidates are tried simplest first.
 constexpr double kSwitchMargin = 0.97;
@@ -147,7 +147,8 @@ GemmConfig choose_gemm_config(int64_t m, int64_t n, int64_t k, DType dtype, BLay
   const int k_blocks = int((k + 63) / 64);
   // Simplest first: whole tiles, then split-K over all tiles, then over the tail wave.
   // Swap-AB last (near-ties keep the plain kernel), and only for M small enough that B is read
-  // from HBM about once: beyond 256 rows its tiles would stream B through L2 many times.
+  // from HBM about once: beyond 64 rows its tiles stream B through L2 several times (H200 sweep:
+  // 0.5-0.8x the plain tiles at M = 128 and 256).
   const CompiledTile* swap_tile = swap == SwapAB::never || (swap == SwapAB::choose && m > kMaxSwapM)
                                       ? nullptr
                                       : swap_tile_for(m, b_layout);
