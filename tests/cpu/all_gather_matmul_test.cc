@@ -73,8 +73,8 @@ TEST(AgmmPieces, EveryElementOfTheGatheredAInExactlyOnePieceOfItsSource) {
         if (c.m * c.k > 40'000'000) continue;
         AgmmConfig cfg;
         cfg.col_chunk = chunk;
-        const agmm::PieceGrid g = make_push_plan(args_for(c), w, cfg, 132).grid;
-        EXPECT_EQ(g.col_chunk % 64, 0);
+        for (const agmm::PieceGrid& g : {make_push_plan(args_for(c), w, cfg, 132).grid,
+                                         make_fused_ce_plan(args_for(c), w, 132).grid}) {
         std::vector<uint8_t> seen(size_t(c.m * c.k), 0);
         std::set<int64_t> flags;
         for (int s = 0; s < w; ++s)
@@ -93,6 +93,7 @@ TEST(AgmmPieces, EveryElementOfTheGatheredAInExactlyOnePieceOfItsSource) {
             }
         ASSERT_TRUE(std::all_of(seen.begin(), seen.end(), [](uint8_t v) { return v == 1; }))
             << "world " << w << " M=" << c.m << " K=" << c.k << " gd" << c.gather_dim;
+        }
       }
 }
 
@@ -105,7 +106,8 @@ TEST(AgmmPieces, SkippedKBlocksStartNoPiece) {
       for (int64_t chunk : {int64_t(0), int64_t(64), int64_t(192), int64_t(512), int64_t(1024)}) {
         AgmmConfig cfg;
         cfg.col_chunk = chunk;
-        const agmm::PieceGrid g = make_push_plan(args_for(c), w, cfg, 132).grid;
+        for (const agmm::PieceGrid& g : {make_push_plan(args_for(c), w, cfg, 132).grid,
+                                         make_fused_ce_plan(args_for(c), w, 132).grid}) {
         const int mask = agmm::piece_start_mask(g);
         aligned += mask != 0;
         std::set<int64_t> starts;  // first columns of every piece of every source
@@ -115,6 +117,7 @@ TEST(AgmmPieces, SkippedKBlocksStartNoPiece) {
           const bool starts_here = starts.lower_bound(kb * 64) != starts.end() && *starts.lower_bound(kb * 64) < kb * 64 + 64;
           if (kb & mask) ASSERT_FALSE(starts_here) << "world " << w << " M=" << c.m << " K=" << c.k << " gd" << c.gather_dim
                                                    << " col_chunk " << g.col_chunk << ": kb " << kb << " skipped";
+        }
         }
       }
   EXPECT_GT(aligned, 0) << "no grid could skip any k-block";
@@ -241,7 +244,7 @@ TEST(AgmmValidation, RejectsBadArgumentsNamingThem) {
 
 TEST(AgmmVariants, NamesRoundTripAndUnbuiltOnesAreNotSupported) {
   for (AgmmVariant v : {AgmmVariant::bsp, AgmmVariant::bsp_own, AgmmVariant::decomposed, AgmmVariant::push,
-                        AgmmVariant::automatic})
+                        AgmmVariant::fused_ce, AgmmVariant::automatic})
     EXPECT_EQ(parse_agmm_variant(variant_name(v)), v);
   expect_error([] { parse_agmm_variant("pull"); }, Status::NotSupported, "not implemented");
   expect_error([] { parse_agmm_variant("bogus"); }, Status::InvalidArgument, "unknown");

@@ -258,7 +258,7 @@ struct VariantRun {
 const VariantRun kRuns[] = {{"bsp", false, AgmmVariant::bsp},           {"bsp-sym", true, AgmmVariant::bsp},
                      {"bsp-own", false, AgmmVariant::bsp_own},   {"bsp-own-sym", true, AgmmVariant::bsp_own},
                      {"decomposed", false, AgmmVariant::decomposed}, {"push", false, AgmmVariant::push},
-                     {"auto", false, AgmmVariant::automatic}};
+                     {"fused-ce", false, AgmmVariant::fused_ce},     {"auto", false, AgmmVariant::automatic}};
 
 // Poison C and every op buffer, align the ranks (peers write into this rank's buffers), launch,
 // wait, check, align again (this rank's next poison must not hit a peer's late writes).
@@ -341,7 +341,7 @@ TEST(Agmm, RankSkew) {
   for (int gd : {0, 1}) {
     Problem p(odd_shape(gd, DType::bf16, BLayout::NK), 300 + uint64_t(gd));
     int round = 0;
-    for (const VariantRun& run : {kRuns[0], kRuns[4], kRuns[5]}) {
+    for (const VariantRun& run : {kRuns[0], kRuns[4], kRuns[5], kRuns[6]}) {
       auto s = t.stream();
       p.poison_c(s);
       ops.plain->fill_buffers(0xFF, s);
@@ -365,7 +365,7 @@ TEST(Agmm, ThousandLaunchesWithoutReset) {
   Ops ops;
   const int64_t w = t.world();
   Problem p(Shape{w * 96, 264, 520, 0, DType::bf16, BLayout::NK}, 900);
-  for (const VariantRun& run : {kRuns[5], kRuns[4]}) {
+  for (const VariantRun& run : {kRuns[5], kRuns[4], kRuns[6]}) {
     auto s = t.stream();
     p.poison_c(s);
     ops.plain->fill_buffers(0xFF, s);
@@ -388,7 +388,7 @@ TEST(Agmm, CudaGraphCaptureAndReplay) {
   Ops ops;
   for (int gd : {0, 1}) {
     Problem p(odd_shape(gd, DType::bf16, BLayout::KN), 700 + uint64_t(gd));
-    for (const VariantRun& run : {kRuns[1], kRuns[4], kRuns[5]}) {
+    for (const VariantRun& run : {kRuns[1], kRuns[4], kRuns[5], kRuns[6]}) {
       AllGatherMatmul& op = run.sym ? *ops.sym : *ops.plain;
       auto s = t.stream();
       op.launch(run.variant, p.args(), s);  // first launch outside the graph: plans, attributes

@@ -23,6 +23,11 @@
 //              runs on the other SMs at the same time, its producer waiting for a piece's flag
 //              before the first TMA load that reads it, tiles of this rank's shard first, then
 //              rank+1's, rank+2's, ...
+//   fused-ce   the copy engine moves the shards in a few row chunks, each followed by a copy-engine
+//              write of its flag (no SM moves data or signals), and our GEMM runs once over the
+//              whole gathered A on every SM, its producer waiting for a chunk's flag before the
+//              first TMA load of it: this rank's rows first, then rank+1's, ... (gather_dim 0).
+//              No per-shard GEMM launches, no tail of a first GEMM to wait out.
 //   auto       one of the above per shape, from a table of measurements (choose_agmm_variant).
 //   pull and the SM-specialized single kernel are not implemented (parse_agmm_variant says so).
 //
@@ -60,8 +65,8 @@ namespace taxfree {
 
 class Team;
 
-enum class AgmmVariant { bsp, bsp_own, decomposed, push, automatic };
-// "bsp", "bsp-own", "decomposed", "push", "auto"; throws InvalidArgument for unknown names and
+enum class AgmmVariant { bsp, bsp_own, decomposed, push, fused_ce, automatic };
+// "bsp", "bsp-own", "decomposed", "push", "fused-ce", "auto"; throws InvalidArgument for unknown names and
 // NotSupported for "pull" / "sm-specialized" (designed, not implemented).
 AgmmVariant parse_agmm_variant(const std::string& name);
 const char* variant_name(AgmmVariant v);
@@ -114,6 +119,15 @@ struct PushPlan {
 };
 PushPlan make_push_plan(const AgmmArgs& args, int world, const AgmmConfig& config, int num_sms);
 
+// What fused-ce runs for a shape: our GEMM on every SM (whole tiles) and the row chunks the shards
+// travel in (one piece per chunk, all columns of the shard; kFusedCeRowChunks at most). Pure.
+inline constexpr int kFusedCeRowChunks = 4;
+struct FusedCePlan {
+  gemm::GemmConfig gemm;
+  agmm::PieceGrid grid;
+};
+FusedCePlan make_fused_ce_plan(const AgmmArgs& args, int world, int num_sms);
+
 // The variant `auto` runs for a shape on `world` ranks (a table filled from measurements).
 AgmmVariant choose_agmm_variant(int64_t m, int64_t n, int64_t k, int gather_dim, int world);
 
@@ -147,6 +161,7 @@ class AllGatherMatmul {
   GatheredA launch_bsp(const AgmmArgs& args, bool own_gemm, cudaStream_t stream);
   GatheredA launch_decomposed(const AgmmArgs& args, cudaStream_t stream);
   GatheredA launch_push(const AgmmArgs& args, cudaStream_t stream);
+  GatheredA launch_fused_ce(const AgmmArgs& args, cudaStream_t stream);
 
   Team& team_;
   AgmmConfig config_;

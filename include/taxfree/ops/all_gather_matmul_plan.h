@@ -62,12 +62,13 @@ struct PieceGrid {
   }
 };
 
-// k-blocks (64 columns) at which no piece of any source starts are exactly those with
-// kb & mask != 0, for the mask returned here: col_chunk / 64 - 1 when every piece's first column
-// is a multiple of col_chunk (gather_dim 0, or shards a multiple of col_chunk wide) and col_chunk
-// / 64 is a power of two; otherwise 0 (no k-block can be skipped). Lets the GEMM's producer skip
-// the piece walk (integer divisions) on most k-blocks.
+// No piece of any source starts at a k-block (64 columns) with kb & piece_start_mask(g) != 0. The
+// mask is col_chunk / 64 - 1 when every piece's first column is a multiple of col_chunk (gather_dim
+// 0, or shards a multiple of col_chunk wide) and col_chunk / 64 is a power of two; all ones for
+// gather_dim 0 pieces as wide as K (only k-block 0 starts any); otherwise 0 (nothing skipped). Lets
+// the GEMM's producer skip the piece walk (integer divisions) on most k-blocks.
 TF_HOST_DEVICE int piece_start_mask(const PieceGrid& g) {
+  if (g.gather_dim == 0 && g.col_chunks == 1) return 0x7fffffff;  // pieces span K: only k-block 0
   const int64_t blocks = g.col_chunk / 64;
   const bool aligned = g.col_chunk % 64 == 0 && (blocks & (blocks - 1)) == 0 &&
                        (g.gather_dim == 0 || g.shard_cols % g.col_chunk == 0);

@@ -128,7 +128,7 @@ class AgmmBench final : public OpBench {
   }
   std::string name() const override { return "all_gather_matmul"; }
   std::vector<std::string> variants() const override {
-    return {"bsp", "bsp-sym", "bsp-own", "decomposed", "push", "auto"};
+    return {"bsp", "bsp-sym", "bsp-own", "decomposed", "push", "fused-ce", "auto"};
   }
   int baseline_count() const override { return 2; }
   int min_ranks() const override { return 2; }
@@ -256,7 +256,7 @@ class AgmmBench final : public OpBench {
       // a user tuned for the size would hold, for auto's bsp choices too.
       if (big_shard()) args.a_shard = a_plain_.p;
       last_ = (big_shard() ? plain_ : sym_)->launch(parse_agmm_variant(v), args, s);
-    } else if (v == "decomposed" || v == "push") {
+    } else if (v == "decomposed" || v == "push" || v == "fused-ce") {
       last_ = plain_->launch(parse_agmm_variant(v), args, s);
     } else if (v == "gemm-only") {
       gemm::launch(gathered_gemm(c_.p), s);

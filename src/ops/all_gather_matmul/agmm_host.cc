@@ -48,11 +48,12 @@ AgmmVariant parse_agmm_variant(const std::string& name) {
   if (name == "bsp-own") return AgmmVariant::bsp_own;
   if (name == "decomposed") return AgmmVariant::decomposed;
   if (name == "push") return AgmmVariant::push;
+  if (name == "fused-ce") return AgmmVariant::fused_ce;
   if (name == "auto") return AgmmVariant::automatic;
   TF_REQUIRE(name != "pull" && name != "sm-specialized", Status::NotSupported,
              "all_gather_matmul variant '" << name << "' is designed but not implemented");
   TF_THROW(Status::InvalidArgument,
-           "unknown all_gather_matmul variant '" << name << "' (known: bsp, bsp-own, decomposed, push, auto)");
+           "unknown all_gather_matmul variant '" << name << "' (known: bsp, bsp-own, decomposed, push, fused-ce, auto)");
 }
 
 const char* variant_name(AgmmVariant v) {
@@ -61,6 +62,7 @@ const char* variant_name(AgmmVariant v) {
     case AgmmVariant::bsp_own: return "bsp-own";
     case AgmmVariant::decomposed: return "decomposed";
     case AgmmVariant::push: return "push";
+    case AgmmVariant::fused_ce: return "fused-ce";
     case AgmmVariant::automatic: return "auto";
   }
   return "unknown";
@@ -161,6 +163,24 @@ PushPlan make_push_plan(const AgmmArgs& a, int world, const AgmmConfig& cfg, int
   // One GEMM wave covers about ctas / n_blocks m-blocks: send that many row chunks at a time.
   const gemm::TileGrid tiles = gemm::make_tile_grid(a.m, a.n, p.gemm.bm, p.gemm.bn, p.gemm.group_m);
   g.group_rows = std::max<int64_t>(1, ceil_div(std::min<int64_t>(tiles.tiles(), p.gemm.max_ctas), tiles.n_blocks));
+  return p;
+}
+
+FusedCePlan make_fused_ce_plan(const AgmmArgs& a, int world, int num_sms) {
+  const ShardShape s = agmm_shard_shape(a.m, a.k, a.gather_dim, world);
+  FusedCePlan p;
+  p.gemm = gemm::choose_gemm_config(a.m, a.n, a.k, a.dtype, a.b_layout, num_sms, false);
+  agmm::PieceGrid& g = p.grid;
+  g.world = world;
+  g.gather_dim = a.gather_dim;
+  g.m = a.m, g.k = a.k;
+  g.shard_rows = s.rows, g.shard_cols = s.cols;
+  // Row chunks of whole GEMM m-blocks: the first wave waits only for the first chunk.
+  g.row_chunk = ceil_div(ceil_div(s.rows, kFusedCeRowChunks), p.gemm.bm) * p.gemm.bm;
+  g.col_chunk = s.cols;
+  g.row_chunks = ceil_div(g.shard_rows, g.row_chunk);
+  g.col_chunks = 1;
+  g.group_rows = 1;
   return p;
 }
 

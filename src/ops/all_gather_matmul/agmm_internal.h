@@ -13,6 +13,25 @@
 
 namespace taxfree::agmm {
 
+// Our GEMM over the gathered A, its producer waiting for each piece's flag before the first TMA
+// load that reads it (piece_ready.cuh), tiles of this rank's rows first (gather_dim 0): push and
+// fused-ce.
+struct ReadyGemmLaunch {
+  gemm::GemmArgs gemm;         // A = the gathered A
+  gemm::GemmConfig config;     // whole tiles (no split-K with a Ready policy)
+  int first_m = 0;             // RotatedOrder start: this rank's shard first
+  const uint64_t* flags = nullptr;  // heap, [grid.flags()]: piece (s, i, j) >= the launch's epoch
+  PieceGrid grid;
+  int present_source = -1;     // a source whose pieces are in place before the GEMM, or -1
+  // own launch counter, or finished == nullptr: counter holds this launch's epoch (piece_ready.cuh)
+  dev::LaunchSequence seq;
+  dev::FaultContext fault;
+};
+// Validates (throws before enqueuing anything), then enqueues the GEMM on `s`.
+void enqueue_ready_gemm(const ReadyGemmLaunch& l, cudaStream_t s);
+// The validation alone, for launches that must check before they enqueue other work.
+void validate_ready_gemm(const ReadyGemmLaunch& l);
+
 // Everything the push variant enqueues for one launch.
 struct PushLaunch {
   dev::SymmetricView view;
@@ -24,12 +43,10 @@ struct PushLaunch {
   uint64_t* flags = nullptr;   // heap, [PieceGrid::flags()]
   PieceGrid grid;
   bool copy_local = true;      // false: A_shard already is this rank's slot (in place)
-  dev::LaunchSequence push_seq, gemm_seq;
+  dev::LaunchSequence push_seq;
   dev::FaultContext fault;
   int push_ctas = 0;
-  gemm::GemmArgs gemm;         // A = the gathered A
-  gemm::GemmConfig gemm_config;
-  int first_m = 0;             // RotatedOrder start: this rank's shard first
+  ReadyGemmLaunch gemm;        // its flags and grid are the ones above
 };
 
 // The push kernel on `side` (push_ctas SMs) and the waiting GEMM on `main` (the rest), at once:

@@ -1,5 +1,5 @@
-// all_gather_matmul op object: buffers, flags and streams; validation; the bsp, decomposed and push
-// variants' host sides.
+// all_gather_matmul op object: buffers, flags and streams; validation; the bsp, decomposed, push and
+// fused-ce variants' host sides.
 #include <nccl.h>
 
 #include <algorithm>
@@ -41,9 +41,11 @@ struct AllGatherMatmul::Impl {
   int64_t flag_capacity = 0;
   uint64_t* push_ready = nullptr;    // heap [world]
   uint64_t* push_flags = nullptr;    // heap [flag_capacity]
-  uint64_t* dec_barrier = nullptr;   // heap [world]: the begin barrier's slots
+  uint64_t* dec_barrier = nullptr;   // heap [world]: the begin barrier's slots (decomposed, fused-ce)
   uint64_t* dec_arrived = nullptr;   // heap [world]: slot s = epoch of source s's shard
-  dev::LaunchSequence push_seq{}, gemm_seq{}, dec_seq{};  // dec_seq.counter is decomposed's epoch
+  int64_t ce_flag_capacity = 0;
+  uint64_t* ce_flags = nullptr;      // heap [ce_flag_capacity]: fused-ce's row-chunk flags (dec_seq epochs)
+  dev::LaunchSequence push_seq{}, gemm_seq{}, dec_seq{};  // dec_seq.counter: decomposed's and fused-ce's epoch
   cudaStream_t side = nullptr;       // the op's second stream (push kernel, copy-engine copies)
   cudaEvent_t fork = nullptr, join = nullptr;
 };
@@ -68,10 +70,13 @@ AllGatherMatmul::AllGatherMatmul(Team& team, AgmmConfig config)
   im.push_flags = heap.allocate_array<uint64_t>(uint64_t(im.flag_capacity), "all_gather_matmul.push_flags");
   im.dec_barrier = heap.allocate_array<uint64_t>(w, "all_gather_matmul.dec_barrier");
   im.dec_arrived = heap.allocate_array<uint64_t>(w, "all_gather_matmul.dec_arrived");
+  im.ce_flag_capacity = int64_t(w) * kFusedCeRowChunks;
+  im.ce_flags = heap.allocate_array<uint64_t>(uint64_t(im.ce_flag_capacity), "all_gather_matmul.ce_flags");
   TF_CUDA(cudaMemset(im.push_ready, 0, w * sizeof(uint64_t)));
   TF_CUDA(cudaMemset(im.push_flags, 0, uint64_t(im.flag_capacity) * sizeof(uint64_t)));
   TF_CUDA(cudaMemset(im.dec_barrier, 0, w * sizeof(uint64_t)));
   TF_CUDA(cudaMemset(im.dec_arrived, 0, w * sizeof(uint64_t)));
+  TF_CUDA(cudaMemset(im.ce_flags, 0, uint64_t(im.ce_flag_capacity) * sizeof(uint64_t)));
   if (!config_.bsp_symmetric) {
     TF_CUDA(cudaMalloc(&im.gathered_plain, size_t(im.capacity_bytes)));
     TF_CUDA(cudaMalloc(&im.staging_plain, size_t(im.capacity_bytes)));
@@ -141,6 +146,7 @@ GatheredA AllGatherMatmul::launch(AgmmVariant variant, const AgmmArgs& args, cud
     case AgmmVariant::bsp_own: return launch_bsp(args, true, stream);
     case AgmmVariant::decomposed: return launch_decomposed(args, stream);
     case AgmmVariant::push: return launch_push(args, stream);
+    case AgmmVariant::fused_ce: return launch_fused_ce(args, stream);
     case AgmmVariant::automatic: break;
   }
   TF_THROW(Status::InvalidArgument, "all_gather_matmul: variant " << int(variant) << " is not a variant");
@@ -151,6 +157,18 @@ gemm::GemmArgs gemm_args(const AgmmArgs& a, const void* gathered, int64_t ld) {
   gemm::GemmArgs g;
   g.a = gathered, g.lda = ld, g.b = a.b, g.ldb = a.ldb, g.c = a.c, g.ldc = a.ldc;
   g.m = a.m, g.n = a.n, g.k = a.k, g.dtype = a.dtype, g.b_layout = a.b_layout;
+  return g;
+}
+// Our GEMM over `gathered` with the piece waits; the caller sets present_source and seq.
+agmm::ReadyGemmLaunch ready_gemm(const Team& team, const char* gathered, const AgmmArgs& a,
+                                 const gemm::GemmConfig& cfg, const uint64_t* flags, const agmm::PieceGrid& grid) {
+  agmm::ReadyGemmLaunch g;
+  g.gemm = gemm_args(a, gathered, agmm_shard_shape(a.m, a.k, a.gather_dim, team.world()).ld);
+  g.config = cfg;
+  g.first_m = a.gather_dim == 0 ? gemm::rank_first_m_block(a.m, cfg.bm, team.rank(), team.world()) : 0;
+  g.flags = flags;
+  g.grid = grid;
+  g.fault = team.fault();
   return g;
 }
 }  // namespace
@@ -259,13 +277,57 @@ GatheredA AllGatherMatmul::launch_push(const AgmmArgs& a, cudaStream_t s) {
   l.grid = plan.grid;
   l.copy_local = !(a.a_shard == slot.ptr && a.lda_shard == slot.ld);
   l.push_seq = im.push_seq;
-  l.gemm_seq = im.gemm_seq;
   l.fault = team_.fault();
   l.push_ctas = plan.push_ctas;
-  l.gemm = gemm_args(a, im.gathered, slot.ld);
-  l.gemm_config = plan.gemm;
-  l.first_m = a.gather_dim == 0 ? gemm::rank_first_m_block(a.m, plan.gemm.bm, team_.rank(), team_.world()) : 0;
+  l.gemm = ready_gemm(team_, im.gathered, a, plan.gemm, im.push_flags, plan.grid);
+  // In place: the push kernel raises no flag for this rank's own pieces.
+  l.gemm.present_source = l.copy_local ? -1 : team_.rank();
+  l.gemm.seq = im.gemm_seq;
   agmm::enqueue_push(l, s, im.side, im.fork, im.join);
+  return {im.gathered, slot.ld};
+}
+
+// The copy engine moves the shards in row chunks, each followed by a copy-engine write of its
+// flag (as decomposed does), and our GEMM runs once over the whole gathered A on every SM, its
+// producer waiting for a chunk's flag before the first load of it: this rank's rows first, then
+// rank+1's, ... (gather_dim 0). This rank's shard, unless in place, is copied on the main stream
+// before the GEMM: a copy on another stream could not be waited for by a GEMM that holds every SM
+// if the driver ran it as a kernel.
+GatheredA AllGatherMatmul::launch_fused_ce(const AgmmArgs& a, cudaStream_t s) {
+  const ShardShape sh = agmm_shard_shape(a.m, a.k, a.gather_dim, team_.world());
+  const FusedCePlan plan = make_fused_ce_plan(a, team_.world(), team_.sm_count());
+  Impl& im = *impl_;
+  TF_REQUIRE(plan.grid.flags() <= im.ce_flag_capacity, Status::Internal,
+             "all_gather_matmul: " << plan.grid.flags() << " chunk flags exceed the " << im.ce_flag_capacity
+                                   << " allocated");
+  const auto& view = team_.view();
+  const int w = team_.world(), rank = team_.rank();
+  const GatheredA slot = local_slot(a.m, a.k, a.gather_dim);
+  const bool in_place = a.a_shard == slot.ptr && a.lda_shard == slot.ld;
+  uint64_t* epoch = im.dec_seq.counter;
+  agmm::ReadyGemmLaunch g = ready_gemm(team_, im.gathered, a, plan.gemm, im.ce_flags, plan.grid);
+  g.present_source = rank;
+  g.seq = {epoch, nullptr};  // the begin kernel below advances the epoch for this launch
+  agmm::validate_ready_gemm(g);  // before anything is enqueued
+
+  agmm::enqueue_begin(epoch, view, im.dec_barrier, team_.fault(), s);
+  TF_CUDA(cudaEventRecord(im.fork, s));
+  TF_CUDA(cudaStreamWaitEvent(im.side, im.fork, 0));
+  const agmm::PieceGrid& pg = plan.grid;
+  for (int i = 1; i < w; ++i) {
+    const int q = (rank - i + w) % w;  // the peer that consumes this shard soonest first
+    char* dst = static_cast<char*>(view.peer(const_cast<void*>(slot.ptr), q));
+    for (int64_t c = 0; c < pg.row_chunks; ++c) {
+      const agmm::Piece p = pg.piece(c, 0);
+      copy_rows(dst + p.r0 * slot.ld * kElem, slot.ld, static_cast<const char*>(a.a_shard) + p.r0 * a.lda_shard * kElem,
+                a.lda_shard, p.rows, sh.cols, im.side);
+      agmm::enqueue_signal_copy(view.peer(im.ce_flags, q) + pg.flag_index(rank, c, 0), epoch, im.side);
+    }
+  }
+  TF_CUDA(cudaEventRecord(im.join, im.side));
+  if (!in_place) copy_rows(const_cast<void*>(slot.ptr), slot.ld, a.a_shard, a.lda_shard, sh.rows, sh.cols, s);
+  agmm::enqueue_ready_gemm(g, s);
+  TF_CUDA(cudaStreamWaitEvent(s, im.join, 0));
   return {im.gathered, slot.ld};
 }
 

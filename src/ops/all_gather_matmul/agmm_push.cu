@@ -1,9 +1,8 @@
-// all_gather_matmul `push`: a push kernel on a few SMs and our GEMM, waiting per piece, on the rest.
+// all_gather_matmul `push`: a push kernel on a few SMs and our GEMM, waiting per piece, on the rest
+// (agmm_ready_gemm.cu).
 #include "agmm_internal.h"
-#include "piece_ready.cuh"
 #include "taxfree/device/copy_rows.cuh"
 #include "taxfree/device/signal.cuh"
-#include "taxfree/ops/gemm_launch.cuh"
 #include "taxfree/runtime/error.h"
 
 namespace taxfree::agmm {
@@ -59,31 +58,16 @@ __global__ void __launch_bounds__(kPushThreads, 1) push_kernel(PushLaunch a) {
 }  // namespace
 
 void enqueue_push(const PushLaunch& l, cudaStream_t main, cudaStream_t side, cudaEvent_t fork, cudaEvent_t join) {
-  using gemm::RotatedOrder;
-  using gemm::StoreTo;
-  PieceReady::Params ready;
-  ready.flags = l.flags;
-  ready.pieces = l.grid;
-  ready.bm = l.gemm_config.bm;
-  ready.k_blocks = int((l.gemm.k + 63) / 64);
-  ready.tiles = uint32_t(
-      gemm::make_tile_grid(l.gemm.m, l.gemm.n, l.gemm_config.bm, l.gemm_config.bn, l.gemm_config.group_m).tiles());
-  ready.present_source = l.copy_local ? -1 : l.view.rank;  // in place: the push kernel raises no local flag
-  ready.start_mask = piece_start_mask(l.grid);
-  ready.seq = l.gemm_seq;
-  ready.fault = l.fault;
   // Everything that can throw is checked before the first kernel goes out: the two sequences
   // must advance together.
-  gemm::validate_inputs(l.gemm, l.gemm_config);
-  StoreTo::check({l.gemm.c, l.gemm.ldc}, l.gemm.m, l.gemm.n, 2);
+  validate_ready_gemm(l.gemm);
   TF_REQUIRE(l.push_ctas >= 1, Status::Internal, "push kernel with " << l.push_ctas << " CTAs");
 
   TF_CUDA(cudaEventRecord(fork, main));
   TF_CUDA(cudaStreamWaitEvent(side, fork, 0));
   push_kernel<<<l.push_ctas, kPushThreads, 0, side>>>(l);
   TF_CUDA(cudaGetLastError());
-  gemm::launch_gemm<RotatedOrder, PieceReady, StoreTo>(l.gemm, l.gemm_config, RotatedOrder::Params{l.first_m}, ready,
-                                                      {l.gemm.c, l.gemm.ldc}, main);
+  enqueue_ready_gemm(l.gemm, main);
   TF_CUDA(cudaEventRecord(join, side));
   TF_CUDA(cudaStreamWaitEvent(main, join, 0));
 }

@@ -1,4 +1,5 @@
-// The GEMM's A-ready policy of all_gather_matmul `push` (kernels/gemm/policies.cuh, "Ready"): before
+// The GEMM's A-ready policy of all_gather_matmul `push` and `fused-ce` (kernels/gemm/policies.cuh,
+// "Ready"): before
 // the producer's TMA load of A's k-block kb of a tile, wait until every piece of the gathered A
 // under the tile's rows and that k-block's columns has landed (its flag >= this launch's epoch),
 // each piece once per tile, at the first k-block that reads it.
@@ -8,7 +9,9 @@
 // the tile, and whoever counts the launch's last tile stores e (and resets the count). Each
 // producer's reads precede its own counts, so every read of a launch happens before the store;
 // the next launch starts after this GEMM has ended. The push kernel of the same launch counts its
-// own sequence, so both arrive at the same e.
+// own sequence, so both arrive at the same e. With seq.finished == nullptr the launch's epoch is
+// *seq.counter itself, advanced by an earlier kernel of the same stream (fused-ce's begin kernel),
+// and the policy counts nothing.
 //
 // Relies on the engine calling wait() for every k-block of every tile, in k order, from one
 // producer thread per CTA (policies.cuh). If that changes, the count never completes and the
@@ -34,7 +37,8 @@ struct PieceReady {
     uint32_t tiles = 0;               // output tiles of the GEMM
     int present_source = -1;          // a source whose pieces are in place before the launch, or -1
     int start_mask = 0;               // piece_start_mask(pieces): k-blocks that start no piece
-    dev::LaunchSequence seq;          // this policy's own launch counter; `finished` counts tiles
+    dev::LaunchSequence seq;          // own launch counter (`finished` counts tiles), or finished == nullptr:
+                                      // counter holds this launch's epoch (see above)
     dev::FaultContext fault;
   };
 
@@ -44,7 +48,7 @@ struct PieceReady {
     // load per k-block would slow the producer of small tiles.
     uint64_t epoch = 0;
     auto current = [&] {
-      if (epoch == 0) epoch = dev::load<dev::Sem::relaxed, dev::Scope::gpu>(p.seq.counter) + 1;
+      if (epoch == 0) epoch = dev::load<dev::Sem::relaxed, dev::Scope::gpu>(p.seq.counter) + (p.seq.finished ? 1 : 0);
       return epoch;
     };
     // The piece walk costs a few integer divisions in the one producer thread, more than a small
@@ -64,7 +68,7 @@ struct PieceReady {
       });
       if (waited) dev::fence_proxy_async_global();  // P4: generic-proxy writes -> TMA reads
     }
-    if (kb == p.k_blocks - 1 &&
+    if (p.seq.finished && kb == p.k_blocks - 1 &&
         dev::fetch_add<dev::Sem::acq_rel, dev::Scope::gpu>(p.seq.finished, 1u) == p.tiles - 1) {
       dev::store<dev::Sem::relaxed, dev::Scope::gpu>(p.seq.finished, 0u);
       dev::store<dev::Sem::relaxed, dev::Scope::gpu>(p.seq.counter, current());

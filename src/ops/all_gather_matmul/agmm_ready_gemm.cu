@@ -1,0 +1,32 @@
+// Our GEMM with the piece-wait A-ready policy (piece_ready.cuh), shared by push and fused-ce: the
+// one translation unit that instantiates it (every compiled tile, both dtypes and B layouts).
+#include "agmm_internal.h"
+#include "piece_ready.cuh"
+#include "taxfree/ops/gemm_launch.cuh"
+#include "taxfree/runtime/error.h"
+
+namespace taxfree::agmm {
+
+void validate_ready_gemm(const ReadyGemmLaunch& l) {
+  gemm::validate_inputs(l.gemm, l.config);
+  gemm::StoreTo::check({l.gemm.c, l.gemm.ldc}, l.gemm.m, l.gemm.n, 2);
+  TF_REQUIRE(!l.config.splits_k(), Status::Internal, "a GEMM waiting for A pieces runs whole tiles, got " << l.config.name());
+}
+
+void enqueue_ready_gemm(const ReadyGemmLaunch& l, cudaStream_t s) {
+  validate_ready_gemm(l);
+  PieceReady::Params ready;
+  ready.flags = l.flags;
+  ready.pieces = l.grid;
+  ready.bm = l.config.bm;
+  ready.k_blocks = int((l.gemm.k + 63) / 64);
+  ready.tiles = uint32_t(gemm::make_tile_grid(l.gemm.m, l.gemm.n, l.config.bm, l.config.bn, l.config.group_m).tiles());
+  ready.present_source = l.present_source;
+  ready.start_mask = piece_start_mask(l.grid);
+  ready.seq = l.seq;
+  ready.fault = l.fault;
+  gemm::launch_gemm<gemm::RotatedOrder, PieceReady, gemm::StoreTo>(l.gemm, l.config, gemm::RotatedOrder::Params{l.first_m},
+                                                                  ready, {l.gemm.c, l.gemm.ldc}, s);
+}
+
+}  // namespace taxfree::agmm
