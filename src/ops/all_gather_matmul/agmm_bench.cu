@@ -1,5 +1,6 @@
 // `taxfree bench all_gather_matmul`: the BSP baselines (ncclAllGather + cuBLASLt, NCCL on plain
-// buffers and on the symmetric window), bsp-own, decomposed, push and auto, on the issue's shapes.
+// buffers and on the symmetric window), bsp-own, decomposed, push, ksplit (gather_dim 1 within the
+// default ksplit capacity only; no row elsewhere) and auto, on the issue's shapes.
 //
 // Cases: paper   gather_dim 1, M in {1, 2, 4, ..., 1024}, N = 3584, K = 8192;
 //        tensor-parallel prefill   gather_dim 0, M in {1024, ..., 16384}, N in {4096, 7168}, K = 8192;
@@ -128,7 +129,13 @@ class AgmmBench final : public OpBench {
   }
   std::string name() const override { return "all_gather_matmul"; }
   std::vector<std::string> variants() const override {
-    return {"bsp", "bsp-sym", "bsp-own", "decomposed", "push", "auto"};
+    return {"bsp", "bsp-sym", "bsp-own", "decomposed", "push", "ksplit", "auto"};
+  }
+  bool applies(const Case& c, const std::string& v) const override {
+    if (v != "ksplit") return true;
+    const AgmmConfig cfg;  // the plain op's ksplit capacity
+    return c.params.at("gather_dim").get<int>() == 1 && c.params.at("M").get<int64_t>() <= cfg.ksplit_max_m &&
+           c.params.at("N").get<int64_t>() <= cfg.ksplit_max_n;
   }
   int baseline_count() const override { return 2; }
   int min_ranks() const override { return 2; }
@@ -194,6 +201,7 @@ class AgmmBench final : public OpBench {
       cfg.col_chunk = env_int("TAXFREE_AGMM_COL_CHUNK");
       plain_ = std::make_unique<AllGatherMatmul>(team, cfg);
       cfg.bsp_symmetric = true;
+      cfg.ksplit_max_m = 0;  // ksplit and auto run on the plain op
       sym_ = std::make_unique<AllGatherMatmul>(team, cfg);
       gemm_rate_ = measure_gemm_rate(s);
     }
@@ -205,6 +213,7 @@ class AgmmBench final : public OpBench {
     a_.gather_dim = c.params.at("gather_dim").get<int>();
     a_.b_layout = c.params.at("layout").get<std::string>() == "nk" ? BLayout::NK : BLayout::KN;
     a_.dtype = parse_dtype(opt.dtype);
+    a_.b_replicated = true;
     shard_ = agmm_shard_shape(a_.m, a_.k, a_.gather_dim, w);
     a_.lda_shard = shard_.cols;  // dense: NCCL can send it as it is
     a_.ldb = a_.b_layout == BLayout::NK ? a_.k : a_.n;
@@ -230,7 +239,8 @@ class AgmmBench final : public OpBench {
       const int64_t off = a_.gather_dim == 0 ? r * shard_.rows * a_.k : r * shard_.cols;
       fill_uniform(static_cast<char*>(a_ref_.p) + off * 2, shard_.rows, shard_.cols, a_.k, shard_seed(r), a_.dtype, s);
     }
-    fill_uniform(b_.p, b_rows, b_cols, a_.ldb, seed_ * 31 + uint64_t(rank) + 17, a_.dtype, s);
+    // B the same on every rank (a replicated weight, the paper's setting): ksplit needs it.
+    fill_uniform(b_.p, b_rows, b_cols, a_.ldb, seed_ * 31 + 17, a_.dtype, s);
     gemm::cublaslt_launch(gathered_gemm(c_ref_.p), s);
     team.sync(s);
   }
@@ -255,7 +265,7 @@ class AgmmBench final : public OpBench {
       // NCCL at its best for the size (DESIGN.md: the window wins at small and mid sizes).
       if (big_shard()) args.a_shard = a_plain_.p;
       last_ = (big_shard() ? plain_ : sym_)->launch(AgmmVariant::bsp_own, args, s);
-    } else if (v == "decomposed" || v == "push" || v == "auto") {
+    } else if (v == "decomposed" || v == "push" || v == "ksplit" || v == "auto") {
       last_ = plain_->launch(parse_agmm_variant(v), args, s);
     } else if (v == "gemm-only") {
       gemm::launch(gathered_gemm(c_.p), s);
