@@ -28,19 +28,12 @@ using gemm::BLayout;
 using gemm::DType;
 using test::team;
 
+using gemm::test::DevBuf;
 using gemm::test::from_float;
 using gemm::test::kGuard;
 using gemm::test::kPoison;
 using gemm::test::to_float;
 inline int64_t round8(int64_t x) { return (x + 7) / 8 * 8; }
-
-struct DevBuf {
-  void* p = nullptr;
-  explicit DevBuf(size_t bytes) { TF_CUDA(cudaMalloc(&p, bytes)); }
-  ~DevBuf() { cudaFree(p); }
-  DevBuf(const DevBuf&) = delete;
-  DevBuf& operator=(const DevBuf&) = delete;
-};
 
 struct Shape {
   int64_t m, n, k;
@@ -114,10 +107,12 @@ class Problem {
 
   void poison_c(cudaStream_t st) { TF_CUDA(cudaMemsetAsync(c_dev_->p, 0xFF, size_t(c_elems_) * 2, st)); }
 
-  // C against the reference and the gathered A bit for bit; `what` names the run in failures.
-  void expect_result(const GatheredA& g, const std::string& what) {
+  // C against the reference and the gathered A bit for bit (and C bit for bit the same on every
+  // rank with `c_same`, meaningful with same_b); `what` names the run in failures. Collective.
+  void expect_result(const GatheredA& g, const std::string& what, bool c_same = false) {
     expect_c(what);
     expect_gathered(g, what);
+    if (c_same) expect_c_same_on_every_rank(what);
   }
 
   const Shape& shape() const { return s_; }
@@ -246,6 +241,12 @@ class Problem {
   std::vector<double> ref_;
 };
 
+// Wait for this rank's stream, then for every rank.
+inline void align(const std::string& barrier) {
+  team().sync(team().stream());
+  team().host_barrier(barrier);
+}
+
 // Both NCCL flavours of the op, small capacity (K up to max(min_k, 4096, 1024 * world)), heap
 // returned at the end. ksplit buffers (cfg's capacity) only on the plain one.
 struct Ops {
@@ -259,6 +260,12 @@ struct Ops {
     cfg.bsp_symmetric = true;
     cfg.ksplit_max_m = 0;
     sym = std::make_unique<AllGatherMatmul>(team(), cfg);
+  }
+  // Poison p's C and every op buffer (enqueued; align() before a launch: peers write into them).
+  void poison(Problem& p) {
+    p.poison_c(team().stream());
+    plain->fill_buffers(0xFF, team().stream());
+    sym->fill_buffers(0xFF, team().stream());
   }
   ~Ops() {
     plain.reset();
@@ -285,15 +292,12 @@ inline GatheredA launch_checked(Ops& ops, Problem& p, const VariantRun& run, Agm
   auto& t = team();
   auto s = t.stream();
   AllGatherMatmul& op = run.sym ? *ops.sym : *ops.plain;
-  p.poison_c(s);
-  ops.plain->fill_buffers(0xFF, s);
-  ops.sym->fill_buffers(0xFF, s);
+  ops.poison(p);
   if (in_place) {
     const AgmmArgs slot = p.in_place_args(op, s);
     args.a_shard = slot.a_shard, args.lda_shard = slot.lda_shard;
   }
-  t.sync(s);
-  t.host_barrier("agmm.poisoned");
+  align("agmm.poisoned");
   GatheredA g = op.launch(run.variant, args, s);
   t.sync(s);
   p.expect_result(g, what);

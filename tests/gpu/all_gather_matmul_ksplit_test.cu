@@ -71,10 +71,8 @@ TEST(AgmmKsplitMany, ThousandLaunchesAlternatingShapes) {
   Problem big(ksplit_shape(300, 1003, DType::bf16, BLayout::NK), 61, true);
   auto s = t.stream();
   small.poison_c(s);
-  big.poison_c(s);
-  ops.plain->fill_buffers(0xFF, s);
-  t.sync(s);
-  t.host_barrier("agmm.ksplit.many.poisoned");
+  ops.poison(big);
+  align("agmm.ksplit.many.poisoned");
   GatheredA g{};
   for (int i = 1; i <= 1000; ++i) {
     Problem& p = i % 3 == 0 ? small : big;
@@ -82,15 +80,13 @@ TEST(AgmmKsplitMany, ThousandLaunchesAlternatingShapes) {
     if (i % 250 == 0) {
       t.sync(s);
       const std::string what = "ksplit after " + std::to_string(i) + " launches";
-      p.expect_result(g, what);
-      p.expect_c_same_on_every_rank(what);
+      p.expect_result(g, what, true);
       (&p == &small ? big : small).expect_c(what + " (the other shape)");
       small.refresh(62 + uint64_t(i));
       big.refresh(63 + uint64_t(i));
     }
   }
-  t.sync(s);
-  t.host_barrier("agmm.ksplit.many.done");
+  align("agmm.ksplit.many.done");
 }
 
 TEST(AgmmKsplitMany, RankSkew) {
@@ -99,20 +95,16 @@ TEST(AgmmKsplitMany, RankSkew) {
   Ops ops({}, t.world() * 4104);
   Problem p(ksplit_shape(200, 1003, DType::fp16, BLayout::KN), 70, true);
   for (int round = 0; round < 2 * t.world(); ++round) {
-    auto s = t.stream();
-    p.poison_c(s);
-    ops.plain->fill_buffers(0xFF, s);
-    t.sync(s);
-    t.host_barrier("agmm.ksplit.skew.poisoned");
+    ops.poison(p);
+    align("agmm.ksplit.skew.poisoned");
     // One rank (a different one each round) starts 100 ms late; odd rounds launch three times
     // back to back, so the late rank's peers run ahead into the next launches.
     if (t.rank() == round % t.world()) usleep(100 * 1000);
     GatheredA g{};
-    for (int i = 0; i < (round % 2 ? 3 : 1); ++i) g = ops.plain->launch(AgmmVariant::ksplit, replicated(p.args()), s);
-    t.sync(s);
-    const std::string what = "ksplit with rank skew, round " + std::to_string(round);
-    p.expect_result(g, what);
-    p.expect_c_same_on_every_rank(what);
+    for (int i = 0; i < (round % 2 ? 3 : 1); ++i)
+      g = ops.plain->launch(AgmmVariant::ksplit, replicated(p.args()), t.stream());
+    t.sync(t.stream());
+    p.expect_result(g, "ksplit with rank skew, round " + std::to_string(round), true);
     t.host_barrier("agmm.ksplit.skew.checked");
   }
 }
@@ -124,8 +116,7 @@ TEST(AgmmKsplitMany, CudaGraphCaptureAndReplay) {
   Problem p(ksplit_shape(64, 1003, DType::bf16, BLayout::KN), 80, true);
   auto s = t.stream();
   ops.plain->launch(AgmmVariant::ksplit, replicated(p.args()), s);  // outside the graph: cuBLASLt's plan
-  t.sync(s);
-  t.host_barrier("agmm.ksplit.graph.warm");
+  align("agmm.ksplit.graph.warm");
   cudaGraph_t graph;
   cudaGraphExec_t exec;
   TF_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
@@ -135,15 +126,11 @@ TEST(AgmmKsplitMany, CudaGraphCaptureAndReplay) {
   TF_CUDA(cudaGraphInstantiate(&exec, graph, 0));
   for (int rep = 0; rep < 4; ++rep) {
     p.refresh(81 + uint64_t(rep));
-    p.poison_c(s);
-    ops.plain->fill_buffers(0xFF, s);
-    t.sync(s);
-    t.host_barrier("agmm.ksplit.graph.poisoned");
+    ops.poison(p);
+    align("agmm.ksplit.graph.poisoned");
     TF_CUDA(cudaGraphLaunch(exec, s));
     t.sync(s);
-    const std::string what = "ksplit graph replay " + std::to_string(rep);
-    p.expect_result(g, what);
-    p.expect_c_same_on_every_rank(what);
+    p.expect_result(g, "ksplit graph replay " + std::to_string(rep), true);
     t.host_barrier("agmm.ksplit.graph.checked");
   }
   cudaGraphExecDestroy(exec);
