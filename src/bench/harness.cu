@@ -342,9 +342,9 @@ int run(Team& team, const RunRequest& req) {
       }
       // Summary entry: baseline vs the fastest other variant.
       std::string best;
+      const auto base_end = all_variants.begin() + std::min<size_t>(size_t(nbase), all_variants.size());
       for (const auto& v : variants)
-        if (medians.count(v) && std::find(all_variants.begin(), all_variants.begin() + std::min<size_t>(size_t(nbase), all_variants.size()), v) ==
-                all_variants.begin() + std::min<size_t>(size_t(nbase), all_variants.size()) &&
+        if (medians.count(v) && std::find(all_variants.begin(), base_end, v) == base_end &&
             (best.empty() || medians[v] < medians[best]))
           best = v;
       const Taxes tx = bench->taxes(c, medians, rates);

@@ -152,9 +152,9 @@ AgmmVariant choose_agmm_variant(const AgmmArgs& args, int world, const AgmmConfi
 class AllGatherMatmul {
  public:
   // Collective: allocates the gathered A (and the BSP staging buffers) in the symmetric heap or in
-  // plain device memory, the ksplit partials (when enabled), and the flags; ends with a host barrier. The heap part is not returned
-  // when the op is destroyed (the heap is a stack): take Team::heap().mark() before constructing
-  // and release it after the op is gone.
+  // plain device memory, the ksplit partials (when enabled), and the flags; ends with a host
+  // barrier. The heap part is not returned when the op is destroyed (the heap is a stack): take
+  // Team::heap().mark() before constructing and release it after the op is gone.
   explicit AllGatherMatmul(Team& team, AgmmConfig config = {});
   ~AllGatherMatmul();
   AllGatherMatmul(const AllGatherMatmul&) = delete;
@@ -173,6 +173,9 @@ class AllGatherMatmul {
   // a NaN pattern, so a piece that never lands is caught). Call between launches, and make the
   // peers wait (a barrier) before their next launch: they write into these buffers.
   void fill_buffers(int byte, cudaStream_t stream);
+  // Fault injection for tests: this rank's ksplit launches never raise the peers' partial flags
+  // (the peers' waits end at the deadline with a diagnostic naming this rank).
+  void set_skip_signal(bool skip) { skip_signal_ = skip; }
 
  private:
   struct Impl;
@@ -183,6 +186,7 @@ class AllGatherMatmul {
 
   Team& team_;
   AgmmConfig config_;
+  bool skip_signal_ = false;
   std::unique_ptr<Impl> impl_;
 };
 

@@ -13,6 +13,7 @@
 // known inputs of every rank) element by element, plus sampled fp32 dot products; the gathered A
 // the variant returns against the expected one bit for bit (so it is identical on every rank).
 // Environment: TAXFREE_AGMM_PUSH_CTAS, TAXFREE_AGMM_COL_CHUNK override push's per-shape choices.
+// --inject skip-signal:R: rank R's ksplit launches never raise the peers' flags (the timeout path).
 #include <nccl.h>
 
 #include <algorithm>
@@ -200,6 +201,7 @@ class AgmmBench final : public OpBench {
       cfg.push_ctas = int(env_int("TAXFREE_AGMM_PUSH_CTAS"));
       cfg.col_chunk = env_int("TAXFREE_AGMM_COL_CHUNK");
       plain_ = std::make_unique<AllGatherMatmul>(team, cfg);
+      plain_->set_skip_signal(opt.skip_signal_rank == team.rank());
       cfg.bsp_symmetric = true;
       cfg.ksplit_max_m = 0;  // ksplit and auto run on the plain op
       sym_ = std::make_unique<AllGatherMatmul>(team, cfg);

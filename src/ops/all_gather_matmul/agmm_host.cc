@@ -192,9 +192,10 @@ namespace {
 // and decomposed above. push lost everywhere (its GEMM waited on too few push SMs), so auto never
 // picks it until that is fixed. gather_dim 0 below M = 1024 was not measured: bsp, the safe choice.
 // ksplit (gather_dim 1, M <= 1024, B replicated, the op has the partial buffers) is a prediction, not yet
-// measured: the GEMM reads 1/world of B (decode shapes are B-streaming bound) and the exchange moves
-// M x N x 4 bytes per peer; 2xH200, N = 3584, K = 8192: ~17 us vs bsp 28-32 at M = 1, ~27 vs 40
-// at M = 128, ~110 vs 139-158 at M = 1024 (the partials cost ~40 us of NVLink there).
+// measured: its GEMM reads 1/world of B (small M is B-streaming bound) and does 1/world of the FLOPs,
+// but its exchange moves M x (4 N + 2 K / world) bytes to each peer and sums world fp32 partials.
+// 2xH200, N = 3584, K = 8192: ~17 us vs bsp 28-32 at M = 1, ~24 vs 40 at M = 128, ~123 vs 139-158
+// at M = 1024 (45 GEMM + 63 NVLink + 10 sum): from M ~ 512 it may lose to decomposed.
 struct AutoRule {
   int gather_dim;
   int64_t max_m;

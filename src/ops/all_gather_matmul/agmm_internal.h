@@ -46,6 +46,7 @@ struct KsplitLaunch {
   char* gathered = nullptr;    // this rank's gathered A (heap; the same offset on every rank)
   int64_t ld = 0;              // bytes
   bool copy_local = true;      // false: A_shard already is this rank's slot (in place)
+  bool skip_signal = false;    // fault injection: never raise the peers' partial flags
   void* c = nullptr;
   int64_t ldc = 0;             // elements
   gemm::DType dtype = gemm::DType::bf16;

@@ -102,7 +102,8 @@ __global__ void __launch_bounds__(kThreads, 1) ksplit_exchange_kernel(const __gr
   if (ok) {
     // P2: every thread's stores of both slices, bar.sync, then thread p's release on rank p's flag.
     __syncthreads();
-    if (peer_thread) dev::signal_set(v.peer(a.flags, t) + KsplitSlices::flag_index(v.rank, j), epoch);
+    if (peer_thread && !a.skip_signal)
+      dev::signal_set(v.peer(a.flags, t) + KsplitSlices::flag_index(v.rank, j), epoch);
     // P2 consumer: thread p acquires rank p's flag of slice j; bar.sync extends it to the CTA.
     if (peer_thread)
       ok = dev::wait_geq(a.flags + KsplitSlices::flag_index(t, j), epoch, a.fault, dev::WaitSite::ksplit_partial, t);

@@ -330,6 +330,7 @@ GatheredA AllGatherMatmul::launch_ksplit(const AgmmArgs& a, cudaStream_t s) {
   l.gathered = im.gathered;
   l.ld = slot.ld * kElem;
   l.copy_local = !(a.a_shard == slot.ptr && a.lda_shard == slot.ld);
+  l.skip_signal = skip_signal_;
   l.c = a.c, l.ldc = a.ldc;
   l.dtype = a.dtype;
   l.slices = sl;
