@@ -284,6 +284,21 @@ TEST(AgmmKsplit, RejectsWhatItCannotRunNamingIt) {
                "divisible by 8");
 }
 
+// The default capacity fits the default heap (team.h: max(4, world + 2) GiB) beside the op's other
+// buffers for every world the launcher runs, and disabling ksplit takes nothing.
+TEST(AgmmKsplit, HeapAtTheDefaultsStaysSmallForEveryWorld) {
+  for (int w : kWorlds) {
+    const KsplitHeap h = ksplit_heap(AgmmConfig{}, w);
+    EXPECT_EQ(h.partial_floats, 1024 * 16384);
+    EXPECT_GE(h.bytes, (2 * w - 1) * h.partial_floats * 4);
+    const int64_t heap = std::max<int64_t>(4, w + 2) << 30;
+    EXPECT_LE(h.bytes, heap / 8) << "world " << w << ": " << h.bytes << " bytes";
+  }
+  AgmmConfig off;
+  off.ksplit_max_n = 0;
+  EXPECT_EQ(ksplit_heap(off, 2).bytes, 0);
+}
+
 // The exchange kernel's bookkeeping: CTA j's slices of the partial (8-float groups) and of A_shard
 // (rows) tile both exactly, in order; receivers' slots and flags are distinct per source.
 TEST(AgmmKsplit, SlicesCoverEachPartialGroupAndShardRowOnceForEveryWorld) {

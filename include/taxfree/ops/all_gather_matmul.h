@@ -7,8 +7,8 @@
 //                columns [r * k / world, (r + 1) * k / world).
 //   B is [n, k] (BLayout::NK, a Linear weight) or [k, n] (BLayout::KN), as in ops/gemm.h.
 //
-// Variants (one interface, AllGatherMatmul::launch; every one produces C and the same gathered A,
-// each bit-identical on every rank):
+// Variants (one interface, AllGatherMatmul::launch; every one produces C, equal up to rounding, and
+// the same gathered A, bit for bit on every rank):
 //   bsp        ncclAllGather, then cuBLASLt. NCCL gets the registered symmetric window or plain
 //              buffers per AgmmConfig::bsp_symmetric (the benchmark runs both). gather_dim 1 adds a
 //              pass that interleaves the gathered [world][m][k/world] blocks into [m, k].
@@ -23,19 +23,20 @@
 //              runs on the other SMs at the same time, its producer waiting for a piece's flag
 //              before the first TMA load that reads it, tiles of this rank's shard first, then
 //              rank+1's, rank+2's, ...
-//   ksplit     gather_dim 1 only (NotSupported for 0): cross-rank split-K. cuBLASLt multiplies this
+//   ksplit     gather_dim 1 only (NotSupported for 0): that split-K sum. cuBLASLt multiplies this
 //              rank's A_shard by B's matching K rows (1/world of B, 1/world of the FLOPs) into an
-//              fp32 partial P_rank [m, n]; then one exchange kernel (ksplit_plan: one CTA per slice
-//              of P and of A_shard, the same slices on every rank) stores its slice of P into every
-//              peer's partial slot and its rows of A_shard into every peer's gathered A, raises one
-//              epoch flag per (source, slice) on each peer, waits for every peer's flag of its
-//              slice, and writes C = P_0 + P_1 + ... + P_{world-1}, summed in rank order in fp32 and
-//              rounded once: the same bits on every rank. Needs AgmmArgs::b_replicated (each rank
-//              uses its own copy of B's K rows; InvalidArgument otherwise). The partial slots are double-buffered by
-//              launch parity (no handshake); the gathered A is written into a peer only after that
-//              peer raised its "free" flag for this launch (as push). Needs AgmmConfig::ksplit_max_m
-//              / ksplit_max_n capacity (InvalidArgument naming them otherwise). Its C is not the same
-//              bits as the other variants' (a different summation order), only as close to exact.
+//              fp32 partial P_rank [m, n]; then one exchange kernel (make_ksplit_plan: one CTA per
+//              slice of P and of A_shard, the same slices on every rank) stores its slice of P into
+//              every peer's partial slot and its rows of A_shard into every peer's gathered A,
+//              raises one epoch flag per (source, slice) on each peer (release after the stores),
+//              waits for every peer's flag of its slice (acquire, bounded), and writes
+//              C = P_0 + P_1 + ... + P_{world-1}, summed in rank order in fp32 and rounded once:
+//              C is the same bits on every rank (not the other variants' bits: another summation
+//              order). Needs AgmmArgs::b_replicated: each rank multiplies by its own copy of B's K
+//              rows (InvalidArgument otherwise). The partial slots alternate by launch parity with
+//              no handshake; the gathered A is written into a peer only after that peer raised its
+//              "free" flag for this launch (as push). Needs AgmmConfig::ksplit_max_m / ksplit_max_n
+//              capacity (InvalidArgument naming them otherwise).
 //   auto       one of the above per shape, from a table of measurements (choose_agmm_variant).
 //   pull and the SM-specialized single kernel are not implemented (parse_agmm_variant says so).
 //
@@ -144,6 +145,15 @@ PushPlan make_push_plan(const AgmmArgs& args, int world, const AgmmConfig& confi
 // naming ksplit_max_m / ksplit_max_n for a shape over the op's capacity (after the checks of
 // agmm_shard_shape). Pure.
 agmm::KsplitSlices make_ksplit_plan(const AgmmArgs& args, int world, const AgmmConfig& config, int num_sms);
+
+// The heap ksplit's buffers take (the constructor allocates exactly this when enabled): one fp32
+// partial of ksplit_max_m x ksplit_max_n (rounded up to 8) for this rank, 2 * (world - 1) for the
+// peers' (two parities), and the flags. Zeros when ksplit is disabled. Pure.
+struct KsplitHeap {
+  int64_t partial_floats = 0;  // one partial slot
+  int64_t bytes = 0;           // everything
+};
+KsplitHeap ksplit_heap(const AgmmConfig& config, int world);
 
 // The variant `auto` runs for a launch on `world` ranks (a table filled from measurements), among
 // those the arguments and the op's config allow (ksplit only with b_replicated, within capacity).

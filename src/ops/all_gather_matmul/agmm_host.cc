@@ -184,6 +184,15 @@ agmm::KsplitSlices make_ksplit_plan(const AgmmArgs& a, int world, const AgmmConf
   return k;
 }
 
+KsplitHeap ksplit_heap(const AgmmConfig& cfg, int world) {
+  if (cfg.ksplit_max_m <= 0 || cfg.ksplit_max_n <= 0) return {};
+  KsplitHeap h;
+  h.partial_floats = cfg.ksplit_max_m * ceil_div(cfg.ksplit_max_n, 8) * 8;
+  const int64_t flags = world + int64_t(world) * agmm::kKsplitMaxCtas;  // ready + per-slice flags
+  h.bytes = (1 + 2 * int64_t(world - 1)) * h.partial_floats * 4 + flags * 8;
+  return h;
+}
+
 namespace {
 // `auto`: the first row whose gather_dim matches and whose max_m >= M wins. Filled from the 2xH200
 // bench at 349f608 (docs/PERFORMANCE.md, r7), the fastest variant per case that is never slower than

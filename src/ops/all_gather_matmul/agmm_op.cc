@@ -99,8 +99,8 @@ AllGatherMatmul::AllGatherMatmul(Team& team, AgmmConfig config)
   TF_CUDA(cudaMemset(im.push_flags, 0, uint64_t(im.flag_capacity) * sizeof(uint64_t)));
   TF_CUDA(cudaMemset(im.dec_barrier, 0, w * sizeof(uint64_t)));
   TF_CUDA(cudaMemset(im.dec_arrived, 0, w * sizeof(uint64_t)));
-  if (config_.ksplit_max_m > 0 && config_.ksplit_max_n > 0) {
-    im.ksplit_slot_floats = config_.ksplit_max_m * ceil_div(config_.ksplit_max_n, 8) * 8;
+  im.ksplit_slot_floats = ksplit_heap(config_, team.world()).partial_floats;
+  if (im.ksplit_slot_floats > 0) {
     const auto slot = uint64_t(im.ksplit_slot_floats);
     im.ksplit_own = heap.allocate_array<float>(slot, "all_gather_matmul.ksplit_own");
     if (w > 1) im.ksplit_recv = heap.allocate_array<float>(2 * (w - 1) * slot, "all_gather_matmul.ksplit_recv");
