@@ -89,6 +89,10 @@ if want faults; then
   expect_failure "flash_decode peer never signals" "gave up waiting at 'flash_decode: peer partial arrived' for rank 1" 40 \
     "$bin" bench flash_decode -g 2 --shape batch=1,kv=8192,heads=96/12 -n 2 -w 0 --variant fused \
     --inject skip-signal:1 --timeout 3
+  expect_failure "all_gather_matmul ksplit peer never signals" \
+    "gave up waiting at 'all_gather_matmul ksplit: peer partial arrived' for rank 1" 60 \
+    "$bin" bench all_gather_matmul -g 2 --shape M=4,N=3584,K=8192,gather_dim=1,layout=kn -n 2 -w 0 \
+    --variant ksplit --inject skip-signal:1 --timeout 3
   expect_failure "rank killed mid-run" "rank 1 (pid [0-9]*) was killed by signal 9" 30 \
     "$bin" bench all_gather -g 2 -b 1M -e 1M --inject kill:1
   expect_failure "too many GPUs asked" "more GPUs than" 10 "$bin" bench all_gather -g 64

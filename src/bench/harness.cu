@@ -258,6 +258,7 @@ int run(Team& team, const RunRequest& req) {
       if (summary_mode || opt.variants.empty())
         for (const auto& p : bench->parts()) timed.push_back(p);
       for (const auto& v : timed) {
+        if (!bench->applies(c, v)) continue;
         const bool is_part = std::find(variants.begin(), variants.end(), v) == variants.end();
         Row row;
         row.op = name;
@@ -341,9 +342,9 @@ int run(Team& team, const RunRequest& req) {
       }
       // Summary entry: baseline vs the fastest other variant.
       std::string best;
+      const auto base_end = all_variants.begin() + std::min<size_t>(size_t(nbase), all_variants.size());
       for (const auto& v : variants)
-        if (std::find(all_variants.begin(), all_variants.begin() + std::min<size_t>(size_t(nbase), all_variants.size()), v) ==
-                all_variants.begin() + std::min<size_t>(size_t(nbase), all_variants.size()) &&
+        if (medians.count(v) && std::find(all_variants.begin(), base_end, v) == base_end &&
             (best.empty() || medians[v] < medians[best]))
           best = v;
       const Taxes tx = bench->taxes(c, medians, rates);

@@ -1,6 +1,7 @@
 // all_gather_matmul host logic without a GPU: shard shapes and the "divisible" errors, the piece
 // grid and send order of the push variant for 2, 3, 4 and 8 ranks, the A-ready wait's mapping from
-// (tile, k-block) to pieces, argument validation, variant names and the auto table.
+// (tile, k-block) to pieces, ksplit's errors and slices, argument validation, variant names and the
+// auto table.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -8,6 +9,7 @@
 #include <functional>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "taxfree/ops/all_gather_matmul.h"
@@ -244,12 +246,131 @@ TEST(AgmmValidation, RejectsBadArgumentsNamingThem) {
 
 TEST(AgmmVariants, NamesRoundTripAndUnbuiltOnesAreNotSupported) {
   for (AgmmVariant v : {AgmmVariant::bsp, AgmmVariant::bsp_own, AgmmVariant::decomposed, AgmmVariant::push,
-                        AgmmVariant::fused_ce, AgmmVariant::automatic})
+                        AgmmVariant::fused_ce, AgmmVariant::ksplit, AgmmVariant::automatic})
     EXPECT_EQ(parse_agmm_variant(variant_name(v)), v);
   expect_error([] { parse_agmm_variant("pull"); }, Status::NotSupported, "not implemented");
   expect_error([] { parse_agmm_variant("bogus"); }, Status::InvalidArgument, "unknown");
   for (int gd : {0, 1})
-    for (int64_t m : {1, 1024, 16384}) EXPECT_NE(choose_agmm_variant(m, 4096, 8192, gd, 2), AgmmVariant::automatic);
+    for (int64_t m : {1, 1024, 16384})
+      for (bool replicated : {false, true}) {
+        AgmmArgs a = args_for({m, 4096, 8192, gd});
+        a.b_replicated = replicated;
+        EXPECT_NE(choose_agmm_variant(a, 2, AgmmConfig{}), AgmmVariant::automatic);
+      }
+}
+
+// auto picks ksplit only where it can run: gather_dim 1, B replicated, within the op's capacity.
+TEST(AgmmVariants, AutoPicksKsplitOnlyWhereItRuns) {
+  AgmmArgs a = args_for({1, 3584, 8192, 1});
+  a.b_replicated = true;
+  AgmmConfig cfg;
+  for (int64_t m : {1, 128, 1024}) {
+    a.m = m;
+    EXPECT_EQ(choose_agmm_variant(a, 2, cfg), AgmmVariant::ksplit) << "M=" << m;
+  }
+  a.m = 2048;
+  EXPECT_NE(choose_agmm_variant(a, 2, cfg), AgmmVariant::ksplit);
+  a.m = 1;
+  a.b_replicated = false;
+  EXPECT_NE(choose_agmm_variant(a, 2, cfg), AgmmVariant::ksplit);
+  a.b_replicated = true;
+  cfg.ksplit_max_m = 0;
+  EXPECT_NE(choose_agmm_variant(a, 2, cfg), AgmmVariant::ksplit);
+  cfg = AgmmConfig{};
+  a.n = cfg.ksplit_max_n + 8;
+  EXPECT_NE(choose_agmm_variant(a, 2, cfg), AgmmVariant::ksplit);
+  a = args_for({1024, 4096, 8192, 0});
+  a.b_replicated = true;
+  EXPECT_NE(choose_agmm_variant(a, 2, cfg), AgmmVariant::ksplit);
+}
+
+AgmmArgs ksplit_args(int64_t m, int64_t n, int64_t k) {
+  AgmmArgs a = args_for({m, n, k, 1});
+  a.b_replicated = true;
+  return a;
+}
+
+TEST(AgmmKsplit, RejectsWhatItCannotRunNamingIt) {
+  const AgmmConfig cfg;
+  make_ksplit_plan(ksplit_args(1024, 16384, 8192), 2, cfg, 132);  // at capacity: fine
+  AgmmArgs a = ksplit_args(1024, 4096, 8192);
+  a.gather_dim = 0;
+  expect_error([&] { make_ksplit_plan(a, 2, cfg, 132); }, Status::NotSupported, "ksplit");
+  a = ksplit_args(64, 4096, 8192);
+  a.b_replicated = false;
+  expect_error([&] { make_ksplit_plan(a, 2, cfg, 132); }, Status::InvalidArgument, "b_replicated");
+  expect_error([&] { make_ksplit_plan(ksplit_args(1025, 4096, 8192), 2, cfg, 132); }, Status::InvalidArgument,
+               "ksplit_max_m=1024");
+  expect_error([&] { make_ksplit_plan(ksplit_args(64, 16385, 8192), 2, cfg, 132); }, Status::InvalidArgument,
+               "ksplit_max_n=16384");
+  AgmmConfig off;
+  off.ksplit_max_m = 0;
+  expect_error([&] { make_ksplit_plan(ksplit_args(1, 4096, 8192), 2, off, 132); }, Status::InvalidArgument,
+               "ksplit_max_m=0");
+  expect_error([&] { make_ksplit_plan(ksplit_args(1, 4096, 8200), 2, cfg, 132); }, Status::InvalidArgument,
+               "divisible by 8");
+}
+
+// The default capacity fits the default heap (team.h: max(4, world + 2) GiB) beside the op's other
+// buffers for every world the launcher runs, and disabling ksplit takes nothing.
+TEST(AgmmKsplit, HeapAtTheDefaultsStaysSmallForEveryWorld) {
+  for (int w : kWorlds) {
+    const KsplitHeap h = ksplit_heap(AgmmConfig{}, w);
+    EXPECT_EQ(h.partial_floats, 1024 * 16384);
+    EXPECT_GE(h.bytes, (2 * w - 1) * h.partial_floats * 4);
+    const int64_t heap = std::max<int64_t>(4, w + 2) << 30;
+    EXPECT_LE(h.bytes, heap / 8) << "world " << w << ": " << h.bytes << " bytes";
+  }
+  AgmmConfig off;
+  off.ksplit_max_n = 0;
+  EXPECT_EQ(ksplit_heap(off, 2).bytes, 0);
+}
+
+// The exchange kernel's bookkeeping: CTA j's slices of the partial (8-float groups) and of A_shard
+// (rows) tile both exactly, in order; receivers' slots and flags are distinct per source.
+TEST(AgmmKsplit, SlicesCoverEachPartialGroupAndShardRowOnceForEveryWorld) {
+  for (int w : kWorlds)
+    for (int num_sms : {132, 7})
+      for (auto [m, n] : {std::pair<int64_t, int64_t>{1, 3584}, {3, 1003}, {64, 1003}, {127, 3584}, {1000, 1003},
+                          {1024, 3584}}) {
+        const agmm::KsplitSlices sl = make_ksplit_plan(ksplit_args(m, n, int64_t(w) * 4104), w, AgmmConfig{}, num_sms);
+        const std::string what = "world " + std::to_string(w) + " M=" + std::to_string(m) + " N=" + std::to_string(n);
+        EXPECT_EQ(sl.world, w);
+        EXPECT_EQ(sl.shard_cols, 4104) << what;
+        EXPECT_TRUE(sl.ldp % 8 == 0 && sl.ldp >= n && sl.ldp < n + 8) << what;
+        EXPECT_EQ(sl.groups() * 8, m * sl.ldp) << what;
+        ASSERT_TRUE(sl.ctas >= 1 && sl.ctas <= num_sms) << what << ": " << sl.ctas << " CTAs";
+        if (m == 1) EXPECT_EQ(sl.ctas, 1) << what << ": decode sizes need one CTA";
+        if (m == 1024 && num_sms == 132) EXPECT_EQ(sl.ctas, 132) << what;
+        int64_t groups = 0, rows = 0;
+        for (int j = 0; j < sl.ctas; ++j) {
+          const auto g = sl.partial_groups(j), r = sl.a_rows(j);
+          ASSERT_EQ(g.begin, groups) << what << " CTA " << j;
+          ASSERT_EQ(r.begin, rows) << what << " CTA " << j;
+          ASSERT_LE(g.begin, g.end);
+          ASSERT_LE(r.begin, r.end);
+          groups = g.end, rows = r.end;
+        }
+        EXPECT_EQ(groups, sl.groups()) << what;
+        EXPECT_EQ(rows, m) << what;
+      }
+  for (int w : kWorlds) {
+    std::set<int64_t> flags;
+    for (int s = 0; s < w; ++s)
+      for (int j = 0; j < agmm::kKsplitMaxCtas; ++j) {
+        const int64_t f = agmm::KsplitSlices::flag_index(s, j);
+        ASSERT_TRUE(f >= 0 && f < int64_t(w) * agmm::kKsplitMaxCtas);
+        ASSERT_TRUE(flags.insert(f).second);
+      }
+    std::set<int> want;
+    for (int i = 0; i < w - 1; ++i) want.insert(i);
+    for (int receiver = 0; receiver < w; ++receiver) {
+      std::set<int> slots;
+      for (int s = 0; s < w; ++s)
+        if (s != receiver) slots.insert(agmm::KsplitSlices::slot(s, receiver));
+      EXPECT_EQ(slots, want) << "world " << w << " receiver " << receiver;
+    }
+  }
 }
 
 }  // namespace

@@ -88,6 +88,12 @@ class OpBench {
   // Fewest ranks the op needs; the harness reports "skipped: needs N ranks" below that.
   virtual int min_ranks() const { return 1; }
   virtual std::vector<Case> cases(const Options& opt, const Team& team) const = 0;
+  // Whether `variant` (or part) runs on case `c`; one that does not (e.g. a variant for one layout
+  // only) gets no row there and is left out of the case's summary.
+  virtual bool applies(const Case& c, const std::string& variant) const {
+    (void)c, (void)variant;
+    return true;
+  }
   // Rejects options this op cannot take (e.g. malformed --shape entries) with InvalidArgument.
   // Called by the CLI before any rank starts, so it must not touch CUDA.
   virtual void check_options(const Options& opt) const { (void)opt; }

@@ -19,6 +19,7 @@ enum class WaitSite : uint32_t {
   gemm_a_ready = 6,       // fused GEMM: an A tile has arrived
   decode_partial = 7,     // flash_decode fused: a peer's partial has arrived
   decode_ready = 8,       // flash_decode fused: a peer's buffer is free for this step
+  ksplit_partial = 9,     // all_gather_matmul ksplit: a peer's partial and A rows of a slice arrived
 };
 
 // Filled once per team by the first wait that expires; later ones only raise the abort flag.

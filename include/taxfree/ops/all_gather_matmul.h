@@ -7,8 +7,8 @@
 //                columns [r * k / world, (r + 1) * k / world).
 //   B is [n, k] (BLayout::NK, a Linear weight) or [k, n] (BLayout::KN), as in ops/gemm.h.
 //
-// Variants (one interface, AllGatherMatmul::launch; every one produces the same C and the same
-// gathered A, bit-identical on every rank):
+// Variants (one interface, AllGatherMatmul::launch; every one produces C, equal up to rounding, and
+// the same gathered A, bit for bit on every rank):
 //   bsp        ncclAllGather, then cuBLASLt. NCCL gets the registered symmetric window or plain
 //              buffers per AgmmConfig::bsp_symmetric (the benchmark runs both). gather_dim 1 adds a
 //              pass that interleaves the gathered [world][m][k/world] blocks into [m, k].
@@ -28,6 +28,20 @@
 //              whole gathered A on every SM, its producer waiting for a chunk's flag before the
 //              first TMA load of it: this rank's rows first, then rank+1's, ... (gather_dim 0).
 //              No per-shard GEMM launches, no tail of a first GEMM to wait out.
+//   ksplit     gather_dim 1 only (NotSupported for 0): that split-K sum. cuBLASLt multiplies this
+//              rank's A_shard by B's matching K rows (1/world of B, 1/world of the FLOPs) into an
+//              fp32 partial P_rank [m, n]; then one exchange kernel (make_ksplit_plan: one CTA per
+//              slice of P and of A_shard, the same slices on every rank) stores its slice of P into
+//              every peer's partial slot and its rows of A_shard into every peer's gathered A,
+//              raises one epoch flag per (source, slice) on each peer (release after the stores),
+//              waits for every peer's flag of its slice (acquire, bounded), and writes
+//              C = P_0 + P_1 + ... + P_{world-1}, summed in rank order in fp32 and rounded once:
+//              C is the same bits on every rank (not the other variants' bits: another summation
+//              order). Needs AgmmArgs::b_replicated: each rank multiplies by its own copy of B's K
+//              rows (InvalidArgument otherwise). The partial slots alternate by launch parity with
+//              no handshake; the gathered A is written into a peer only after that peer raised its
+//              "free" flag for this launch (as push). Needs AgmmConfig::ksplit_max_m / ksplit_max_n
+//              capacity (InvalidArgument naming them otherwise).
 //   auto       one of the above per shape, from a table of measurements (choose_agmm_variant).
 //   pull and the SM-specialized single kernel are not implemented (parse_agmm_variant says so).
 //
@@ -47,6 +61,9 @@
 //    can run back to back and inside CUDA graphs (capture and replay) with no host work between.
 //  - A peer that never delivers ends this rank's waits at the team's deadline with a diagnostic
 //    (Team::sync reports it).
+//  - ksplit's exchange kernel assumes its CTAs (<= one per SM) can all be resident at once, as when
+//    no other kernel holds the SMs; a CTA that cannot start delays its peers' CTAs of the same slice
+//    (bounded by the deadline, never a silent wrong result).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -65,8 +82,8 @@ namespace taxfree {
 
 class Team;
 
-enum class AgmmVariant { bsp, bsp_own, decomposed, push, fused_ce, automatic };
-// "bsp", "bsp-own", "decomposed", "push", "fused-ce", "auto"; throws InvalidArgument for unknown names and
+enum class AgmmVariant { bsp, bsp_own, decomposed, push, fused_ce, ksplit, automatic };
+// "bsp", "bsp-own", "decomposed", "push", "fused-ce", "ksplit", "auto"; throws InvalidArgument for unknown names and
 // NotSupported for "pull" / "sm-specialized" (designed, not implemented).
 AgmmVariant parse_agmm_variant(const std::string& name);
 const char* variant_name(AgmmVariant v);
@@ -77,6 +94,12 @@ struct AgmmConfig {
   bool bsp_symmetric = false;  // bsp / bsp-own: NCCL on the symmetric window (true) or plain buffers
   int push_ctas = 0;           // push: SMs for the push kernel; 0 = choose per shape (push_plan)
   int64_t col_chunk = 0;       // push: piece width in columns (multiple of 64); 0 = per shape
+  // ksplit: capacity of the fp32 partials, (2 * (world - 1) + 1) * ksplit_max_m * ksplit_max_n * 4
+  // bytes of heap (192 MiB for 2 ranks at the defaults, 960 MiB for 8; the default heap is
+  // max(4, world + 2) GiB). 0 in either: no ksplit buffers; ksplit launches are rejected and auto
+  // never picks it.
+  int64_t ksplit_max_m = 1024;
+  int64_t ksplit_max_n = 16384;
 };
 
 struct AgmmArgs {
@@ -90,6 +113,9 @@ struct AgmmArgs {
   int gather_dim = 0;
   gemm::DType dtype = gemm::DType::bf16;
   gemm::BLayout b_layout = gemm::BLayout::NK;
+  // The caller promises B holds the same values on every rank (a replicated weight). ksplit needs
+  // it (it multiplies each shard by its own rank's K rows of B) and auto picks ksplit only then.
+  bool b_replicated = false;
 };
 
 // Where a launch left the gathered A: [m, k] at ptr with row stride ld (elements).
@@ -128,15 +154,31 @@ struct FusedCePlan {
 };
 FusedCePlan make_fused_ce_plan(const AgmmArgs& args, int world, int num_sms);
 
-// The variant `auto` runs for a shape on `world` ranks (a table filled from measurements).
-AgmmVariant choose_agmm_variant(int64_t m, int64_t n, int64_t k, int gather_dim, int world);
+// What ksplit runs for a shape: the slices of its exchange kernel (one CTA each, at most `num_sms`).
+// Throws NotSupported for gather_dim 0, InvalidArgument naming b_replicated when it is false and
+// naming ksplit_max_m / ksplit_max_n for a shape over the op's capacity (after the checks of
+// agmm_shard_shape). Pure.
+agmm::KsplitSlices make_ksplit_plan(const AgmmArgs& args, int world, const AgmmConfig& config, int num_sms);
+
+// The heap ksplit's buffers take (the constructor allocates exactly this when enabled): one fp32
+// partial of ksplit_max_m x ksplit_max_n (rounded up to 8) for this rank, 2 * (world - 1) for the
+// peers' (two parities), and the flags. Zeros when ksplit is disabled. Pure.
+struct KsplitHeap {
+  int64_t partial_floats = 0;  // one partial slot
+  int64_t bytes = 0;           // everything
+};
+KsplitHeap ksplit_heap(const AgmmConfig& config, int world);
+
+// The variant `auto` runs for a launch on `world` ranks (a table filled from measurements), among
+// those the arguments and the op's config allow (ksplit only with b_replicated, within capacity).
+AgmmVariant choose_agmm_variant(const AgmmArgs& args, int world, const AgmmConfig& config);
 
 class AllGatherMatmul {
  public:
   // Collective: allocates the gathered A (and the BSP staging buffers) in the symmetric heap or in
-  // plain device memory, and the flags; ends with a host barrier. The heap part is not returned
-  // when the op is destroyed (the heap is a stack): take Team::heap().mark() before constructing
-  // and release it after the op is gone.
+  // plain device memory, the ksplit partials (when enabled), and the flags; ends with a host
+  // barrier. The heap part is not returned when the op is destroyed (the heap is a stack): take
+  // Team::heap().mark() before constructing and release it after the op is gone.
   explicit AllGatherMatmul(Team& team, AgmmConfig config = {});
   ~AllGatherMatmul();
   AllGatherMatmul(const AllGatherMatmul&) = delete;
@@ -148,13 +190,16 @@ class AllGatherMatmul {
   void validate(const AgmmArgs& args) const;
 
   // Where this rank's shard sits in the op's gathered A (heap): A_shard passed here with stride
-  // local_slot().ld is used in place by bsp-sym, decomposed and push.
+  // local_slot().ld is used in place by bsp-sym, decomposed, push and ksplit.
   GatheredA local_slot(int64_t m, int64_t k, int gather_dim) const;
   const AgmmConfig& config() const { return config_; }
   // Fills every gathered / staging buffer with `byte` (tests and benchmarks poison them with 0xFF,
   // a NaN pattern, so a piece that never lands is caught). Call between launches, and make the
   // peers wait (a barrier) before their next launch: they write into these buffers.
   void fill_buffers(int byte, cudaStream_t stream);
+  // Fault injection for tests: this rank's ksplit launches never raise the peers' partial flags
+  // (the peers' waits end at the deadline with a diagnostic naming this rank).
+  void set_skip_signal(bool skip) { skip_signal_ = skip; }
 
  private:
   struct Impl;
@@ -162,9 +207,11 @@ class AllGatherMatmul {
   GatheredA launch_decomposed(const AgmmArgs& args, cudaStream_t stream);
   GatheredA launch_push(const AgmmArgs& args, cudaStream_t stream);
   GatheredA launch_fused_ce(const AgmmArgs& args, cudaStream_t stream);
+  GatheredA launch_ksplit(const AgmmArgs& args, cudaStream_t stream);
 
   Team& team_;
   AgmmConfig config_;
+  bool skip_signal_ = false;
   std::unique_ptr<Impl> impl_;
 };
 

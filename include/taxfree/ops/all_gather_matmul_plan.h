@@ -1,5 +1,6 @@
 // Shard and piece bookkeeping of all_gather_matmul: pure functions of the shape, shared by the host
-// (validation, tests) and the device (the push kernel, the GEMM's A-ready policy). No CUDA calls.
+// (validation, tests) and the device (the push kernel, the GEMM's A-ready policy, the ksplit
+// exchange). No CUDA calls.
 //
 // The gathered A is [m, k] row-major. Source rank s contributes one block ("shard"):
 //   gather_dim 0: rows    [s * m / world, (s + 1) * m / world), all k columns;
@@ -132,5 +133,31 @@ TF_HOST_DEVICE PushItem push_item(const PieceGrid& g, int rank, bool copy_local,
   const int64_t back = index - self + 1;  // 1 = rank-1
   return {int((rank - back + 2 * int64_t(g.world)) % g.world), t};
 }
+
+// ksplit (gather_dim 1): every rank's fp32 partial P_r [m, ldp] (ldp = n rounded up to 8, so a row
+// is whole 8-float groups) is cut into `ctas` slices of consecutive 8-float groups, and A_shard
+// [m, shard_cols] into `ctas` slices of consecutive rows. CTA j of the exchange kernel owns slice j
+// of both on every rank (the same cut everywhere: the shape is the same on every rank), so the
+// flag (source, j) tells CTA j of a receiver that both slices of that source have landed.
+// A receiver keeps world - 1 partial slots per parity, one per peer source (slot()).
+constexpr int kKsplitMaxCtas = 1024;  // flags per source
+
+struct KsplitSlices {
+  int world = 1;
+  int64_t m = 0, n = 0;
+  int64_t ldp = 0;         // partial row stride in floats, n rounded up to 8
+  int64_t shard_cols = 0;  // columns of A_shard (k / world)
+  int ctas = 1;            // 1 .. kKsplitMaxCtas
+
+  struct Range {
+    int64_t begin, end;
+  };
+  TF_HOST_DEVICE int64_t groups() const { return m * (ldp / 8); }  // 8-float groups of one partial
+  TF_HOST_DEVICE Range partial_groups(int j) const { return {groups() * j / ctas, groups() * (j + 1) / ctas}; }
+  TF_HOST_DEVICE Range a_rows(int j) const { return {m * j / ctas, m * (j + 1) / ctas}; }
+  // Slot of `source`'s partial in `receiver`'s buffer (receiver's own partial has none).
+  TF_HOST_DEVICE static int slot(int source, int receiver) { return source < receiver ? source : source - 1; }
+  TF_HOST_DEVICE static int64_t flag_index(int source, int j) { return int64_t(source) * kKsplitMaxCtas + j; }
+};
 
 }  // namespace taxfree::agmm

@@ -1,11 +1,13 @@
 // The cuBLASLt baseline GEMM, with taxfree::gemm's row-major semantics (ops/gemm.h): C[M, N] =
-// A[M, K] * B for B as [N, K] or [K, N], bf16/fp16 in and out, fp32 accumulation.
+// A[M, K] * B for B as [N, K] or [K, N], bf16/fp16 in, fp32 accumulation, C in the input type or
+// (OutType::fp32) as the unrounded fp32 sums, for partials that are summed later (split-K).
 //
 // One cuBLASLt handle and a 32 MiB workspace per device, created on first use and kept for the
 // process; the plan (descriptors + heuristic's algorithm) is cached per shape, strides and pointer
 // alignment, so steady-state calls only enqueue. Calls on one device are serialised by a mutex
 // (host side only); the workspace is shared, so do not run two calls concurrently on different
-// streams of one device. Validation (ops/gemm.h: validate) runs first.
+// streams of one device. Validation (ops/gemm.h: validate; for fp32 C: ldc a multiple of 4, C
+// 16-byte aligned and apart from A and B) runs first and throws InvalidArgument.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -14,6 +16,8 @@
 
 namespace taxfree::gemm {
 
-void cublaslt_launch(const GemmArgs& args, cudaStream_t stream);
+enum class OutType { same, fp32 };
+
+void cublaslt_launch(const GemmArgs& args, cudaStream_t stream, OutType out = OutType::same);
 
 }  // namespace taxfree::gemm

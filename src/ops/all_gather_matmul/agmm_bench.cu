@@ -1,5 +1,6 @@
 // `taxfree bench all_gather_matmul`: the BSP baselines (ncclAllGather + cuBLASLt, NCCL on plain
-// buffers and on the symmetric window), bsp-own, decomposed, push and auto, on the issue's shapes.
+// buffers and on the symmetric window), bsp-own, decomposed, push, ksplit (gather_dim 1 within the
+// default ksplit capacity only; no row elsewhere) and auto, on the issue's shapes.
 //
 // Cases: paper   gather_dim 1, M in {1, 2, 4, ..., 1024}, N = 3584, K = 8192;
 //        tensor-parallel prefill   gather_dim 0, M in {1024, ..., 16384}, N in {4096, 7168}, K = 8192;
@@ -12,6 +13,7 @@
 // known inputs of every rank) element by element, plus sampled fp32 dot products; the gathered A
 // the variant returns against the expected one bit for bit (so it is identical on every rank).
 // Environment: TAXFREE_AGMM_PUSH_CTAS, TAXFREE_AGMM_COL_CHUNK override push's per-shape choices.
+// --inject skip-signal:R: rank R's ksplit launches never raise the peers' flags (the timeout path).
 #include <nccl.h>
 
 #include <algorithm>
@@ -128,7 +130,13 @@ class AgmmBench final : public OpBench {
   }
   std::string name() const override { return "all_gather_matmul"; }
   std::vector<std::string> variants() const override {
-    return {"bsp", "bsp-sym", "bsp-own", "decomposed", "push", "fused-ce", "auto"};
+    return {"bsp", "bsp-sym", "bsp-own", "decomposed", "push", "fused-ce", "ksplit", "auto"};
+  }
+  bool applies(const Case& c, const std::string& v) const override {
+    if (v != "ksplit") return true;
+    const AgmmConfig cfg;  // the plain op's ksplit capacity
+    return c.params.at("gather_dim").get<int>() == 1 && c.params.at("M").get<int64_t>() <= cfg.ksplit_max_m &&
+           c.params.at("N").get<int64_t>() <= cfg.ksplit_max_n;
   }
   int baseline_count() const override { return 2; }
   int min_ranks() const override { return 2; }
@@ -193,7 +201,8 @@ class AgmmBench final : public OpBench {
       cfg.push_ctas = int(env_int("TAXFREE_AGMM_PUSH_CTAS"));
       cfg.col_chunk = env_int("TAXFREE_AGMM_COL_CHUNK");
       plain_ = std::make_unique<AllGatherMatmul>(team, cfg);
-      cfg.bsp_symmetric = true;
+      plain_->set_skip_signal(opt.skip_signal_rank == team.rank());
+      cfg.bsp_symmetric = true;  // auto runs on it for small shards: it may pick ksplit there
       sym_ = std::make_unique<AllGatherMatmul>(team, cfg);
       gemm_rate_ = measure_gemm_rate(s);
     }
@@ -205,6 +214,7 @@ class AgmmBench final : public OpBench {
     a_.gather_dim = c.params.at("gather_dim").get<int>();
     a_.b_layout = c.params.at("layout").get<std::string>() == "nk" ? BLayout::NK : BLayout::KN;
     a_.dtype = parse_dtype(opt.dtype);
+    a_.b_replicated = true;
     shard_ = agmm_shard_shape(a_.m, a_.k, a_.gather_dim, w);
     a_.lda_shard = shard_.cols;  // dense: NCCL can send it as it is
     a_.ldb = a_.b_layout == BLayout::NK ? a_.k : a_.n;
@@ -230,7 +240,8 @@ class AgmmBench final : public OpBench {
       const int64_t off = a_.gather_dim == 0 ? r * shard_.rows * a_.k : r * shard_.cols;
       fill_uniform(static_cast<char*>(a_ref_.p) + off * 2, shard_.rows, shard_.cols, a_.k, shard_seed(r), a_.dtype, s);
     }
-    fill_uniform(b_.p, b_rows, b_cols, a_.ldb, seed_ * 31 + uint64_t(rank) + 17, a_.dtype, s);
+    // B the same on every rank (a replicated weight, the paper's setting): ksplit needs it.
+    fill_uniform(b_.p, b_rows, b_cols, a_.ldb, seed_ * 31 + 17, a_.dtype, s);
     gemm::cublaslt_launch(gathered_gemm(c_ref_.p), s);
     team.sync(s);
   }
@@ -256,7 +267,7 @@ class AgmmBench final : public OpBench {
       // a user tuned for the size would hold, for auto's bsp choices too.
       if (big_shard()) args.a_shard = a_plain_.p;
       last_ = (big_shard() ? plain_ : sym_)->launch(parse_agmm_variant(v), args, s);
-    } else if (v == "decomposed" || v == "push" || v == "fused-ce") {
+    } else if (v == "decomposed" || v == "push" || v == "fused-ce" || v == "ksplit") {
       last_ = plain_->launch(parse_agmm_variant(v), args, s);
     } else if (v == "gemm-only") {
       gemm::launch(gathered_gemm(c_.p), s);

@@ -1,5 +1,5 @@
 // all_gather_matmul host logic that needs no GPU: variant names, shard shapes, argument
-// validation, the push variant's plan and the `auto` choice table.
+// validation, the push and ksplit variants' plans and the `auto` choice table.
 #include <algorithm>
 #include <climits>
 #include <cstdint>
@@ -49,11 +49,12 @@ AgmmVariant parse_agmm_variant(const std::string& name) {
   if (name == "decomposed") return AgmmVariant::decomposed;
   if (name == "push") return AgmmVariant::push;
   if (name == "fused-ce") return AgmmVariant::fused_ce;
+  if (name == "ksplit") return AgmmVariant::ksplit;
   if (name == "auto") return AgmmVariant::automatic;
   TF_REQUIRE(name != "pull" && name != "sm-specialized", Status::NotSupported,
              "all_gather_matmul variant '" << name << "' is designed but not implemented");
   TF_THROW(Status::InvalidArgument,
-           "unknown all_gather_matmul variant '" << name << "' (known: bsp, bsp-own, decomposed, push, fused-ce, auto)");
+           "unknown all_gather_matmul variant '" << name << "' (known: bsp, bsp-own, decomposed, push, fused-ce, ksplit, auto)");
 }
 
 const char* variant_name(AgmmVariant v) {
@@ -63,6 +64,7 @@ const char* variant_name(AgmmVariant v) {
     case AgmmVariant::decomposed: return "decomposed";
     case AgmmVariant::push: return "push";
     case AgmmVariant::fused_ce: return "fused-ce";
+    case AgmmVariant::ksplit: return "ksplit";
     case AgmmVariant::automatic: return "auto";
   }
   return "unknown";
@@ -184,6 +186,39 @@ FusedCePlan make_fused_ce_plan(const AgmmArgs& a, int world, int num_sms) {
   return p;
 }
 
+agmm::KsplitSlices make_ksplit_plan(const AgmmArgs& a, int world, const AgmmConfig& cfg, int num_sms) {
+  const ShardShape s = agmm_shard_shape(a.m, a.k, a.gather_dim, world);
+  TF_REQUIRE(a.gather_dim == 1, Status::NotSupported,
+             "all_gather_matmul ksplit splits K across the ranks: it needs gather_dim 1, not " << a.gather_dim);
+  TF_REQUIRE(a.b_replicated, Status::InvalidArgument,
+             "all_gather_matmul ksplit multiplies each shard by its own rank's K rows of B: it needs B the same on "
+             "every rank (AgmmArgs::b_replicated is false)");
+  TF_REQUIRE(a.m <= cfg.ksplit_max_m && a.n <= cfg.ksplit_max_n, Status::InvalidArgument,
+             "all_gather_matmul ksplit: M=" << a.m << " N=" << a.n << " exceed the op's partial buffers (ksplit_max_m="
+                                            << cfg.ksplit_max_m << ", ksplit_max_n=" << cfg.ksplit_max_n
+                                            << "); build the op with a larger AgmmConfig");
+  TF_REQUIRE(num_sms >= 1, Status::InvalidArgument, "all_gather_matmul ksplit: num_sms=" << num_sms << " must be >= 1");
+  agmm::KsplitSlices k;
+  k.world = world;
+  k.m = a.m, k.n = a.n;
+  k.ldp = ceil_div(a.n, 8) * 8;
+  k.shard_cols = s.cols;
+  // About 32 KiB of partial and A per CTA: one CTA at decode sizes (a few flags, one wait), one per
+  // SM from M ~ 128 on (N = 3584), where the local fp32 sum needs the HBM bandwidth of many SMs.
+  const int64_t bytes = a.m * k.ldp * 4 + a.m * s.cols * kElem;
+  k.ctas = int(std::clamp<int64_t>(ceil_div(bytes, 32 << 10), 1, std::min(num_sms, agmm::kKsplitMaxCtas)));
+  return k;
+}
+
+KsplitHeap ksplit_heap(const AgmmConfig& cfg, int world) {
+  if (cfg.ksplit_max_m <= 0 || cfg.ksplit_max_n <= 0) return {};
+  KsplitHeap h;
+  h.partial_floats = cfg.ksplit_max_m * ceil_div(cfg.ksplit_max_n, 8) * 8;
+  const int64_t flags = world + int64_t(world) * agmm::kKsplitMaxCtas;  // ready + per-slice flags
+  h.bytes = (1 + 2 * int64_t(world - 1)) * h.partial_floats * 4 + flags * 8;
+  return h;
+}
+
 namespace {
 // `auto`: the first row whose gather_dim matches and whose max_m >= M wins. Filled from the 2xH200
 // bench at 349f608 (docs/PERFORMANCE.md, r7), the fastest variant per case that is never slower than
@@ -191,6 +226,11 @@ namespace {
 // bsp won up to M = 128 (the transfer is a few microseconds and one cuBLASLt call beats any split)
 // and decomposed above. push lost everywhere (its GEMM waited on too few push SMs), so auto never
 // picks it until that is fixed. gather_dim 0 below M = 1024 was not measured: bsp, the safe choice.
+// ksplit (gather_dim 1, M <= 1024, B replicated, the op has the partial buffers) is a prediction, not yet
+// measured: its GEMM reads 1/world of B (small M is B-streaming bound) and does 1/world of the FLOPs,
+// but its exchange moves M x (4 N + 2 K / world) bytes to each peer and sums world fp32 partials.
+// 2xH200, N = 3584, K = 8192: ~17 us vs bsp 28-32 at M = 1, ~24 vs 40 at M = 128, ~123 vs 139-158
+// at M = 1024 (45 GEMM + 63 NVLink + 10 sum): from M ~ 512 it may lose to decomposed.
 struct AutoRule {
   int gather_dim;
   int64_t max_m;
@@ -199,15 +239,18 @@ struct AutoRule {
 constexpr AutoRule kAutoRules[] = {
     {0, 512, AgmmVariant::bsp},
     {0, INT64_MAX, AgmmVariant::decomposed},
+    {1, 1024, AgmmVariant::ksplit},
     {1, 128, AgmmVariant::bsp},
     {1, INT64_MAX, AgmmVariant::decomposed},
 };
 }  // namespace
 
-AgmmVariant choose_agmm_variant(int64_t m, int64_t n, int64_t k, int gather_dim, int world) {
-  (void)n, (void)k, (void)world;
+AgmmVariant choose_agmm_variant(const AgmmArgs& a, int world, const AgmmConfig& cfg) {
+  (void)world;
+  const bool ksplit_ok = a.b_replicated && a.m <= cfg.ksplit_max_m && a.n <= cfg.ksplit_max_n;
   for (const AutoRule& r : kAutoRules)
-    if (r.gather_dim == gather_dim && m <= r.max_m) return r.variant;
+    if (r.gather_dim == a.gather_dim && a.m <= r.max_m && (r.variant != AgmmVariant::ksplit || ksplit_ok))
+      return r.variant;
   return AgmmVariant::bsp;
 }
 

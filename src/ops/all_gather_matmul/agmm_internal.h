@@ -49,6 +49,30 @@ struct PushLaunch {
   ReadyGemmLaunch gemm;        // its flags and grid are the ones above
 };
 
+// Everything the ksplit exchange kernel needs for one launch (the partial GEMM has run before it
+// on the same stream).
+struct KsplitLaunch {
+  dev::SymmetricView view;
+  const float* own = nullptr;  // this rank's partial [m, ldp] (the GEMM's output)
+  float* recv = nullptr;       // heap [2 parities][world - 1 slots][slot_floats], the same offset on every rank
+  int64_t slot_floats = 0;
+  uint64_t* ready = nullptr;   // heap [world]: slot p = epoch at which rank p's gathered A is free
+  uint64_t* flags = nullptr;   // heap [world * kKsplitMaxCtas], KsplitSlices::flag_index
+  const char* src = nullptr;   // A_shard
+  int64_t src_ld = 0;          // bytes
+  char* gathered = nullptr;    // this rank's gathered A (heap; the same offset on every rank)
+  int64_t ld = 0;              // bytes
+  bool copy_local = true;      // false: A_shard already is this rank's slot (in place)
+  bool skip_signal = false;    // fault injection: never raise the peers' partial flags
+  void* c = nullptr;
+  int64_t ldc = 0;             // elements
+  gemm::DType dtype = gemm::DType::bf16;
+  KsplitSlices slices;
+  dev::LaunchSequence seq;
+  dev::FaultContext fault;
+};
+void enqueue_ksplit_exchange(const KsplitLaunch& l, cudaStream_t s);
+
 // The push kernel on `side` (push_ctas SMs) and the waiting GEMM on `main` (the rest), at once:
 // validates everything that can throw first, then forks `side` off `main` (event `fork`),
 // enqueues both and joins `side` back into `main` (event `join`).
@@ -57,6 +81,7 @@ void enqueue_push(const PushLaunch& l, cudaStream_t main, cudaStream_t side, cud
 // Loads the push kernel now: the GEMM of a peer waits for it, and a first launch that still needs
 // module loading waits for this device to go idle (lazy loading; see launcher.cc).
 void preload_push_kernel();
+void preload_ksplit_kernels();
 void preload_small_kernels();
 
 // The decomposed variant's synchronization; `epoch` is the op's device counter. Only the main

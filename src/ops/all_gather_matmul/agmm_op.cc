@@ -1,8 +1,10 @@
-// all_gather_matmul op object: buffers, flags and streams; validation; the bsp, decomposed, push and
-// fused-ce variants' host sides.
+// all_gather_matmul op object: buffers, flags and streams; validation; the bsp, decomposed, push,
+// fused-ce and ksplit variants' host sides.
 #include <nccl.h>
 
 #include <algorithm>
+#include <climits>
+#include <vector>
 
 #include "agmm_internal.h"
 #include "taxfree/kernels/gemm/tile_scheduler.cuh"
@@ -26,6 +28,11 @@ bool overlap(const void* a, int64_t a_bytes, const void* b, int64_t b_bytes) {
 // Bytes a rows x cols matrix with stride ld spans from its first element.
 int64_t span_bytes(int64_t rows, int64_t cols, int64_t ld) { return ((rows - 1) * ld + cols) * kElem; }
 
+struct Buffer {
+  const void* p;
+  int64_t bytes;
+};
+
 void copy_rows(void* dst, int64_t dst_ld, const void* src, int64_t src_ld, int64_t rows, int64_t cols, cudaStream_t s) {
   TF_CUDA(cudaMemcpy2DAsync(dst, size_t(dst_ld * kElem), src, size_t(src_ld * kElem), size_t(cols * kElem),
                             size_t(rows), cudaMemcpyDeviceToDevice, s));
@@ -45,9 +52,25 @@ struct AllGatherMatmul::Impl {
   uint64_t* dec_arrived = nullptr;   // heap [world]: slot s = epoch of source s's shard
   int64_t ce_flag_capacity = 0;
   uint64_t* ce_flags = nullptr;      // heap [ce_flag_capacity]: fused-ce's row-chunk flags (dec_seq epochs)
-  dev::LaunchSequence push_seq{}, gemm_seq{}, dec_seq{};  // dec_seq.counter: decomposed's and fused-ce's epoch
+  int64_t ksplit_slot_floats = 0;    // one partial: ksplit_max_m x ksplit_max_n rounded up to 8
+  float* ksplit_own = nullptr;       // heap [slot]: this rank's partial (the GEMM's output)
+  float* ksplit_recv = nullptr;      // heap [2][world - 1][slot]: peers' partials by launch parity
+  uint64_t* ksplit_ready = nullptr;  // heap [world]
+  uint64_t* ksplit_flags = nullptr;  // heap [world * kKsplitMaxCtas]
+  // dec_seq.counter: decomposed's and fused-ce's epoch
+  dev::LaunchSequence push_seq{}, gemm_seq{}, dec_seq{}, ksplit_seq{};
   cudaStream_t side = nullptr;       // the op's second stream (push kernel, copy-engine copies)
   cudaEvent_t fork = nullptr, join = nullptr;
+
+  // Every buffer the variants or the peers write (the flags excepted).
+  std::vector<Buffer> buffers(int world) const {
+    std::vector<Buffer> out;
+    for (const char* buf : {gathered, staging_sym, gathered_plain, staging_plain})
+      if (buf) out.push_back({buf, capacity_bytes});
+    if (ksplit_own) out.push_back({ksplit_own, ksplit_slot_floats * 4});
+    if (ksplit_recv) out.push_back({ksplit_recv, 2 * (world - 1) * ksplit_slot_floats * 4});
+    return out;
+  }
 };
 
 AllGatherMatmul::AllGatherMatmul(Team& team, AgmmConfig config)
@@ -57,6 +80,11 @@ AllGatherMatmul::AllGatherMatmul(Team& team, AgmmConfig config)
   TF_REQUIRE(config_.push_ctas >= 0 && config_.col_chunk >= 0, Status::InvalidArgument,
              "all_gather_matmul: push_ctas=" << config_.push_ctas << " and col_chunk=" << config_.col_chunk
                                              << " must be >= 0");
+  TF_REQUIRE(config_.ksplit_max_m >= 0 && config_.ksplit_max_n >= 0 && config_.ksplit_max_m <= INT_MAX &&
+                 config_.ksplit_max_n <= INT_MAX,
+             Status::InvalidArgument,
+             "all_gather_matmul: ksplit_max_m=" << config_.ksplit_max_m << " and ksplit_max_n=" << config_.ksplit_max_n
+                                                << " must be in [0, 2^31)");
   Impl& im = *impl_;
   const uint64_t w = uint64_t(team.world());
   im.capacity_bytes = config_.max_m * ceil_div(config_.max_k, 8) * 8 * kElem;
@@ -77,6 +105,17 @@ AllGatherMatmul::AllGatherMatmul(Team& team, AgmmConfig config)
   TF_CUDA(cudaMemset(im.dec_barrier, 0, w * sizeof(uint64_t)));
   TF_CUDA(cudaMemset(im.dec_arrived, 0, w * sizeof(uint64_t)));
   TF_CUDA(cudaMemset(im.ce_flags, 0, uint64_t(im.ce_flag_capacity) * sizeof(uint64_t)));
+  im.ksplit_slot_floats = ksplit_heap(config_, team.world()).partial_floats;
+  if (im.ksplit_slot_floats > 0) {
+    const auto slot = uint64_t(im.ksplit_slot_floats);
+    im.ksplit_own = heap.allocate_array<float>(slot, "all_gather_matmul.ksplit_own");
+    if (w > 1) im.ksplit_recv = heap.allocate_array<float>(2 * (w - 1) * slot, "all_gather_matmul.ksplit_recv");
+    im.ksplit_ready = heap.allocate_array<uint64_t>(w, "all_gather_matmul.ksplit_ready");
+    im.ksplit_flags = heap.allocate_array<uint64_t>(w * agmm::kKsplitMaxCtas, "all_gather_matmul.ksplit_flags");
+    TF_CUDA(cudaMemset(im.ksplit_ready, 0, w * sizeof(uint64_t)));
+    TF_CUDA(cudaMemset(im.ksplit_flags, 0, w * agmm::kKsplitMaxCtas * sizeof(uint64_t)));
+    im.ksplit_seq = team.new_sequence();
+  }
   if (!config_.bsp_symmetric) {
     TF_CUDA(cudaMalloc(&im.gathered_plain, size_t(im.capacity_bytes)));
     TF_CUDA(cudaMalloc(&im.staging_plain, size_t(im.capacity_bytes)));
@@ -91,6 +130,7 @@ AllGatherMatmul::AllGatherMatmul(Team& team, AgmmConfig config)
   TF_CUDA(cudaEventCreateWithFlags(&im.fork, cudaEventDisableTiming));
   TF_CUDA(cudaEventCreateWithFlags(&im.join, cudaEventDisableTiming));
   agmm::preload_push_kernel();
+  agmm::preload_ksplit_kernels();
   agmm::preload_small_kernels();
   TF_CUDA(cudaDeviceSynchronize());
   // Flags must be zero on every rank before any peer may write into them.
@@ -108,9 +148,8 @@ AllGatherMatmul::~AllGatherMatmul() {
 }
 
 void AllGatherMatmul::fill_buffers(int byte, cudaStream_t stream) {
-  const Impl& im = *impl_;
-  for (char* buf : {im.gathered, im.staging_sym, im.gathered_plain, im.staging_plain})
-    if (buf) TF_CUDA(cudaMemsetAsync(buf, byte, size_t(im.capacity_bytes), stream));
+  for (const Buffer& b : impl_->buffers(team_.world()))
+    TF_CUDA(cudaMemsetAsync(const_cast<void*>(b.p), byte, size_t(b.bytes), stream));
 }
 
 GatheredA AllGatherMatmul::local_slot(int64_t m, int64_t k, int gather_dim) const {
@@ -126,27 +165,26 @@ void AllGatherMatmul::validate(const AgmmArgs& a) const {
   const GatheredA slot = local_slot(a.m, a.k, a.gather_dim);
   const bool in_place = a.a_shard == slot.ptr && a.lda_shard == slot.ld;
   const int64_t a_bytes = span_bytes(s.rows, s.cols, a.lda_shard), c_bytes = span_bytes(a.m, a.n, a.ldc);
-  const Impl& im = *impl_;
-  for (const char* buf : {im.gathered, im.staging_sym, im.gathered_plain, im.staging_plain}) {
-    if (!buf) continue;
-    TF_REQUIRE(in_place || !overlap(a.a_shard, a_bytes, buf, im.capacity_bytes), Status::InvalidArgument,
-               "all_gather_matmul: A_shard overlaps the op's gathered / staging buffers (only local_slot() with "
-               "its stride is allowed)");
-    TF_REQUIRE(!overlap(a.c, c_bytes, buf, im.capacity_bytes), Status::InvalidArgument,
-               "all_gather_matmul: C overlaps the op's gathered / staging buffers");
+  for (const Buffer& b : impl_->buffers(team_.world())) {
+    TF_REQUIRE(in_place || !overlap(a.a_shard, a_bytes, b.p, b.bytes), Status::InvalidArgument,
+               "all_gather_matmul: A_shard overlaps the op's gathered / staging / partial buffers (only "
+               "local_slot() with its stride is allowed)");
+    TF_REQUIRE(!overlap(a.c, c_bytes, b.p, b.bytes), Status::InvalidArgument,
+               "all_gather_matmul: C overlaps the op's gathered / staging / partial buffers");
   }
 }
 
 GatheredA AllGatherMatmul::launch(AgmmVariant variant, const AgmmArgs& args, cudaStream_t stream) {
   validate(args);
   if (variant == AgmmVariant::automatic)
-    variant = choose_agmm_variant(args.m, args.n, args.k, args.gather_dim, team_.world());
+    variant = choose_agmm_variant(args, team_.world(), config_);
   switch (variant) {
     case AgmmVariant::bsp: return launch_bsp(args, false, stream);
     case AgmmVariant::bsp_own: return launch_bsp(args, true, stream);
     case AgmmVariant::decomposed: return launch_decomposed(args, stream);
     case AgmmVariant::push: return launch_push(args, stream);
     case AgmmVariant::fused_ce: return launch_fused_ce(args, stream);
+    case AgmmVariant::ksplit: return launch_ksplit(args, stream);
     case AgmmVariant::automatic: break;
   }
   TF_THROW(Status::InvalidArgument, "all_gather_matmul: variant " << int(variant) << " is not a variant");
@@ -328,6 +366,41 @@ GatheredA AllGatherMatmul::launch_fused_ce(const AgmmArgs& a, cudaStream_t s) {
   if (!in_place) copy_rows(const_cast<void*>(slot.ptr), slot.ld, a.a_shard, a.lda_shard, sh.rows, sh.cols, s);
   agmm::enqueue_ready_gemm(g, s);
   TF_CUDA(cudaStreamWaitEvent(s, im.join, 0));
+  return {im.gathered, slot.ld};
+}
+
+// cuBLASLt on this rank's shard and B's matching K rows into the fp32 partial, then the exchange
+// kernel (agmm_ksplit.cu) sums every rank's partial into C and completes the gathered A.
+GatheredA AllGatherMatmul::launch_ksplit(const AgmmArgs& a, cudaStream_t s) {
+  const agmm::KsplitSlices sl = make_ksplit_plan(a, team_.world(), config_, team_.sm_count());
+  Impl& im = *impl_;
+  const GatheredA slot = local_slot(a.m, a.k, a.gather_dim);
+  const int64_t k0 = team_.rank() * sl.shard_cols;  // this rank's K rows of B
+  gemm::GemmArgs g = gemm_args(a, a.a_shard, a.lda_shard);
+  g.b = static_cast<const char*>(a.b) + (a.b_layout == gemm::BLayout::KN ? k0 * a.ldb : k0) * kElem;
+  g.c = im.ksplit_own, g.ldc = sl.ldp;
+  g.k = sl.shard_cols;
+
+  agmm::KsplitLaunch l;
+  l.view = team_.view();
+  l.own = im.ksplit_own;
+  l.recv = im.ksplit_recv;
+  l.slot_floats = im.ksplit_slot_floats;
+  l.ready = im.ksplit_ready;
+  l.flags = im.ksplit_flags;
+  l.src = static_cast<const char*>(a.a_shard);
+  l.src_ld = a.lda_shard * kElem;
+  l.gathered = im.gathered;
+  l.ld = slot.ld * kElem;
+  l.copy_local = !(a.a_shard == slot.ptr && a.lda_shard == slot.ld);
+  l.skip_signal = skip_signal_;
+  l.c = a.c, l.ldc = a.ldc;
+  l.dtype = a.dtype;
+  l.slices = sl;
+  l.seq = im.ksplit_seq;
+  l.fault = team_.fault();
+  gemm::cublaslt_launch(g, s, gemm::OutType::fp32);  // validates before it enqueues
+  agmm::enqueue_ksplit_exchange(l, s);
   return {im.gathered, slot.ld};
 }
 

@@ -2,12 +2,14 @@
 
 #include <cublasLt.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <tuple>
+#include <utility>
 
 #include "taxfree/runtime/error.h"
 
@@ -49,7 +51,8 @@ struct Plan {
   }
 };
 
-using PlanKey = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int, int, uint32_t, uint32_t, uint32_t>;
+using PlanKey =
+    std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int, int, int, uint32_t, uint32_t, uint32_t>;
 
 struct DeviceState {
   cublasLtHandle_t handle = nullptr;
@@ -57,7 +60,7 @@ struct DeviceState {
   std::map<PlanKey, std::unique_ptr<Plan>> plans;
 };
 
-std::unique_ptr<Plan> make_plan(cublasLtHandle_t handle, const GemmArgs& g) {
+std::unique_ptr<Plan> make_plan(cublasLtHandle_t handle, const GemmArgs& g, OutType out) {
   auto p = std::make_unique<Plan>();
   const cudaDataType_t type = g.dtype == DType::bf16 ? CUDA_R_16BF : CUDA_R_16F;
   const bool nk = g.b_layout == BLayout::NK;
@@ -67,7 +70,7 @@ std::unique_ptr<Plan> make_plan(cublasLtHandle_t handle, const GemmArgs& g) {
   TF_CUBLAS(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)));
   TF_CUBLAS(cublasLtMatrixLayoutCreate(&p->a, type, nk ? g.k : g.n, nk ? g.n : g.k, g.ldb));
   TF_CUBLAS(cublasLtMatrixLayoutCreate(&p->b, type, g.k, g.m, g.lda));
-  TF_CUBLAS(cublasLtMatrixLayoutCreate(&p->c, type, g.n, g.m, g.ldc));
+  TF_CUBLAS(cublasLtMatrixLayoutCreate(&p->c, out == OutType::fp32 ? CUDA_R_32F : type, g.n, g.m, g.ldc));
 
   cublasLtMatmulPreference_t pref = nullptr;
   TF_CUBLAS(cublasLtMatmulPreferenceCreate(&pref));
@@ -91,15 +94,37 @@ std::unique_ptr<Plan> make_plan(cublasLtHandle_t handle, const GemmArgs& g) {
   TF_CUBLAS(cublasLtMatmulAlgoGetHeuristic(handle, p->op, p->a, p->b, p->c, p->c, pref, 1, &result, &found));
   TF_REQUIRE(found > 0, Status::NotSupported,
              "cuBLASLt has no algorithm for M=" << g.m << " N=" << g.n << " K=" << g.k << " " << dtype_name(g.dtype)
-                                                << " B " << layout_name(g.b_layout));
+                                                << " B " << layout_name(g.b_layout)
+                                                << (out == OutType::fp32 ? " fp32 C" : ""));
   p->algo = result.algo;
   return p;
 }
 
+// validate() for a C of fp32 elements: A and B as usual, C 16-byte aligned with 16-byte rows and
+// apart from A and B.
+void validate_fp32_c(const GemmArgs& g) {
+  validate_inputs(g, GemmConfig{});
+  TF_REQUIRE(g.c != nullptr && reinterpret_cast<uintptr_t>(g.c) % 16 == 0, Status::InvalidArgument,
+             "cuBLASLt GEMM: fp32 C at " << g.c << " must be non-null and 16-byte aligned");
+  TF_REQUIRE(g.ldc >= g.n && g.ldc % 4 == 0, Status::InvalidArgument,
+             "cuBLASLt GEMM: fp32 C's ldc=" << g.ldc << " must be >= N=" << g.n << " and a multiple of 4");
+  auto span = [](const void* p, int64_t rows, int64_t cols, int64_t ld, int64_t elem) {
+    const auto b = reinterpret_cast<uintptr_t>(p);
+    return std::pair<uintptr_t, uintptr_t>{b, b + uintptr_t(((rows - 1) * ld + cols) * elem)};
+  };
+  const auto c = span(g.c, g.m, g.n, g.ldc, 4);
+  const auto a = span(g.a, g.m, g.k, g.lda, 2);
+  const auto b = g.b_layout == BLayout::NK ? span(g.b, g.n, g.k, g.ldb, 2) : span(g.b, g.k, g.n, g.ldb, 2);
+  for (const auto& x : {a, b})
+    TF_REQUIRE(std::max(c.first, x.first) >= std::min(c.second, x.second), Status::InvalidArgument,
+               "cuBLASLt GEMM: fp32 C overlaps an input");
+}
+
 }  // namespace
 
-void cublaslt_launch(const GemmArgs& args, cudaStream_t stream) {
-  validate(args, GemmConfig{});
+void cublaslt_launch(const GemmArgs& args, cudaStream_t stream, OutType out) {
+  if (out == OutType::same) validate(args, GemmConfig{});
+  else validate_fp32_c(args);
   static std::mutex mu;
   static std::array<DeviceState, 64> devices;
   int dev = 0;
@@ -111,11 +136,12 @@ void cublaslt_launch(const GemmArgs& args, cudaStream_t stream) {
     TF_CUBLAS(cublasLtCreate(&d.handle));
     TF_CUDA(cudaMalloc(&d.workspace, kWorkspaceBytes));
   }
-  const PlanKey key{args.m,           args.n,           args.k,           args.lda,         args.ldb,
-                    args.ldc,         int(args.dtype),  int(args.b_layout), alignment(args.a), alignment(args.b),
-                    alignment(args.c)};
+  const PlanKey key{args.m,         args.n,          args.k,
+                    args.lda,       args.ldb,        args.ldc,
+                    int(args.dtype), int(args.b_layout), int(out),
+                    alignment(args.a), alignment(args.b), alignment(args.c)};
   auto it = d.plans.find(key);
-  if (it == d.plans.end()) it = d.plans.emplace(key, make_plan(d.handle, args)).first;
+  if (it == d.plans.end()) it = d.plans.emplace(key, make_plan(d.handle, args, out)).first;
   const Plan& p = *it->second;
   const float alpha = 1.0f, beta = 0.0f;
   TF_CUBLAS(cublasLtMatmul(d.handle, p.op, &alpha, args.b, p.a, args.a, p.b, &beta, args.c, p.c, args.c, p.c, &p.algo,

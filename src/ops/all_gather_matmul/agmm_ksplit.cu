@@ -1,0 +1,132 @@
+// all_gather_matmul `ksplit`: the exchange kernel that follows the partial GEMM. CTA j owns slice
+// j of every rank's partial and of every rank's A_shard (KsplitSlices); it pushes this rank's
+// slices to every peer, raises one flag per peer, waits for every peer's flag of slice j and sums
+// the partials of slice j into C. No CTA waits for another CTA of its own rank.
+//
+// Epochs, buffers, reuse (no host reset between launches, CUDA-graph safe):
+//  * epoch e = dev::sequence_begin(seq), +1 per ksplit launch of the op; flags only grow.
+//  * Partials: launch e writes parity e & 1. A sender at e+2 writes the parity a receiver reads at
+//    e; it got there only after its launch e+1 had seen the receiver's flags of e+1 (every CTA
+//    waits for every peer), which the receiver raises only after its launch e ended (launches are
+//    stream-ordered on each rank). So a slot is free without a handshake, whatever the shapes of
+//    e, e+1 and e+2 (fused flash_decode's argument, fused_decode_kernel.h).
+//  * A receiver still in e may see a flag of e+1 (>= e passes): the sender's e+1 partial goes to
+//    the other parity, its e data was complete before its launch e ended, and its e+1 A rows wait
+//    for this receiver's "free" flag of e+1, raised only once this receiver is in e+1.
+//  * The gathered A is the caller's until its next launch, so it gets no parity: a sender stores
+//    into a peer's gathered A only after that peer raised `ready` for this epoch (push's rule).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "agmm_internal.h"
+#include "taxfree/device/copy_rows.cuh"
+#include "taxfree/device/signal.cuh"
+#include "taxfree/device/tile_copy.cuh"
+#include "taxfree/kernels/gemm/epilogue.cuh"  // pack2, element
+#include "taxfree/runtime/error.h"
+
+namespace taxfree::agmm {
+
+namespace {
+
+// As the push kernel: 512 threads x 8 x 16 B in flight per SM for the NVLink stores.
+constexpr int kThreads = 512, kUnroll = 8;
+
+// C's 8-float groups [g.begin, g.end): the W partials summed in rank order in fp32 (the same
+// operations on every rank, so the same bits), rounded once. Columns >= n (row padding of the
+// partials) are not stored.
+template <class T>
+__device__ void sum_into_c(const KsplitLaunch& a, const float* recv, KsplitSlices::Range g) {
+  const dev::SymmetricView& v = a.view;
+  const int64_t row_groups = a.slices.ldp / 8;
+  for (int64_t x = g.begin + threadIdx.x; x < g.end; x += kThreads) {
+    float4 lo, hi;
+    for (int s = 0; s < v.world; ++s) {
+      // Plain loads (not the read-only path): peers wrote these during this kernel.
+      const float* p = (s == v.rank ? a.own : recv + KsplitSlices::slot(s, v.rank) * a.slot_floats) + x * 8;
+      const float4 l = reinterpret_cast<const float4*>(p)[0], h = reinterpret_cast<const float4*>(p)[1];
+      if (s == 0) {
+        lo = l, hi = h;
+      } else {
+        lo.x += l.x, lo.y += l.y, lo.z += l.z, lo.w += l.w;
+        hi.x += h.x, hi.y += h.y, hi.z += h.z, hi.w += h.w;
+      }
+    }
+    const uint4 out{gemm::device::pack2<T>(lo.x, lo.y), gemm::device::pack2<T>(lo.z, lo.w),
+                    gemm::device::pack2<T>(hi.x, hi.y), gemm::device::pack2<T>(hi.z, hi.w)};
+    const int64_t row = x / row_groups, col = (x % row_groups) * 8;
+    T* dst = static_cast<T*>(a.c) + row * a.ldc + col;
+    if (col + 8 <= a.slices.n) *reinterpret_cast<uint4*>(dst) = out;  // ldc % 8 == 0: 16-byte aligned
+    else
+      for (int i = 0; i < int(a.slices.n - col); ++i) dst[i] = gemm::device::element<T>(out, i);
+  }
+}
+
+template <class T>
+__global__ void __launch_bounds__(kThreads, 1) ksplit_exchange_kernel(const __grid_constant__ KsplitLaunch a) {
+  const dev::SymmetricView& v = a.view;
+  const KsplitSlices& sl = a.slices;
+  const int j = blockIdx.x, t = threadIdx.x;
+  const uint64_t epoch = dev::sequence_begin(a.seq);
+  const bool peer_thread = t < v.world && t != v.rank;  // thread p signals and waits for rank p
+  // P1 (publishes nothing else): this rank's gathered A is free for launch e: the caller's uses of
+  // the previous one precede this kernel on the stream. Every CTA raises it (the same value), so no
+  // CTA depends on another CTA of its rank being resident.
+  if (peer_thread) dev::signal_set(v.peer(a.ready, t) + v.rank, epoch);
+
+  // This rank's partial slice into its slot in every peer's buffer, peers rank+1, rank+2, ...
+  float* const recv = a.recv + int64_t(epoch & 1) * (v.world - 1) * a.slot_floats;
+  const KsplitSlices::Range g = sl.partial_groups(j);
+  for (int i = 1; i < v.world; ++i) {
+    const int q = (v.rank + i) % v.world;
+    float* dst = recv + KsplitSlices::slot(v.rank, q) * a.slot_floats + g.begin * 8;
+    dev::copy_vec16<kUnroll>(v.peer(dst, q), a.own + g.begin * 8, uint64_t(g.end - g.begin) * 32, t, kThreads);
+  }
+  // This rank's rows of A_shard into its columns of every gathered A (its own first: no wait).
+  const KsplitSlices::Range rows = sl.a_rows(j);
+  const int64_t row_bytes = sl.shard_cols * 2;
+  const char* src = a.src + rows.begin * a.src_ld;
+  char* dst = a.gathered + rows.begin * a.ld + v.rank * row_bytes;
+  if (a.copy_local)
+    dev::copy_rows_vec16<kUnroll>(dst, a.ld, src, a.src_ld, rows.end - rows.begin, row_bytes, t, kThreads);
+  bool ok = true;
+  if (rows.end > rows.begin) {
+    // P1 consumer: rank p's gathered A is free once its `ready` reaches e. A false return (deadline,
+    // abort) is recorded for the host; the CTA then leaves without signalling.
+    if (peer_thread) ok = dev::wait_geq(a.ready + t, epoch, a.fault, dev::WaitSite::all_gather_ready, t);
+    ok = __syncthreads_and(ok) != 0;
+    for (int i = 1; ok && i < v.world; ++i)
+      dev::copy_rows_vec16<kUnroll>(v.peer(dst, (v.rank + i) % v.world), a.ld, src, a.src_ld, rows.end - rows.begin,
+                                    row_bytes, t, kThreads);
+  }
+  if (ok) {
+    // P2: every thread's stores of both slices, bar.sync, then thread p's release on rank p's flag.
+    __syncthreads();
+    if (peer_thread && !a.skip_signal)
+      dev::signal_set(v.peer(a.flags, t) + KsplitSlices::flag_index(v.rank, j), epoch);
+    // P2 consumer: thread p acquires rank p's flag of slice j; bar.sync extends it to the CTA.
+    if (peer_thread)
+      ok = dev::wait_geq(a.flags + KsplitSlices::flag_index(t, j), epoch, a.fault, dev::WaitSite::ksplit_partial, t);
+    ok = __syncthreads_and(ok) != 0;
+  }
+  if (ok) sum_into_c<T>(a, recv, g);
+  dev::sequence_end(a.seq, epoch);
+}
+
+}  // namespace
+
+void enqueue_ksplit_exchange(const KsplitLaunch& l, cudaStream_t s) {
+  TF_REQUIRE(l.slices.ctas >= 1 && l.slices.ctas <= kKsplitMaxCtas, Status::Internal,
+             "ksplit exchange with " << l.slices.ctas << " CTAs");
+  if (l.dtype == gemm::DType::bf16) ksplit_exchange_kernel<__nv_bfloat16><<<l.slices.ctas, kThreads, 0, s>>>(l);
+  else ksplit_exchange_kernel<__half><<<l.slices.ctas, kThreads, 0, s>>>(l);
+  TF_CUDA(cudaGetLastError());
+}
+
+void preload_ksplit_kernels() {
+  cudaFuncAttributes attr;
+  TF_CUDA(cudaFuncGetAttributes(&attr, ksplit_exchange_kernel<__nv_bfloat16>));
+  TF_CUDA(cudaFuncGetAttributes(&attr, ksplit_exchange_kernel<__half>));
+}
+
+}  // namespace taxfree::agmm

@@ -1,0 +1,187 @@
+// all_gather_matmul `ksplit` (cross-rank split-K, gather_dim 1, B replicated) on real GPUs: against
+// a float64 host reference on fresh random inputs with poisoned outputs and partial buffers, M from
+// 1 to 1000, K / world a multiple of 8 but not of 64, N not a multiple of 8, both B layouts, bf16
+// and fp16, in place (M = 127); C bit for bit the same on every rank, the gathered A bit for bit the shards;
+// 1000 back-to-back launches alternating two shapes with inputs changed on the way, rank skew,
+// CUDA-graph capture and replay, auto's choice, and the errors before launch.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <string>
+#include <tuple>
+
+#include "agmm_test_util.h"
+#include "gpu_env.h"
+#include "taxfree/ops/all_gather_matmul.h"
+#include "taxfree/runtime/error.h"
+#include "taxfree/runtime/team.h"
+
+namespace taxfree {
+namespace {
+
+using namespace agmm_test;
+
+const VariantRun kKsplit{"ksplit", false, AgmmVariant::ksplit};
+
+// K / world = 4104: a multiple of 8 (the shard rule), not of 64 (the GEMM's k-block).
+Shape ksplit_shape(int64_t m, int64_t n, DType t, BLayout l) { return {m, n, team().world() * 4104, 1, t, l}; }
+
+AgmmArgs replicated(AgmmArgs a) {
+  a.b_replicated = true;
+  return a;
+}
+
+// launch_checked plus C identical on every rank.
+void check_ksplit(Ops& ops, Problem& p, const std::string& what, bool in_place = false) {
+  launch_checked(ops, p, kKsplit, replicated(p.args()), what, in_place);
+  p.expect_c_same_on_every_rank(what);
+}
+
+class AgmmKsplit : public ::testing::TestWithParam<std::tuple<DType, BLayout>> {};
+
+TEST_P(AgmmKsplit, MatchesReferenceIdenticallyOnEveryRank) {
+  TF_REQUIRE_GPUS(2);
+  const auto [dtype, layout] = GetParam();
+  Ops ops({}, team().world() * 4104);
+  for (int64_t m : {1, 3, 64, 127, 1000}) {
+    Problem p(ksplit_shape(m, 1003, dtype, layout), 40 + uint64_t(m), true);
+    check_ksplit(ops, p, label(p.shape()) + " ksplit");
+    if (m == 127) check_ksplit(ops, p, label(p.shape()) + " ksplit in place", true);
+  }
+  Problem p(ksplit_shape(2, 3584, dtype, layout), 47, true);  // the paper's decode shape
+  check_ksplit(ops, p, label(p.shape()) + " ksplit");
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, AgmmKsplit,
+                         ::testing::Combine(::testing::Values(DType::bf16, DType::fp16),
+                                            ::testing::Values(BLayout::NK, BLayout::KN)),
+                         [](const auto& info) {
+                           return std::string(gemm::dtype_name(std::get<0>(info.param))) + "_" +
+                                  gemm::layout_name(std::get<1>(info.param));
+                         });
+
+// Epochs and parity buffers: 1000 launches with no host work between, two shapes alternating (the
+// slices and CTA counts change from launch to launch), new inputs every 250 launches (each rank
+// changes its own inputs once its stream is idle; peers may already be ahead), checked there.
+TEST(AgmmKsplitMany, ThousandLaunchesAlternatingShapes) {
+  TF_REQUIRE_GPUS(2);
+  auto& t = team();
+  Ops ops({}, t.world() * 4104);
+  Problem small(ksplit_shape(5, 1003, DType::bf16, BLayout::NK), 60, true);
+  Problem big(ksplit_shape(300, 1003, DType::bf16, BLayout::NK), 61, true);
+  auto s = t.stream();
+  small.poison_c(s);
+  ops.poison(big);
+  align("agmm.ksplit.many.poisoned");
+  GatheredA g{};
+  for (int i = 1; i <= 1000; ++i) {
+    Problem& p = i % 3 == 0 ? small : big;
+    g = ops.plain->launch(AgmmVariant::ksplit, replicated(p.args()), s);
+    if (i % 250 == 0) {
+      t.sync(s);
+      const std::string what = "ksplit after " + std::to_string(i) + " launches";
+      p.expect_result(g, what, true);
+      (&p == &small ? big : small).expect_c(what + " (the other shape)");
+      small.refresh(62 + uint64_t(i));
+      big.refresh(63 + uint64_t(i));
+    }
+  }
+  align("agmm.ksplit.many.done");
+}
+
+TEST(AgmmKsplitMany, RankSkew) {
+  TF_REQUIRE_GPUS(2);
+  auto& t = team();
+  Ops ops({}, t.world() * 4104);
+  Problem p(ksplit_shape(200, 1003, DType::fp16, BLayout::KN), 70, true);
+  for (int round = 0; round < 2 * t.world(); ++round) {
+    ops.poison(p);
+    align("agmm.ksplit.skew.poisoned");
+    // One rank (a different one each round) starts 100 ms late; odd rounds launch three times
+    // back to back, so the late rank's peers run ahead into the next launches.
+    if (t.rank() == round % t.world()) usleep(100 * 1000);
+    GatheredA g{};
+    for (int i = 0; i < (round % 2 ? 3 : 1); ++i)
+      g = ops.plain->launch(AgmmVariant::ksplit, replicated(p.args()), t.stream());
+    t.sync(t.stream());
+    p.expect_result(g, "ksplit with rank skew, round " + std::to_string(round), true);
+    t.host_barrier("agmm.ksplit.skew.checked");
+  }
+}
+
+TEST(AgmmKsplitMany, CudaGraphCaptureAndReplay) {
+  TF_REQUIRE_GPUS(2);
+  auto& t = team();
+  Ops ops({}, t.world() * 4104);
+  Problem p(ksplit_shape(64, 1003, DType::bf16, BLayout::KN), 80, true);
+  auto s = t.stream();
+  ops.plain->launch(AgmmVariant::ksplit, replicated(p.args()), s);  // outside the graph: cuBLASLt's plan
+  align("agmm.ksplit.graph.warm");
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  TF_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  GatheredA g{};
+  for (int i = 0; i < 3; ++i) g = ops.plain->launch(AgmmVariant::ksplit, replicated(p.args()), s);  // both parities
+  TF_CUDA(cudaStreamEndCapture(s, &graph));
+  TF_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+  for (int rep = 0; rep < 4; ++rep) {
+    p.refresh(81 + uint64_t(rep));
+    ops.poison(p);
+    align("agmm.ksplit.graph.poisoned");
+    TF_CUDA(cudaGraphLaunch(exec, s));
+    t.sync(s);
+    p.expect_result(g, "ksplit graph replay " + std::to_string(rep), true);
+    t.host_barrier("agmm.ksplit.graph.checked");
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+}
+
+// auto takes ksplit for a replicated B within capacity (and something else otherwise); both right.
+TEST(AgmmKsplitMany, AutoPicksKsplitOnlyWithReplicatedB) {
+  TF_REQUIRE_GPUS(2);
+  Ops ops({}, team().world() * 4104);
+  Problem p(ksplit_shape(7, 1003, DType::bf16, BLayout::NK), 90, true);
+  const VariantRun automatic{"auto", false, AgmmVariant::automatic};
+  ASSERT_EQ(choose_agmm_variant(replicated(p.args()), team().world(), ops.plain->config()), AgmmVariant::ksplit);
+  launch_checked(ops, p, automatic, replicated(p.args()), "auto (ksplit)");
+  p.expect_c_same_on_every_rank("auto (ksplit)");
+  ASSERT_NE(choose_agmm_variant(p.args(), team().world(), ops.plain->config()), AgmmVariant::ksplit);
+  launch_checked(ops, p, automatic, p.args(), "auto without b_replicated");
+}
+
+TEST(AgmmKsplitMany, RejectsBeforeLaunchNamingTheLimit) {
+  TF_REQUIRE_GPUS(2);
+  auto& t = team();
+  AgmmConfig small;
+  small.ksplit_max_m = 64;
+  small.ksplit_max_n = 1008;
+  Ops ops(small, t.world() * 4104);
+  auto expect_error = [&](const std::string& what, const AgmmArgs& a, Status status, const char* needle) {
+    try {
+      ops.plain->launch(AgmmVariant::ksplit, a, t.stream());
+      ADD_FAILURE() << what << ": no error";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.status(), status) << what;
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << what << ": " << e.what();
+    }
+  };
+  Problem gd0(odd_shape(0, DType::bf16, BLayout::NK), 95);
+  expect_error("gather_dim 0", replicated(gd0.args()), Status::NotSupported, "ksplit");
+  Problem tall(ksplit_shape(65, 1003, DType::bf16, BLayout::NK), 96, true);
+  expect_error("M over capacity", replicated(tall.args()), Status::InvalidArgument, "ksplit_max_m=64");
+  expect_error("B not replicated", tall.args(), Status::InvalidArgument, "b_replicated");
+  Problem wide(ksplit_shape(8, 1010, DType::bf16, BLayout::NK), 97, true);
+  expect_error("N over capacity", replicated(wide.args()), Status::InvalidArgument, "ksplit_max_n=1008");
+  // The sym op has no ksplit buffers.
+  try {
+    ops.sym->launch(AgmmVariant::ksplit, replicated(wide.args()), t.stream());
+    ADD_FAILURE() << "ksplit on an op without partial buffers: no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("ksplit_max_m=0"), std::string::npos) << e.what();
+  }
+  t.host_barrier("agmm.ksplit.invalid.done");
+}
+
+}  // namespace
+}  // namespace taxfree
