@@ -220,17 +220,12 @@ KsplitHeap ksplit_heap(const AgmmConfig& cfg, int world) {
 }
 
 namespace {
-// `auto`: the first row whose gather_dim matches and whose max_m >= M wins. Filled from the 2xH200
-// bench at 349f608 (docs/PERFORMANCE.md, r7), the fastest variant per case that is never slower than
-// bsp: decomposed won every tensor-parallel shape (M 1024..16384, 1.11-1.30x bsp); for K-sharded A
-// bsp won up to M = 128 (the transfer is a few microseconds and one cuBLASLt call beats any split)
-// and decomposed above. push lost everywhere (its GEMM waited on too few push SMs), so auto never
-// picks it until that is fixed. gather_dim 0 below M = 1024 was not measured: bsp, the safe choice.
-// ksplit (gather_dim 1, M <= 1024, B replicated, the op has the partial buffers) is a prediction, not yet
-// measured: its GEMM reads 1/world of B (small M is B-streaming bound) and does 1/world of the FLOPs,
-// but its exchange moves M x (4 N + 2 K / world) bytes to each peer and sums world fp32 partials.
-// 2xH200, N = 3584, K = 8192: ~17 us vs bsp 28-32 at M = 1, ~24 vs 40 at M = 128, ~123 vs 139-158
-// at M = 1024 (45 GEMM + 63 NVLink + 10 sum): from M ~ 512 it may lose to decomposed.
+// `auto`: the first row whose gather_dim matches and whose max_m >= M wins (ksplit rows only where
+// the launch allows it). From the 2xH200 bench at 017126d (docs/PERFORMANCE.md, r13), the fastest
+// variant per case, never slower than bsp: ksplit for K-sharded A up to M = 256 (1.21-1.48x the
+// best bsp: its GEMM reads half of B); decomposed above (ties ksplit at M = 512, beats it at 1024)
+// and on every tensor-parallel shape (M 1024..16384, 1.08-1.35x). fused-ce and push lost to
+// decomposed everywhere. gather_dim 0 below M = 1024 was not measured: bsp, the safe choice.
 struct AutoRule {
   int gather_dim;
   int64_t max_m;
@@ -239,7 +234,7 @@ struct AutoRule {
 constexpr AutoRule kAutoRules[] = {
     {0, 512, AgmmVariant::bsp},
     {0, INT64_MAX, AgmmVariant::decomposed},
-    {1, 1024, AgmmVariant::ksplit},
+    {1, 256, AgmmVariant::ksplit},
     {1, 128, AgmmVariant::bsp},
     {1, INT64_MAX, AgmmVariant::decomposed},
 };
