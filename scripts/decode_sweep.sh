@@ -1,18 +1,18 @@
 #!/usr/bin/env bash
 # flash_decode tuning sweep in one device run: the decode kernel (1 GPU) and the distributed op
-# (2 GPUs) under forced split counts and rings on the small-KV shapes that decide the heuristic,
+# (2 GPUs) under forced split counts on the small-KV shapes that decide the heuristic,
 # plus the heuristic's own plan on the issue's shapes. Every case is also checked (-c 1).
 #
 #   scripts/decode_sweep.sh OUT_DIR [auto|splits|odd|dist|all]...   (default: all)
 #
 # Sections: auto   `bench decode`, every issue shape, the heuristic's plan
 #           splits `bench decode`, b=1 8K/32K/128K, b=4 8K (96/12) and b=1 4K/16K (64/8):
-#                  split counts x {shallow, deep} rings
+#                  split counts
 #           odd    `bench decode` on odd lengths (12345, 1, 100) with the heuristic's plan
 #           dist   `bench flash_decode -g 2` (bsp, fused, decode-only, comm-only) at KV <= 32K per
-#                  rank: the heuristic's plan and forced 11/22 splits x rings
+#                  rank: the heuristic's plan and forced 8/11/16/22 splits
 # Writes OUT_DIR/decode_<section>.{json,log}; "# plan:" lines in the logs give each case's split
-# count and ring. Binaries come from ./build. Exit code: the number of failed sections (a wrong
+# count. Binaries come from ./build. Exit code: the number of failed sections (a wrong
 # element fails its section).
 set -u -o pipefail
 out=${1:?usage: scripts/decode_sweep.sh OUT_DIR [auto|splits|odd|dist|all]...}
@@ -41,16 +41,12 @@ fi
 
 if want splits; then
   for s in "batch=1,kv=8192,heads=96/12" "batch=1,kv=32768,heads=96/12"; do
-    for n in 4 6 8 11 16 22 33; do
-      for r in shallow deep; do add "$s,splits=$n,ring=$r"; done
-    done
+    for n in 4 6 8 11 16 22 33; do add "$s,splits=$n"; done
   done
-  for n in 11 22; do for r in shallow deep; do add "batch=1,kv=131072,heads=96/12,splits=$n,ring=$r"; done; done
-  for n in 1 2 3 5; do for r in shallow deep; do add "batch=4,kv=8192,heads=96/12,splits=$n,ring=$r"; done; done
+  for n in 11 22; do add "batch=1,kv=131072,heads=96/12,splits=$n"; done
+  for n in 1 2 3 5; do add "batch=4,kv=8192,heads=96/12,splits=$n"; done
   for s in "batch=1,kv=4096,heads=64/8" "batch=1,kv=16384,heads=64/8"; do
-    for n in 4 8 12 16 24 33; do
-      for r in shallow deep; do add "$s,splits=$n,ring=$r"; done
-    done
+    for n in 4 8 12 16 24 33; do add "$s,splits=$n"; done
   done
   run splits decode 1
 fi
@@ -66,7 +62,7 @@ if want dist; then
     add "$s"
   done
   for s in "batch=1,kv=8192,heads=96/12" "batch=1,kv=32768,heads=96/12"; do
-    for n in 11 22; do for r in shallow deep; do add "$s,splits=$n,ring=$r"; done; done
+    for n in 8 11 16 22; do add "$s,splits=$n"; done
   done
   run dist flash_decode 2
 fi

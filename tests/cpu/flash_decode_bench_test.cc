@@ -65,31 +65,27 @@ TEST(FlashDecodeBench, DistributedVariantsPartsAndTaxes) {
 }
 
 // --shape entries of both decode benches: named shapes of any length, filters of the issue shapes,
-// forced split counts and rings carried into the case params and back.
+// forced split counts carried into the case params and back.
 TEST(FlashDecodeBench, ShapeEntriesNameFilterAndForcePlans) {
   namespace bi = ops::flash_decode::bench_inputs;
-  using ops::flash_decode::Ring;
   EXPECT_EQ(bi::shapes_of({}).size(), bi::issue_shapes().size());
 
-  auto s = bi::shapes_of({"batch=1,kv=12345,splits=7,ring=deep"});
+  auto s = bi::shapes_of({"batch=1,kv=12345,splits=7"});
   ASSERT_EQ(s.size(), 1u);
   EXPECT_EQ(s[0].q_heads, 96);
   EXPECT_EQ(s[0].kv_heads, 12);
   EXPECT_EQ(s[0].head_dim, 128);
   EXPECT_EQ(s[0].kv, 12345);
   EXPECT_EQ(s[0].splits, 7);
-  EXPECT_EQ(s[0].ring, Ring::deep);
   const bi::Shape back = bi::Shape::from(s[0].to_case("bf16", "").params);
   EXPECT_EQ(back.splits, 7);
-  EXPECT_EQ(back.ring, Ring::deep);
-  EXPECT_NE(s[0].to_case("bf16", "").label.find("splits=7 ring=deep"), std::string::npos);
+  EXPECT_NE(s[0].to_case("bf16", "").label.find("splits=7"), std::string::npos);
 
   s = bi::shapes_of({"batch=3,kv=1,heads=64/8,head_dim=64"});
   ASSERT_EQ(s.size(), 1u);
   EXPECT_EQ(s[0].q_heads, 64);
   EXPECT_EQ(s[0].head_dim, 64);
   EXPECT_EQ(s[0].splits, 0);
-  EXPECT_EQ(s[0].ring, Ring::automatic);
 
   s = bi::shapes_of({"kv=8192,splits=11"});  // every issue shape with 8K tokens: batch 1, 4, 16
   ASSERT_EQ(s.size(), 3u);
@@ -99,7 +95,7 @@ TEST(FlashDecodeBench, ShapeEntriesNameFilterAndForcePlans) {
   }
 
   EXPECT_THROW(bi::shapes_of({"batch=1,kv=8192,splits=65"}), Error);
-  EXPECT_THROW(bi::shapes_of({"batch=1,kv=8192,ring=medium"}), Error);
+  EXPECT_THROW(bi::shapes_of({"batch=1,kv=8192,ring=deep"}), Error);  // the deep ring is gone
   EXPECT_THROW(bi::shapes_of({"batch=1,kv=8192,heads=7/3"}), Error);
   EXPECT_THROW(bi::shapes_of({"batch=0,kv=8192"}), Error);
   EXPECT_THROW(make_bench("decode")->check_options([] {

@@ -60,32 +60,31 @@ TEST(FlashDecodeDistPlan, BufferSizesForWorld2348) {
   const int64_t block = 4 * 96 * 129 * 4;  // a multiple of 256 already
   for (int world : {2, 3, 4, 8}) {
     SCOPED_TRACE(world);
-    const FlashDecodeBuffers b = flash_decode_buffers(c, world, 264);
-    EXPECT_EQ(b.fused_gather_bytes, uint64_t(2 * world * block));
+    const FlashDecodeBuffers b = flash_decode_buffers(c, world, 132);
+    EXPECT_EQ(b.fused_inbox_bytes, uint64_t(2 * world * 4 * 96 * 65 * 16));  // 128/2 + 1 lines a row
     EXPECT_EQ(b.bsp_gather_bytes, uint64_t(world * block));
-    EXPECT_EQ(b.flag_bytes, uint64_t(4 * 12 * world * 8));
     EXPECT_GT(b.workspace_bytes, 0u);
   }
   // Forced single split: no workspace.
   FlashDecodeConfig one = c;
   one.num_splits = 1;
-  EXPECT_EQ(flash_decode_buffers(one, 2, 264).workspace_bytes, 0u);
+  EXPECT_EQ(flash_decode_buffers(one, 2, 132).workspace_bytes, 0u);
 }
 
 // Every plan a launch within the maxima can make fits the workspace sized at construction.
 TEST(FlashDecodeDistPlan, WorkspaceBoundCoversEveryPlan) {
   for (int forced : {0, 3, 64})
-    for (int resident : {1, 66, 264}) {
+    for (int sms : {1, 66, 132}) {
       FlashDecodeConfig c = config(16, 96, 12);
       c.num_splits = forced;
-      const uint64_t bound = flash_decode_buffers(c, 2, resident).workspace_bytes;
+      const uint64_t bound = flash_decode_buffers(c, 2, sms).workspace_bytes;
       for (int batch : {1, 2, 7, 16})
         for (auto [q, kv] : std::vector<std::pair<int, int>>{{96, 12}, {16, 1}, {12, 12}, {96, 6}, {32, 2}})
           for (int d : {64, 128})
             for (int max_len : {0, 1, 300, 4096, 100000, 524288}) {
-              const int splits = forced ? forced : choose_splits(batch, kv, max_len, resident, 1).num_splits;
+              const int splits = forced ? forced : choose_splits(batch, kv, max_len, sms);
               EXPECT_LE(decode_workspace_bytes(batch, q, kv, d, splits), bound)
-                  << "forced=" << forced << " resident=" << resident << " batch=" << batch << " heads=" << q
+                  << "forced=" << forced << " sms=" << sms << " batch=" << batch << " heads=" << q
                   << "/" << kv << " d=" << d << " max_len=" << max_len;
             }
     }
@@ -107,7 +106,7 @@ TEST(FlashDecodeDistPlan, ConfigValidation) {
   c = config(1, 8, 1);
   c.bsp_buffers = BspBuffers(7);
   expect_invalid([&] { validate_flash_decode_config(c, 2); }, "bsp_buffers=7");
-  expect_invalid([&] { flash_decode_buffers(config(1, 8, 1), 2, 0); }, "resident_ctas=0");
+  expect_invalid([&] { flash_decode_buffers(config(1, 8, 1), 2, 0); }, "num_sms=0");
 }
 
 template <class T = void>

@@ -111,44 +111,34 @@ TEST(FlashDecodeSplits, ClampSliceNeverLeavesCapacity) {
   EXPECT_EQ(at::clamp_slice(200, 5, 100).end, 100);
 }
 
-TEST(FlashDecodeSplits, HeuristicFillsOneWaveWithFewestCtas) {
-  // H200: 132 SMs, 2 shallow CTAs per SM.
-  const auto splits = [](int b, int h, int len) { return choose_splits(b, h, len, 132, 2).num_splits; };
-  const auto ring = [](int b, int h, int len) { return choose_splits(b, h, len, 132, 2).ring; };
-  EXPECT_EQ(splits(1, 12, 32768), 11);  // 132 deep CTAs
-  EXPECT_EQ(ring(1, 12, 32768), Ring::deep);
-  EXPECT_EQ(splits(1, 12, 8192), 11);
-  EXPECT_EQ(splits(4, 12, 32768), 5);   // 96 deep CTAs would leave 36 SMs idle: 240 shallow
-  EXPECT_EQ(ring(4, 12, 32768), Ring::shallow);
-  EXPECT_EQ(splits(16, 12, 32768), 1);  // 192 CTAs, no combine
-  EXPECT_EQ(ring(16, 12, 32768), Ring::shallow);
-  EXPECT_EQ(splits(11, 12, 32768), 1);  // 132 CTAs: one per SM
-  EXPECT_EQ(ring(11, 12, 32768), Ring::deep);
-  EXPECT_EQ(splits(1, 8, 65536), 16);   // 128 deep CTAs
+TEST(FlashDecodeSplits, HeuristicGivesAboutOneCtaPerSm) {
+  // H200: 132 SMs. The shapes (96/12 and 64/8 heads).
+  const auto splits = [](int b, int h, int len) { return choose_splits(b, h, len, 132); };
+  EXPECT_EQ(splits(1, 12, 8192), 11);   // measured best: 18.0 us (22 splits: 22.0)
+  EXPECT_EQ(splits(1, 12, 32768), 11);
+  EXPECT_EQ(splits(1, 8, 4096), 16);    // 128 CTAs
+  EXPECT_EQ(splits(1, 8, 16384), 16);
+  EXPECT_EQ(splits(4, 12, 8192), 2);    // measured 59.4 us (5 splits: 60.4)
+  EXPECT_EQ(splits(4, 12, 32768), 2);
   EXPECT_EQ(splits(8, 8, 65536), 2);
-  EXPECT_EQ(ring(8, 8, 65536), Ring::deep);
-  EXPECT_EQ(splits(32, 8, 4096), 1);
+  for (int len : {8192, 32768, 131072, 524288}) EXPECT_EQ(splits(16, 12, len), 1);  // 192 groups
+  for (int len : {4096, 16384, 65536}) EXPECT_EQ(splits(32, 8, len), 1);
+  EXPECT_EQ(splits(16, 8, 65536), 1);   // 128 groups
+  EXPECT_EQ(splits(11, 12, 32768), 1);  // 132 groups: one per SM
   EXPECT_EQ(splits(1, 8, 2048), 8);     // capped: >= 256 tokens per split
-  EXPECT_EQ(ring(1, 8, 2048), Ring::deep);
   EXPECT_EQ(splits(1, 1, 1 << 20), 64);  // capped at kMaxSplits
   EXPECT_EQ(splits(1, 12, 0), 1);
   EXPECT_EQ(splits(1, 12, 100), 1);
-  EXPECT_EQ(choose_splits(1, 12, 32768, 132, 2, 2).num_splits, 22);  // two waves of deep CTAs
+  EXPECT_EQ(choose_splits(1, 12, 32768, 132, 2), 22);  // two waves
   for (int b : {1, 3, 4, 8, 16, 32})
     for (int h : {1, 8, 12})
       for (int len : {1, 4096, 8192, 32768, 131072, 524288}) {
-        const SplitChoice c = choose_splits(b, h, len, 132, 2);
-        EXPECT_GE(c.num_splits, 1);
-        EXPECT_LE(c.num_splits, kMaxSplits);
-        const int64_t ctas = int64_t(b) * h * c.num_splits;
-        if (c.num_splits > 1) EXPECT_LE(ctas, 264) << "more CTAs than one wave";
-        EXPECT_EQ(c.ring == Ring::deep, ctas <= 132) << "deep exactly when the grid fits one CTA per SM";
+        const int s = splits(b, h, len);
+        EXPECT_GE(s, 1);
+        EXPECT_LE(s, kMaxSplits);
+        if (s > 1) EXPECT_LE(int64_t(b) * h * s, 132) << "more than one CTA per SM";
       }
-}
-
-TEST(FlashDecodeSplits, RingNames) {
-  for (Ring r : {Ring::automatic, Ring::shallow, Ring::deep}) EXPECT_EQ(parse_ring(ring_name(r)), r);
-  EXPECT_THROW(parse_ring("medium"), Error);
+  EXPECT_THROW(choose_splits(1, 12, 100, 0), Error);
 }
 
 TEST(FlashDecodeSplits, WorkspaceBytes) {
@@ -167,20 +157,19 @@ TEST(FlashDecodeSplits, PlanWithoutDeviceWhenGiven) {
   a.out = reinterpret_cast<void*>(uintptr_t(0x30000));
   a.capacity = 32768, a.max_len = 32768;
   DecodeConfig cfg;
-  cfg.num_sms = 132, cfg.ctas_per_sm = 2;
+  cfg.num_sms = 132;
   const DecodePlan p = plan_decode(a, cfg);
   EXPECT_EQ(p.num_splits, 11);
-  EXPECT_EQ(p.ring, Ring::deep);
   EXPECT_EQ(p.workspace_bytes, decode_workspace_bytes(1, 96, 12, 128, 11));
-  cfg.ring = Ring::shallow;  // a forced ring overrides the heuristic's, not its split count
-  EXPECT_EQ(plan_decode(a, cfg).ring, Ring::shallow);
-  EXPECT_EQ(plan_decode(a, cfg).num_splits, 11);
+  a.q_heads = 64, a.kv_heads = 8, a.max_len = 4096;
+  EXPECT_EQ(plan_decode(a, cfg).num_splits, 16);
+  a.batch = 8;
+  EXPECT_EQ(plan_decode(a, cfg).num_splits, 2);
   cfg = {};
   cfg.num_splits = 1;
   EXPECT_EQ(plan_decode(a, cfg).workspace_bytes, 0u);
-  EXPECT_EQ(plan_decode(a, cfg).ring, Ring::shallow);  // forced splits: shallow unless forced too
-  cfg.ring = Ring::deep;
-  EXPECT_EQ(plan_decode(a, cfg).ring, Ring::deep);
+  cfg.num_splits = 7;  // forced: no device query, the count as given
+  EXPECT_EQ(plan_decode(a, cfg).num_splits, 7);
 }
 
 }  // namespace

@@ -99,8 +99,8 @@ TEST(FlashDecodeGpu, BandwidthReport) {
       const double t = median_seconds(stream, 20, [&] {
         launch_decode_partial(a, plan, ws.p, plan.workspace_bytes, stream);
       });
-      std::printf("[ decode bw ] q/kv=%d/%d batch=%d kv=%d splits=%d ring=%s%s: %.1f us, %.0f GB/s = %.0f%% of copy\n",
-                  s.q, s.kv_heads, s.batch, s.kv, plan.num_splits, ring_name(plan.ring), splits == 0 ? " (auto)" : "", t * 1e6,
+      std::printf("[ decode bw ] q/kv=%d/%d batch=%d kv=%d splits=%d%s: %.1f us, %.0f GB/s = %.0f%% of copy\n",
+                  s.q, s.kv_heads, s.batch, s.kv, plan.num_splits, splits == 0 ? " (auto)" : "", t * 1e6,
                   kv_bytes / t / 1e9, 100.0 * kv_bytes / t / copy_bw);
     }
   }

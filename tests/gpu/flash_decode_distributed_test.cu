@@ -43,7 +43,6 @@ struct Problem {
   int batch = 1, q_heads = 8, kv_heads = 1, head_dim = 128;
   std::vector<std::vector<int32_t>> lens;  // [rank][batch]: tokens of each rank's slice, in rank order
   int num_splits = 0;                      // FlashDecodeConfig::num_splits
-  Ring ring = Ring::automatic;             // FlashDecodeConfig::ring
   int64_t rows() const { return int64_t(batch) * q_heads; }
 };
 
@@ -178,7 +177,7 @@ struct Op {
   Op(const Problem& p, BspBuffers bsp = BspBuffers::symmetric) : mark(team().heap().mark()) {
     FlashDecodeConfig c;
     c.max_batch = p.batch, c.max_q_heads = p.q_heads, c.max_kv_heads = p.kv_heads, c.max_head_dim = p.head_dim;
-    c.num_splits = p.num_splits, c.ring = p.ring, c.bsp_buffers = bsp;
+    c.num_splits = p.num_splits, c.bsp_buffers = bsp;
     op = std::make_unique<FlashDecode>(team(), c);
   }
   ~Op() {
@@ -234,7 +233,7 @@ void check(const Global& g, const std::vector<uint16_t>& out, const std::string&
 std::string name(const Problem& p) {
   return std::string(p.dtype == DType::BF16 ? "bf16" : "fp16") + " D=" + std::to_string(p.head_dim) +
          " heads=" + std::to_string(p.q_heads) + "/" + std::to_string(p.kv_heads) +
-         " splits=" + std::to_string(p.num_splits) + " ring=" + ring_name(p.ring);
+         " splits=" + std::to_string(p.num_splits);
 }
 
 constexpr Variant kVariants[] = {Variant::bsp, Variant::fused};
@@ -336,36 +335,78 @@ TEST(FlashDecodeDist, ForcedSplitCountsAndPersistentGrid) {
   for (Variant v : kVariants) check(g, run_checked(op, v, p, l), std::string("320 groups ") + variant_name(v));
 }
 
-// b=1, 96/12 heads, small odd slices: the heuristic's plan (deep ring, one CTA per SM on an H200),
-// then forced splits with both rings, which must give the same bits.
-TEST(FlashDecodeDist, SmallBatchDeepRing) {
+// b=1, 96/12 heads, small odd slices: the heuristic's plan (11 splits on an H200), and the fused
+// output (partials exchanged as LL lines, combined from the lines) bitwise equal to bsp's (the
+// same partials through NCCL and the combine kernel: same weights, same order).
+TEST(FlashDecodeDist, SmallBatchAutoPlanFusedMatchesBspBitwise) {
   TF_REQUIRE_GPUS(2);
   const int world = team().world();
-  Problem p;
-  p.q_heads = 96, p.kv_heads = 12, p.batch = 1;
-  for (int r = 0; r < world; ++r) p.lens.push_back({r == 0 ? 12345 : r == 1 ? 1 : 8192});
-  const Global g = make_global(p, 77);
-  Local l;
-  upload_local(g, l);
-  {
+  for (auto [q, kv, d] : {std::tuple{96, 12, 128}, std::tuple{64, 8, 128}, std::tuple{8, 1, 64}}) {
+    Problem p;
+    p.q_heads = q, p.kv_heads = kv, p.head_dim = d, p.batch = 1;
+    p.lens.clear();
+    for (int r = 0; r < world; ++r) p.lens.push_back({r == 0 ? 12345 : r == 1 ? 1 : 8192});
+    const Global g = make_global(p, 77 + q);
+    Local l;
+    upload_local(g, l);
     Op op(p);
     const FusedPlan fp = op->fused_plan(l.args(p));
-    if (team().rank() == 0) EXPECT_EQ(fp.ring, Ring::deep) << "rank 0 holds 12345 tokens of one sequence";
-    for (Variant v : kVariants) check(g, run_checked(op, v, p, l), name(p) + " " + variant_name(v));
+    if (team().rank() == 0) EXPECT_GT(fp.num_splits, 1) << "rank 0 holds 12345 tokens of one sequence";
+    const auto bsp = run_checked(op, Variant::bsp, p, l);
+    const auto fused = run_checked(op, Variant::fused, p, l);
+    check(g, bsp, name(p) + " bsp");
+    check(g, fused, name(p) + " fused");
+    EXPECT_TRUE(fused == bsp) << name(p) << ": fused differs from bsp";
   }
-  p.num_splits = 7;
-  std::vector<uint16_t> bits[2];
-  for (Ring ring : {Ring::shallow, Ring::deep}) {
-    p.ring = ring;
-    Op op(p);
-    EXPECT_EQ(op->fused_plan(l.args(p)).ring, ring);
-    for (Variant v : kVariants) {
-      const auto out = run_checked(op, v, p, l);
-      check(g, out, name(p) + " " + variant_name(v));
-      if (v == Variant::fused) bits[ring == Ring::deep] = out;
-    }
+}
+
+// The LL exchange under stress: 1000 consecutive fused steps on one op without a reset, each step
+// one of three problems (different rows, head_dim 64 and 128, so the lines of one step sit where
+// another step's lines of other rows were) with one of two q, in a pattern that changes the
+// inputs at every step; odd slices with empty ones on some ranks; no barrier between steps and a
+// random rank delayed now and then. Every step is checked against its float64 reference, and
+// every 50th across ranks.
+TEST(FlashDecodeDist, LlThousandStepsChangingShapesAndInputs) {
+  TF_REQUIRE_GPUS(2);
+  auto& t = team();
+  const int world = t.world();
+  Problem ps[3];
+  ps[0].q_heads = 16, ps[0].kv_heads = 2, ps[0].batch = 4, ps[0].lens = odd_lens(world);
+  ps[1].q_heads = 96, ps[1].kv_heads = 12, ps[1].batch = 1, ps[1].lens = same_lens(world, {3001});
+  ps[1].lens[0][0] = 0;  // rank 0 holds none of it
+  ps[2].q_heads = 8, ps[2].kv_heads = 4, ps[2].head_dim = 64, ps[2].batch = 3;
+  ps[2].lens = same_lens(world, {0, 17, 900});
+  Problem big;  // maxima of the three
+  big.q_heads = 96, big.kv_heads = 12, big.batch = 4, big.lens = ps[0].lens;
+  Op op(big);
+  std::vector<Global> gs[3];
+  Local ls[3];
+  for (int i = 0; i < 3; ++i) {
+    gs[i].push_back(make_global(ps[i], 2000 + 10 * i));
+    Global other = gs[i][0];
+    draw_q(other, 2005 + 10 * i);
+    compute_reference(other);
+    gs[i].push_back(std::move(other));
+    upload_local(gs[i][0], ls[i]);
   }
-  EXPECT_TRUE(bits[0] == bits[1]) << "fused: the deep ring differs from the shallow one";
+  Rng rng{4242};  // the same on every rank: the same problem sequence everywhere
+  Rng delay{uint64_t(t.rank()) + 17};
+  int version[3] = {0, 0, 0};
+  t.host_barrier("fdd.ll1000");
+  for (int step = 0; step < 1000; ++step) {
+    const int i = int(rng.below(3));
+    Local& l = ls[i];
+    version[i] ^= 1;  // the other q than this problem's last step
+    const Global& g = gs[i][size_t(version[i])];
+    TF_CUDA(cudaMemcpyAsync(l.q_d.p, g.q.data(), g.q.size() * 2, cudaMemcpyHostToDevice, t.stream()));
+    TF_CUDA(cudaMemsetAsync(l.out_d.p, 0xFF, l.out_d.n * 2, t.stream()));
+    if (step % 97 == int(delay.below(97))) usleep(2000 + delay.below(20'000));  // skew
+    op->launch(Variant::fused, l.args(ps[i]), t.stream());
+    const auto out = download_out(l);
+    const std::string what = "step " + std::to_string(step) + " problem " + std::to_string(i);
+    EXPECT_EQ(count_wrong(g, out, what), 0) << what;  // no early exit: the peers would wait for this rank
+    if (step % 50 == 49) expect_same_on_all_ranks(out, what);
+  }
 }
 
 TEST(FlashDecodeDist, ThousandFusedStepsWithoutResetFreshInputs) {

@@ -24,19 +24,27 @@ __device__ __forceinline__ void ll_store(uint4* line, uint32_t d0, uint32_t d1, 
                : "memory");
 }
 
+// One read of `line` (no waiting), for a receiver that issues the reads of many lines before it
+// checks any (one memory round trip for all of them); ll_current says whether it is this epoch's.
+__device__ __forceinline__ uint4 ll_peek(const uint4* line) {
+  uint4 x;
+  asm volatile("ld.volatile.global.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(x.x), "=r"(x.y), "=r"(x.z), "=r"(x.w)
+               : "l"(line)
+               : "memory");
+  return x;
+}
+__device__ __forceinline__ bool ll_current(uint4 x, uint32_t flag) { return x.y == flag && x.w == flag; }
+
 // Polls `line` until both halves carry `flag`; returns the data words in `out`. Gives up like
 // wait_geq (deadline, abort flag, WaitRecord naming `site` and `peer`).
 __device__ __forceinline__ bool ll_load(const uint4* line, uint32_t flag, uint2& out, const FaultContext& fc,
                                         WaitSite site, int peer) {
-  uint32_t d0, f0, d1, f1;
   uint64_t start = 0;
   for (uint32_t i = 0;; ++i) {
-    asm volatile("ld.volatile.global.v4.u32 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(d0), "=r"(f0), "=r"(d1), "=r"(f1)
-                 : "l"(line)
-                 : "memory");
-    if (f0 == flag && f1 == flag) {
-      out = make_uint2(d0, d1);
+    const uint4 x = ll_peek(line);
+    if (ll_current(x, flag)) {
+      out = make_uint2(x.x, x.z);
       return true;
     }
     if (i == 0) start = global_timer_ns();
@@ -44,7 +52,7 @@ __device__ __forceinline__ bool ll_load(const uint4* line, uint32_t flag, uint2&
       if (abort_requested(fc)) return false;
       const uint64_t waited = global_timer_ns() - start;
       if (waited > fc.timeout_ns) {
-        report_wait_timeout(fc, site, peer, line, flag, f0 != flag ? f0 : f1, waited);
+        report_wait_timeout(fc, site, peer, line, flag, x.y != flag ? x.y : x.w, waited);
         return false;
       }
     }

@@ -90,29 +90,19 @@ struct DecodeArgs {
   void* out = nullptr;           // [batch][q_heads][head_dim] dtype, 16-byte aligned
 };
 
-// Shared-memory ring of the decode kernels (kernels/attention/config.h): `shallow` = 96 KB per
-// CTA, two CTAs per SM; `deep` = twice the stages, 192 KB, one CTA per SM. The results are bitwise
-// identical; the ring only changes how many loads a CTA keeps in flight and how many CTAs fit.
-enum class Ring { automatic, shallow, deep };
-const char* ring_name(Ring r);   // "auto" | "shallow" | "deep"
-Ring parse_ring(const std::string& name);  // the same names; throws InvalidArgument
-
 struct DecodeConfig {
   int num_splits = 0;   // 0: heuristic; else 1..kMaxSplits (tuning/tests)
-  Ring ring = Ring::automatic;  // automatic: the heuristic's with num_splits 0, else shallow
   int num_sms = 0;      // heuristic input; 0: the current device's
-  int ctas_per_sm = 0;  // heuristic input; 0: the shallow kernel's occupancy on the current device
-  int waves = 1;        // heuristic target: waves x (SMs x resident CTAs per SM) CTAs
+  int waves = 1;        // heuristic target: waves x num_sms CTAs
 };
 
 struct DecodePlan {
   int num_splits = 1;          // grid.x of the decode kernel
   size_t workspace_bytes = 0;  // 0 when num_splits == 1
-  Ring ring = Ring::shallow;   // shallow or deep
 };
 
-// Validates `args` and `cfg`, then picks the split count (queries the current device for what
-// cfg leaves 0; no device query when cfg.num_splits, or both num_sms and ctas_per_sm, are given).
+// Validates `args` and `cfg`, then picks the split count (queries the current device's SM count
+// when cfg leaves both num_splits and num_sms 0).
 DecodePlan plan_decode(const DecodeArgs& args, const DecodeConfig& cfg = {});
 
 // Workspace for `num_splits` splits: [counters | split LSEs | split outputs], 256-byte aligned
@@ -152,20 +142,14 @@ struct CombineArgs {
 void launch_combine(const CombineArgs& args, cudaStream_t stream);
 void validate_combine_args(const CombineArgs& args);
 
-// The split count and ring the heuristic picks (pure). It fills the GPU once with equal CTAs (a
-// partial second wave would run latency-bound) and uses as few CTAs as that allows, because every
-// split adds a partial to the merge in the launch's tail. With G = batch x kv_heads groups:
-//  * one deep-ring CTA per SM, splits = num_sms x waves / G, when those CTAs cover >= 7/8 of the
-//    SMs (small batch: b=1 with 8 or 12 KV heads gives 16 or 11 splits);
-//  * else ctas_per_sm shallow CTAs per SM, splits = num_sms x ctas_per_sm x waves / G.
-// Never below one 256-token chunk per split, at most kMaxSplits, at least 1. The ring is deep
-// whenever the grid (splits x G) fits one CTA per SM.
-struct SplitChoice {
-  int num_splits = 1;
-  Ring ring = Ring::shallow;
-};
-SplitChoice choose_splits(int batch, int kv_heads, int max_len, int num_sms, int ctas_per_sm,
-                          int waves = 1);
+// The split count the heuristic picks (pure): about one CTA per SM's worth of splits, splits =
+// num_sms x waves / G with G = batch x kv_heads groups (b=1: 11 splits for 12 KV heads, 16 for 8;
+// b=4 with 12: 2; G >= num_sms: 1). Every split adds a partial to the merge in the launch's tail,
+// and the decode cost beyond the KV bytes is a per-launch constant (docs/notes/decode-latency.md),
+// so the fewest CTAs that keep HBM busy win: measured on the H200, one CTA per SM beat two (b=1
+// 96/12 8K: 11 splits 18.0 us, 22 splits 22.0 us; b=4: 2 splits 59.4 us, 5 splits 60.4 us).
+// Never below one 256-token chunk per split, at most kMaxSplits, at least 1.
+int choose_splits(int batch, int kv_heads, int max_len, int num_sms, int waves = 1);
 
 // Rank r's slice [start, end) of a sequence of `len` tokens split contiguously over `world`
 // ranks, balanced in units of `align` tokens: with U = ceil(len/align) units, rank r gets
@@ -190,9 +174,10 @@ std::vector<std::vector<Slice>> partition(std::span<const int32_t> lens, int wor
 //          -> combine kernel. The blocks live in the symmetric heap, passed to NCCL at their
 //          window address (its symmetric path), or in plain device memory (config).
 //   fused  one kernel per rank: each (sequence, KV head) group's partial (fp32 O rows + LSE) is
-//          stored straight into every rank's gather buffer and announced by a per-(group, rank)
-//          epoch flag; the CTA that pushed it waits (deadline) for the other ranks' flags and
-//          combines. No host work or flag reset between steps; CUDA-graph capturable.
+//          sent straight into every peer's inbox as low-latency lines (each 16-byte store
+//          carries 8 data bytes and the launch's epoch: no fence, no separate flag); the CTA that
+//          sent it polls the peers' lines of that group (deadline) and combines them as they
+//          arrive. No host work or reset between steps; CUDA-graph capturable.
 //
 // Preconditions (collective, not checked across ranks): every rank constructs the op with the same
 // config, and calls launch with the same variant, batch, heads, head_dim, dtype, softmax_scale and
@@ -215,13 +200,12 @@ struct FlashDecodeConfig {
   int max_q_heads = 0;
   int max_kv_heads = 0;
   int max_head_dim = 128;  // 64 or 128
-  int num_splits = 0;      // splits per (sequence, KV head) inside a rank; 0: heuristic (one wave)
-  Ring ring = Ring::automatic;  // of both kernels; automatic as in DecodeConfig
+  int num_splits = 0;      // splits per (sequence, KV head) inside a rank; 0: heuristic
   BspBuffers bsp_buffers = BspBuffers::symmetric;
 };
 
-// One rank's partial block in the gather buffers (fp32): [O: rows*head_dim | LSE: rows | pad to
-// 256 bytes], rows = batch*q_heads, row = b*q_heads + h. The same layout for both variants.
+// One rank's partial block in bsp's gather buffer (fp32): [O: rows*head_dim | LSE: rows | pad to
+// 256 bytes], rows = batch*q_heads, row = b*q_heads + h.
 struct GatherLayout {
   int64_t rows = 0;
   int64_t lse_offset = 0;    // floats from the block's start to the LSE section
@@ -229,14 +213,13 @@ struct GatherLayout {
 };
 GatherLayout gather_layout(int batch, int q_heads, int head_dim);
 
-// Per-rank memory of a FlashDecode, for `resident_ctas` = SMs x resident decode CTAs per SM.
+// Per-rank memory of a FlashDecode on a GPU of `num_sms` SMs.
 struct FlashDecodeBuffers {
-  uint64_t fused_gather_bytes = 0;  // symmetric heap: [2 parities][world] blocks
-  uint64_t flag_bytes = 0;          // symmetric heap: [max_batch*max_kv_heads][world] uint64
+  uint64_t fused_inbox_bytes = 0;   // symmetric heap: [2 parities][world][rows][head_dim/2 + 1] 16-byte lines
   uint64_t bsp_gather_bytes = 0;    // heap (symmetric) or device memory (plain): [world] blocks
   uint64_t workspace_bytes = 0;     // device memory: split partials of the largest plan
 };
-FlashDecodeBuffers flash_decode_buffers(const FlashDecodeConfig& cfg, int world, int resident_ctas);
+FlashDecodeBuffers flash_decode_buffers(const FlashDecodeConfig& cfg, int world, int num_sms);
 
 // The checks FlashDecode's constructor and launch() make first (InvalidArgument naming the value).
 void validate_flash_decode_config(const FlashDecodeConfig& cfg, int world);
@@ -248,17 +231,16 @@ void validate_flash_decode_args(const DecodeArgs& a, const FlashDecodeConfig& cf
 // work items over `grid` = min(items, resident) persistent CTAs.
 struct FusedPlan {
   int num_splits = 1;
-  Ring ring = Ring::shallow;
   int64_t items = 0;
-  int resident = 0;  // resident CTAs of the fused kernel (with `ring`) on this GPU
+  int resident = 0;  // resident CTAs of the fused kernel on this GPU
   int grid = 0;
 };
 
 class FlashDecode {
  public:
-  // Collective (every rank, same config): allocates the gather buffers and flags in the team's
-  // symmetric heap (released with the heap's mark/release, after the op is destroyed), the split
-  // workspace in device memory, and a launch sequence; zeroes the flags; host barrier.
+  // Collective (every rank, same config): allocates the fused inbox and bsp's gather buffer in the
+  // team's symmetric heap (released with the heap's mark/release, after the op is destroyed), the
+  // split workspace in device memory, and a launch sequence; zeroes the inbox; host barrier.
   FlashDecode(Team& team, const FlashDecodeConfig& cfg);
   ~FlashDecode();
   FlashDecode(const FlashDecode&) = delete;
@@ -275,23 +257,22 @@ class FlashDecode {
 
   FusedPlan fused_plan(const DecodeArgs& args);  // validates `args`
   const FlashDecodeConfig& config() const { return cfg_; }
-  // Fault injection for tests: this rank's fused launches never raise the peers' flags.
+  // Fault injection for tests: this rank's fused launches never send their partials to peers.
   void set_skip_signal(bool skip) { skip_signal_ = skip; }
 
  private:
-  int ctas_per_sm(bool fused, DType dtype, int head_dim, bool paged, Ring ring);
-  DecodeConfig split_config(bool fused, const DecodeArgs& args);
+  int fused_ctas_per_sm(DType dtype, int head_dim, bool paged);
+  DecodeConfig split_config() const;
   void launch_fused(const DecodeArgs& args, cudaStream_t stream);
 
   Team& team_;
   FlashDecodeConfig cfg_;
-  float* fused_gather_ = nullptr;  // heap
-  uint64_t* flags_ = nullptr;      // heap
+  uint4* inbox_ = nullptr;         // heap: fused LL lines
   float* bsp_gather_ = nullptr;    // heap or device memory (plain)
   void* workspace_ = nullptr;      // device memory
   size_t workspace_bytes_ = 0;
   dev::LaunchSequence seq_{};
-  int occupancy_[32] = {};         // ctas_per_sm cache, 0 = not queried yet
+  int occupancy_[8] = {};          // fused_ctas_per_sm cache, 0 = not queried yet
   bool skip_signal_ = false;
 };
 

@@ -33,7 +33,6 @@ bench::Case Shape::to_case(const std::string& dtype, const char* kv_suffix) cons
   std::ostringstream label;
   label << "b=" << batch << " kv=" << kv << kv_suffix << " heads=" << q_heads << "/" << kv_heads << " d=" << head_dim;
   if (splits > 0) label << " splits=" << splits;
-  if (ring != Ring::automatic) label << " ring=" << ring_name(ring);
   c.label = label.str();
   c.count = int64_t(batch) * q_heads * head_dim;
   c.size_bytes = c.count * 2;
@@ -47,13 +46,12 @@ nlohmann::json Shape::params() const {
           {"heads", std::to_string(q_heads) + "/" + std::to_string(kv_heads)},
           {"q_heads", q_heads},   {"kv_heads", kv_heads},
           {"head_dim", head_dim}, {"kv_bytes", kv_bytes()},
-          {"splits", splits},     {"ring", ring_name(ring)}};
+          {"splits", splits}};
 }
 
 Shape Shape::from(const nlohmann::json& p) {
   return {p.at("q_heads").get<int>(), p.at("kv_heads").get<int>(), p.at("head_dim").get<int>(),
-          p.at("batch").get<int>(),   p.at("kv").get<int>(),       p.value("splits", 0),
-          parse_ring(p.value("ring", std::string("auto")))};
+          p.at("batch").get<int>(),   p.at("kv").get<int>(),       p.value("splits", 0)};
 }
 
 std::vector<Shape> issue_shapes() {
@@ -73,17 +71,15 @@ std::vector<Shape> shapes_of(const std::vector<std::string>& entries) {
                                                  {"kv", {}},
                                                  {"heads", {"96/12", "64/8"}},
                                                  {"head_dim", {"64", "128"}},
-                                                 {"splits", {}},
-                                                 {"ring", {"auto", "shallow", "deep"}}});
+                                                 {"splits", {}}});
     const auto get = [&](const char* key, int def) { return kv.count(key) ? std::stoi(kv.at(key)) : def; };
     const std::string heads = kv.count("heads") ? kv.at("heads") : "";
     const int splits = get("splits", 0);
     TF_REQUIRE(splits <= kMaxSplits, Status::InvalidArgument,
                "--shape entry '" << e << "': splits=" << splits << " must be in [1, " << kMaxSplits << "]");
-    const Ring ring = parse_ring(kv.count("ring") ? kv.at("ring") : "auto");
     if (kv.count("batch") && kv.count("kv")) {
       const bool h64 = heads == "64/8";
-      out.push_back({h64 ? 64 : 96, h64 ? 8 : 12, get("head_dim", 128), get("batch", 1), get("kv", 1), splits, ring});
+      out.push_back({h64 ? 64 : 96, h64 ? 8 : 12, get("head_dim", 128), get("batch", 1), get("kv", 1), splits});
       continue;
     }
     for (Shape s : issue_shapes()) {
@@ -91,7 +87,7 @@ std::vector<Shape> shapes_of(const std::vector<std::string>& entries) {
                          get("head_dim", s.head_dim) == s.head_dim &&
                          (heads.empty() || heads == std::to_string(s.q_heads) + "/" + std::to_string(s.kv_heads));
       if (!match) continue;
-      s.splits = splits, s.ring = ring;
+      s.splits = splits;
       out.push_back(s);
     }
   }

@@ -2,9 +2,9 @@
 // KV length per rank as the local length (contiguous cache, every sequence full length).
 //
 // --shape entries (bench_inputs::shapes_of) name shapes or select issue shapes, and may force the
-// split count and ring, e.g.
+// split count, e.g.
 //   --shape batch=1,kv=32768,heads=96/12            an issue shape, the heuristic's plan
-//   --shape batch=1,kv=12345,splits=7,ring=deep     any KV length, forced plan
+//   --shape batch=1,kv=12345,splits=7               any KV length, forced plan
 //   --shape kv=8192,splits=11                       every issue shape with 8K tokens, 11 splits
 // Rank 0 prints each case's plan ("# plan: ..."). -b/-e do not apply (the size column is the
 // output bytes).
@@ -79,10 +79,9 @@ class DecodeBench final : public bench::OpBench {
     a_.slice_len = lens_, a_.max_len = s_.kv;
     a_.out = out_, a_.lse_part = lse_;
     DecodeConfig cfg;
-    cfg.num_splits = s_.splits, cfg.ring = s_.ring;
+    cfg.num_splits = s_.splits;
     plan_ = plan_decode(a_, cfg);
-    if (team.rank() == 0)
-      std::printf("# plan: %s -> splits=%d ring=%s\n", c.label.c_str(), plan_.num_splits, ring_name(plan_.ring));
+    if (team.rank() == 0) std::printf("# plan: %s -> splits=%d\n", c.label.c_str(), plan_.num_splits);
     if (plan_.workspace_bytes) {
       TF_CUDA(cudaMalloc(&ws_, plan_.workspace_bytes));
       init_decode_workspace(ws_, plan_.workspace_bytes, nullptr);

@@ -10,8 +10,7 @@
 namespace taxfree::ops::flash_decode::detail {
 
 namespace {
-// 96 or 192 KB of dynamic shared memory need an opt-in, and the shallow ring's two CTAs per SM the
-// largest carveout. Done once per process and kernel: one process drives one GPU (DESIGN.md), and
+// 96 KB of dynamic shared memory need an opt-in, and two CTAs per SM the largest carveout. Done once per process and kernel: one process drives one GPU (DESIGN.md), and
 // attributes are per function, not per launch. Shared by every kernel of the decode family.
 template <auto kKernel, int kSmem>
 void prepare_kernel() {
@@ -34,10 +33,10 @@ int ctas_per_sm() {
   return n;
 }
 
-// Prepares `kernel` (a decode-family kernel for kCtasPerSm) and launches it with `grid` CTAs.
-template <auto kKernel, int D, int kCtasPerSm, class P, class G>
+// Prepares `kernel` (a decode-family kernel) and launches it with `grid` CTAs.
+template <auto kKernel, int D, class P, class G>
 void launch_prepared(const P& p, G grid, cudaStream_t stream) {
-  constexpr int kSmem = attention::decode_smem_bytes<D, kCtasPerSm>();
+  constexpr int kSmem = attention::decode_smem_bytes<D>();
   prepare_kernel<kKernel, kSmem>();
   kKernel<<<grid, attention::kThreads, kSmem, stream>>>(p);
   TF_CUDA(cudaGetLastError());
@@ -45,20 +44,9 @@ void launch_prepared(const P& p, G grid, cudaStream_t stream) {
 }  // namespace
 
 template <class T, int D>
-void launch_decode_t(bool paged, Ring ring, const attention::DecodeParams& p, dim3 grid, cudaStream_t stream) {
-  dispatch_ring(ring, [&]<int C>() {
-    if (paged) launch_prepared<&attention::decode_partial_kernel<T, D, true, C>, D, C>(p, grid, stream);
-    else launch_prepared<&attention::decode_partial_kernel<T, D, false, C>, D, C>(p, grid, stream);
-  });
-}
-
-template <class T, int D>
-int decode_ctas_per_sm_t(bool paged, Ring ring) {
-  return dispatch_ring(ring, [&]<int C>() {
-    constexpr int kSmem = attention::decode_smem_bytes<D, C>();
-    return paged ? ctas_per_sm<&attention::decode_partial_kernel<T, D, true, C>, kSmem>()
-                 : ctas_per_sm<&attention::decode_partial_kernel<T, D, false, C>, kSmem>();
-  });
+void launch_decode_t(bool paged, const attention::DecodeParams& p, dim3 grid, cudaStream_t stream) {
+  if (paged) launch_prepared<&attention::decode_partial_kernel<T, D, true>, D>(p, grid, stream);
+  else launch_prepared<&attention::decode_partial_kernel<T, D, false>, D>(p, grid, stream);
 }
 
 template <class T, int D>
@@ -69,8 +57,7 @@ void launch_combine_t(const attention::CombineParams& p, cudaStream_t stream) {
 }
 
 #define TF_FLASH_DECODE_INSTANTIATE(T, D)                                                     \
-  template void launch_decode_t<T, D>(bool, Ring, const attention::DecodeParams&, dim3, cudaStream_t); \
-  template int decode_ctas_per_sm_t<T, D>(bool, Ring);                                              \
+  template void launch_decode_t<T, D>(bool, const attention::DecodeParams&, dim3, cudaStream_t); \
   template void launch_combine_t<T, D>(const attention::CombineParams&, cudaStream_t);
 
 }  // namespace taxfree::ops::flash_decode::detail

@@ -17,20 +17,11 @@ bool is_paged(KvLayout l) { return l != KvLayout::Contiguous; }
 
 FlashDecode::FlashDecode(Team& team, const FlashDecodeConfig& cfg) : team_(team), cfg_(cfg) {
   validate_flash_decode_config(cfg, team.world());
-  // The split workspace must hold the largest plan of either kernel, any dtype and layout.
-  int per_sm = 0;
-  for (bool fused : {false, true})
-    for (DType dt : {DType::BF16, DType::FP16})
-      for (int d : {64, 128})
-        for (bool paged : {false, true})
-          if (d <= cfg.max_head_dim) per_sm = std::max(per_sm, ctas_per_sm(fused, dt, d, paged, Ring::shallow));
-  TF_REQUIRE(per_sm >= 1, Status::NotSupported, "the decode kernels do not fit on an SM of this device (occupancy 0)");
-  const FlashDecodeBuffers bytes = flash_decode_buffers(cfg, team.world(), team.sm_count() * per_sm);
+  const FlashDecodeBuffers bytes = flash_decode_buffers(cfg, team.world(), team.sm_count());
 
   // Collective and ordered: the same allocations on every rank (same config, same world).
   auto& heap = team.heap();
-  fused_gather_ = static_cast<float*>(heap.allocate(bytes.fused_gather_bytes, 256, "flash_decode.fused_gather"));
-  flags_ = static_cast<uint64_t*>(heap.allocate(bytes.flag_bytes, 256, "flash_decode.flags"));
+  inbox_ = static_cast<uint4*>(heap.allocate(bytes.fused_inbox_bytes, 256, "flash_decode.fused_inbox"));
   if (cfg.bsp_buffers == BspBuffers::symmetric)
     bsp_gather_ = static_cast<float*>(heap.allocate(bytes.bsp_gather_bytes, 256, "flash_decode.bsp_gather"));
   else
@@ -40,10 +31,10 @@ FlashDecode::FlashDecode(Team& team, const FlashDecodeConfig& cfg) : team_(team)
     TF_CUDA(cudaMalloc(&workspace_, workspace_bytes_));
     init_decode_workspace(workspace_, workspace_bytes_, nullptr);  // split counters start at 0
   }
-  TF_CUDA(cudaMemset(flags_, 0, bytes.flag_bytes));  // 0 is below every epoch
+  TF_CUDA(cudaMemset(inbox_, 0, bytes.fused_inbox_bytes));  // epoch 0: no launch's lines
   TF_CUDA(cudaDeviceSynchronize());
   seq_ = team.new_sequence();
-  // Peers write into this rank's flags only after they are zero.
+  // Peers write into this rank's inbox only after it is zero.
   team.host_barrier("flash_decode.init");
 }
 
@@ -53,37 +44,29 @@ FlashDecode::~FlashDecode() {
   // Heap buffers go back with the heap's release(mark) (stack discipline).
 }
 
-int FlashDecode::ctas_per_sm(bool fused, DType dtype, int head_dim, bool paged, Ring ring) {
-  int& n = occupancy_[(ring == Ring::deep ? 16 : 0) + (fused ? 8 : 0) + (dtype == DType::FP16 ? 4 : 0) +
-                      (head_dim == 128 ? 2 : 0) + (paged ? 1 : 0)];
+int FlashDecode::fused_ctas_per_sm(DType dtype, int head_dim, bool paged) {
+  int& n = occupancy_[(dtype == DType::FP16 ? 4 : 0) + (head_dim == 128 ? 2 : 0) + (paged ? 1 : 0)];
   if (n == 0)
-    n = detail::dispatch(dtype, head_dim, [&]<class T, int D>() {
-      return fused ? detail::fused_ctas_per_sm_t<T, D>(paged, ring) : detail::decode_ctas_per_sm_t<T, D>(paged, ring);
-    });
+    n = detail::dispatch(dtype, head_dim, [&]<class T, int D>() { return detail::fused_ctas_per_sm_t<T, D>(paged); });
   return n;
 }
 
-DecodeConfig FlashDecode::split_config(bool fused, const DecodeArgs& a) {
+DecodeConfig FlashDecode::split_config() const {
   DecodeConfig dc;
   dc.num_splits = cfg_.num_splits;
-  dc.ring = cfg_.ring;
   dc.num_sms = team_.sm_count();
-  dc.ctas_per_sm = ctas_per_sm(fused, a.dtype, a.head_dim, is_paged(a.layout), Ring::shallow);
-  TF_REQUIRE(dc.ctas_per_sm >= 1, Status::NotSupported, "the decode kernel does not fit on an SM of this device");
   return dc;
 }
 
 FusedPlan FlashDecode::fused_plan(const DecodeArgs& a) {
   validate_flash_decode_args(a, cfg_);
-  const DecodeConfig dc = split_config(true, a);
-  const DecodePlan plan = plan_decode(a, dc);
+  const DecodePlan plan = plan_decode(a, split_config());
   TF_REQUIRE(plan.workspace_bytes <= workspace_bytes_, Status::Internal,
              "fused plan needs " << plan.workspace_bytes << " workspace bytes, FlashDecode has " << workspace_bytes_);
   FusedPlan fp;
   fp.num_splits = plan.num_splits;
-  fp.ring = plan.ring;
   fp.items = int64_t(plan.num_splits) * a.batch * a.kv_heads;
-  fp.resident = dc.num_sms * ctas_per_sm(true, a.dtype, a.head_dim, is_paged(a.layout), plan.ring);
+  fp.resident = team_.sm_count() * fused_ctas_per_sm(a.dtype, a.head_dim, is_paged(a.layout));
   TF_REQUIRE(fp.resident >= 1, Status::NotSupported, "the fused decode kernel does not fit on an SM of this device");
   fp.grid = attention::fused_grid(fp.items, fp.resident);
   return fp;
@@ -99,21 +82,18 @@ void FlashDecode::launch(Variant variant, const DecodeArgs& a, cudaStream_t stre
 
 void FlashDecode::launch_fused(const DecodeArgs& a, cudaStream_t stream) {
   const FusedPlan fp = fused_plan(a);  // validates
-  const GatherLayout l = gather_layout(a.batch, a.q_heads, a.head_dim);
   attention::FusedDecodeParams p{};
   p.d = detail::make_decode_params(a, fp.num_splits, workspace_);
   p.view = team_.view();
-  p.gather = fused_gather_;
-  p.block = l.block_floats;
-  p.lse_offset = l.lse_offset;
-  p.flags = flags_;
+  p.ll = inbox_;
+  p.rows = int64_t(a.batch) * a.q_heads;
   p.seq = seq_;
   p.fault = team_.fault();
   p.items = int(fp.items);
   p.skip_signal = skip_signal_ ? 1 : 0;
   const bool paged = is_paged(a.layout);
   detail::dispatch(a.dtype, a.head_dim,
-                   [&]<class T, int D>() { detail::launch_fused_t<T, D>(paged, fp.ring, p, fp.grid, stream); });
+                   [&]<class T, int D>() { detail::launch_fused_t<T, D>(paged, p, fp.grid, stream); });
 }
 
 void FlashDecode::launch_bsp_stage(Stage stage, const DecodeArgs& a, cudaStream_t stream) {
@@ -128,7 +108,7 @@ void FlashDecode::launch_bsp_stage(Stage stage, const DecodeArgs& a, cudaStream_
       d.out = nullptr;
       d.o_part = mine;
       d.lse_part = mine + l.lse_offset;
-      const DecodePlan plan = plan_decode(d, split_config(false, a));
+      const DecodePlan plan = plan_decode(d, split_config());
       TF_REQUIRE(plan.workspace_bytes <= workspace_bytes_, Status::Internal,
                  "decode plan needs " << plan.workspace_bytes << " workspace bytes, FlashDecode has "
                                       << workspace_bytes_);

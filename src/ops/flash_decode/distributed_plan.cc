@@ -15,14 +15,14 @@ constexpr uint64_t kAlign = 256;  // bytes: gather blocks, workspace sections
 uint64_t round_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
 
 // The largest split workspace any launch within cfg's maxima can need (plan_decode's sizes).
-uint64_t max_workspace_bytes(const FlashDecodeConfig& c, int resident_ctas) {
+uint64_t max_workspace_bytes(const FlashDecodeConfig& c, int num_sms) {
   if (c.num_splits == 1) return 0;
   if (c.num_splits > 1)  // sizes only grow with each argument
     return decode_workspace_bytes(c.max_batch, c.max_q_heads, c.max_kv_heads, c.max_head_dim, c.num_splits);
-  // Heuristic: more than one split only while splits x batch x kv_heads <= resident CTAs (one
-  // wave, choose_splits), so a plan holds at most resident x group split partials.
+  // Heuristic: more than one split only while splits x batch x kv_heads <= num_sms
+  // (choose_splits), so a plan holds at most num_sms x group split partials.
   const int64_t group = std::min(kMaxGqaRatio, c.max_q_heads);
-  const int64_t parts = std::min(int64_t(resident_ctas) * group, int64_t(c.max_batch) * c.max_q_heads * kMaxSplits);
+  const int64_t parts = std::min(int64_t(num_sms) * group, int64_t(c.max_batch) * c.max_q_heads * kMaxSplits);
   return round_up(uint64_t(c.max_batch) * c.max_kv_heads * sizeof(int), kAlign) +
          round_up(uint64_t(parts) * sizeof(float), kAlign) +
          round_up(uint64_t(parts) * c.max_head_dim * sizeof(float), kAlign);
@@ -49,15 +49,16 @@ GatherLayout gather_layout(int batch, int q_heads, int head_dim) {
   return l;
 }
 
-FlashDecodeBuffers flash_decode_buffers(const FlashDecodeConfig& cfg, int world, int resident_ctas) {
+FlashDecodeBuffers flash_decode_buffers(const FlashDecodeConfig& cfg, int world, int num_sms) {
   validate_flash_decode_config(cfg, world);
-  TF_REQUIRE(resident_ctas >= 1, Status::InvalidArgument, "resident_ctas=" << resident_ctas << " must be >= 1");
+  TF_REQUIRE(num_sms >= 1, Status::InvalidArgument, "num_sms=" << num_sms << " must be >= 1");
   const uint64_t block = uint64_t(gather_layout(cfg.max_batch, cfg.max_q_heads, cfg.max_head_dim).block_floats) * 4;
+  const uint64_t rows = uint64_t(cfg.max_batch) * cfg.max_q_heads;
   FlashDecodeBuffers b;
-  b.fused_gather_bytes = 2 * uint64_t(world) * block;
-  b.flag_bytes = uint64_t(cfg.max_batch) * cfg.max_kv_heads * world * sizeof(uint64_t);
+  // A launch with smaller rows or head_dim packs its lines from the start: this bounds them all.
+  b.fused_inbox_bytes = 2 * uint64_t(world) * rows * attention::ll_lines_per_row(cfg.max_head_dim) * 16;
   b.bsp_gather_bytes = uint64_t(world) * block;
-  b.workspace_bytes = max_workspace_bytes(cfg, resident_ctas);
+  b.workspace_bytes = max_workspace_bytes(cfg, num_sms);
   return b;
 }
 
@@ -75,8 +76,6 @@ void validate_flash_decode_config(const FlashDecodeConfig& c, int world) {
              "max_head_dim=" << c.max_head_dim << " must be 64 or 128");
   TF_REQUIRE(c.num_splits >= 0 && c.num_splits <= kMaxSplits, S::InvalidArgument,
              "num_splits=" << c.num_splits << " must be 0 (auto) or in [1, " << kMaxSplits << "]");
-  TF_REQUIRE(c.ring == Ring::automatic || c.ring == Ring::shallow || c.ring == Ring::deep, S::InvalidArgument,
-             "ring=" << int(c.ring) << " is not a Ring");
   TF_REQUIRE(c.bsp_buffers == BspBuffers::symmetric || c.bsp_buffers == BspBuffers::plain, S::InvalidArgument,
              "bsp_buffers=" << int(c.bsp_buffers) << " is not a BspBuffers value");
   // Fused work items (splits x batch x kv_heads) are int32.

@@ -6,7 +6,7 @@
 // Parts for the tax breakdown: decode-only (bsp's decode kernel alone; its algbw column is the KV
 // read rate, to compare with the measured HBM rate) and comm-only (the all-gather alone).
 // --shape entries as for `bench decode` (bench_inputs::shapes_of: batch, kv, heads, head_dim, and
-// splits / ring forcing the plan of every variant and part); rank 0 prints the fused plan.
+// splits forcing the plan of every variant and part); rank 0 prints the fused plan.
 //
 // Check: the output of sampled (sequence, KV head) groups against a double-precision reference
 // over the whole sequence (each rank regenerates every rank's KV on the host), and the output
@@ -100,12 +100,11 @@ class FlashDecodeBench final : public bench::OpBench {
     FlashDecodeConfig cfg;
     cfg.max_batch = s_.batch, cfg.max_q_heads = s_.q_heads, cfg.max_kv_heads = s_.kv_heads;
     cfg.max_head_dim = s_.head_dim;
-    cfg.num_splits = s_.splits, cfg.ring = s_.ring;
+    cfg.num_splits = s_.splits;
     op_ = std::make_unique<FlashDecode>(team, cfg);
     if (team.rank() == 0) {
       const FusedPlan fp = op_->fused_plan(a_);
-      std::printf("# plan: %s -> fused splits=%d ring=%s grid=%d\n", c.label.c_str(), fp.num_splits,
-                  ring_name(fp.ring), fp.grid);
+      std::printf("# plan: %s -> fused splits=%d grid=%d\n", c.label.c_str(), fp.num_splits, fp.grid);
     }
     cfg.bsp_buffers = BspBuffers::plain;
     plain_ = std::make_unique<FlashDecode>(team, cfg);

@@ -147,33 +147,14 @@ void validate_decode_args(const DecodeArgs& a) {
   }
 }
 
-SplitChoice choose_splits(int batch, int kv_heads, int max_len, int num_sms, int ctas_per_sm, int waves) {
-  TF_REQUIRE(batch >= 1 && kv_heads >= 1 && num_sms >= 1 && ctas_per_sm >= 1 && waves >= 1,
-             Status::InvalidArgument,
+int choose_splits(int batch, int kv_heads, int max_len, int num_sms, int waves) {
+  TF_REQUIRE(batch >= 1 && kv_heads >= 1 && num_sms >= 1 && waves >= 1, Status::InvalidArgument,
              "choose_splits(batch=" << batch << ", kv_heads=" << kv_heads << ", num_sms=" << num_sms
-                                    << ", ctas_per_sm=" << ctas_per_sm << ", waves=" << waves
-                                    << "): all must be >= 1");
-  const int64_t groups = int64_t(batch) * kv_heads;
-  const int64_t sms = int64_t(num_sms) * waves;
-  int64_t s = 1;
-  if (max_len > 0) {
-    // Fewest equal CTAs that fill the GPU once (flash_decode.h).
-    const int64_t deep = sms / groups;
-    s = deep * groups * 8 >= sms * 7 ? deep : sms * ctas_per_sm / groups;
-    const int64_t by_len = (int64_t(max_len) + kMinSplitTokens - 1) / kMinSplitTokens;
-    s = std::max<int64_t>(std::min({s, by_len, int64_t(kMaxSplits)}), 1);
-  }
-  return {int(s), s * groups <= sms ? Ring::deep : Ring::shallow};
-}
-
-const char* ring_name(Ring r) {
-  return r == Ring::automatic ? "auto" : r == Ring::shallow ? "shallow" : r == Ring::deep ? "deep" : "?";
-}
-
-Ring parse_ring(const std::string& name) {
-  for (Ring r : {Ring::automatic, Ring::shallow, Ring::deep})
-    if (name == ring_name(r)) return r;
-  TF_THROW(Status::InvalidArgument, "unknown decode ring '" << name << "' (known: auto, shallow, deep)");
+                                    << ", waves=" << waves << "): all must be >= 1");
+  if (max_len <= 0) return 1;
+  const int64_t per_sm = int64_t(num_sms) * waves / (int64_t(batch) * kv_heads);  // flash_decode.h
+  const int64_t by_len = (int64_t(max_len) + kMinSplitTokens - 1) / kMinSplitTokens;
+  return int(std::max<int64_t>(std::min({per_sm, by_len, int64_t(kMaxSplits)}), 1));
 }
 
 size_t decode_workspace_bytes(int batch, int q_heads, int kv_heads, int head_dim, int num_splits) {
@@ -191,41 +172,24 @@ void init_decode_workspace(void* workspace, size_t bytes, cudaStream_t stream) {
   TF_CUDA(cudaMemsetAsync(workspace, 0, bytes, stream));
 }
 
-namespace {
-int decode_ctas_per_sm(DType dt, int head_dim, bool is_paged) {
-  return detail::dispatch(dt, head_dim, [&]<class T, int D>() {
-    return detail::decode_ctas_per_sm_t<T, D>(is_paged, Ring::shallow);
-  });
-}
-bool valid_ring(Ring r) { return r == Ring::automatic || r == Ring::shallow || r == Ring::deep; }
-}  // namespace
-
 DecodePlan plan_decode(const DecodeArgs& a, const DecodeConfig& cfg) {
   validate_decode_args(a);
   TF_REQUIRE(cfg.num_splits >= 0 && cfg.num_splits <= kMaxSplits, Status::InvalidArgument,
              "num_splits=" << cfg.num_splits << " must be 0 (auto) or in [1, " << kMaxSplits << "]");
-  TF_REQUIRE(valid_ring(cfg.ring), Status::InvalidArgument, "ring=" << int(cfg.ring) << " is not a Ring");
   TF_REQUIRE(cfg.num_sms >= 0, Status::InvalidArgument, "num_sms=" << cfg.num_sms << " must be >= 0");
-  TF_REQUIRE(cfg.ctas_per_sm >= 0, Status::InvalidArgument,
-             "ctas_per_sm=" << cfg.ctas_per_sm << " must be >= 0");
   TF_REQUIRE(cfg.waves >= 1 && cfg.waves <= 64, Status::InvalidArgument,
              "waves=" << cfg.waves << " must be in [1, 64]");
-  SplitChoice c{cfg.num_splits, Ring::shallow};
-  if (c.num_splits == 0) {
+  int splits = cfg.num_splits;
+  if (splits == 0) {
     int sms = cfg.num_sms;
     if (sms == 0) {
       int dev = 0;
       TF_CUDA(cudaGetDevice(&dev));
       TF_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
     }
-    int per_sm = cfg.ctas_per_sm;
-    if (per_sm == 0) per_sm = decode_ctas_per_sm(a.dtype, a.head_dim, paged(a.layout));
-    TF_REQUIRE(per_sm >= 1, Status::NotSupported,
-               "the decode kernel does not fit on an SM of this device (occupancy 0)");
-    c = choose_splits(a.batch, a.kv_heads, a.max_len, sms, per_sm, cfg.waves);
+    splits = choose_splits(a.batch, a.kv_heads, a.max_len, sms, cfg.waves);
   }
-  if (cfg.ring != Ring::automatic) c.ring = cfg.ring;
-  return {c.num_splits, decode_workspace_bytes(a.batch, a.q_heads, a.kv_heads, a.head_dim, c.num_splits), c.ring};
+  return {splits, decode_workspace_bytes(a.batch, a.q_heads, a.kv_heads, a.head_dim, splits)};
 }
 
 void launch_decode_partial(const DecodeArgs& a, const DecodePlan& plan, void* workspace,
@@ -233,8 +197,6 @@ void launch_decode_partial(const DecodeArgs& a, const DecodePlan& plan, void* wo
   validate_decode_args(a);
   TF_REQUIRE(plan.num_splits >= 1 && plan.num_splits <= kMaxSplits, Status::InvalidArgument,
              "plan.num_splits=" << plan.num_splits << " must be in [1, " << kMaxSplits << "]");
-  TF_REQUIRE(plan.ring == Ring::shallow || plan.ring == Ring::deep, Status::InvalidArgument,
-             "plan.ring=" << int(plan.ring) << " must be Ring::shallow or Ring::deep");
   const size_t need = decode_workspace_bytes(a.batch, a.q_heads, a.kv_heads, a.head_dim, plan.num_splits);
   if (need > 0) {
     TF_REQUIRE(workspace != nullptr, Status::InvalidArgument,
@@ -249,7 +211,7 @@ void launch_decode_partial(const DecodeArgs& a, const DecodePlan& plan, void* wo
   const attention::DecodeParams p = detail::make_decode_params(a, plan.num_splits, workspace);
   const dim3 grid(unsigned(plan.num_splits), unsigned(a.kv_heads), unsigned(a.batch));
   detail::dispatch(a.dtype, a.head_dim, [&]<class T, int D>() {
-    detail::launch_decode_t<T, D>(paged(a.layout), plan.ring, p, grid, stream);
+    detail::launch_decode_t<T, D>(paged(a.layout), p, grid, stream);
   });
 }
 

@@ -13,30 +13,19 @@
 
 namespace taxfree::ops::flash_decode::detail {
 
-// Launch decode_partial_kernel<T, D, paged, CTAs per SM of `ring`> with grid `grid`; throws on
-// launch errors. `ring` is shallow or deep.
+// Launch decode_partial_kernel<T, D, paged> with grid `grid`; throws on launch errors.
 template <class T, int D>
-void launch_decode_t(bool paged, Ring ring, const attention::DecodeParams& p, dim3 grid, cudaStream_t stream);
-
-// Resident CTAs per SM of that kernel on the current device (after its attributes are set).
-template <class T, int D>
-int decode_ctas_per_sm_t(bool paged, Ring ring);
+void launch_decode_t(bool paged, const attention::DecodeParams& p, dim3 grid, cudaStream_t stream);
 
 template <class T, int D>
 void launch_combine_t(const attention::CombineParams& p, cudaStream_t stream);
 
-// fused_decode_kernel<T, D, paged, CTAs per SM of `ring`> with `grid` CTAs (<= resident slots;
-// see fused_schedule.h).
+// fused_decode_kernel<T, D, paged> with `grid` CTAs (<= resident slots; see fused_schedule.h), and
+// its resident CTAs per SM on the current device (after its attributes are set).
 template <class T, int D>
-void launch_fused_t(bool paged, Ring ring, const attention::FusedDecodeParams& p, int grid, cudaStream_t stream);
+void launch_fused_t(bool paged, const attention::FusedDecodeParams& p, int grid, cudaStream_t stream);
 template <class T, int D>
-int fused_ctas_per_sm_t(bool paged, Ring ring);
-
-// f.template operator()<kCtasPerSm>() for the kernel configuration of `ring` (shallow or deep).
-template <class F>
-decltype(auto) dispatch_ring(Ring ring, F&& f) {
-  return ring == Ring::deep ? f.template operator()<1>() : f.template operator()<2>();
-}
+int fused_ctas_per_sm_t(bool paged);
 
 // Kernel parameters of a validated DecodeArgs: KV view (strides per layout, slices), shape, scale,
 // outputs, and the split workspace sections (when num_splits > 1; `workspace` as sized by

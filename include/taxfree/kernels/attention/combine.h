@@ -64,6 +64,45 @@ __device__ inline void cta_store_tile_as(const PartialTile<D>& t, int rows, T* d
   }
 }
 
+// Row statistics (lse_stats' m and S) and weights (lse_weight) of one row's n partial LSEs, spread
+// over a segment of kLanes lanes (aligned within the warp): lane `col` holds partials col,
+// col + kLanes, ... in l[k] (-inf past n). Owner lanes write weight p to w[p] for p < n; returns
+// the merged lse. m and S are segment reductions (shuffles, no serial per-row loop); every lane
+// of the warp must call it. Ends with __syncwarp, so the weights are then readable by the warp.
+template <int kLanes, int kLse>
+__device__ inline float segment_lse_weights(const float (&l)[kLse], int n, int col, bool owner, float* w) {
+  constexpr float kNegInf = -INFINITY;
+  float m = kNegInf;
+#pragma unroll
+  for (int k = 0; k < kLse; ++k) m = fmaxf(m, l[k]);
+#pragma unroll
+  for (int off = kLanes / 2; off > 0; off >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
+  float s = 0.f;
+  if (m != kNegInf)
+#pragma unroll
+    for (int k = 0; k < kLse; ++k) s += l[k] == kNegInf ? 0.f : expf(l[k] - m);
+#pragma unroll
+  for (int off = kLanes / 2; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
+  const LseStats st{m, s};
+  if (owner)
+#pragma unroll
+    for (int k = 0; k < kLse; ++k)
+      if (col + k * kLanes < n) w[col + k * kLanes] = lse_weight(l[k], st);
+  __syncwarp();
+  return lse_total(st);
+}
+
+// acc += w * x, where the select, not a multiply, drops weight-0 partials, so garbage/NaN in an
+// empty partial's o never reaches acc. Every combine accumulates through this, in partial order,
+// so all paths give the same bits from the same partials.
+__device__ inline void accumulate_weighted(float4& acc, float w, float4 x) {
+  const float4 t = w != 0.f ? x : make_float4(0.f, 0.f, 0.f, 0.f);
+  acc.x += w * t.x;
+  acc.y += w * t.y;
+  acc.z += w * t.z;
+  acc.w += w * t.w;
+}
+
 // Merge n partials of `rows` rows into `out` (shared memory), with lse_combine.h's formula.
 //   partial i, row r:  o at o[i*o_part_stride + r*D + d]   (fp32, normalised, 16-byte aligned)
 //                      lse at lse[i*lse_part_stride + r]
@@ -121,39 +160,13 @@ __device__ inline void cta_combine_partials(const float* o, int64_t o_part_strid
     float4 x[kBatch];
     load_batch(0, x);
 
-    // Row statistics (lse_stats' m and S) as segment reductions, then every weight (lse_weight).
-    float m = kNegInf;
-#pragma unroll
-    for (int k = 0; k < kLse; ++k) m = fmaxf(m, l[k]);
-#pragma unroll
-    for (int off = kLanes / 2; off > 0; off >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
-    float s = 0.f;
-    if (m != kNegInf)
-#pragma unroll
-      for (int k = 0; k < kLse; ++k) s += l[k] == kNegInf ? 0.f : expf(l[k] - m);
-#pragma unroll
-    for (int off = kLanes / 2; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
-    const LseStats st{m, s};
-    if (owner) {
-#pragma unroll
-      for (int k = 0; k < kLse; ++k)
-        if (col + k * kLanes < n) w[col + k * kLanes] = lse_weight(l[k], st);
-      if (col == 0) out.lse[r] = lse_total(st);
-    }
-    __syncwarp();
+    const float row_lse = segment_lse_weights<kLanes>(l, n, col, owner, w);
+    if (owner && col == 0) out.lse[r] = row_lse;
 
     float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
     for (int p0 = 0;;) {
 #pragma unroll
-      for (int u = 0; u < kBatch; ++u) {
-        // The select, not a multiply, drops weight-0 partials, so garbage/NaN never reaches acc.
-        const float wu = p0 + u < n ? w[p0 + u] : 0.f;
-        const float4 t = wu != 0.f ? x[u] : make_float4(0.f, 0.f, 0.f, 0.f);
-        acc.x += wu * t.x;
-        acc.y += wu * t.y;
-        acc.z += wu * t.z;
-        acc.w += wu * t.w;
-      }
+      for (int u = 0; u < kBatch; ++u) accumulate_weighted(acc, p0 + u < n ? w[p0 + u] : 0.f, x[u]);
       p0 += kBatch;
       if (p0 >= n) break;
       load_batch(p0, x);

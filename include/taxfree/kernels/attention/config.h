@@ -35,17 +35,14 @@ inline constexpr int kCombineRows = 4;
 // Fewest tiles a split gets on the device (one per warp); shorter sequences get fewer splits.
 inline constexpr int kMinTilesPerSplit = kWarps;
 
-// Pipeline depth per warp (K+V tiles of 16 rows) for a kernel built for `ctas_per_sm` resident
-// CTAs, in two configurations with bitwise identical results (the depth changes neither which warp
-// attends a tile nor the order):
-//  * 2 CTAs per SM ("shallow"): 3 stages of 8 KB (head_dim 128) or 6 of 4 KB (head_dim 64) per warp
-//    = 96 KB per CTA, so every SM has 8 warps x 2-5 tiles (>= 128 KB) of loads in flight: far
-//    above HBM latency x per-SM bandwidth (~32 KB).
-//  * 1 CTA per SM ("deep"): twice the stages, 192 KB. For grids of at most one CTA per SM (small
-//    batch x KV heads), where fewer, longer splits shorten the split merge in the launch's tail and
-//    the second CTA slot would sit idle anyway; the deeper ring keeps the bytes in flight per SM.
-TF_HD constexpr int stages_for(int head_dim, int ctas_per_sm) {
-  return (head_dim == 64 ? 6 : 3) * (ctas_per_sm == 1 ? 2 : 1);
-}
+// 16-byte low-latency lines per partial row in the fused kernel's exchange (partial_exchange.h):
+// D/2 lines of two fp32 o values, one line for the LSE.
+TF_HD constexpr int ll_lines_per_row(int head_dim) { return head_dim / 2 + 1; }
+
+// Pipeline depth per warp (K+V tiles of 16 rows): 3 stages of 8 KB (head_dim 128) or 6 of 4 KB
+// (head_dim 64) = 96 KB per CTA, so two CTAs fit an SM and even one keeps 4 warps x 2-5 tiles
+// (>= 64 KB) of loads in flight: above HBM latency x per-SM bandwidth (~32 KB). A ring twice as
+// deep at one CTA per SM measured never faster (docs/notes/decode-latency.md).
+TF_HD constexpr int stages_for(int head_dim) { return head_dim == 64 ? 6 : 3; }
 
 }  // namespace taxfree::attention

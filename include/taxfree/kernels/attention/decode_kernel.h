@@ -2,9 +2,8 @@
 // building blocks (attend_chunk.h, combine.h). Templates only; src/ops/flash_decode instantiates
 // them (one .cu per dtype x head_dim) and launches them after validation.
 //
-// decode_partial_kernel<T, D, kPaged, kCtasPerSm> — grid (num_splits, kv_heads, batch), kThreads
-// threads, decode_smem_bytes<D, kCtasPerSm>() dynamic shared memory: 96 KB with kCtasPerSm = 2,
-// 192 KB (a ring twice as deep, same results bit for bit) with kCtasPerSm = 1 (config.h).
+// decode_partial_kernel<T, D, kPaged> — grid (num_splits, kv_heads, batch), kThreads threads,
+// decode_smem_bytes<D>() dynamic shared memory (96 KB, two CTAs per SM; config.h).
 //   CTA (s, h, b) attends split s of sequence b's slice for the query heads of KV head h. With one
 //   effective split it writes the outputs directly; otherwise it stores its partial in the
 //   workspace, and the last of the sequence's splits to finish (atomic arrival counter) merges
@@ -15,7 +14,8 @@
 //
 // The fused multi-rank kernel (fused_decode_kernel.h) reuses these pieces the same way per work
 // item: cta_attend_chunk, the workspace store + cta_arrive_last + cta_combine_partials of the
-// splits, then a push of the group's partial to every rank and a cross-rank cta_combine_partials.
+// splits, then the group's partial sent to every peer and combined across ranks as the peers'
+// partials arrive (partial_exchange.h).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -27,14 +27,17 @@
 
 namespace taxfree::attention {
 
-template <int D, int kCtasPerSm>
+// Resident CTAs per SM the decode-family kernels are built for (register budget).
+inline constexpr int kCtasPerSm = 2;
+
+template <int D>
 constexpr int decode_smem_bytes() {
-  return int(sizeof(AttendSmem<D, stages_for(D, kCtasPerSm)>));
+  return int(sizeof(AttendSmem<D, stages_for(D)>));
 }
 
-template <class T, int D, bool kPaged, int kCtasPerSm>
+template <class T, int D, bool kPaged>
 __global__ void __launch_bounds__(kThreads, kCtasPerSm) decode_partial_kernel(const __grid_constant__ DecodeParams p) {
-  constexpr int kStages = stages_for(D, kCtasPerSm);
+  constexpr int kStages = stages_for(D);
   extern __shared__ __align__(128) unsigned char smem_raw[];
   auto& smem = *reinterpret_cast<AttendSmem<D, kStages>*>(smem_raw);
 

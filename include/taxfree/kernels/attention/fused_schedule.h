@@ -6,19 +6,19 @@
 // CTA c takes items c, c + G, c + 2G, ... in that order (a persistent loop when items > G). For
 // each item a CTA attends its split; with several effective splits the last split to arrive
 // (cta_arrive_last, no waiting) merges them. The CTA holding the group's merged partial then
-//   1. pushes it into every rank's gather buffer and raises its flag there, and only then
-//   2. waits (deadline) for every rank's flag of the same group, and combines.
+//   1. sends it to every peer (LL lines, partial_exchange.h), and only then
+//   2. waits (deadline) for every peer's lines of the same group, and combines.
 //
 // No deadlock, for any grid sizes, split counts and slice lengths that differ between ranks:
 //  (a) every CTA of a rank's grid is resident at once (G <= resident slots, checked on the host
 //      with the occupancy API), so a CTA that is not waiting is running and finishes its item;
 //  (b) along each CTA's item sequence the group index never decreases (i / num_splits);
-//  (c) a CTA waits on group g only after its rank's partial of g is pushed (step 1 before 2).
+//  (c) a CTA waits on group g only after its rank's partial of g is sent (step 1 before 2).
 //  Take, over all ranks, a waiting CTA whose group g is the smallest any CTA waits on. It needs
 //  rank p's partial of g; the splits of g on p belong to CTAs that are either past them (done),
 //  at them (running, by (a)), or before them at an item of a group <= g (b) that they are either
 //  computing (running) or waiting on; waiting on a group < g contradicts minimality, and waiting
-//  on g itself means p's partial of g is already pushed (c). So p's partial of g arrives.
+//  on g itself means p's partial of g is already sent (c). So p's partial of g arrives.
 // Nothing waits for a CTA of its own GPU, so no kernel of the same GPU has to be resident either.
 #pragma once
 

@@ -12,6 +12,8 @@
 // Query head h uses KV head h / group (group = q_heads / kv_heads, 1..16).
 #pragma once
 
+#include <vector_types.h>  // uint4
+
 #include <cstdint>
 
 #include "taxfree/device/fault.cuh"
@@ -53,22 +55,19 @@ struct CombineParams {
   float* lse_out;           // [rows] fp32, or null
 };
 
-// Fused multi-rank decode (fused_decode_kernel.h). Gather buffers hold one block of `block`
-// floats per sending rank, the same layout the BSP all-gather moves:
-//   block of rank r:  [ O: rows*D floats | LSE: rows floats | pad ],  rows = batch*q_heads
-// so group g = b*kv_heads + kvh (query rows g*group .. g*group+group-1) of rank r has its o at
-// gather + r*block + g*group*D and its lse at gather + r*block + lse_offset + g*group.
+// Fused multi-rank decode (fused_decode_kernel.h). Each rank's inbox of LL lines
+// (partial_exchange.h) holds, per parity, one block of rows * ll_lines_per_row(D) lines per
+// sending rank: group g = b*kv_heads + kvh of sender r starts at line
+// r*rows*ll_lines_per_row(D) + g*group*ll_lines_per_row(D) of the launch's parity.
 struct FusedDecodeParams {
   DecodeParams d;           // this rank's slices and split workspace; d.out = the final output
   dev::SymmetricView view;  // rank, world, peer translation
-  float* gather;            // heap: [2 parities][world][block]; launch with epoch e uses e & 1
-  int64_t block;            // floats per rank block, multiple of 4
-  int64_t lse_offset;       // floats from a block's start to its LSE section (= rows * D)
-  uint64_t* flags;          // heap: [batch*kv_heads][world]; [g][r] = epoch of r's partial of g
+  uint4* ll;                // heap: [2 parities][world][rows][ll_lines_per_row(D)]; epoch e uses e & 1
+  int64_t rows;             // batch * q_heads
   dev::LaunchSequence seq;  // epochs
   dev::FaultContext fault;  // deadline, abort flag, wait record
   int items;                // d.num_splits * batch * kv_heads work items (fused_schedule.h)
-  int skip_signal;          // fault injection: never raise peers' flags (tests the timeout path)
+  int skip_signal;          // fault injection: never send partials to peers (tests the timeout path)
 };
 
 }  // namespace taxfree::attention
