@@ -275,18 +275,15 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
   // Two consumers need 2 x 128 x 232 registers for 128 fp32 accumulators each plus addressing;
   // the producer gives up most of its share (ptxas assigns 168 = 65536 / 384 at launch). Swap-AB
   // consumers hold at most 32 accumulators: everyone keeps 168, and the producer's Ready policy
-  // (e.g. the all-gather piece waits) does not spill under a 40-register cap.
-  // A Ready policy that waits (not AlwaysReady) spilled about 210 B under 40 registers, and spill
-  // reloads on the producer's path made it the bottleneck: it keeps 64 and the consumers 224.
+  // (e.g. the all-gather piece waits) does not spill under a 40-register cap. setmaxnreg.inc waits
+  // until the CTA's own pool (168 per thread at launch) has the registers, so the consumers may
+  // take exactly what the producer gives back (a 64 / 224 split deadlocked).
   constexpr bool kRebalance = Shape::kConsumers > 1 && !Shape::kSwapAB;
-  constexpr bool kPlainProducer = std::is_same_v<Ready, AlwaysReady>;
-  constexpr int kProducerRegs = kPlainProducer ? 40 : 64, kConsumerRegs = kPlainProducer ? 232 : 224;
-  static_assert(128 * kProducerRegs + 128 * Shape::kConsumers * kConsumerRegs <= 65536, "register file");
   if (warpgroup == 0) {
-    if constexpr (kRebalance) setmaxnreg_dec<kProducerRegs>();
+    if constexpr (kRebalance) setmaxnreg_dec<40>();
     if (threadIdx.x == 0) produce<Shape, kMajorB>(p, base, rank, cluster, clusters);
   } else {
-    if constexpr (kRebalance) setmaxnreg_inc<kConsumerRegs>();
+    if constexpr (kRebalance) setmaxnreg_inc<232>();
     consume<Shape, T, kMajorB>(p, base, smem_raw + pad, warpgroup - 1, rank, cluster, clusters);
   }
   // Peers may still arrive on this CTA's barriers (their last stage releases): stay until all are done.
