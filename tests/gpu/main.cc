@@ -6,8 +6,6 @@
 #include <cstring>
 #include <iostream>
 #include <memory>
-#include <string>
-#include <vector>
 
 #include "gpu_env.h"
 #include "taxfree/runtime/error.h"
@@ -50,9 +48,6 @@ int main(int argc, char** argv) {
   }
   bool listing = false;
   for (int i = 1; i < argc; ++i) listing |= std::strncmp(argv[i], "--gtest_list_tests", 18) == 0;
-  // The ranks get the command line as given: InitGoogleTest removes the --gtest_* flags it parsed
-  // (a --gtest_filter would otherwise reach only this launcher process).
-  const std::vector<std::string> given(argv, argv + argc);
   ::testing::InitGoogleTest(&argc, argv);
   if (listing) return RUN_ALL_TESTS();
 
@@ -64,7 +59,7 @@ int main(int argc, char** argv) {
       if (const char* r = std::getenv("TAXFREE_TEST_RANKS")) n = std::max(1, std::min(visible, std::atoi(r)));
       LaunchSpec spec;
       spec.nranks = n;
-      spec.argv = given;
+      spec.argv.assign(argv, argv + argc);
       spec.argv[0] = self_executable();
       return run_ranks(spec);
     }
