@@ -12,21 +12,14 @@
 #include <utility>
 #include <vector>
 
+#include "expect_error.h"
 #include "taxfree/ops/all_gather_matmul.h"
 #include "taxfree/runtime/error.h"
 
 namespace taxfree {
 namespace {
 
-void expect_error(const std::function<void()>& fn, Status status, const std::string& needle) {
-  try {
-    fn();
-    ADD_FAILURE() << "no error; expected one naming '" << needle << "'";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.status(), status) << e.what();
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-  }
-}
+using test::expect_error;
 
 const int kWorlds[] = {2, 3, 4, 8};
 

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "../../src/ops/flash_decode/reference.h"
+#include "expect_error.h"
 #include "taxfree/kernels/attention/fused_schedule.h"
 #include "taxfree/kernels/attention/lse_combine.h"
 #include "taxfree/ops/flash_decode.h"
@@ -23,16 +24,7 @@ namespace {
 
 namespace at = taxfree::attention;
 
-void expect_invalid(const std::function<void()>& f, const std::string& needle) {
-  try {
-    f();
-    ADD_FAILURE() << "did not throw; expected a message with '" << needle << "'";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.status(), Status::InvalidArgument) << e.what();
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos)
-        << "message '" << e.what() << "' does not name '" << needle << "'";
-  }
-}
+using taxfree::test::expect_invalid;
 
 FlashDecodeConfig config(int batch, int q_heads, int kv_heads, int head_dim = 128) {
   FlashDecodeConfig c;

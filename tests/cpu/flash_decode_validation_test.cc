@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "expect_error.h"
 #include "taxfree/ops/flash_decode.h"
 #include "taxfree/runtime/error.h"
 
@@ -18,16 +19,7 @@ T* fake(uintptr_t addr) {
   return reinterpret_cast<T*>(addr);
 }
 
-void expect_invalid(const std::function<void()>& f, const std::string& needle) {
-  try {
-    f();
-    ADD_FAILURE() << "did not throw; expected a message with '" << needle << "'";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.status(), Status::InvalidArgument) << e.what();
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos)
-        << "message '" << e.what() << "' does not name '" << needle << "'";
-  }
-}
+using taxfree::test::expect_invalid;
 
 struct Fixture {
   std::vector<int32_t> lens{100, 0, 7};

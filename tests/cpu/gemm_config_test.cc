@@ -3,6 +3,7 @@
 
 #include <string>
 
+#include "expect_error.h"
 #include "taxfree/ops/gemm.h"
 #include "taxfree/ops/gemm_detail.h"
 #include "taxfree/ops/gemm_tiles.h"
@@ -101,13 +102,7 @@ GemmArgs valid_args() {
 }
 
 void expect_error(const GemmArgs& a, const GemmConfig& cfg, Status status, const std::string& needle) {
-  try {
-    launch(a, cfg, nullptr);
-    ADD_FAILURE() << "launch() accepted " << needle;
-  } catch (const Error& e) {
-    EXPECT_EQ(e.status(), status) << e.what();
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-  }
+  test::expect_error([&] { launch(a, cfg, nullptr); }, status, needle);
 }
 
 TEST(GemmValidation, AcceptsOddButAlignedShapes) {

@@ -27,9 +27,10 @@ struct ReadyGemmLaunch {
   dev::LaunchSequence seq;
   dev::FaultContext fault;
 };
-// Validates (throws before enqueuing anything), then enqueues the GEMM on `s`.
+// Enqueues the GEMM on `s`. launch_gemm checks the arguments again before it enqueues; callers
+// that enqueue other work first call validate_ready_gemm before any of it (nothing may throw
+// half-way through a launch: the ranks' sequences must advance together).
 void enqueue_ready_gemm(const ReadyGemmLaunch& l, cudaStream_t s);
-// The validation alone, for launches that must check before they enqueue other work.
 void validate_ready_gemm(const ReadyGemmLaunch& l);
 
 // Everything the push variant enqueues for one launch.
