@@ -2,8 +2,8 @@
 // test: against a double-precision softmax over the whole sequences, with odd per-rank slices
 // (12345 tokens on rank 0, 1 on rank 1, 0 on the others), ragged and empty sequences, GQA 1..16,
 // head_dim 64/128, bf16 and fp16, paged vs contiguous (bitwise), forced split counts and the
-// persistent grid, 1000 fused steps without a reset, rank skew, CUDA-graph replay, and outputs
-// identical on every rank.
+// persistent grid, large batch (192-256 groups), 1000 fused steps without a reset, rank skew,
+// CUDA-graph replay, and outputs identical on every rank.
 //
 // Every rank draws the same global data from the same seed (no communication) and uploads only its
 // slice, placed at a rank-dependent offset inside its local cache (slice_start != 0) with NaN
@@ -357,6 +357,46 @@ TEST(FlashDecodeDist, SmallBatchAutoPlanFusedMatchesBspBitwise) {
     check(g, bsp, name(p) + " bsp");
     check(g, fused, name(p) + " fused");
     EXPECT_TRUE(fused == bsp) << name(p) << ": fused differs from bsp";
+  }
+}
+
+// Large batch, as in the bench rows where polling every line slowed the kernel: 192 and 256 groups
+// of one split each, every CTA waiting (one thread per peer, then every line read) while others
+// still decode. Slices differ by rank and some are empty, and a rank starts late now and then, so
+// the waits are real; 24 steps on one op, each against the float64 reference, across ranks every
+// 6th, and the first bitwise equal to bsp.
+TEST(FlashDecodeDist, LargeBatchManyGroupsRepeatedSkewedSteps) {
+  TF_REQUIRE_GPUS(2);
+  auto& t = team();
+  const int world = t.world();
+  for (auto [batch, q, kv] : {std::tuple{16, 96, 12}, std::tuple{32, 64, 8}}) {
+    Problem p;
+    p.q_heads = q, p.kv_heads = kv, p.batch = batch;
+    p.lens.assign(size_t(world), std::vector<int32_t>(size_t(batch)));
+    for (int r = 0; r < world; ++r)  // < 800 tokens per sequence in all (the host reference's memory)
+      for (int b = 0; b < batch; ++b)
+        p.lens[size_t(r)][size_t(b)] = b % 5 == 4 && r == 0 ? 0 : (b * 37 + r * 211) % 400 * 2 / world;
+    const Global g = make_global(p, 1300 + batch);
+    Local l;
+    upload_local(g, l);
+    Op op(p);
+    const FusedPlan fp = op->fused_plan(l.args(p));
+    if (batch * kv >= t.sm_count()) EXPECT_EQ(fp.num_splits, 1) << "groups >= SMs: one split each";
+    const std::string what = name(p) + " b=" + std::to_string(batch);
+    const auto bsp = run_checked(op, Variant::bsp, p, l);
+    check(g, bsp, what + " bsp");
+    Rng delay{uint64_t(t.rank()) + 31};
+    t.host_barrier("fdd.large");
+    for (int step = 0; step < 24; ++step) {
+      TF_CUDA(cudaMemsetAsync(l.out_d.p, 0xFF, l.out_d.n * 2, t.stream()));
+      if (step % world == t.rank() && step % 3 == 1) usleep(500 + delay.below(3000));  // this rank starts late
+      op->launch(Variant::fused, l.args(p), t.stream());
+      const auto out = download_out(l);
+      const std::string at = what + " fused step " + std::to_string(step);
+      EXPECT_EQ(count_wrong(g, out, at), 0) << at;  // no early exit: the peers would wait for this rank
+      if (step == 0) EXPECT_TRUE(out == bsp) << at << ": fused differs from bsp";
+      if (step % 6 == 5) expect_same_on_all_ranks(out, at);
+    }
   }
 }
 

@@ -6,6 +6,8 @@
 #include <cstring>
 #include <iostream>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "gpu_env.h"
 #include "taxfree/runtime/error.h"
@@ -48,6 +50,9 @@ int main(int argc, char** argv) {
   }
   bool listing = false;
   for (int i = 1; i < argc; ++i) listing |= std::strncmp(argv[i], "--gtest_list_tests", 18) == 0;
+  // The ranks get the command line as given: InitGoogleTest removes the --gtest_* flags it parsed
+  // (a --gtest_filter would otherwise reach only this launcher process).
+  const std::vector<std::string> given(argv, argv + argc);
   ::testing::InitGoogleTest(&argc, argv);
   if (listing) return RUN_ALL_TESTS();
 
@@ -59,7 +64,7 @@ int main(int argc, char** argv) {
       if (const char* r = std::getenv("TAXFREE_TEST_RANKS")) n = std::max(1, std::min(visible, std::atoi(r)));
       LaunchSpec spec;
       spec.nranks = n;
-      spec.argv.assign(argv, argv + argc);
+      spec.argv = given;
       spec.argv[0] = self_executable();
       return run_ranks(spec);
     }
@@ -75,6 +80,7 @@ int main(int argc, char** argv) {
     return e.status() == Status::RemoteError ? kExitRemote : kExitFailed;
   }
   if (taxfree::test::rank() != 0) {
+    GTEST_FLAG_SET(output, "");  // rank 0 alone writes --gtest_output (the ranks share the path)
     auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
     delete listeners.Release(listeners.default_result_printer());
     listeners.Append(new taxfree::test::FailurePrinter(taxfree::test::rank()));

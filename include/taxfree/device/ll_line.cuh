@@ -37,9 +37,11 @@ __device__ __forceinline__ uint4 ll_peek(const uint4* line) {
 __device__ __forceinline__ bool ll_current(uint4 x, uint32_t flag) { return x.y == flag && x.w == flag; }
 
 // Polls `line` until both halves carry `flag`; returns the data words in `out`. Gives up like
-// wait_geq (deadline, abort flag, WaitRecord naming `site` and `peer`).
+// wait_geq (deadline, abort flag, WaitRecord naming `site` and `peer`). `backoff_ns` > 0 sleeps
+// that long (roughly) after each miss: for a long wait by one thread, so its polls take neither
+// issue slots nor L2 bandwidth from the other CTA of its SM.
 __device__ __forceinline__ bool ll_load(const uint4* line, uint32_t flag, uint2& out, const FaultContext& fc,
-                                        WaitSite site, int peer) {
+                                        WaitSite site, int peer, uint32_t backoff_ns = 0) {
   uint64_t start = 0;
   for (uint32_t i = 0;; ++i) {
     const uint4 x = ll_peek(line);
@@ -47,6 +49,7 @@ __device__ __forceinline__ bool ll_load(const uint4* line, uint32_t flag, uint2&
       out = make_uint2(x.x, x.z);
       return true;
     }
+    if (backoff_ns != 0) __nanosleep(backoff_ns);
     if (i == 0) start = global_timer_ns();
     if ((i & 127u) == 127u) {
       if (abort_requested(fc)) return false;

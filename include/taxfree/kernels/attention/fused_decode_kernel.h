@@ -1,9 +1,10 @@
 // fused_decode_kernel — flash_decode across ranks in one kernel per rank: split-KV decode of this
 // rank's slices, the partial of every (sequence, KV head) group sent to every peer as low-latency
 // lines (partial_exchange.h: data and epoch in each 16-byte store, no fence, no flag), and the
-// cross-rank LSE combine of that group done by the CTA that sent it, straight from the lines as
-// they arrive. Every rank ends with the full output; the combine sums the ranks' partials in rank
-// order from identical bits, so the output is bitwise identical on every rank.
+// cross-rank LSE combine of that group done by the CTA that sent it, straight from the lines once
+// they arrive (one thread per peer waits for them, so a waiting CTA leaves its SM to the CTA beside
+// it that still decodes). Every rank ends with the full output; the combine sums the ranks'
+// partials in rank order from identical bits, so the output is bitwise identical on every rank.
 //
 // Grid fused_grid(items, resident slots) (fused_schedule.h: schedule and the no-deadlock
 // argument), kThreads threads, decode_smem_bytes<D>() dynamic shared memory.

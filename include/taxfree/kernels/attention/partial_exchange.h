@@ -5,8 +5,15 @@
 // Why LL lines: with data stores plus a release flag, the sender's st.release.sys waits until the
 // peer has acknowledged the data (an NVLink round trip) and only then sends the flag (one more
 // one-way trip). An LL line carries 8 data bytes and the epoch in one 16-byte store, so the
-// receiver polls the data itself: one one-way trip, no fence, no flag. The lines double the bytes
+// receiver reads the data itself: one one-way trip, no fence, no flag. The lines double the bytes
 // (a group of 8 heads x D = 128 is 8.3 KB per peer), which NVLink carries in well under 0.1 us.
+//
+// Why one polling thread per peer: a CTA that polled all its lines (128 threads spinning on 16-byte
+// loads, each also reading the host-memory abort flag every 128 polls) while its peer was still
+// decoding slowed the CTA streaming KV beside it on the SM, and at large batch (up to 256 CTAs
+// polling) the whole kernel by 12-85% (docs/notes/decode-latency.md). The receiver now waits for
+// the line its sender stores last, by one thread per peer with backoff, then reads every line
+// once; lines land in any order, so each is still checked, and one still missing is polled alone.
 //
 // Line layout of one rank's inbox (symmetric heap), for one parity:
 //   [sender][row][ll_lines_per_row(D)] lines, row = b*q_heads + h (all rows of the launch);
@@ -44,12 +51,14 @@ __device__ inline void cta_push_partial_ll(const PartialTile<D>& t, int rows, ui
 
 // Merge the `world` partials of rows [0, rows) of one group, in rank order, and store the result
 // converted to T at out[r*D + d] (8-byte stores). Partial `rank` is `mine` (shared memory); partial
-// p != rank is polled from the LL lines at inbox[p*sender_lines + r*ll_lines_per_row(D) + j] until
-// they carry `flag` (bounded: deadline and abort flag, WaitSite::decode_partial naming p).
+// p != rank is read from the LL lines at inbox[p*sender_lines + r*ll_lines_per_row(D) + j] once
+// they carry `flag`: thread p first waits for p's last line (r = rows - 1, j = D/2), then each line
+// is read and, if not yet current, polled (bounded: deadline and abort flag,
+// WaitSite::decode_partial naming p).
 // Returns false (uniformly across the CTA) when a wait gave up; the caller must leave the kernel.
 // Same weights (segment_lse_weights) and accumulation order (accumulate_weighted) as
 // cta_combine_partials, so the output has the same bits as the bsp combine of the same partials.
-// Preconditions: 1 <= world <= kMaxParts, 1 <= rows <= kMaxRows, `mine` and `scratch` not written
+// Preconditions: 1 <= world <= kMaxParts <= blockDim.x, 1 <= rows <= kMaxRows, `mine` and `scratch` not written
 // concurrently; every thread of the CTA calls it. Ends with a CTA barrier.
 template <class T, int D>
 __device__ inline bool cta_combine_ll(const PartialTile<D>& mine, int rows, const uint4* inbox, int64_t sender_lines,
@@ -60,11 +69,20 @@ __device__ inline bool cta_combine_ll(const PartialTile<D>& mine, int rows, cons
   constexpr int kRowsPerWarp = 32 / kLanes;  // 1 (D = 128) or 2 (D = 64)
   constexpr int kLse = kMaxParts / kLanes;   // LSEs per lane
   constexpr int kBatch = 8;                  // partials whose lines a lane reads before checking any
+  constexpr uint32_t kBackoffNs = 32;        // per miss of the one-thread wait: << the ~1 us one-way trip
   constexpr float kNegInf = -INFINITY;
+  static_assert(kThreads >= kMaxParts, "one thread per peer for the first wait");
   const int n = world;
   const int lane = threadIdx.x & 31, col = lane % kLanes;
   const int warps = int(blockDim.x) >> 5;
+  const int t = threadIdx.x;
   bool ok = true;
+  if (t < n && t != rank) {  // the highest line: cta_push_partial_ll stores it in its last round
+    uint2 last;
+    ok = dev::ll_load(inbox + t * sender_lines + rows * kRow - 1, flag, last, fc, dev::WaitSite::decode_partial, t,
+                      kBackoffNs);
+  }
+  if (__syncthreads_and(ok) == 0) return false;
   for (int r0 = (int(threadIdx.x) >> 5) * kRowsPerWarp; r0 < rows; r0 += warps * kRowsPerWarp) {
     // Warp-uniform trip count; a half-warp past the last row redoes that row and stores nothing.
     const int r = r0 + lane / kLanes < rows ? r0 + lane / kLanes : rows - 1;
