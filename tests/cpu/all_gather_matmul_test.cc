@@ -118,6 +118,51 @@ TEST(AgmmPieces, SkippedKBlocksStartNoPiece) {
   EXPECT_GT(aligned, 0) << "no grid could skip any k-block";
 }
 
+// fused-ce's gather_dim 1 GEMM starts each tile's k-loop at first_k_block and wraps around. The
+// producer waits only at k-blocks where for_each_piece meets a piece: every piece under a tile
+// must be met before (or at) the first k-block of the rotated order that reads any of its columns,
+// except this rank's own (in place before the GEMM), and exactly once.
+TEST(AgmmPieces, RotatedKLoopMeetsEveryPieceBeforeReadingIt) {
+  int rotated = 0;
+  for (int w : kWorlds)
+    for (const GridCase& c : grid_cases(w))
+      for (int64_t chunk : {int64_t(0), int64_t(64), int64_t(192)}) {
+        AgmmConfig cfg;
+        cfg.col_chunk = chunk;
+        for (const agmm::PieceGrid& g : {make_push_plan(args_for(c), w, cfg, 132).grid,
+                                         make_fused_ce_plan(args_for(c), w, 132).grid})
+          for (int rank = 0; rank < w; ++rank) {
+            const int64_t kbs = (c.k + 63) / 64;
+            const int first = agmm::first_k_block(g, rank);
+            ASSERT_TRUE(first >= 0 && first < kbs);
+            rotated += first != 0;
+            if (c.gather_dim == 1 && g.shard_cols % 64 == 0 && g.col_chunk % 64 == 0)
+              ASSERT_EQ(first * 64, rank * g.shard_cols) << "gather_dim 1 starts at this rank's own columns";
+            const int64_t r_hi = std::min<int64_t>(128, c.m);  // one tile's rows: the first m-block
+            std::set<int64_t> met;
+            for (int64_t i = 0; i < kbs; ++i) {
+              const int64_t kb = (i + first) % kbs, c_lo = kb * 64, c_hi = std::min(c_lo + 64, c.k);
+              agmm::for_each_piece(g, 0, r_hi, c_lo, c_hi,
+                                   [&](int, int64_t f) { ASSERT_TRUE(met.insert(f).second) << "piece met twice"; });
+              // Every piece this k-block reads (any source but this rank) has been met by now.
+              for (int s = 0; s < w; ++s)
+                for (int64_t pi = 0; pi < g.row_chunks; ++pi)
+                  for (int64_t pj = 0; pj < g.col_chunks; ++pj) {
+                    const agmm::Piece p = g.piece(pi, pj);
+                    const int64_t r0 = g.row0(s) + p.r0, c0 = g.col0(s) + p.c0;
+                    const bool reads = r0 < r_hi && r0 + p.rows > 0 && c0 < c_hi && c0 + p.cols > c_lo;
+                    if (reads && s != rank)
+                      ASSERT_TRUE(met.count(g.flag_index(s, pi, pj)))
+                          << "world " << w << " rank " << rank << " M=" << c.m << " K=" << c.k << " gd" << c.gather_dim
+                          << " col_chunk " << g.col_chunk << ": k-block " << kb << " (first " << first
+                          << ") reads source " << s << " piece (" << pi << ", " << pj << ") before waiting for it";
+                  }
+            }
+          }
+      }
+  EXPECT_GT(rotated, 0) << "no grid rotated its k-loop";
+}
+
 TEST(AgmmPieces, SendOrderIsABijectionAndPeersGoRankMinusOneFirst) {
   for (int w : kWorlds)
     for (const GridCase& c : grid_cases(w)) {

@@ -65,6 +65,22 @@ TEST(Agmm, PushWithTinyPiecesOneCtaAndDecodeShapes) {
   }
 }
 
+// fused-ce at gather_dim 1 with shards a whole number of k-blocks wide: each rank's GEMM starts
+// its k-loop at its own columns and wraps around (first_k_block), M and N not multiples of a tile.
+TEST(Agmm, FusedCeGatherDim1RotatedKLoop) {
+  TF_REQUIRE_GPUS(2);
+  const int64_t w = team().world();
+  Ops ops;
+  const VariantRun fused{"fused-ce", false, AgmmVariant::fused_ce};
+  for (DType t : {DType::bf16, DType::fp16})
+    for (BLayout l : {BLayout::NK, BLayout::KN})
+      for (const Shape& s : {Shape{333, 1000, w * 320, 1, t, l}, Shape{520, 3584, w * 1024, 1, t, l}}) {
+        Problem p(s, 90 + uint64_t(s.m) + uint64_t(t) * 2 + uint64_t(l));
+        launch_checked(ops, p, fused, p.args(), label(s) + " fused-ce rotated");
+        launch_checked(ops, p, fused, p.args(), label(s) + " fused-ce rotated, in place", true);
+      }
+}
+
 TEST(Agmm, RankSkew) {
   TF_REQUIRE_GPUS(2);
   auto& t = team();

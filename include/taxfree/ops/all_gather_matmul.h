@@ -26,7 +26,10 @@
 //   fused-ce   the copy engine moves the shards in a few row chunks, each followed by a copy-engine
 //              write of its flag (no SM moves data or signals), and our GEMM runs once over the
 //              whole gathered A on every SM, its producer waiting for a chunk's flag before the
-//              first TMA load of it: this rank's rows first, then rank+1's, ... (gather_dim 0).
+//              first TMA load of it: this rank's rows first, then rank+1's, ... (gather_dim 0);
+//              gather_dim 1: each tile's k-loop starts at this rank's columns and wraps around, so
+//              every CTA multiplies the shard this rank holds while the others arrive (C's fp32
+//              sums then run in a different k order on each rank: equal to rounding, not bits).
 //              No per-shard GEMM launches, no tail of a first GEMM to wait out.
 //   ksplit     gather_dim 1 only (NotSupported for 0): that split-K sum. cuBLASLt multiplies this
 //              rank's A_shard by B's matching K rows (1/world of B, 1/world of the FLOPs) into an

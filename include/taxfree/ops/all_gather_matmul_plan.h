@@ -104,6 +104,17 @@ TF_HOST_DEVICE void for_each_piece(const PieceGrid& g, int64_t r_lo, int64_t r_h
   }
 }
 
+// The k-block at which a GEMM tile of rank `rank` starts its k-loop (wrapping to k-block 0 after
+// the last): gather_dim 1 starts at this rank's own columns, so every CTA multiplies the shard it
+// already holds while the peers' shards are still in flight, then rank+1's, rank+2's, ... The
+// for_each_piece walk stays exact under the rotation (every piece is met at its first k-block,
+// before any other k-block of it is loaded) only when every piece starts on a k-block boundary;
+// otherwise, and for gather_dim 0, 0 (no rotation).
+TF_HOST_DEVICE int first_k_block(const PieceGrid& g, int rank) {
+  if (g.gather_dim != 1 || g.shard_cols % 64 != 0 || g.col_chunk % 64 != 0) return 0;
+  return int(int64_t(rank) * g.shard_cols / 64);
+}
+
 // Work items of the push kernel on rank `rank`: every piece of its shard once for each target
 // (this rank itself when the shard must be copied into its own gathered A, and every peer).
 // Targets are indexed 0 = self (if copied), then rank-1, rank-2, ... Order:

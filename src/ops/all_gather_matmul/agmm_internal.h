@@ -14,12 +14,13 @@
 namespace taxfree::agmm {
 
 // Our GEMM over the gathered A, its producer waiting for each piece's flag before the first TMA
-// load that reads it (piece_ready.cuh), tiles of this rank's rows first (gather_dim 0): push and
-// fused-ce.
+// load that reads it (piece_ready.cuh), tiles of this rank's rows first (gather_dim 0) or each
+// tile's k-loop from this rank's columns on (gather_dim 1, fused-ce): push and fused-ce.
 struct ReadyGemmLaunch {
   gemm::GemmArgs gemm;         // A = the gathered A
   gemm::GemmConfig config;     // whole tiles (no split-K with a Ready policy)
   int first_m = 0;             // RotatedOrder start: this rank's shard first
+  int first_k = 0;             // k-loop rotation (first_k_block): gather_dim 1, this rank's columns first
   const uint64_t* flags = nullptr;  // heap, [grid.flags()]: piece (s, i, j) >= the launch's epoch
   PieceGrid grid;
   int present_source = -1;     // a source whose pieces are in place before the GEMM, or -1

@@ -328,7 +328,8 @@ GatheredA AllGatherMatmul::launch_push(const AgmmArgs& a, cudaStream_t s) {
 // The copy engine moves the shards in row chunks, each followed by a copy-engine write of its
 // flag (as decomposed does), and our GEMM runs once over the whole gathered A on every SM, its
 // producer waiting for a chunk's flag before the first load of it: this rank's rows first, then
-// rank+1's, ... (gather_dim 0). This rank's shard, unless in place, is copied on the main stream
+// rank+1's, ... (gather_dim 0), or each tile's k-loop from this rank's columns on, then rank+1's,
+// ... (gather_dim 1: the shards arrive while every CTA multiplies the one it holds). This rank's shard, unless in place, is copied on the main stream
 // before the GEMM: a copy on another stream could not be waited for by a GEMM that holds every SM
 // if the driver ran it as a kernel.
 GatheredA AllGatherMatmul::launch_fused_ce(const AgmmArgs& a, cudaStream_t s) {
@@ -345,6 +346,7 @@ GatheredA AllGatherMatmul::launch_fused_ce(const AgmmArgs& a, cudaStream_t s) {
   uint64_t* epoch = im.dec_seq.counter;
   agmm::ReadyGemmLaunch g = ready_gemm(team_, im.gathered, a, plan.gemm, im.ce_flags, plan.grid);
   g.present_source = rank;
+  g.first_k = agmm::first_k_block(plan.grid, rank);
   g.seq = {epoch, nullptr};  // the begin kernel below advances the epoch for this launch
   agmm::validate_ready_gemm(g);  // before anything is enqueued
 

@@ -22,6 +22,7 @@ void enqueue_ready_gemm(const ReadyGemmLaunch& l, cudaStream_t s) {
   ready.tiles = uint32_t(gemm::make_tile_grid(l.gemm.m, l.gemm.n, l.config.bm, l.config.bn, l.config.group_m).tiles());
   ready.present_source = l.present_source;
   ready.start_mask = piece_start_mask(l.grid);
+  ready.k_first = l.first_k;
   ready.seq = l.seq;
   ready.fault = l.fault;
   gemm::launch_gemm<gemm::RotatedOrder, PieceReady, gemm::StoreTo>(l.gemm, l.config, gemm::RotatedOrder::Params{l.first_m},

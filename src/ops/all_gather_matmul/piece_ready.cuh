@@ -13,8 +13,8 @@
 // *seq.counter itself, advanced by an earlier kernel of the same stream (fused-ce's begin kernel),
 // and the policy counts nothing.
 //
-// Relies on the engine calling wait() for every k-block of every tile, in k order, from one
-// producer thread per CTA (policies.cuh). If that changes, the count never completes and the
+// Relies on the engine calling wait() for every k-block of every tile, in k order rotated by
+// first_k_block, from one producer thread per CTA (policies.cuh). If that changes, the count never completes and the
 // next launch waits for a stale epoch: a timeout with a diagnostic, never a silent wrong result.
 #pragma once
 
@@ -37,12 +37,15 @@ struct PieceReady {
     uint32_t tiles = 0;               // output tiles of the GEMM
     int present_source = -1;          // a source whose pieces are in place before the launch, or -1
     int start_mask = 0;               // piece_start_mask(pieces): k-blocks that start no piece
+    int k_first = 0;                  // first_k_block(pieces, rank), or 0: the k-loop's rotation
     dev::LaunchSequence seq;          // own launch counter (`finished` counts tiles), or finished == nullptr:
                                       // counter holds this launch's epoch (see above)
     dev::FaultContext fault;
   };
 
 #ifdef __CUDACC__
+  __device__ static int first_k_block(const Params& p, gemm::TileCoord) { return p.k_first; }
+
   __device__ static void wait(const Params& p, gemm::TileCoord tile, int kb) {
     // The epoch is read only where it is needed: most k-blocks start no new piece, and a global
     // load per k-block would slow the producer of small tiles.
@@ -68,7 +71,8 @@ struct PieceReady {
       });
       if (waited) dev::fence_proxy_async_global();  // P4: generic-proxy writes -> TMA reads
     }
-    if (p.seq.finished && kb == p.k_blocks - 1 &&
+    // The tile's last k-block in the rotated order.
+    if (p.seq.finished && kb == (p.k_first == 0 ? p.k_blocks : p.k_first) - 1 &&
         dev::fetch_add<dev::Sem::acq_rel, dev::Scope::gpu>(p.seq.finished, 1u) == p.tiles - 1) {
       dev::store<dev::Sem::relaxed, dev::Scope::gpu>(p.seq.finished, 0u);
       dev::store<dev::Sem::relaxed, dev::Scope::gpu>(p.seq.counter, current());

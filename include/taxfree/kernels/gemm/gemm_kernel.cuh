@@ -29,6 +29,8 @@
 //
 // Work units (tile_scheduler.cuh: WorkPlan) are whole tiles or K ranges over split tiles; a split
 // tile's last segment to finish sums the fp32 partials and writes C (epilogue.cuh: reduce_splits).
+// A Ready policy may rotate a whole tile's k-loop (policies.cuh: first_k_block); the consumers
+// never see which k-block a stage holds, only that the tile's k-blocks arrive one per stage.
 //
 // Contracts (checked on the host by ops/gemm_launch.cuh): A is [M, K] row-major, B is [N, K]
 // (Major::K) or [K, N] (Major::MN) row-major, both described by 2-D tensor maps with 128 B swizzle
@@ -124,7 +126,9 @@ __device__ __forceinline__ void produce(const GemmParams<Order, Ready, Epi>& p, 
     const TileCoord ct = Order::at(p.order, p.plan.grid, w.t);
     const TileCoord tile{ct.m * Shape::kCluster + rank, ct.n};
     const int m0 = tile.m * Shape::BM, n0 = tile.n * Shape::BN;
-    for (int kb = w.kb_begin; kb < w.kb_end; ++kb) {
+    const int rot = first_k_block<Ready>(p.ready, tile), k_blocks = (p.k + 63) / 64;
+    for (int i = w.kb_begin; i < w.kb_end; ++i) {
+      const int kb = i + rot < k_blocks ? i + rot : i + rot - k_blocks;
       const uint32_t full = full0 + 8 * stage, a_dst = base + stage * L::kStageBytes, b_dst = a_dst + L::kABytes;
       // The consumers of every CTA this stage's B lands in are done with its last use.
       mbar_wait<false>(empty0 + 8 * stage, phase ^ 1);

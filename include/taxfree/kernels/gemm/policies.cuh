@@ -18,6 +18,10 @@
 //             A wait must have a deadline (the engine has none); when it gives up it returns
 //             anyway: the GEMM then finishes on whatever A holds, in bounded time, and the host
 //             reports the wait record.
+//             Optional: int first_k_block(const Params&, TileCoord tile)                device
+//             The k-block the producer loads first for `tile`; it then wraps around (k-blocks
+//             r, r+1, ..., last, 0, ..., r-1) and wait() sees that order. Whole tiles only (the
+//             Ready policies run without split-K); without the function, 0.
 //
 //   Epilogue  static void check(const Params&, int64_t m, int64_t n, int elem_bytes)   host
 //             Throws taxfree::Error (InvalidArgument) if the destination is unusable.
@@ -46,6 +50,15 @@ struct AlwaysReady {
   __device__ static __forceinline__ void wait(const Params&, TileCoord, int) {}
 #endif
 };
+
+#ifdef __CUDACC__
+// The k-block a tile's k-loop starts at: Ready::first_k_block when the policy has one, else 0.
+template <class Ready>
+__device__ __forceinline__ int first_k_block(const typename Ready::Params& p, TileCoord tile) {
+  if constexpr (requires { Ready::first_k_block(p, tile); }) return Ready::first_k_block(p, tile);
+  else return 0;
+}
+#endif
 
 // Destination of C for the StoreTo/AddTo epilogues: element (r, c) at ptr[r * ld + c]. `ptr` is in
 // this process's address space: for a peer's buffer the caller passes the already translated
