@@ -242,11 +242,14 @@ int run(Team& team, const RunRequest& req) {
       continue;
     }
     const auto all_variants = bench->variants();
-    std::vector<std::string> variants;
+    const auto parts = bench->parts();
+    // --variant may also name parts (timed, not checked); without it every variant and part runs.
+    std::vector<std::string> variants, named_parts;
     for (const auto& v : opt.variants.empty() ? all_variants : opt.variants) {
-      TF_REQUIRE(std::find(all_variants.begin(), all_variants.end(), v) != all_variants.end(),
-                 Status::InvalidArgument, "op '" << name << "' has no variant '" << v << "'");
-      variants.push_back(v);
+      const bool part = std::find(parts.begin(), parts.end(), v) != parts.end();
+      TF_REQUIRE(part || std::find(all_variants.begin(), all_variants.end(), v) != all_variants.end(),
+                 Status::InvalidArgument, "op '" << name << "' has no variant or part '" << v << "'");
+      (part ? named_parts : variants).push_back(v);
     }
     auto cases = bench->cases(opt, team);
     if (root) print_header(name, team, opt);
@@ -255,8 +258,7 @@ int run(Team& team, const RunRequest& req) {
       std::map<std::string, double> medians;
       std::vector<Row> rows;
       std::vector<std::string> timed = variants;
-      if (summary_mode || opt.variants.empty())
-        for (const auto& p : bench->parts()) timed.push_back(p);
+      for (const auto& p : summary_mode || opt.variants.empty() ? parts : named_parts) timed.push_back(p);
       for (const auto& v : timed) {
         if (!bench->applies(c, v)) continue;
         const bool is_part = std::find(variants.begin(), variants.end(), v) == variants.end();

@@ -86,7 +86,7 @@ int main(int argc, char** argv) {
   bench->add_option("-g,--ngpus", gpus, "number of GPUs (ranks) to use; default: all visible")->check(CLI::Range(1, 1024));
   bench->add_flag("--cold", opt.cold_l2, "flush L2 before every timed iteration");
   bench->add_option("--json", json, "write results as JSON to this file");
-  bench->add_option("--variant", opt.variants, "only these variants");
+  bench->add_option("--variant", opt.variants, "only these variants, or parts (timed, unchecked: e.g. gemm-only)");
   bench->add_option("--shape", opt.shapes, "op-specific shape filter key=value[,key=value]; repeatable");
   bench->add_option("--dtype", opt.dtype, "element type")->check(CLI::IsMember({"bf16", "fp16"}));
   bench->add_option("--heap", heap_gib, "symmetric heap per rank, GiB")->check(CLI::PositiveNumber);
@@ -193,9 +193,9 @@ int main(int argc, char** argv) {
       auto b = bench::make_bench(op);  // throws for unknown ops, naming the known ones
       b->check_options(opt);
       for (const auto& v : opt.variants) {
-        auto vs = b->variants();
-        TF_REQUIRE(std::find(vs.begin(), vs.end(), v) != vs.end(), Status::InvalidArgument,
-                   "op '" << op << "' has no variant '" << v << "'");
+        const auto vs = b->variants(), ps = b->parts();
+        TF_REQUIRE(std::find(vs.begin(), vs.end(), v) != vs.end() || std::find(ps.begin(), ps.end(), v) != ps.end(),
+                   Status::InvalidArgument, "op '" << op << "' has no variant or part '" << v << "'");
       }
       if (gpus > 0)
         TF_REQUIRE(gpus >= b->min_ranks(), Status::InvalidUsage,

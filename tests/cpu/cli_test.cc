@@ -18,7 +18,7 @@ void expect_usage_error(std::vector<std::string> args, const std::string& needle
 
 TEST(Cli, RejectsBadBenchArguments) {
   expect_usage_error({"bench", "all_gatherr"}, "unknown op 'all_gatherr' (known: put_get, signal, barrier, all_gather");
-  expect_usage_error({"bench", "all_gather", "--variant", "pull"}, "op 'all_gather' has no variant 'pull'");
+  expect_usage_error({"bench", "all_gather", "--variant", "pull"}, "op 'all_gather' has no variant or part 'pull'");
   expect_usage_error({"bench", "all_gather", "-b", "0"}, "sizes must be > 0 bytes");
   expect_usage_error({"bench", "all_gather", "-b", "1M", "-e", "1K"}, "is smaller than -b");
   expect_usage_error({"bench", "all_gather", "-b", "12Q"}, "unknown unit");
