@@ -259,6 +259,10 @@ class FlashDecode {
   const FlashDecodeConfig& config() const { return cfg_; }
   // Fault injection for tests: this rank's fused launches never send their partials to peers.
   void set_skip_signal(bool skip) { skip_signal_ = skip; }
+  // Diagnostics: fused launches record their timeline into `trace` (device memory of
+  // fused_plan(args).grid * taxfree::attention::kFusedTraceEvents uint64, FusedDecodeParams::trace), or
+  // nothing when null (the default).
+  void set_trace(uint64_t* trace) { trace_ = trace; }
 
  private:
   int fused_ctas_per_sm(DType dtype, int head_dim, bool paged);
@@ -274,6 +278,7 @@ class FlashDecode {
   dev::LaunchSequence seq_{};
   int occupancy_[8] = {};          // fused_ctas_per_sm cache, 0 = not queried yet
   bool skip_signal_ = false;
+  uint64_t* trace_ = nullptr;
 };
 
 }  // namespace taxfree::ops::flash_decode

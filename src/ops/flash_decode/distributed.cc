@@ -91,6 +91,7 @@ void FlashDecode::launch_fused(const DecodeArgs& a, cudaStream_t stream) {
   p.fault = team_.fault();
   p.items = int(fp.items);
   p.skip_signal = skip_signal_ ? 1 : 0;
+  p.trace = trace_;
   const bool paged = is_paged(a.layout);
   detail::dispatch(a.dtype, a.head_dim,
                    [&]<class T, int D>() { detail::launch_fused_t<T, D>(paged, p, fp.grid, stream); });

@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <memory>
 #include <sstream>
@@ -26,6 +27,7 @@
 #include "bench_inputs.h"
 #include "reference.h"
 #include "taxfree/bench/op_bench.h"
+#include "taxfree/kernels/attention/params.h"  // kFusedTraceEvents
 #include "taxfree/ops/flash_decode.h"
 #include "taxfree/runtime/error.h"
 #include "taxfree/runtime/team.h"
@@ -102,9 +104,17 @@ class FlashDecodeBench final : public bench::OpBench {
     cfg.max_head_dim = s_.head_dim;
     cfg.num_splits = s_.splits;
     op_ = std::make_unique<FlashDecode>(team, cfg);
-    if (team.rank() == 0) {
-      const FusedPlan fp = op_->fused_plan(a_);
+    const FusedPlan fp = op_->fused_plan(a_);
+    if (team.rank() == 0)
       std::printf("# plan: %s -> fused splits=%d grid=%d\n", c.label.c_str(), fp.num_splits, fp.grid);
+    if (const char* prefix = std::getenv("TAXFREE_FD_TRACE"); prefix != nullptr && *prefix != '\0') {
+      trace_path_ = std::string(prefix) + "." + std::to_string(s_.batch) + "x" + std::to_string(s_.kv) + "x" +
+                    std::to_string(s_.q_heads) + "-" + std::to_string(s_.kv_heads) + ".rank" +
+                    std::to_string(team.rank()) + ".txt";
+      trace_ctas_ = fp.grid;
+      TF_CUDA(cudaMalloc(&trace_, size_t(fp.grid) * taxfree::attention::kFusedTraceEvents * 8));
+      TF_CUDA(cudaMemset(trace_, 0, size_t(fp.grid) * taxfree::attention::kFusedTraceEvents * 8));
+      op_->set_trace(trace_);
     }
     cfg.bsp_buffers = BspBuffers::plain;
     plain_ = std::make_unique<FlashDecode>(team, cfg);
@@ -181,6 +191,7 @@ class FlashDecodeBench final : public bench::OpBench {
   }
 
   void teardown() override {
+    write_trace();
     op_.reset();
     plain_.reset();
     if (team_ != nullptr) team_->heap().release(mark_);
@@ -192,6 +203,28 @@ class FlashDecodeBench final : public bench::OpBench {
   }
 
  private:
+  // TAXFREE_FD_TRACE=PREFIX: the last fused launch's timeline (FusedDecodeParams::trace), one line
+  // per CTA: "cta t_start t_attended t_merged t_pushed t_combined t_end" (%globaltimer ns, 0 = not
+  // reached), into PREFIX.<batch>x<kv>x<q_heads>-<kv_heads>.rank<r>.txt.
+  void write_trace() {
+    if (trace_ == nullptr) return;
+    const size_t n = size_t(trace_ctas_) * taxfree::attention::kFusedTraceEvents;
+    std::vector<uint64_t> t(n);
+    const bool ok = cudaDeviceSynchronize() == cudaSuccess &&
+                    cudaMemcpy(t.data(), trace_, n * 8, cudaMemcpyDeviceToHost) == cudaSuccess;
+    cudaFree(trace_);
+    trace_ = nullptr;
+    if (std::FILE* f = ok ? std::fopen(trace_path_.c_str(), "w") : nullptr) {
+      for (int c = 0; c < trace_ctas_; ++c) {
+        std::fprintf(f, "%d", c);
+        for (int e = 0; e < taxfree::attention::kFusedTraceEvents; ++e)
+          std::fprintf(f, " %llu", static_cast<unsigned long long>(t[size_t(c) * taxfree::attention::kFusedTraceEvents + e]));
+        std::fprintf(f, "\n");
+      }
+      std::fclose(f);
+    }
+  }
+
   std::vector<int> checked_groups() const {
     const int groups = s_.batch * s_.kv_heads, world = team_->world();
     std::vector<int> g;
@@ -244,6 +277,9 @@ class FlashDecodeBench final : public bench::OpBench {
   DecodeArgs a_;
   std::unique_ptr<FlashDecode> op_, plain_;
   std::map<int, std::vector<double>> reference_;
+  uint64_t* trace_ = nullptr;  // TAXFREE_FD_TRACE only
+  int trace_ctas_ = 0;
+  std::string trace_path_;
 };
 
 }  // namespace

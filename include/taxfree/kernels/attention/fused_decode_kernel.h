@@ -48,6 +48,12 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) fused_decode_kernel(cons
   const int64_t sender_lines = p.rows * kRow;
   uint4* const inbox = p.ll + int64_t(epoch & 1) * v.world * sender_lines;  // this launch's parity
   PartialTile<D>& tile = smem.post.tile;
+  uint64_t* const trace = p.trace != nullptr && threadIdx.x == 0 ? p.trace + blockIdx.x * kFusedTraceEvents : nullptr;
+  const auto mark = [&](int event) {
+    if (trace != nullptr) trace[event] = dev::global_timer_ns();
+  };
+  if (trace != nullptr)
+    for (int e = 0; e < kFusedTraceEvents; ++e) trace[e] = e == kTraceStart ? dev::global_timer_ns() : 0;
 
   for (int item = blockIdx.x; item < p.items; item += gridDim.x) {
     const FusedItem it = fused_item(item, d.num_splits);
@@ -61,6 +67,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) fused_decode_kernel(cons
     __syncthreads();  // the previous item's reads of smem.post end before the ring reuses it
     cta_attend_chunk<T, D, kStages, kPaged>(d.kv, static_cast<const T*>(d.q) + row0 * D, group, b, kvh,
                                             sr.tile_begin, sr.tile_end, slice, d.scale_log2, smem);
+    mark(kTraceAttended);
     if (sr.splits > 1) {  // the last split of the group to finish merges them (decode_kernel.h)
       const int64_t part0 = int64_t(it.group) * d.num_splits;
       cta_store_tile<D>(tile, group, d.ws_o + (part0 + it.split) * group * D,
@@ -71,12 +78,16 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) fused_decode_kernel(cons
     }
     // The group's partial is in `tile` (both paths end with a CTA barrier). Send it, then combine
     // as the peers' lines arrive; no barrier between: the push only reads `tile`.
+    mark(kTraceMerged);
     if (!p.skip_signal) cta_push_partial_ll<D>(tile, group, inbox + v.rank * sender_lines + row0 * kRow, v, uint32_t(epoch));
+    mark(kTracePushed);
     if (!cta_combine_ll<T, D>(tile, group, inbox + row0 * kRow, sender_lines, v.rank, v.world, uint32_t(epoch),
                               p.fault, smem.post.scratch, static_cast<T*>(d.out) + row0 * D))
       break;
+    mark(kTraceCombined);
   }
   dev::sequence_end(p.seq, epoch);
+  mark(kTraceEnd);
 }
 
 }  // namespace taxfree::attention

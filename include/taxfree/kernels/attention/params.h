@@ -68,6 +68,13 @@ struct FusedDecodeParams {
   dev::FaultContext fault;  // deadline, abort flag, wait record
   int items;                // d.num_splits * batch * kv_heads work items (fused_schedule.h)
   int skip_signal;          // fault injection: never send partials to peers (tests the timeout path)
+  // Diagnostics, normally null: [gridDim.x][kFusedTraceEvents] %globaltimer ns per CTA of its last
+  // item (FusedTraceEvent order; 0 = not reached), written by thread 0.
+  uint64_t* trace;
 };
+
+// Points of the fused kernel's timeline that FusedDecodeParams::trace records.
+enum FusedTraceEvent { kTraceStart, kTraceAttended, kTraceMerged, kTracePushed, kTraceCombined, kTraceEnd,
+                       kFusedTraceEvents };
 
 }  // namespace taxfree::attention
