@@ -204,7 +204,7 @@ class FlashDecodeBench final : public bench::OpBench {
 
  private:
   // TAXFREE_FD_TRACE=PREFIX: the last fused launch's timeline (FusedDecodeParams::trace), one line
-  // per CTA: "cta t_start t_attended t_merged t_pushed t_combined t_end" (%globaltimer ns, 0 = not
+  // per CTA: "cta t_start t_attended t_merged t_pushed t_arrived t_combined t_end" (%globaltimer ns, 0 = not
   // reached), into PREFIX.<batch>x<kv>x<q_heads>-<kv_heads>.rank<r>.txt.
   void write_trace() {
     if (trace_ == nullptr) return;

@@ -81,6 +81,8 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) fused_decode_kernel(cons
     mark(kTraceMerged);
     if (!p.skip_signal) cta_push_partial_ll<D>(tile, group, inbox + v.rank * sender_lines + row0 * kRow, v, uint32_t(epoch));
     mark(kTracePushed);
+    if (!cta_wait_ll<D>(inbox + row0 * kRow, sender_lines, group, v.rank, v.world, uint32_t(epoch), p.fault)) break;
+    mark(kTraceArrived);
     if (!cta_combine_ll<T, D>(tile, group, inbox + row0 * kRow, sender_lines, v.rank, v.world, uint32_t(epoch),
                               p.fault, smem.post.scratch, static_cast<T*>(d.out) + row0 * D))
       break;

@@ -74,7 +74,7 @@ struct FusedDecodeParams {
 };
 
 // Points of the fused kernel's timeline that FusedDecodeParams::trace records.
-enum FusedTraceEvent { kTraceStart, kTraceAttended, kTraceMerged, kTracePushed, kTraceCombined, kTraceEnd,
-                       kFusedTraceEvents };
+enum FusedTraceEvent { kTraceStart, kTraceAttended, kTraceMerged, kTracePushed, kTraceArrived, kTraceCombined,
+                       kTraceEnd, kFusedTraceEvents };
 
 }  // namespace taxfree::attention

@@ -49,12 +49,33 @@ __device__ inline void cta_push_partial_ll(const PartialTile<D>& t, int rows, ui
   }
 }
 
+// Wait until every peer's lines of one group [0, rows) carry `flag`, as far as the line each
+// sender stores last (cta_push_partial_ll's last round): thread p < world, p != rank, polls peer
+// p's highest line with a short backoff (one thread per peer, so a waiting CTA leaves its SM's
+// issue slots and L2 bandwidth to the CTA beside it that still decodes). Lines land in any order:
+// cta_combine_ll still checks every line it reads. Returns false (uniformly across the CTA) when a
+// wait gave up (deadline, abort: WaitSite::decode_partial naming the peer). Every thread of the
+// CTA calls it; ends with a CTA barrier.
+template <int D>
+__device__ inline bool cta_wait_ll(const uint4* inbox, int64_t sender_lines, int rows, int rank, int world,
+                                   uint32_t flag, const dev::FaultContext& fc) {
+  constexpr uint32_t kBackoffNs = 32;  // per miss: << the ~1 us one-way trip
+  static_assert(kThreads >= kMaxParts, "one thread per peer");
+  const int t = threadIdx.x;
+  bool ok = true;
+  if (t < world && t != rank) {
+    uint2 last;
+    ok = dev::ll_load(inbox + t * sender_lines + int64_t(rows) * ll_lines_per_row(D) - 1, flag, last, fc,
+                      dev::WaitSite::decode_partial, t, kBackoffNs);
+  }
+  return __syncthreads_and(ok) != 0;
+}
+
 // Merge the `world` partials of rows [0, rows) of one group, in rank order, and store the result
 // converted to T at out[r*D + d] (8-byte stores). Partial `rank` is `mine` (shared memory); partial
 // p != rank is read from the LL lines at inbox[p*sender_lines + r*ll_lines_per_row(D) + j] once
-// they carry `flag`: thread p first waits for p's last line (r = rows - 1, j = D/2), then each line
-// is read and, if not yet current, polled (bounded: deadline and abort flag,
-// WaitSite::decode_partial naming p).
+// they carry `flag` (call cta_wait_ll first: then they normally do); a line not yet current is
+// polled (bounded: deadline and abort flag, WaitSite::decode_partial naming p).
 // Returns false (uniformly across the CTA) when a wait gave up; the caller must leave the kernel.
 // Same weights (segment_lse_weights) and accumulation order (accumulate_weighted) as
 // cta_combine_partials, so the output has the same bits as the bsp combine of the same partials.
@@ -69,20 +90,11 @@ __device__ inline bool cta_combine_ll(const PartialTile<D>& mine, int rows, cons
   constexpr int kRowsPerWarp = 32 / kLanes;  // 1 (D = 128) or 2 (D = 64)
   constexpr int kLse = kMaxParts / kLanes;   // LSEs per lane
   constexpr int kBatch = 8;                  // partials whose lines a lane reads before checking any
-  constexpr uint32_t kBackoffNs = 32;        // per miss of the one-thread wait: << the ~1 us one-way trip
   constexpr float kNegInf = -INFINITY;
-  static_assert(kThreads >= kMaxParts, "one thread per peer for the first wait");
   const int n = world;
   const int lane = threadIdx.x & 31, col = lane % kLanes;
   const int warps = int(blockDim.x) >> 5;
-  const int t = threadIdx.x;
   bool ok = true;
-  if (t < n && t != rank) {  // the highest line: cta_push_partial_ll stores it in its last round
-    uint2 last;
-    ok = dev::ll_load(inbox + t * sender_lines + rows * kRow - 1, flag, last, fc, dev::WaitSite::decode_partial, t,
-                      kBackoffNs);
-  }
-  if (__syncthreads_and(ok) == 0) return false;
   for (int r0 = (int(threadIdx.x) >> 5) * kRowsPerWarp; r0 < rows; r0 += warps * kRowsPerWarp) {
     // Warp-uniform trip count; a half-warp past the last row redoes that row and stores nothing.
     const int r = r0 + lane / kLanes < rows ? r0 + lane / kLanes : rows - 1;
