@@ -160,12 +160,26 @@ FusedCePlan make_fused_ce_plan(const AgmmArgs& args, int world, int num_sms);
 // agmm_shard_shape). Pure.
 agmm::KsplitSlices make_ksplit_plan(const AgmmArgs& args, int world, const AgmmConfig& config, int num_sms);
 
+// What ksplit's skinny path runs for a shape (m <= agmm::kSkinnyMaxM): the column slices, one CTA
+// per slice up to `resident_ctas` (CTAs of the kernel the GPU holds at once: SMs x CTAs per SM,
+// from the occupancy API; co-residency is what makes the cross-rank waits deadlock-free), and the
+// MMA row tiles. Throws as make_ksplit_plan, and InvalidArgument naming M when m > kSkinnyMaxM or
+// resident_ctas < 1. Pure.
+agmm::KsplitSkinny make_ksplit_skinny_plan(const AgmmArgs& args, int world, const AgmmConfig& config,
+                                           int resident_ctas);
+
 // The heap ksplit's buffers take (the constructor allocates exactly this when enabled): one fp32
 // partial of ksplit_max_m x ksplit_max_n (rounded up to 8) for this rank, 2 * (world - 1) for the
 // peers' (two parities), and the flags. Zeros when ksplit is disabled. Pure.
+// The skinny path's LL inbox adds, per parity and per peer source, skinny_partial_lines partial
+// lines (min(kSkinnyMaxM, ksplit_max_m) rows x ksplit_max_n rounded up to a slice, 16 bytes per 2
+// floats) and skinny_a_lines A lines (those rows x ceil(max_k / world) columns, 16 bytes per 4
+// elements): 2 * (world - 1) * 16 * (skinny_partial_lines + skinny_a_lines) bytes.
 struct KsplitHeap {
-  int64_t partial_floats = 0;  // one partial slot
-  int64_t bytes = 0;           // everything
+  int64_t partial_floats = 0;        // one partial slot
+  int64_t skinny_partial_lines = 0;  // per sender and parity
+  int64_t skinny_a_lines = 0;        // per sender and parity, after the partial lines
+  int64_t bytes = 0;                 // everything
 };
 KsplitHeap ksplit_heap(const AgmmConfig& config, int world);
 
@@ -208,6 +222,7 @@ class AllGatherMatmul {
   GatheredA launch_push(const AgmmArgs& args, cudaStream_t stream);
   GatheredA launch_fused_ce(const AgmmArgs& args, cudaStream_t stream);
   GatheredA launch_ksplit(const AgmmArgs& args, cudaStream_t stream);
+  GatheredA launch_ksplit_skinny(const AgmmArgs& args, cudaStream_t stream);
 
   Team& team_;
   AgmmConfig config_;
