@@ -112,6 +112,7 @@ void enqueue_push(const PushLaunch& l, cudaStream_t main, cudaStream_t side, cud
 // module loading waits for this device to go idle (lazy loading; see launcher.cc).
 void preload_push_kernel();
 void preload_ksplit_kernels();
+void preload_ksplit_skinny();
 void preload_small_kernels();
 
 // The decomposed variant's synchronization; `epoch` is the op's device counter. Only the main

@@ -144,6 +144,7 @@ AllGatherMatmul::AllGatherMatmul(Team& team, AgmmConfig config)
   TF_CUDA(cudaEventCreateWithFlags(&im.join, cudaEventDisableTiming));
   agmm::preload_push_kernel();
   agmm::preload_ksplit_kernels();
+  if (im.ksplit_slot_floats > 0) agmm::preload_ksplit_skinny();
   agmm::preload_small_kernels();
   TF_CUDA(cudaDeviceSynchronize());
   // Flags must be zero on every rank before any peer may write into them.
