@@ -42,6 +42,16 @@
 //              no handshake; the gathered A is written into a peer only after that peer raised its
 //              "free" flag for this launch (as push). Needs AgmmConfig::ksplit_max_m / ksplit_max_n
 //              capacity (InvalidArgument naming them otherwise).
+//              Skinny path (M <= agmm::kSkinnyMaxM = 64, unless the environment has
+//              TAXFREE_AGMM_KSPLIT_SKINNY=0, read at each launch and the same on every rank): the
+//              whole op is one kernel per rank (make_ksplit_skinny_plan: one CTA per 32-column
+//              slice of C, all resident). Each CTA multiplies A_shard by its slice of B's rank rows
+//              on tensor cores (fp32), sends the partial and its range of A_shard to every peer as
+//              low-latency lines (data and epoch in one 16-byte store: no fence, no flag; inboxes
+//              alternate by launch parity with no handshake), waits (bounded) for the peers' lines
+//              of its slice, writes C summed in rank order in fp32 (the same bits on every rank)
+//              and copies the peers' A lines into this rank's gathered A. No rank writes a peer's
+//              gathered A on this path, so it needs no "free" flag.
 //   auto       one of the above per shape, from a table of measurements (choose_agmm_variant).
 //   pull and the SM-specialized single kernel are not implemented (parse_agmm_variant says so).
 //
@@ -61,7 +71,8 @@
 //    can run back to back and inside CUDA graphs (capture and replay) with no host work between.
 //  - A peer that never delivers ends this rank's waits at the team's deadline with a diagnostic
 //    (Team::sync reports it).
-//  - ksplit's exchange kernel assumes its CTAs (<= one per SM) can all be resident at once, as when
+//  - ksplit's exchange kernel and its skinny kernel assume their CTAs (<= what the GPU holds at
+//    once) can all be resident at once, as when
 //    no other kernel holds the SMs; a CTA that cannot start delays its peers' CTAs of the same slice
 //    (bounded by the deadline, never a silent wrong result).
 #pragma once
@@ -95,9 +106,10 @@ struct AgmmConfig {
   int push_ctas = 0;           // push: SMs for the push kernel; 0 = choose per shape (push_plan)
   int64_t col_chunk = 0;       // push: piece width in columns (multiple of 64); 0 = per shape
   // ksplit: capacity of the fp32 partials, (2 * (world - 1) + 1) * ksplit_max_m * ksplit_max_n * 4
-  // bytes of heap (192 MiB for 2 ranks at the defaults, 960 MiB for 8; the default heap is
-  // max(4, world + 2) GiB). 0 in either: no ksplit buffers; ksplit launches are rejected and auto
-  // never picks it.
+  // bytes of heap, plus the skinny path's line inboxes (ksplit_heap: 18 MiB per peer at the
+  // defaults and world 2); 210 MiB for 2 ranks at the defaults, about 1.05 GiB for 8 (the default
+  // heap is max(4, world + 2) GiB). 0 in either: no ksplit buffers; ksplit launches are rejected and
+  // auto never picks it.
   int64_t ksplit_max_m = 1024;
   int64_t ksplit_max_n = 16384;
 };
