@@ -373,8 +373,9 @@ TEST(AgmmKsplit, SlicesCoverEachPartialGroupAndShardRowOnceForEveryWorld) {
 // CTAs (then CTAs loop), MMA row tiles cover M, the A lines of the CTAs tile A_shard exactly, and
 // every launch within the op's capacity fits the inbox ksplit_heap sized, for every world.
 TEST(AgmmKsplitSkinny, PlanCoversTheShapeAndFitsTheInboxForEveryWorld) {
-  const AgmmConfig cfg;
-  for (int w : kWorlds)
+  for (int w : kWorlds) {
+    AgmmConfig cfg;
+    cfg.max_k = int64_t(w) * 4104;  // the launches' K: within the op's capacity
     for (int resident : {132, 264, 7})
       for (auto [m, n] : {std::pair<int64_t, int64_t>{1, 3584}, {3, 3592}, {16, 1000}, {17, 1003}, {33, 16384},
                           {64, 1}}) {
@@ -402,6 +403,7 @@ TEST(AgmmKsplitSkinny, PlanCoversTheShapeAndFitsTheInboxForEveryWorld) {
         EXPECT_LE(p.partial_lines(), h.skinny_partial_lines) << what;
         EXPECT_LE(p.a_lines(), h.skinny_a_lines) << what;
       }
+  }
 }
 
 // At the op's capacity the inbox still holds a launch (the largest M, N and K), with fewer
