@@ -413,5 +413,76 @@ TEST(AgmmKsplit, SlicesCoverEachPartialGroupAndShardRowOnceForEveryWorld) {
   }
 }
 
+
+// The skinny path's plan: slices of 32 columns cover N once, one CTA per slice up to the resident
+// CTAs (then CTAs loop), MMA row tiles cover M, the A lines of the CTAs tile A_shard exactly, and
+// every launch within the op's capacity fits the inbox ksplit_heap sized, for every world.
+TEST(AgmmKsplitSkinny, PlanCoversTheShapeAndFitsTheInboxForEveryWorld) {
+  for (int w : kWorlds) {
+    AgmmConfig cfg;
+    cfg.max_k = int64_t(w) * 4104;  // the launches' K: within the op's capacity
+    for (int resident : {132, 264, 7})
+      for (auto [m, n] : {std::pair<int64_t, int64_t>{1, 3584}, {3, 3592}, {16, 1000}, {17, 1003}, {33, 16384},
+                          {64, 1}}) {
+        const int64_t k = int64_t(w) * 4104;
+        const agmm::KsplitSkinny p = make_ksplit_skinny_plan(ksplit_args(m, n, k), w, cfg, resident);
+        const std::string what = "world " + std::to_string(w) + " M=" + std::to_string(m) + " N=" +
+                                 std::to_string(n) + " resident " + std::to_string(resident);
+        EXPECT_EQ(p.world, w);
+        EXPECT_EQ(p.shard_cols, 4104) << what;
+        EXPECT_TRUE(p.ldp % 8 == 0 && p.ldp >= n && p.ldp < n + 8) << what;
+        EXPECT_EQ(p.slices, (n + 31) / 32) << what;
+        EXPECT_EQ(p.ctas, std::min<int64_t>(p.slices, resident)) << what;
+        EXPECT_EQ(p.m_tiles, m <= 16 ? 1 : m <= 32 ? 2 : 4) << what;
+        if (m == 1 && n == 3584 && resident == 132) EXPECT_EQ(p.ctas, 112) << what;
+        int64_t lines = 0;
+        for (int j = 0; j < p.ctas; ++j) {
+          const auto r = p.a_range(j);
+          ASSERT_EQ(r.begin, lines) << what << " CTA " << j;
+          ASSERT_LE(r.begin, r.end) << what;
+          lines = r.end;
+        }
+        EXPECT_EQ(lines * 4, m * p.shard_cols) << what;
+        EXPECT_EQ(p.partial_line(p.slices - 1, m - 1) + agmm::kSkinnyLinesPerRow, p.partial_lines()) << what;
+        const KsplitHeap h = ksplit_heap(cfg, w);
+        EXPECT_LE(p.partial_lines(), h.skinny_partial_lines) << what;
+        EXPECT_LE(p.a_lines(), h.skinny_a_lines) << what;
+      }
+  }
+}
+
+// At the op's capacity the inbox still holds a launch (the largest M, N and K), with fewer
+// ksplit rows than kSkinnyMaxM too; nothing when ksplit is off.
+TEST(AgmmKsplitSkinny, HeapHoldsTheLargestLaunchForEveryWorld) {
+  for (int w : kWorlds)
+    for (int64_t max_m : {1024, 20}) {
+      AgmmConfig cfg;
+      cfg.ksplit_max_m = max_m;
+      cfg.max_k = int64_t(w) * 4104;
+      const int64_t m = std::min<int64_t>(max_m, agmm::kSkinnyMaxM);
+      const agmm::KsplitSkinny p = make_ksplit_skinny_plan(ksplit_args(m, cfg.ksplit_max_n, cfg.max_k), w, cfg, 132);
+      const KsplitHeap h = ksplit_heap(cfg, w);
+      EXPECT_EQ(p.partial_lines(), h.skinny_partial_lines) << "world " << w << " max_m " << max_m;
+      EXPECT_EQ(p.a_lines(), h.skinny_a_lines) << "world " << w << " max_m " << max_m;
+      EXPECT_EQ(h.bytes, (1 + 2 * int64_t(w - 1)) * h.partial_floats * 4 + (w + int64_t(w) * agmm::kKsplitMaxCtas) * 8 +
+                             2 * int64_t(w - 1) * (h.skinny_partial_lines + h.skinny_a_lines) * 16);
+    }
+}
+
+TEST(AgmmKsplitSkinny, RejectsWhatItCannotRunNamingIt) {
+  const AgmmConfig cfg;
+  expect_error([&] { make_ksplit_skinny_plan(ksplit_args(65, 3584, 8192), 2, cfg, 132); }, Status::InvalidArgument,
+               "M=65");
+  expect_error([&] { make_ksplit_skinny_plan(ksplit_args(8, 3584, 8192), 2, cfg, 0); }, Status::InvalidArgument,
+               "resident_ctas=0");
+  AgmmArgs a = ksplit_args(8, 3584, 8192);
+  a.b_replicated = false;
+  expect_error([&] { make_ksplit_skinny_plan(a, 2, cfg, 132); }, Status::InvalidArgument, "b_replicated");
+  AgmmConfig off;
+  off.ksplit_max_m = 0;
+  expect_error([&] { make_ksplit_skinny_plan(ksplit_args(1, 3584, 8192), 2, off, 132); }, Status::InvalidArgument,
+               "ksplit_max_m=0");
+}
+
 }  // namespace
 }  // namespace taxfree

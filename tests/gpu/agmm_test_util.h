@@ -117,6 +117,13 @@ class Problem {
 
   const Shape& shape() const { return s_; }
 
+  // C as it is now on this rank (guard bands and padding included), bits.
+  std::vector<uint16_t> c_bits() const {
+    std::vector<uint16_t> out(static_cast<size_t>(c_elems_));
+    TF_CUDA(cudaMemcpy(out.data(), c_dev_->p, out.size() * 2, cudaMemcpyDeviceToHost));
+    return out;
+  }
+
   // C bit for bit the same on every rank (meaningful with same_b). Collective: call on every rank.
   void expect_c_same_on_every_rank(const std::string& what) {
     std::vector<uint16_t> out(static_cast<size_t>(c_elems_));

@@ -3,9 +3,15 @@
 // 1 to 1000, K / world a multiple of 8 but not of 64, N not a multiple of 8, both B layouts, bf16
 // and fp16, in place (M = 127); C bit for bit the same on every rank, the gathered A bit for bit the shards;
 // 1000 back-to-back launches alternating two shapes with inputs changed on the way, rank skew,
-// CUDA-graph capture and replay, auto's choice, and the errors before launch.
+// CUDA-graph capture and replay, auto's choice, and the errors before launch. M <= kSkinnyMaxM runs
+// the one-kernel skinny path (AgmmKsplitSkinny* add its shapes: N not a multiple of its 32-column
+// slices, M across its MMA row tiles, in place, both paths in one sequence, agreement with the
+// two-kernel path); TAXFREE_AGMM_KSPLIT_SKINNY=0 (SkinnyEnv) runs the two-kernel path there.
 #include <gtest/gtest.h>
 #include <unistd.h>
+
+#include <cmath>
+#include <cstdlib>
 
 #include <string>
 #include <tuple>
@@ -37,6 +43,14 @@ void check_ksplit(Ops& ops, Problem& p, const std::string& what, bool in_place =
   p.expect_c_same_on_every_rank(what);
 }
 
+// TAXFREE_AGMM_KSPLIT_SKINNY for a scope (every rank sets the same: the ranks must take one path).
+struct SkinnyEnv {
+  explicit SkinnyEnv(bool on) { setenv("TAXFREE_AGMM_KSPLIT_SKINNY", on ? "1" : "0", 1); }
+  ~SkinnyEnv() { unsetenv("TAXFREE_AGMM_KSPLIT_SKINNY"); }
+  SkinnyEnv(const SkinnyEnv&) = delete;
+  SkinnyEnv& operator=(const SkinnyEnv&) = delete;
+};
+
 class AgmmKsplit : public ::testing::TestWithParam<std::tuple<DType, BLayout>> {};
 
 TEST_P(AgmmKsplit, MatchesReferenceIdenticallyOnEveryRank) {
@@ -59,6 +73,80 @@ INSTANTIATE_TEST_SUITE_P(Types, AgmmKsplit,
                            return std::string(gemm::dtype_name(std::get<0>(info.param))) + "_" +
                                   gemm::layout_name(std::get<1>(info.param));
                          });
+
+// The skinny path on its edges: M across the MMA row tiles (1, 3, 16, 17, 64), N = 3592 and 1000
+// (not multiples of the 32-column slice), K / world = 4104 (not a multiple of the 64-wide K chunk),
+// in place at M = 17; then the two-kernel path on the same inputs agrees to rounding.
+class AgmmKsplitSkinny : public ::testing::TestWithParam<std::tuple<DType, BLayout>> {};
+
+TEST_P(AgmmKsplitSkinny, MatchesReferenceAndTheTwoKernelPath) {
+  TF_REQUIRE_GPUS(2);
+  const auto [dtype, layout] = GetParam();
+  Ops ops({}, team().world() * 4104);
+  for (int64_t n : {3592, 1000})
+    for (int64_t m : {1, 3, 16, 17, 64}) {
+      Problem p(ksplit_shape(m, n, dtype, layout), 100 + uint64_t(m) + uint64_t(n), true);
+      const std::string what = label(p.shape()) + " ksplit-skinny";
+      check_ksplit(ops, p, what);
+      if (m == 17) check_ksplit(ops, p, what + " in place", true);
+      const std::vector<uint16_t> skinny = p.c_bits();
+      {
+        SkinnyEnv two_kernel(false);
+        check_ksplit(ops, p, label(p.shape()) + " ksplit two-kernel");
+      }
+      // Both sum fp32 partials of the same products: they differ by at most one rounding of C.
+      const std::vector<uint16_t> old = p.c_bits();
+      const double u = dtype == DType::bf16 ? 1.0 / 256 : 1.0 / 2048;
+      int64_t bad = 0;
+      for (size_t i = 0; i < old.size(); ++i) {
+        const double x = to_float(skinny[i], dtype), y = to_float(old[i], dtype);
+        if (skinny[i] == old[i] || std::fabs(x - y) <= 1.01 * u * std::fmax(std::fabs(x), std::fabs(y)) + 1e-6) continue;
+        if (bad++ < 5) ADD_FAILURE() << what << ": element " << i << " skinny " << x << ", two-kernel " << y;
+      }
+      EXPECT_EQ(bad, 0) << what << ": elements where the paths differ by more than one rounding";
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, AgmmKsplitSkinny,
+                         ::testing::Combine(::testing::Values(DType::bf16, DType::fp16),
+                                            ::testing::Values(BLayout::NK, BLayout::KN)),
+                         [](const auto& info) {
+                           return std::string(gemm::dtype_name(std::get<0>(info.param))) + "_" +
+                                  gemm::layout_name(std::get<1>(info.param));
+                         });
+
+// 1000 launches with no host work between on the skinny path only: M = 3 (one row tile, 113
+// slices) and M = 64 (four row tiles, 32 slices) alternating, a third of them through the
+// two-kernel path (M = 65) so both paths share the epochs; checked and refreshed every 250.
+TEST(AgmmKsplitSkinnyMany, ThousandLaunchesAcrossBothPaths) {
+  TF_REQUIRE_GPUS(2);
+  auto& t = team();
+  Ops ops({}, t.world() * 4104);
+  Problem small(ksplit_shape(3, 3592, DType::bf16, BLayout::NK), 110, true);
+  Problem mid(ksplit_shape(64, 1000, DType::bf16, BLayout::NK), 111, true);
+  Problem tall(ksplit_shape(65, 1000, DType::bf16, BLayout::NK), 112, true);
+  auto s = t.stream();
+  small.poison_c(s);
+  mid.poison_c(s);
+  ops.poison(tall);
+  align("agmm.skinny.many.poisoned");
+  for (int i = 1; i <= 1000; ++i) {
+    Problem& p = i % 3 == 0 ? tall : i % 3 == 1 ? small : mid;
+    const GatheredA g = ops.plain->launch(AgmmVariant::ksplit, replicated(p.args()), s);
+    if (i % 250 == 0) {
+      t.sync(s);
+      const std::string what = "ksplit-skinny after " + std::to_string(i) + " launches";
+      p.expect_result(g, what, true);
+      for (Problem* q : {&small, &mid, &tall})
+        if (q != &p) q->expect_c(what + " (another shape)");
+      t.host_barrier("agmm.skinny.many.checked");
+      small.refresh(113 + uint64_t(i));
+      mid.refresh(114 + uint64_t(i));
+      tall.refresh(115 + uint64_t(i));
+    }
+  }
+  align("agmm.skinny.many.done");
+}
 
 // Epochs and parity buffers: 1000 launches with no host work between, two shapes alternating (the
 // slices and CTA counts change from launch to launch), new inputs every 250 launches (each rank
@@ -89,11 +177,14 @@ TEST(AgmmKsplitMany, ThousandLaunchesAlternatingShapes) {
   align("agmm.ksplit.many.done");
 }
 
-TEST(AgmmKsplitMany, RankSkew) {
+// M = 200: the two-kernel path; M = 17: the skinny path.
+class AgmmKsplitPaths : public ::testing::TestWithParam<int64_t> {};
+
+TEST_P(AgmmKsplitPaths, RankSkew) {
   TF_REQUIRE_GPUS(2);
   auto& t = team();
   Ops ops({}, t.world() * 4104);
-  Problem p(ksplit_shape(200, 1003, DType::fp16, BLayout::KN), 70, true);
+  Problem p(ksplit_shape(GetParam(), 1003, DType::fp16, BLayout::KN), 70, true);
   for (int round = 0; round < 2 * t.world(); ++round) {
     ops.poison(p);
     align("agmm.ksplit.skew.poisoned");
@@ -109,11 +200,11 @@ TEST(AgmmKsplitMany, RankSkew) {
   }
 }
 
-TEST(AgmmKsplitMany, CudaGraphCaptureAndReplay) {
+TEST_P(AgmmKsplitPaths, CudaGraphCaptureAndReplay) {
   TF_REQUIRE_GPUS(2);
   auto& t = team();
   Ops ops({}, t.world() * 4104);
-  Problem p(ksplit_shape(64, 1003, DType::bf16, BLayout::KN), 80, true);
+  Problem p(ksplit_shape(GetParam(), 1003, DType::bf16, BLayout::KN), 80, true);
   auto s = t.stream();
   ops.plain->launch(AgmmVariant::ksplit, replicated(p.args()), s);  // outside the graph: cuBLASLt's plan
   align("agmm.ksplit.graph.warm");
@@ -136,6 +227,9 @@ TEST(AgmmKsplitMany, CudaGraphCaptureAndReplay) {
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
 }
+
+INSTANTIATE_TEST_SUITE_P(M, AgmmKsplitPaths, ::testing::Values(int64_t(17), int64_t(200)),
+                         [](const auto& info) { return "M" + std::to_string(info.param); });
 
 // auto takes ksplit for a replicated B within capacity (and something else otherwise); both right.
 TEST(AgmmKsplitMany, AutoPicksKsplitOnlyWithReplicatedB) {

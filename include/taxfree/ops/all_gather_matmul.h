@@ -45,6 +45,16 @@
 //              no handshake; the gathered A is written into a peer only after that peer raised its
 //              "free" flag for this launch (as push). Needs AgmmConfig::ksplit_max_m / ksplit_max_n
 //              capacity (InvalidArgument naming them otherwise).
+//              Skinny path (M <= agmm::kSkinnyMaxM = 64, unless the environment has
+//              TAXFREE_AGMM_KSPLIT_SKINNY=0, read at each launch and the same on every rank): the
+//              whole op is one kernel per rank (make_ksplit_skinny_plan: one CTA per 32-column
+//              slice of C, all resident). Each CTA multiplies A_shard by its slice of B's rank rows
+//              on tensor cores (fp32), sends the partial and its range of A_shard to every peer as
+//              low-latency lines (data and epoch in one 16-byte store: no fence, no flag; inboxes
+//              alternate by launch parity with no handshake), waits (bounded) for the peers' lines
+//              of its slice, writes C summed in rank order in fp32 (the same bits on every rank)
+//              and copies the peers' A lines into this rank's gathered A. No rank writes a peer's
+//              gathered A on this path, so it needs no "free" flag.
 //   auto       one of the above per shape, from a table of measurements (choose_agmm_variant).
 //   pull and the SM-specialized single kernel are not implemented (parse_agmm_variant says so).
 //
@@ -64,7 +74,8 @@
 //    can run back to back and inside CUDA graphs (capture and replay) with no host work between.
 //  - A peer that never delivers ends this rank's waits at the team's deadline with a diagnostic
 //    (Team::sync reports it).
-//  - ksplit's exchange kernel assumes its CTAs (<= one per SM) can all be resident at once, as when
+//  - ksplit's exchange kernel and its skinny kernel assume their CTAs (<= what the GPU holds at
+//    once) can all be resident at once, as when
 //    no other kernel holds the SMs; a CTA that cannot start delays its peers' CTAs of the same slice
 //    (bounded by the deadline, never a silent wrong result).
 #pragma once
@@ -98,9 +109,10 @@ struct AgmmConfig {
   int push_ctas = 0;           // push: SMs for the push kernel; 0 = choose per shape (push_plan)
   int64_t col_chunk = 0;       // push: piece width in columns (multiple of 64); 0 = per shape
   // ksplit: capacity of the fp32 partials, (2 * (world - 1) + 1) * ksplit_max_m * ksplit_max_n * 4
-  // bytes of heap (192 MiB for 2 ranks at the defaults, 960 MiB for 8; the default heap is
-  // max(4, world + 2) GiB). 0 in either: no ksplit buffers; ksplit launches are rejected and auto
-  // never picks it.
+  // bytes of heap, plus the skinny path's line inboxes (ksplit_heap: 18 MiB per peer at the
+  // defaults and world 2); 210 MiB for 2 ranks at the defaults, about 1.05 GiB for 8 (the default
+  // heap is max(4, world + 2) GiB). 0 in either: no ksplit buffers; ksplit launches are rejected and
+  // auto never picks it.
   int64_t ksplit_max_m = 1024;
   int64_t ksplit_max_n = 16384;
 };
@@ -163,12 +175,26 @@ FusedCePlan make_fused_ce_plan(const AgmmArgs& args, int world, int num_sms);
 // agmm_shard_shape). Pure.
 agmm::KsplitSlices make_ksplit_plan(const AgmmArgs& args, int world, const AgmmConfig& config, int num_sms);
 
+// What ksplit's skinny path runs for a shape (m <= agmm::kSkinnyMaxM): the column slices, one CTA
+// per slice up to `resident_ctas` (CTAs of the kernel the GPU holds at once: SMs x CTAs per SM,
+// from the occupancy API; co-residency is what makes the cross-rank waits deadlock-free), and the
+// MMA row tiles. Throws as make_ksplit_plan, and InvalidArgument naming M when m > kSkinnyMaxM or
+// resident_ctas < 1. Pure.
+agmm::KsplitSkinny make_ksplit_skinny_plan(const AgmmArgs& args, int world, const AgmmConfig& config,
+                                           int resident_ctas);
+
 // The heap ksplit's buffers take (the constructor allocates exactly this when enabled): one fp32
 // partial of ksplit_max_m x ksplit_max_n (rounded up to 8) for this rank, 2 * (world - 1) for the
 // peers' (two parities), and the flags. Zeros when ksplit is disabled. Pure.
+// The skinny path's LL inbox adds, per parity and per peer source, skinny_partial_lines partial
+// lines (min(kSkinnyMaxM, ksplit_max_m) rows x ksplit_max_n rounded up to a slice, 16 bytes per 2
+// floats) and skinny_a_lines A lines (those rows x ceil(max_k / world) columns, 16 bytes per 4
+// elements): 2 * (world - 1) * 16 * (skinny_partial_lines + skinny_a_lines) bytes.
 struct KsplitHeap {
-  int64_t partial_floats = 0;  // one partial slot
-  int64_t bytes = 0;           // everything
+  int64_t partial_floats = 0;        // one partial slot
+  int64_t skinny_partial_lines = 0;  // per sender and parity
+  int64_t skinny_a_lines = 0;        // per sender and parity, after the partial lines
+  int64_t bytes = 0;                 // everything
 };
 KsplitHeap ksplit_heap(const AgmmConfig& config, int world);
 
@@ -211,6 +237,7 @@ class AllGatherMatmul {
   GatheredA launch_push(const AgmmArgs& args, cudaStream_t stream);
   GatheredA launch_fused_ce(const AgmmArgs& args, cudaStream_t stream);
   GatheredA launch_ksplit(const AgmmArgs& args, cudaStream_t stream);
+  GatheredA launch_ksplit_skinny(const AgmmArgs& args, cudaStream_t stream);
 
   Team& team_;
   AgmmConfig config_;

@@ -171,4 +171,35 @@ struct KsplitSlices {
   TF_HOST_DEVICE static int64_t flag_index(int source, int j) { return int64_t(source) * kKsplitMaxCtas + j; }
 };
 
+// ksplit-skinny (M <= kSkinnyMaxM): one kernel per rank multiplies and exchanges
+// (agmm_ksplit_skinny.cu). C is cut into `slices` column slices of kSkinnySliceCols columns (all M
+// rows); CTA j computes slices j, j + ctas, ... of this rank's partial and sends each to every peer
+// as LL lines (device/ll_line.cuh: 2 floats per 16-byte line, a slice row is kSkinnyLinesPerRow
+// lines, columns >= n included so every slice has the same lines), and sends A_shard as lines too
+// (4 elements per line, row-major over [m, shard_cols], CTA j the range a_range(j)). The same cut
+// on every rank (the shape is), so CTA j of a receiver waits only for CTA j of its peers.
+// A receiver's inbox holds, per parity and per peer source (KsplitSlices::slot), `partial_cap`
+// partial lines (partial_line(slice, row) + column pair) followed by the A lines.
+constexpr int64_t kSkinnyMaxM = 64;  // ksplit takes the skinny path up to this M (4 MMA row tiles)
+constexpr int kSkinnySliceCols = 32;
+constexpr int kSkinnyLinesPerRow = kSkinnySliceCols / 2;
+
+struct KsplitSkinny {
+  int world = 1;
+  int64_t m = 0, n = 0;
+  int64_t ldp = 0;         // this rank's own partial [m, ldp] (floats), n rounded up to 8
+  int64_t shard_cols = 0;  // columns of A_shard (k / world), a multiple of 8
+  int slices = 1;          // ceil(n / kSkinnySliceCols)
+  int ctas = 1;            // min(slices, CTAs the GPU holds at once)
+  int m_tiles = 1;         // 16-row MMA tiles covering m: 1, 2 or 4
+
+  TF_HOST_DEVICE int64_t partial_line(int slice, int64_t row) const {
+    return (int64_t(slice) * m + row) * kSkinnyLinesPerRow;
+  }
+  TF_HOST_DEVICE int64_t partial_lines() const { return int64_t(slices) * m * kSkinnyLinesPerRow; }
+  TF_HOST_DEVICE int64_t a_lines_per_row() const { return shard_cols / 4; }
+  TF_HOST_DEVICE int64_t a_lines() const { return m * a_lines_per_row(); }
+  TF_HOST_DEVICE KsplitSlices::Range a_range(int j) const { return {a_lines() * j / ctas, a_lines() * (j + 1) / ctas}; }
+};
+
 }  // namespace taxfree::agmm

@@ -186,7 +186,9 @@ FusedCePlan make_fused_ce_plan(const AgmmArgs& a, int world, int num_sms) {
   return p;
 }
 
-agmm::KsplitSlices make_ksplit_plan(const AgmmArgs& a, int world, const AgmmConfig& cfg, int num_sms) {
+namespace {
+// Checks both ksplit paths share (after agmm_shard_shape's); returns the shard shape.
+ShardShape check_ksplit(const AgmmArgs& a, int world, const AgmmConfig& cfg) {
   const ShardShape s = agmm_shard_shape(a.m, a.k, a.gather_dim, world);
   TF_REQUIRE(a.gather_dim == 1, Status::NotSupported,
              "all_gather_matmul ksplit splits K across the ranks: it needs gather_dim 1, not " << a.gather_dim);
@@ -197,6 +199,12 @@ agmm::KsplitSlices make_ksplit_plan(const AgmmArgs& a, int world, const AgmmConf
              "all_gather_matmul ksplit: M=" << a.m << " N=" << a.n << " exceed the op's partial buffers (ksplit_max_m="
                                             << cfg.ksplit_max_m << ", ksplit_max_n=" << cfg.ksplit_max_n
                                             << "); build the op with a larger AgmmConfig");
+  return s;
+}
+}  // namespace
+
+agmm::KsplitSlices make_ksplit_plan(const AgmmArgs& a, int world, const AgmmConfig& cfg, int num_sms) {
+  const ShardShape s = check_ksplit(a, world, cfg);
   TF_REQUIRE(num_sms >= 1, Status::InvalidArgument, "all_gather_matmul ksplit: num_sms=" << num_sms << " must be >= 1");
   agmm::KsplitSlices k;
   k.world = world;
@@ -210,12 +218,35 @@ agmm::KsplitSlices make_ksplit_plan(const AgmmArgs& a, int world, const AgmmConf
   return k;
 }
 
+agmm::KsplitSkinny make_ksplit_skinny_plan(const AgmmArgs& a, int world, const AgmmConfig& cfg, int resident_ctas) {
+  const ShardShape s = check_ksplit(a, world, cfg);
+  TF_REQUIRE(a.m <= agmm::kSkinnyMaxM, Status::InvalidArgument,
+             "all_gather_matmul ksplit-skinny: M=" << a.m << " exceeds its " << agmm::kSkinnyMaxM << " rows");
+  TF_REQUIRE(resident_ctas >= 1, Status::InvalidArgument,
+             "all_gather_matmul ksplit-skinny: resident_ctas=" << resident_ctas << " must be >= 1");
+  agmm::KsplitSkinny p;
+  p.world = world;
+  p.m = a.m, p.n = a.n;
+  p.ldp = ceil_div(a.n, 8) * 8;
+  p.shard_cols = s.cols;
+  p.slices = int(ceil_div(a.n, agmm::kSkinnySliceCols));  // n <= ksplit_max_n < 2^31
+  // One slice per CTA while they fit (N = 3584: 112 CTAs of 32 columns on 132 SMs; 32 columns is
+  // the least per SM at MMA-tile granularity); wider N loops each CTA over several slices.
+  p.ctas = std::min(p.slices, resident_ctas);
+  p.m_tiles = a.m <= 16 ? 1 : a.m <= 32 ? 2 : 4;
+  return p;
+}
+
 KsplitHeap ksplit_heap(const AgmmConfig& cfg, int world) {
   if (cfg.ksplit_max_m <= 0 || cfg.ksplit_max_n <= 0) return {};
   KsplitHeap h;
   h.partial_floats = cfg.ksplit_max_m * ceil_div(cfg.ksplit_max_n, 8) * 8;
+  const int64_t rows = std::min(cfg.ksplit_max_m, agmm::kSkinnyMaxM);
+  h.skinny_partial_lines = ceil_div(cfg.ksplit_max_n, agmm::kSkinnySliceCols) * rows * agmm::kSkinnyLinesPerRow;
+  h.skinny_a_lines = rows * ceil_div(ceil_div(cfg.max_k, world), 4);
   const int64_t flags = world + int64_t(world) * agmm::kKsplitMaxCtas;  // ready + per-slice flags
-  h.bytes = (1 + 2 * int64_t(world - 1)) * h.partial_floats * 4 + flags * 8;
+  const int64_t inbox = 2 * int64_t(world - 1) * (h.skinny_partial_lines + h.skinny_a_lines) * 16;
+  h.bytes = (1 + 2 * int64_t(world - 1)) * h.partial_floats * 4 + flags * 8 + inbox;
   return h;
 }
 

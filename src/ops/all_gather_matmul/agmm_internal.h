@@ -5,6 +5,8 @@
 
 #include <cstdint>
 
+#include <vector_types.h>
+
 #include "taxfree/device/fault.cuh"
 #include "taxfree/device/launch_sequence.cuh"
 #include "taxfree/device/symmetric_view.cuh"
@@ -75,6 +77,33 @@ struct KsplitLaunch {
 };
 void enqueue_ksplit_exchange(const KsplitLaunch& l, cudaStream_t s);
 
+// Everything the one-kernel ksplit-skinny path needs for one launch (agmm_ksplit_skinny.cu).
+struct KsplitSkinnyLaunch {
+  dev::SymmetricView view;
+  KsplitSkinny plan;
+  const char* a = nullptr;     // A_shard [m, shard_cols]
+  int64_t lda = 0;             // elements
+  const char* b = nullptr;     // B at this rank's first K row (KN) or K column (NK)
+  int64_t ldb = 0;             // elements
+  gemm::BLayout b_layout = gemm::BLayout::NK;
+  float* own = nullptr;        // heap [m, plan.ldp]: this rank's partial, between the kernel's phases
+  uint4* inbox = nullptr;      // heap [2 parities][world - 1 sources][slot_lines] LL lines
+  int64_t slot_lines = 0;      // per source: partial_cap partial lines, then the A lines
+  int64_t partial_cap = 0;
+  char* gathered = nullptr;    // this rank's gathered A (only this rank writes it)
+  int64_t ld = 0;              // bytes
+  bool copy_local = true;      // false: A_shard already is this rank's slot (in place)
+  bool skip_signal = false;    // fault injection: send no line to any peer
+  void* c = nullptr;
+  int64_t ldc = 0;             // elements
+  gemm::DType dtype = gemm::DType::bf16;
+  dev::LaunchSequence seq;     // the op's ksplit sequence (shared with the two-kernel path)
+  dev::FaultContext fault;
+};
+// CTAs of the skinny kernel for (dtype, layout, m_tiles) one SM holds at once (occupancy API).
+int ksplit_skinny_ctas_per_sm(gemm::DType dtype, gemm::BLayout layout, int m_tiles);
+void enqueue_ksplit_skinny(const KsplitSkinnyLaunch& l, cudaStream_t s);
+
 // The push kernel on `side` (push_ctas SMs) and the waiting GEMM on `main` (the rest), at once:
 // validates everything that can throw first, then forks `side` off `main` (event `fork`),
 // enqueues both and joins `side` back into `main` (event `join`).
@@ -84,6 +113,7 @@ void enqueue_push(const PushLaunch& l, cudaStream_t main, cudaStream_t side, cud
 // module loading waits for this device to go idle (lazy loading; see launcher.cc).
 void preload_push_kernel();
 void preload_ksplit_kernels();
+void preload_ksplit_skinny();
 void preload_small_kernels();
 
 // The decomposed variant's synchronization; `epoch` is the op's device counter. Only the main

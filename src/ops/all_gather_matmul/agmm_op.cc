@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstdlib>
+#include <string>
 #include <vector>
 
 #include "agmm_internal.h"
@@ -57,11 +59,14 @@ struct AllGatherMatmul::Impl {
   float* ksplit_recv = nullptr;      // heap [2][world - 1][slot]: peers' partials by launch parity
   uint64_t* ksplit_ready = nullptr;  // heap [world]
   uint64_t* ksplit_flags = nullptr;  // heap [world * kKsplitMaxCtas]
+  KsplitHeap ksplit_sizes;           // the skinny path's inbox geometry among them
+  uint4* skinny_inbox = nullptr;     // heap [2][world - 1][skinny lines]: LL lines by launch parity
   // dec_seq.counter: decomposed's and fused-ce's epoch
   dev::LaunchSequence push_seq{}, gemm_seq{}, dec_seq{}, ksplit_seq{};
   cudaStream_t side = nullptr;       // the op's second stream (push kernel, copy-engine copies)
   cudaEvent_t fork = nullptr, join = nullptr;
 
+  int64_t skinny_slot_lines() const { return ksplit_sizes.skinny_partial_lines + ksplit_sizes.skinny_a_lines; }
   // Every buffer the variants or the peers write (the flags excepted).
   std::vector<Buffer> buffers(int world) const {
     std::vector<Buffer> out;
@@ -69,6 +74,7 @@ struct AllGatherMatmul::Impl {
       if (buf) out.push_back({buf, capacity_bytes});
     if (ksplit_own) out.push_back({ksplit_own, ksplit_slot_floats * 4});
     if (ksplit_recv) out.push_back({ksplit_recv, 2 * (world - 1) * ksplit_slot_floats * 4});
+    if (skinny_inbox) out.push_back({skinny_inbox, 2 * (world - 1) * skinny_slot_lines() * 16});
     return out;
   }
 };
@@ -105,11 +111,18 @@ AllGatherMatmul::AllGatherMatmul(Team& team, AgmmConfig config)
   TF_CUDA(cudaMemset(im.dec_barrier, 0, w * sizeof(uint64_t)));
   TF_CUDA(cudaMemset(im.dec_arrived, 0, w * sizeof(uint64_t)));
   TF_CUDA(cudaMemset(im.ce_flags, 0, uint64_t(im.ce_flag_capacity) * sizeof(uint64_t)));
-  im.ksplit_slot_floats = ksplit_heap(config_, team.world()).partial_floats;
+  im.ksplit_sizes = ksplit_heap(config_, team.world());
+  im.ksplit_slot_floats = im.ksplit_sizes.partial_floats;
   if (im.ksplit_slot_floats > 0) {
     const auto slot = uint64_t(im.ksplit_slot_floats);
     im.ksplit_own = heap.allocate_array<float>(slot, "all_gather_matmul.ksplit_own");
-    if (w > 1) im.ksplit_recv = heap.allocate_array<float>(2 * (w - 1) * slot, "all_gather_matmul.ksplit_recv");
+    if (w > 1) {
+      im.ksplit_recv = heap.allocate_array<float>(2 * (w - 1) * slot, "all_gather_matmul.ksplit_recv");
+      const uint64_t lines = 2 * (w - 1) * uint64_t(im.skinny_slot_lines());
+      im.skinny_inbox = heap.allocate_array<uint4>(lines, "all_gather_matmul.ksplit_skinny_inbox");
+      // Zero carries no epoch (epochs start at 1): no line is current before its sender stores it.
+      TF_CUDA(cudaMemset(im.skinny_inbox, 0, lines * sizeof(uint4)));
+    }
     im.ksplit_ready = heap.allocate_array<uint64_t>(w, "all_gather_matmul.ksplit_ready");
     im.ksplit_flags = heap.allocate_array<uint64_t>(w * agmm::kKsplitMaxCtas, "all_gather_matmul.ksplit_flags");
     TF_CUDA(cudaMemset(im.ksplit_ready, 0, w * sizeof(uint64_t)));
@@ -131,6 +144,7 @@ AllGatherMatmul::AllGatherMatmul(Team& team, AgmmConfig config)
   TF_CUDA(cudaEventCreateWithFlags(&im.join, cudaEventDisableTiming));
   agmm::preload_push_kernel();
   agmm::preload_ksplit_kernels();
+  if (im.ksplit_slot_floats > 0) agmm::preload_ksplit_skinny();
   agmm::preload_small_kernels();
   TF_CUDA(cudaDeviceSynchronize());
   // Flags must be zero on every rank before any peer may write into them.
@@ -371,9 +385,20 @@ GatheredA AllGatherMatmul::launch_fused_ce(const AgmmArgs& a, cudaStream_t s) {
   return {im.gathered, slot.ld};
 }
 
-// cuBLASLt on this rank's shard and B's matching K rows into the fp32 partial, then the exchange
-// kernel (agmm_ksplit.cu) sums every rank's partial into C and completes the gathered A.
+namespace {
+// TAXFREE_AGMM_KSPLIT_SKINNY=0 keeps ksplit on the two-kernel path at every M (read at each launch,
+// so one benchmark process can time both paths).
+bool skinny_enabled() {
+  const char* e = std::getenv("TAXFREE_AGMM_KSPLIT_SKINNY");
+  return e == nullptr || std::string(e) != "0";
+}
+}  // namespace
+
+// Up to kSkinnyMaxM rows: one kernel (agmm_ksplit_skinny.cu). Otherwise cuBLASLt on this rank's
+// shard and B's matching K rows into the fp32 partial, then the exchange kernel (agmm_ksplit.cu)
+// sums every rank's partial into C and completes the gathered A.
 GatheredA AllGatherMatmul::launch_ksplit(const AgmmArgs& a, cudaStream_t s) {
+  if (a.m <= agmm::kSkinnyMaxM && skinny_enabled()) return launch_ksplit_skinny(a, s);
   const agmm::KsplitSlices sl = make_ksplit_plan(a, team_.world(), config_, team_.sm_count());
   Impl& im = *impl_;
   const GatheredA slot = local_slot(a.m, a.k, a.gather_dim);
@@ -403,6 +428,37 @@ GatheredA AllGatherMatmul::launch_ksplit(const AgmmArgs& a, cudaStream_t s) {
   l.fault = team_.fault();
   gemm::cublaslt_launch(g, s, gemm::OutType::fp32);  // validates before it enqueues
   agmm::enqueue_ksplit_exchange(l, s);
+  return {im.gathered, slot.ld};
+}
+
+GatheredA AllGatherMatmul::launch_ksplit_skinny(const AgmmArgs& a, cudaStream_t s) {
+  const int m_tiles = a.m <= 16 ? 1 : a.m <= 32 ? 2 : 4;  // checked against the plan's below
+  const int per_sm = agmm::ksplit_skinny_ctas_per_sm(a.dtype, a.b_layout, m_tiles);
+  const agmm::KsplitSkinny p = make_ksplit_skinny_plan(a, team_.world(), config_, team_.sm_count() * per_sm);
+  TF_REQUIRE(p.m_tiles == m_tiles, Status::Internal, "ksplit-skinny: m_tiles " << p.m_tiles << " != " << m_tiles);
+  Impl& im = *impl_;
+  const GatheredA slot = local_slot(a.m, a.k, a.gather_dim);
+  const int64_t k0 = team_.rank() * p.shard_cols;  // this rank's K rows of B
+  agmm::KsplitSkinnyLaunch l;
+  l.view = team_.view();
+  l.plan = p;
+  l.a = static_cast<const char*>(a.a_shard), l.lda = a.lda_shard;
+  l.b = static_cast<const char*>(a.b) + (a.b_layout == gemm::BLayout::KN ? k0 * a.ldb : k0) * kElem;
+  l.ldb = a.ldb;
+  l.b_layout = a.b_layout;
+  l.own = im.ksplit_own;
+  l.inbox = im.skinny_inbox;
+  l.slot_lines = im.skinny_slot_lines();
+  l.partial_cap = im.ksplit_sizes.skinny_partial_lines;
+  l.gathered = im.gathered;
+  l.ld = slot.ld * kElem;
+  l.copy_local = !(a.a_shard == slot.ptr && a.lda_shard == slot.ld);
+  l.skip_signal = skip_signal_;
+  l.c = a.c, l.ldc = a.ldc;
+  l.dtype = a.dtype;
+  l.seq = im.ksplit_seq;
+  l.fault = team_.fault();
+  agmm::enqueue_ksplit_skinny(l, s);  // checks the inbox's capacity before it enqueues
   return {im.gathered, slot.ld};
 }
 
