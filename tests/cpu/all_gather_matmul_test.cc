@@ -297,6 +297,23 @@ TEST(AgmmVariants, NamesRoundTripAndUnbuiltOnesAreNotSupported) {
       }
 }
 
+// auto's other rules: fused-ce only where its k-loop can start at the rank's own columns (shards a
+// whole number of 64-column k-blocks), decomposed for gather_dim 0 only from 3.5M elements of C.
+TEST(AgmmVariants, AutoPicksFusedCeOnlyWithRotatableShardsAndDecomposedForLargeRowShards) {
+  for (int w : kWorlds) {
+    AgmmArgs a = args_for({1024, 3584, int64_t(w) * 4096, 1});
+    EXPECT_EQ(choose_agmm_variant(a, w, AgmmConfig{}), AgmmVariant::fused_ce) << "world " << w;
+    a.k = int64_t(w) * 4104;  // shards of 4104 columns: not whole k-blocks, no rotation
+    ASSERT_NE(agmm::first_k_block(make_fused_ce_plan(a, w, 132).grid, 1), 4104 / 64);
+    EXPECT_EQ(choose_agmm_variant(a, w, AgmmConfig{}), AgmmVariant::decomposed) << "world " << w;
+    a.m = 512;
+    EXPECT_EQ(choose_agmm_variant(a, w, AgmmConfig{}), AgmmVariant::decomposed) << "world " << w;
+  }
+  EXPECT_EQ(choose_agmm_variant(args_for({512, 4096, 8192, 0}), 2, AgmmConfig{}), AgmmVariant::bsp);
+  EXPECT_EQ(choose_agmm_variant(args_for({512, 7168, 8192, 0}), 2, AgmmConfig{}), AgmmVariant::decomposed);
+  EXPECT_EQ(choose_agmm_variant(args_for({1024, 4096, 8192, 0}), 2, AgmmConfig{}), AgmmVariant::decomposed);
+}
+
 // auto picks ksplit only where it can run: gather_dim 1, B replicated, within the op's capacity.
 TEST(AgmmVariants, AutoPicksKsplitOnlyWhereItRuns) {
   AgmmArgs a = args_for({1, 3584, 8192, 1});
@@ -422,8 +439,8 @@ TEST(AgmmKsplitSkinny, PlanCoversTheShapeAndFitsTheInboxForEveryWorld) {
     AgmmConfig cfg;
     cfg.max_k = int64_t(w) * 4104;  // the launches' K: within the op's capacity
     for (int resident : {132, 264, 7})
-      for (auto [m, n] : {std::pair<int64_t, int64_t>{1, 3584}, {3, 3592}, {16, 1000}, {17, 1003}, {33, 16384},
-                          {64, 1}}) {
+      for (auto [m, n] : {std::pair<int64_t, int64_t>{1, 3584}, {3, 3592}, {16, 1000}, {17, 1003}, {31, 16384},
+                          {32, 1}}) {
         const int64_t k = int64_t(w) * 4104;
         const agmm::KsplitSkinny p = make_ksplit_skinny_plan(ksplit_args(m, n, k), w, cfg, resident);
         const std::string what = "world " + std::to_string(w) + " M=" + std::to_string(m) + " N=" +
@@ -433,7 +450,7 @@ TEST(AgmmKsplitSkinny, PlanCoversTheShapeAndFitsTheInboxForEveryWorld) {
         EXPECT_TRUE(p.ldp % 8 == 0 && p.ldp >= n && p.ldp < n + 8) << what;
         EXPECT_EQ(p.slices, (n + 31) / 32) << what;
         EXPECT_EQ(p.ctas, std::min<int64_t>(p.slices, resident)) << what;
-        EXPECT_EQ(p.m_tiles, m <= 16 ? 1 : m <= 32 ? 2 : 4) << what;
+        EXPECT_EQ(p.m_tiles, m <= 16 ? 1 : 2) << what;
         if (m == 1 && n == 3584 && resident == 132) EXPECT_EQ(p.ctas, 112) << what;
         int64_t lines = 0;
         for (int j = 0; j < p.ctas; ++j) {
@@ -471,8 +488,8 @@ TEST(AgmmKsplitSkinny, HeapHoldsTheLargestLaunchForEveryWorld) {
 
 TEST(AgmmKsplitSkinny, RejectsWhatItCannotRunNamingIt) {
   const AgmmConfig cfg;
-  expect_error([&] { make_ksplit_skinny_plan(ksplit_args(65, 3584, 8192), 2, cfg, 132); }, Status::InvalidArgument,
-               "M=65");
+  expect_error([&] { make_ksplit_skinny_plan(ksplit_args(33, 3584, 8192), 2, cfg, 132); }, Status::InvalidArgument,
+               "M=33");
   expect_error([&] { make_ksplit_skinny_plan(ksplit_args(8, 3584, 8192), 2, cfg, 0); }, Status::InvalidArgument,
                "resident_ctas=0");
   AgmmArgs a = ksplit_args(8, 3584, 8192);

@@ -74,7 +74,7 @@ INSTANTIATE_TEST_SUITE_P(Types, AgmmKsplit,
                                   gemm::layout_name(std::get<1>(info.param));
                          });
 
-// The skinny path on its edges: M across the MMA row tiles (1, 3, 16, 17, 64), N = 3592 and 1000
+// The skinny path on its edges: M across the MMA row tiles (1, 3, 16, 17, 32), N = 3592 and 1000
 // (not multiples of the 32-column slice), K / world = 4104 (not a multiple of the 64-wide K chunk),
 // in place at M = 17; then the two-kernel path on the same inputs agrees to rounding.
 class AgmmKsplitSkinny : public ::testing::TestWithParam<std::tuple<DType, BLayout>> {};
@@ -84,7 +84,7 @@ TEST_P(AgmmKsplitSkinny, MatchesReferenceAndTheTwoKernelPath) {
   const auto [dtype, layout] = GetParam();
   Ops ops({}, team().world() * 4104);
   for (int64_t n : {3592, 1000})
-    for (int64_t m : {1, 3, 16, 17, 64}) {
+    for (int64_t m : {1, 3, 16, 17, 32}) {
       Problem p(ksplit_shape(m, n, dtype, layout), 100 + uint64_t(m) + uint64_t(n), true);
       const std::string what = label(p.shape()) + " ksplit-skinny";
       check_ksplit(ops, p, what);
@@ -116,15 +116,15 @@ INSTANTIATE_TEST_SUITE_P(Types, AgmmKsplitSkinny,
                          });
 
 // 1000 launches with no host work between on the skinny path only: M = 3 (one row tile, 113
-// slices) and M = 64 (four row tiles, 32 slices) alternating, a third of them through the
-// two-kernel path (M = 65) so both paths share the epochs; checked and refreshed every 250.
+// slices) and M = 32 (two row tiles, 32 slices) alternating, a third of them through the
+// two-kernel path (M = 33) so both paths share the epochs; checked and refreshed every 250.
 TEST(AgmmKsplitSkinnyMany, ThousandLaunchesAcrossBothPaths) {
   TF_REQUIRE_GPUS(2);
   auto& t = team();
   Ops ops({}, t.world() * 4104);
   Problem small(ksplit_shape(3, 3592, DType::bf16, BLayout::NK), 110, true);
-  Problem mid(ksplit_shape(64, 1000, DType::bf16, BLayout::NK), 111, true);
-  Problem tall(ksplit_shape(65, 1000, DType::bf16, BLayout::NK), 112, true);
+  Problem mid(ksplit_shape(32, 1000, DType::bf16, BLayout::NK), 111, true);
+  Problem tall(ksplit_shape(33, 1000, DType::bf16, BLayout::NK), 112, true);
   auto s = t.stream();
   small.poison_c(s);
   mid.poison_c(s);

@@ -45,7 +45,7 @@
 //              no handshake; the gathered A is written into a peer only after that peer raised its
 //              "free" flag for this launch (as push). Needs AgmmConfig::ksplit_max_m / ksplit_max_n
 //              capacity (InvalidArgument naming them otherwise).
-//              Skinny path (M <= agmm::kSkinnyMaxM = 64, unless the environment has
+//              Skinny path (M <= agmm::kSkinnyMaxM = 32, unless the environment has
 //              TAXFREE_AGMM_KSPLIT_SKINNY=0, read at each launch and the same on every rank): the
 //              whole op is one kernel per rank (make_ksplit_skinny_plan: one CTA per 32-column
 //              slice of C, all resident). Each CTA multiplies A_shard by its slice of B's rank rows

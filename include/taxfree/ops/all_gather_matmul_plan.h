@@ -180,7 +180,11 @@ struct KsplitSlices {
 // on every rank (the shape is), so CTA j of a receiver waits only for CTA j of its peers.
 // A receiver's inbox holds, per parity and per peer source (KsplitSlices::slot), `partial_cap`
 // partial lines (partial_line(slice, row) + column pair) followed by the A lines.
-constexpr int64_t kSkinnyMaxM = 64;  // ksplit takes the skinny path up to this M (4 MMA row tiles)
+// ksplit takes the skinny path up to this M (2 MMA row tiles). Measured on 2x H200 (N = 3584,
+// K = 8192): 14-15 us at M <= 16, 22 at 32 (the two-kernel path: 23-26); at M = 64 a 4-tile version
+// took 31 us against the two-kernel path's 27 (every CTA re-reads all of A, 2 ring stages), so it
+// was removed.
+constexpr int64_t kSkinnyMaxM = 32;
 constexpr int kSkinnySliceCols = 32;
 constexpr int kSkinnyLinesPerRow = kSkinnySliceCols / 2;
 
@@ -191,7 +195,7 @@ struct KsplitSkinny {
   int64_t shard_cols = 0;  // columns of A_shard (k / world), a multiple of 8
   int slices = 1;          // ceil(n / kSkinnySliceCols)
   int ctas = 1;            // min(slices, CTAs the GPU holds at once)
-  int m_tiles = 1;         // 16-row MMA tiles covering m: 1, 2 or 4
+  int m_tiles = 1;         // 16-row MMA tiles covering m: 1 or 2
 
   TF_HOST_DEVICE int64_t partial_line(int slice, int64_t row) const {
     return (int64_t(slice) * m + row) * kSkinnyLinesPerRow;

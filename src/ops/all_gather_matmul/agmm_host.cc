@@ -233,7 +233,7 @@ agmm::KsplitSkinny make_ksplit_skinny_plan(const AgmmArgs& a, int world, const A
   // One slice per CTA while they fit (N = 3584: 112 CTAs of 32 columns on 132 SMs; 32 columns is
   // the least per SM at MMA-tile granularity); wider N loops each CTA over several slices.
   p.ctas = std::min(p.slices, resident_ctas);
-  p.m_tiles = a.m <= 16 ? 1 : a.m <= 32 ? 2 : 4;
+  p.m_tiles = a.m <= 16 ? 1 : 2;
   return p;
 }
 
@@ -250,34 +250,24 @@ KsplitHeap ksplit_heap(const AgmmConfig& cfg, int world) {
   return h;
 }
 
-namespace {
-// `auto`: the first row whose gather_dim matches and whose max_m >= M wins (ksplit rows only where
-// the launch allows it). From the 2xH200 bench at 017126d (docs/PERFORMANCE.md, r13), the fastest
-// variant per case, never slower than bsp: ksplit for K-sharded A up to M = 256 (1.21-1.48x the
-// best bsp: its GEMM reads half of B); decomposed above (ties ksplit at M = 512, beats it at 1024)
-// and on every tensor-parallel shape (M 1024..16384, 1.08-1.35x). fused-ce and push lost to
-// decomposed everywhere. gather_dim 0 below M = 1024 was not measured: bsp, the safe choice.
-struct AutoRule {
-  int gather_dim;
-  int64_t max_m;
-  AgmmVariant variant;
-};
-constexpr AutoRule kAutoRules[] = {
-    {0, 512, AgmmVariant::bsp},
-    {0, INT64_MAX, AgmmVariant::decomposed},
-    {1, 256, AgmmVariant::ksplit},
-    {1, 128, AgmmVariant::bsp},
-    {1, INT64_MAX, AgmmVariant::decomposed},
-};
-}  // namespace
-
+// `auto`, from the 2xH200 benches (docs/PERFORMANCE.md: r19-r22 at N = 3584 / 4096 / 7168,
+// K = 8192), the fastest variant per case, never slower than bsp beyond noise:
+//  gather_dim 1 (K-sharded A): ksplit up to M = 256 where allowed (1.3-2.2x the best bsp: it reads
+//    half of B; one kernel up to M = 32); else bsp up to M = 128; decomposed up to M = 512
+//    (1.15-1.2x); fused-ce above when its k-loop can start at this rank's own columns (shards a
+//    whole number of k-blocks wide: M = 1024, 1.29-1.35x against decomposed's 1.20x), else
+//    decomposed.
+//  gather_dim 0 (row-sharded A): decomposed from M x N = 3.5M elements of C on (M = 512 N = 7168:
+//    1.06-1.13x; M >= 1024: 1.1-1.45x); below it the copy engine's latency is not hidden (M = 64:
+//    decomposed 57 us vs bsp 37-41; M = 512 N = 4096: a tie), so bsp.
 AgmmVariant choose_agmm_variant(const AgmmArgs& a, int world, const AgmmConfig& cfg) {
-  (void)world;
+  if (a.gather_dim == 0) return a.m * a.n >= 3'500'000 ? AgmmVariant::decomposed : AgmmVariant::bsp;
   const bool ksplit_ok = a.b_replicated && a.m <= cfg.ksplit_max_m && a.n <= cfg.ksplit_max_n;
-  for (const AutoRule& r : kAutoRules)
-    if (r.gather_dim == a.gather_dim && a.m <= r.max_m && (r.variant != AgmmVariant::ksplit || ksplit_ok))
-      return r.variant;
-  return AgmmVariant::bsp;
+  if (a.m <= 256 && ksplit_ok) return AgmmVariant::ksplit;
+  if (a.m <= 128) return AgmmVariant::bsp;
+  if (a.m <= 512) return AgmmVariant::decomposed;
+  const int64_t cols = agmm_shard_shape(a.m, a.k, a.gather_dim, world).cols;
+  return cols % 64 == 0 ? AgmmVariant::fused_ce : AgmmVariant::decomposed;
 }
 
 }  // namespace taxfree

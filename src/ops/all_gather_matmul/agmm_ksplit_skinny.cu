@@ -68,7 +68,7 @@ struct Ring {
   static constexpr int kBBytes = kCols * kChunkK * 2;
   static constexpr int kABytes = MT * 16 * kChunkK * 2;
   static constexpr int kStageBytes = kBBytes + kABytes;
-  static constexpr int kStages = MT == 1 ? 4 : MT == 2 ? 3 : 2;
+  static constexpr int kStages = MT == 1 ? 4 : 3;
   static constexpr int kWarpBytes = kStages * kStageBytes;
   static constexpr int kBytes = kWarps * kWarpBytes;
   static_assert(kWarps * MT * 16 * kRedLd * 4 <= kBytes, "the reduce buffer aliases the rings");
@@ -307,9 +307,7 @@ using Kernel = void (*)(KsplitSkinnyLaunch);
 
 template <class T, bool kKN>
 Kernel kernel_for(int m_tiles) {
-  return m_tiles == 1 ? ksplit_skinny_kernel<T, kKN, 1>
-         : m_tiles == 2 ? ksplit_skinny_kernel<T, kKN, 2>
-                        : ksplit_skinny_kernel<T, kKN, 4>;
+  return m_tiles == 1 ? ksplit_skinny_kernel<T, kKN, 1> : ksplit_skinny_kernel<T, kKN, 2>;
 }
 
 Kernel kernel_for(gemm::DType d, gemm::BLayout l, int m_tiles) {
@@ -319,21 +317,21 @@ Kernel kernel_for(gemm::DType d, gemm::BLayout l, int m_tiles) {
 }
 
 int smem_bytes(int m_tiles) {
-  return m_tiles == 1 ? Ring<1>::kBytes : m_tiles == 2 ? Ring<2>::kBytes : Ring<4>::kBytes;
+  return m_tiles == 1 ? Ring<1>::kBytes : Ring<2>::kBytes;
 }
 
 // Per kernel, once (thread-safe static init, from the op's constructor: loads the module before
 // any launch, sets the opt-in above 48 KiB of dynamic shared memory, and asks the occupancy API how
-// many CTAs one SM holds), index [dtype][layout][m_tiles 1, 2, 4].
+// many CTAs one SM holds), index [dtype][layout][m_tiles 1, 2].
 struct Resident {
-  int per_sm[2][2][3];
+  int per_sm[2][2][2];
 };
 const Resident& resident() {
   static const Resident r = [] {
     Resident x{};
     for (int d = 0; d < 2; ++d)
       for (int l = 0; l < 2; ++l)
-        for (int i = 0; i < 3; ++i) {
+        for (int i = 0; i < 2; ++i) {
           const int mt = 1 << i;
           const Kernel k = kernel_for(d == 0 ? gemm::DType::bf16 : gemm::DType::fp16,
                                       l == 0 ? gemm::BLayout::NK : gemm::BLayout::KN, mt);
@@ -352,12 +350,12 @@ void preload_ksplit_skinny() { (void)resident(); }
 
 int ksplit_skinny_ctas_per_sm(gemm::DType dtype, gemm::BLayout layout, int m_tiles) {
   return resident().per_sm[dtype == gemm::DType::bf16 ? 0 : 1][layout == gemm::BLayout::NK ? 0 : 1]
-                          [m_tiles == 1 ? 0 : m_tiles == 2 ? 1 : 2];
+                          [m_tiles == 1 ? 0 : 1];
 }
 
 void enqueue_ksplit_skinny(const KsplitSkinnyLaunch& l, cudaStream_t s) {
   const KsplitSkinny& p = l.plan;
-  TF_REQUIRE(p.m_tiles == 1 || p.m_tiles == 2 || p.m_tiles == 4, Status::Internal,
+  TF_REQUIRE(p.m_tiles == 1 || p.m_tiles == 2, Status::Internal,
              "ksplit-skinny with m_tiles=" << p.m_tiles);
   TF_REQUIRE(p.m >= 1 && p.m <= 16 * p.m_tiles && p.ctas >= 1 && p.ctas <= p.slices, Status::Internal,
              "ksplit-skinny plan M=" << p.m << " m_tiles=" << p.m_tiles << " ctas=" << p.ctas << " slices=" << p.slices);
