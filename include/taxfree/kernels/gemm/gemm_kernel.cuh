@@ -238,14 +238,10 @@ __device__ __forceinline__ void consume(const GemmParams<Order, Ready, Epi>& p, 
                                    p.ws.counters + counter, flag, bar, valid_rows);
     }
     if (write) {
-      if constexpr (Shape::kSwapAB) {
-        static_assert(!float_out<Epi>(), "fp32 epilogues run without swap-AB");
+      if constexpr (Shape::kSwapAB)
         store_band_transposed<Shape::BM, L::kEpiPitch, T, Epi>(p.epi, p.m, p.n, acc, staging, bar, row0, col0);
-      } else if constexpr (float_out<Epi>()) {
-        store_band_f32<Shape::BN, Epi>(p.epi, p.m, p.n, acc, bar, row0, col0);
-      } else {
+      else
         store_band<Shape::BN, L::kChunkN, L::kEpiPitch, T, Epi>(p.epi, p.m, p.n, acc, staging, bar, row0, col0);
-      }
     }
   }
 }
