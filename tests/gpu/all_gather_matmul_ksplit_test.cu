@@ -94,16 +94,20 @@ TEST_P(AgmmKsplitSkinny, MatchesReferenceAndTheTwoKernelPath) {
         SkinnyEnv two_kernel(false);
         check_ksplit(ops, p, label(p.shape()) + " ksplit two-kernel");
       }
-      // Both sum fp32 partials of the same products: they differ by at most one rounding of C.
+      // Both sum the same products in fp32, in different orders (tensor-core K chunks vs cuBLASLt),
+      // and round once: they differ by the fp32 order difference (about sqrt(K) * 2^-24 * |row
+      // norm| ~ 1e-4 for these inputs; 1e-3 allowed) plus one spacing of T at the larger value.
       const std::vector<uint16_t> old = p.c_bits();
-      const double u = dtype == DType::bf16 ? 1.0 / 256 : 1.0 / 2048;
+      const int mantissa = dtype == DType::bf16 ? 7 : 10;
       int64_t bad = 0;
       for (size_t i = 0; i < old.size(); ++i) {
         const double x = to_float(skinny[i], dtype), y = to_float(old[i], dtype);
-        if (skinny[i] == old[i] || std::fabs(x - y) <= 1.01 * u * std::fmax(std::fabs(x), std::fabs(y)) + 1e-6) continue;
+        const double big = std::fmax(std::fabs(x), std::fabs(y));
+        const double spacing = big > 0 ? std::ldexp(1.0, std::ilogb(big) - mantissa) : 0.0;
+        if (skinny[i] == old[i] || std::fabs(x - y) <= spacing + 1e-3) continue;
         if (bad++ < 5) ADD_FAILURE() << what << ": element " << i << " skinny " << x << ", two-kernel " << y;
       }
-      EXPECT_EQ(bad, 0) << what << ": elements where the paths differ by more than one rounding";
+      EXPECT_EQ(bad, 0) << what << ": elements where the paths differ by more than one rounding and fp32 order";
     }
 }
 
