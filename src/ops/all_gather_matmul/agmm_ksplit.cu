@@ -74,15 +74,9 @@ __global__ void __launch_bounds__(kThreads, 1) ksplit_exchange_kernel(const __gr
   // CTA depends on another CTA of its rank being resident.
   if (peer_thread) dev::signal_set(v.peer(a.ready, t) + v.rank, epoch);
 
-  // This rank's partial slice into its slot in every peer's buffer, peers rank+1, rank+2, ...
-  float* const recv = a.recv + int64_t(epoch & 1) * (v.world - 1) * a.slot_floats;
-  const KsplitSlices::Range g = sl.partial_groups(j);
-  for (int i = 1; i < v.world; ++i) {
-    const int q = (v.rank + i) % v.world;
-    float* dst = recv + KsplitSlices::slot(v.rank, q) * a.slot_floats + g.begin * 8;
-    dev::copy_vec16<kUnroll>(v.peer(dst, q), a.own + g.begin * 8, uint64_t(g.end - g.begin) * 32, t, kThreads);
-  }
   // This rank's rows of A_shard into its columns of every gathered A (its own first: no wait).
+  // A_shard is the caller's input: complete before the GEMM started, so this runs while the GEMM
+  // may still be finishing (programmatic dependent launch, enqueue_ksplit_exchange).
   const KsplitSlices::Range rows = sl.a_rows(j);
   const int64_t row_bytes = sl.shard_cols * 2;
   const char* src = a.src + rows.begin * a.src_ld;
@@ -98,6 +92,16 @@ __global__ void __launch_bounds__(kThreads, 1) ksplit_exchange_kernel(const __gr
     for (int i = 1; ok && i < v.world; ++i)
       dev::copy_rows_vec16<kUnroll>(v.peer(dst, (v.rank + i) % v.world), a.ld, src, a.src_ld, rows.end - rows.begin,
                                     row_bytes, t, kThreads);
+  }
+  // The partial is the GEMM's output: wait for the GEMM (all of it, memory visible), then this
+  // rank's partial slice into its slot in every peer's buffer, peers rank+1, rank+2, ...
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  float* const recv = a.recv + int64_t(epoch & 1) * (v.world - 1) * a.slot_floats;
+  const KsplitSlices::Range g = sl.partial_groups(j);
+  for (int i = 1; ok && i < v.world; ++i) {
+    const int q = (v.rank + i) % v.world;
+    float* dst = recv + KsplitSlices::slot(v.rank, q) * a.slot_floats + g.begin * 8;
+    dev::copy_vec16<kUnroll>(v.peer(dst, q), a.own + g.begin * 8, uint64_t(g.end - g.begin) * 32, t, kThreads);
   }
   if (ok) {
     // P2: every thread's stores of both slices, bar.sync, then thread p's release on rank p's flag.
@@ -115,12 +119,23 @@ __global__ void __launch_bounds__(kThreads, 1) ksplit_exchange_kernel(const __gr
 
 }  // namespace
 
+// Programmatic dependent launch: the kernel may start while the partial GEMM before it on the
+// stream is still running (its launch and its A_shard copies overlap the GEMM's tail);
+// griddepcontrol.wait in the kernel then waits for the GEMM's completion before the partial is read.
 void enqueue_ksplit_exchange(const KsplitLaunch& l, cudaStream_t s) {
   TF_REQUIRE(l.slices.ctas >= 1 && l.slices.ctas <= kKsplitMaxCtas, Status::Internal,
              "ksplit exchange with " << l.slices.ctas << " CTAs");
-  if (l.dtype == gemm::DType::bf16) ksplit_exchange_kernel<__nv_bfloat16><<<l.slices.ctas, kThreads, 0, s>>>(l);
-  else ksplit_exchange_kernel<__half><<<l.slices.ctas, kThreads, 0, s>>>(l);
-  TF_CUDA(cudaGetLastError());
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(unsigned(l.slices.ctas));
+  cfg.blockDim = dim3(kThreads);
+  cfg.stream = s;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  if (l.dtype == gemm::DType::bf16) TF_CUDA(cudaLaunchKernelEx(&cfg, ksplit_exchange_kernel<__nv_bfloat16>, l));
+  else TF_CUDA(cudaLaunchKernelEx(&cfg, ksplit_exchange_kernel<__half>, l));
 }
 
 void preload_ksplit_kernels() {
