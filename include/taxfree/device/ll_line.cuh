@@ -36,13 +36,40 @@ __device__ __forceinline__ uint4 ll_peek(const uint4* line) {
 }
 __device__ __forceinline__ bool ll_current(uint4 x, uint32_t flag) { return x.y == flag && x.w == flag; }
 
+// One read of the first 8-byte half of `line`, {d0, flag}: a single-copy-atomic unit of its own,
+// so it suffices where a line's two data words are equal (a value sent twice) and halves the
+// registers the read occupies. ll_half_current says whether it is this epoch's.
+__device__ __forceinline__ uint2 ll_peek_half(const uint4* line) {
+  uint2 x;
+  asm volatile("ld.volatile.global.v2.u32 {%0, %1}, [%2];" : "=r"(x.x), "=r"(x.y) : "l"(line) : "memory");
+  return x;
+}
+__device__ __forceinline__ bool ll_half_current(uint2 x, uint32_t flag) { return x.y == flag; }
+
+// The deadline of a poll loop, shared by ll_load and by callers that poll many lines at once: call
+// once after each miss, i = 0, 1, 2, ... (start is set at i = 0). Every 128 misses it reads the
+// abort flag (host memory: sparingly) and the clock; returns true when the loop must give up:
+// abort requested (waited_ns = 0), or fc.timeout_ns passed (waited_ns > 0: the caller reports the
+// line it waited for with report_wait_timeout).
+__device__ __forceinline__ bool ll_poll_expired(uint32_t i, uint64_t& start, const FaultContext& fc,
+                                                uint64_t& waited_ns) {
+  waited_ns = 0;
+  if (i == 0) start = global_timer_ns();
+  if ((i & 127u) != 127u) return false;
+  if (abort_requested(fc)) return true;
+  const uint64_t waited = global_timer_ns() - start;
+  if (waited <= fc.timeout_ns) return false;
+  waited_ns = waited;
+  return true;
+}
+
 // Polls `line` until both halves carry `flag`; returns the data words in `out`. Gives up like
 // wait_geq (deadline, abort flag, WaitRecord naming `site` and `peer`). `backoff_ns` > 0 sleeps
 // that long (roughly) after each miss: for a long wait by one thread, so its polls take neither
 // issue slots nor L2 bandwidth from the other CTA of its SM.
 __device__ __forceinline__ bool ll_load(const uint4* line, uint32_t flag, uint2& out, const FaultContext& fc,
                                         WaitSite site, int peer, uint32_t backoff_ns = 0) {
-  uint64_t start = 0;
+  uint64_t start = 0, waited = 0;
   for (uint32_t i = 0;; ++i) {
     const uint4 x = ll_peek(line);
     if (ll_current(x, flag)) {
@@ -50,14 +77,9 @@ __device__ __forceinline__ bool ll_load(const uint4* line, uint32_t flag, uint2&
       return true;
     }
     if (backoff_ns != 0) __nanosleep(backoff_ns);
-    if (i == 0) start = global_timer_ns();
-    if ((i & 127u) == 127u) {
-      if (abort_requested(fc)) return false;
-      const uint64_t waited = global_timer_ns() - start;
-      if (waited > fc.timeout_ns) {
-        report_wait_timeout(fc, site, peer, line, flag, x.y != flag ? x.y : x.w, waited);
-        return false;
-      }
+    if (ll_poll_expired(i, start, fc, waited)) {
+      if (waited != 0) report_wait_timeout(fc, site, peer, line, flag, x.y != flag ? x.y : x.w, waited);
+      return false;
     }
   }
 }

@@ -12,6 +12,8 @@
 #include <cuda_fp16.h>
 
 #include <cstdint>
+#include <type_traits>
+#include <utility>
 
 #include "taxfree/kernels/attention/config.h"
 #include "taxfree/kernels/attention/impl/ptx.h"
@@ -64,32 +66,88 @@ __device__ inline void cta_store_tile_as(const PartialTile<D>& t, int rows, T* d
   }
 }
 
-// Row statistics (lse_stats' m and S) and weights (lse_weight) of one row's n partial LSEs, spread
-// over a segment of kLanes lanes (aligned within the warp): lane `col` holds partials col,
-// col + kLanes, ... in l[k] (-inf past n). Owner lanes write weight p to w[p] for p < n; returns
-// the merged lse. m and S are segment reductions (shuffles, no serial per-row loop); every lane
-// of the warp must call it. Ends with __syncwarp, so the weights are then readable by the warp.
-template <int kLanes, int kLse>
-__device__ inline float segment_lse_weights(const float (&l)[kLse], int n, int col, bool owner, float* w) {
+// Where a merge's rows sit in a CTA of kWarps warps (cta_combine_partials, cta_combine_ll): a warp
+// merges kRowsPerWarp rows side by side, one per segment of kLanes lanes (lane `col` of a segment
+// owns 4 of the row's D values), and its rows repeat every kRowStep rows: warp w merges rows
+// w*kRowsPerWarp + lane/kLanes + i*kRowStep, i < kRowIters at most.
+template <int D>
+struct MergeLayout {
+  static constexpr int kLanes = D / 4;                      // lanes per row
+  static constexpr int kRowsPerWarp = 32 / kLanes;          // 1 (D = 128) or 2 (D = 64)
+  static constexpr int kRowStep = kWarps * kRowsPerWarp;    // 4 or 8
+  static constexpr int kRowIters = kMaxRows / kRowStep;     // 4 or 2
+  static constexpr int kLse = kMaxParts / kLanes;           // LSEs per lane and row: partials col + k*kLanes
+  static_assert(32 % kLanes == 0 && kMaxParts % kLanes == 0 && kMaxRows % kRowStep == 0, "head_dim 64 or 128");
+};
+
+// The rows this lane merges when the CTA merges rows [0, rows): calls f(std::integral_constant<int,
+// kR>, r, owner) once with kR = this warp's row count (warp-uniform, 1..kRowIters; no call when the
+// warp has none), r[i] its i-th row and owner[i] whether it stores it. A segment past the last row
+// (D = 64: the second half of a warp) gets row rows - 1 to redo, owner false, so every lane of the
+// warp runs the same code (the merge's shuffles need the whole warp).
+template <int D, class F>
+__device__ inline void for_warp_rows(int rows, F&& f) {
+  using L = MergeLayout<D>;
+  const int lane = threadIdx.x & 31, first = int(threadIdx.x >> 5) * L::kRowsPerWarp;
+  const int count = rows > first ? (rows - first + L::kRowStep - 1) / L::kRowStep : 0;
+  const auto call = [&]<int kR>(std::integral_constant<int, kR> kr) {
+    int r[kR];
+    bool owner[kR];
+#pragma unroll
+    for (int i = 0; i < kR; ++i) {
+      const int row = first + lane / L::kLanes + i * L::kRowStep;
+      owner[i] = row < rows;
+      r[i] = owner[i] ? row : rows - 1;
+    }
+    f(kr, r, owner);
+  };
+  [&]<int... k>(std::integer_sequence<int, k...>) {
+    ((count == k + 1 ? call(std::integral_constant<int, k + 1>{}) : void()), ...);
+  }(std::make_integer_sequence<int, L::kRowIters>{});
+}
+
+// Row statistics (lse_stats' m and S) and weights (lse_weight) of kR rows' n partial LSEs, each
+// row spread over a segment of kLanes lanes (aligned within the warp): lane `col` holds partials
+// col, col + kLanes, ... of row i in l[i][k] (-inf past n). Owner lanes write weight p of row i to
+// w[i][p] for p < n; lse[i] is row i's merged lse. m and S are segment reductions (shuffles); the
+// kR rows' reductions are interleaved, so they cost one reduction's latency. Every lane of the
+// warp must call it. Ends with __syncwarp, so the weights are then readable by the warp.
+template <int kLanes, int kR, int kLse>
+__device__ inline void segment_lse_weights(const float (&l)[kR][kLse], int n, int col, const bool (&owner)[kR],
+                                           float* const (&w)[kR], float (&lse)[kR]) {
   constexpr float kNegInf = -INFINITY;
-  float m = kNegInf;
+  float m[kR], s[kR];
 #pragma unroll
-  for (int k = 0; k < kLse; ++k) m = fmaxf(m, l[k]);
+  for (int i = 0; i < kR; ++i) {
+    m[i] = kNegInf;
 #pragma unroll
-  for (int off = kLanes / 2; off > 0; off >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
-  float s = 0.f;
-  if (m != kNegInf)
+    for (int k = 0; k < kLse; ++k) m[i] = fmaxf(m[i], l[i][k]);
+  }
 #pragma unroll
-    for (int k = 0; k < kLse; ++k) s += l[k] == kNegInf ? 0.f : expf(l[k] - m);
+  for (int off = kLanes / 2; off > 0; off >>= 1)
 #pragma unroll
-  for (int off = kLanes / 2; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
-  const LseStats st{m, s};
-  if (owner)
+    for (int i = 0; i < kR; ++i) m[i] = fmaxf(m[i], __shfl_xor_sync(0xffffffffu, m[i], off));
 #pragma unroll
-    for (int k = 0; k < kLse; ++k)
-      if (col + k * kLanes < n) w[col + k * kLanes] = lse_weight(l[k], st);
+  for (int i = 0; i < kR; ++i) {
+    s[i] = 0.f;
+    if (m[i] != kNegInf)
+#pragma unroll
+      for (int k = 0; k < kLse; ++k) s[i] += l[i][k] == kNegInf ? 0.f : expf(l[i][k] - m[i]);
+  }
+#pragma unroll
+  for (int off = kLanes / 2; off > 0; off >>= 1)
+#pragma unroll
+    for (int i = 0; i < kR; ++i) s[i] += __shfl_xor_sync(0xffffffffu, s[i], off);
+#pragma unroll
+  for (int i = 0; i < kR; ++i) {
+    const LseStats st{m[i], s[i]};
+    if (owner[i])
+#pragma unroll
+      for (int k = 0; k < kLse; ++k)
+        if (col + k * kLanes < n) w[i][col + k * kLanes] = lse_weight(l[i][k], st);
+    lse[i] = lse_total(st);
+  }
   __syncwarp();
-  return lse_total(st);
 }
 
 // acc += w * x, where the select, not a multiply, drops weight-0 partials, so garbage/NaN in an
@@ -103,11 +161,92 @@ __device__ inline void accumulate_weighted(float4& acc, float w, float4 x) {
   acc.w += w * t.w;
 }
 
+// One warp's merge of n partials of its kR rows (r, owner: for_warp_rows), the arithmetic every
+// combine shares: segment_lse_weights on each row's LSEs, then acc[i] = sum over p = 0, 1, .., n-1
+// (in that order) of accumulate_weighted(w_p, o_p), lane `col` holding 4 values of each row.
+// Where the values come from is `src`'s business (workspace loads, LL lines):
+//   src.fetch(p0)  issues the reads of partials [p0, p0 + Source::kParts) of the kR rows, and with
+//                  p0 == 0 also the rows' LSEs, then returns once they are usable (false: gave up;
+//                  the values are then arbitrary, the caller must not publish them);
+//   src.lse_of(i, k)  the LSE of partial col + k*kLanes of row i (only asked for p < n);
+//   src.o_of(i, u)  the 4 values of partial p0 + u of row i of the last fetch (p0 + u >= n: any
+//                  finite-or-not value, dropped by the weight-0 select).
+// So a merge of n <= kParts partials is one memory round trip for all the warp's rows: every read
+// goes out before the first is used. Weights go through scratch.w[r[i]] (owner lanes write them);
+// lse[i] is row i's merged LSE. Returns false when a fetch gave up.
+template <int D, int kR, class Source>
+__device__ inline bool warp_merge_rows(Source& src, int n, const int (&r)[kR], const bool (&owner)[kR],
+                                       CombineScratch& scratch, float4 (&acc)[kR], float (&lse)[kR]) {
+  using L = MergeLayout<D>;
+  constexpr int kParts = Source::kParts;
+  const int col = (threadIdx.x & 31) % L::kLanes;
+  bool ok = src.fetch(0);
+  float l[kR][L::kLse];
+  float* w[kR];
+#pragma unroll
+  for (int i = 0; i < kR; ++i) {
+    w[i] = scratch.w[r[i]];
+#pragma unroll
+    for (int k = 0; k < L::kLse; ++k) l[i][k] = col + k * L::kLanes < n ? src.lse_of(i, k) : -INFINITY;
+    acc[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+  }
+  segment_lse_weights<L::kLanes>(l, n, col, owner, w, lse);
+  for (int p0 = 0;;) {
+#pragma unroll
+    for (int i = 0; i < kR; ++i)
+#pragma unroll
+      for (int u = 0; u < kParts; ++u) accumulate_weighted(acc[i], p0 + u < n ? w[i][p0 + u] : 0.f, src.o_of(i, u));
+    p0 += kParts;
+    if (p0 >= n) return ok;
+    ok = ok && src.fetch(p0);  // after a fetch gave up, no more waiting
+  }
+}
+
+// Partials of cta_combine_partials in global memory, for warp_merge_rows: partial p of row r at
+// o[p*o_stride + r*D] (D fp32) and lse[p*lse_stride + r]. Weak, unconditional loads with the
+// partial index clamped into [0, n): ptxas keeps them back to back (predicated or branched loads
+// were serialised behind the math, seen in SASS). kMergeLoads float4 loads per lane in flight
+// (96 registers): all 11-16 splits of two rows per warp (group 8, D = 128) in one round trip.
+template <int D, int kR>
+struct WorkspacePartials {
+  static constexpr int kMergeLoads = 24;
+  static constexpr int kParts = kMergeLoads / kR;
+  using L = MergeLayout<D>;
+  const float* o;  // row r[i], column col of partial 0
+  int64_t o_stride;
+  const float* lse;
+  int64_t lse_stride;
+  int n, col;
+  const int (&r)[kR];
+  float l[kR][L::kLse];
+  float4 x[kR][kParts];
+
+  __device__ bool fetch(int p0) {
+#pragma unroll
+    for (int i = 0; i < kR; ++i) {
+      if (p0 == 0)
+#pragma unroll
+        for (int k = 0; k < L::kLse; ++k) {
+          const int p = col + k * L::kLanes;
+          l[i][k] = lse[(p < n ? p : n - 1) * lse_stride + r[i]];
+        }
+#pragma unroll
+      for (int u = 0; u < kParts; ++u) {
+        const int p = p0 + u < n ? p0 + u : n - 1;
+        x[i][u] = *reinterpret_cast<const float4*>(o + p * o_stride + int64_t(r[i]) * D + 4 * col);
+      }
+    }
+    return true;
+  }
+  __device__ float lse_of(int i, int k) const { return l[i][k]; }
+  __device__ float4 o_of(int i, int u) const { return x[i][u]; }
+};
+
 // Merge n partials of `rows` rows into `out` (shared memory), with lse_combine.h's formula.
 //   partial i, row r:  o at o[i*o_part_stride + r*D + d]   (fp32, normalised, 16-byte aligned)
 //                      lse at lse[i*lse_part_stride + r]
-// Preconditions: 1 <= n <= kMaxParts, 1 <= rows <= kMaxRows, blockDim.x a multiple of 32; every
-// thread of the CTA calls it.
+// Preconditions: 1 <= n <= kMaxParts, 1 <= rows <= kMaxRows, blockDim.x == kThreads; every thread
+// of the CTA calls it.
 // Global reads are plain (weak) loads: the partials were written by other CTAs, other GPUs or an
 // earlier kernel, and every calling thread must already be ordered after those writes by an
 // acquire pattern (cta_arrive_last's acquire plus CTA barrier, a flag acquire plus CTA barrier, or
@@ -116,63 +255,29 @@ __device__ inline void accumulate_weighted(float4& acc, float w, float4 x) {
 // (lse = -inf) is discarded by a select: garbage or NaN there cannot leak into the result.
 // Synchronises the CTA on entry and exit (`out` and `scratch` are safe to read/reuse after).
 //
-// It runs in the launch's tail, so it is built for latency: a warp merges whole rows (a half-warp
-// per row when D = 64), lane j owning float4 column j. The row's LSEs (lane j: partials j, j+L, ..)
-// and the o values of the first kBatch partials are loaded together, the LSE statistics are warp
-// reductions (no serial per-row loop, no CTA barrier between stats and sums), and the weights
-// reach the lanes through the row's scratch line. The sum S is a tree (lse_stats sums in order):
-// the result differs from the host formula by float rounding only.
+// It runs in the launch's tail, so it is built for latency (warp_merge_rows): a warp merges its
+// whole rows (a half-warp per row when D = 64), lane j owning float4 column j; the LSEs and the o
+// values of all the warp's rows go out together, up to WorkspacePartials::kMergeLoads per lane:
+// one L2 round trip for n <= 12 at two rows per warp (group 8, D = 128). The sum S is a tree: the
+// result differs from the host formula by float rounding only.
 template <int D>
 __device__ inline void cta_combine_partials(const float* o, int64_t o_part_stride, const float* lse,
                                             int64_t lse_part_stride, int n, int rows,
                                             CombineScratch& scratch, PartialTile<D>& out) {
-  constexpr int kLanes = D / 4;              // lanes per row: one float4 column each
-  constexpr int kRowsPerWarp = 32 / kLanes;  // 1 (D = 128) or 2 (D = 64)
-  constexpr int kLse = kMaxParts / kLanes;   // LSEs per lane
-  constexpr int kBatch = 16;                 // o loads in flight per lane
-  static_assert(32 % kLanes == 0 && kMaxParts % kLanes == 0, "head_dim 64 or 128");
-  constexpr float kNegInf = -INFINITY;
   __syncthreads();  // scratch/out may still be read by the caller's previous step
-  const int lane = threadIdx.x & 31, col = lane % kLanes;
-  const int warps = int(blockDim.x) >> 5;
-  for (int r0 = (int(threadIdx.x) >> 5) * kRowsPerWarp; r0 < rows; r0 += warps * kRowsPerWarp) {
-    // Warp-uniform trip count; a half-warp past the last row redoes that row and stores nothing.
-    const int r = r0 + lane / kLanes < rows ? r0 + lane / kLanes : rows - 1;
-    const bool owner = r0 + lane / kLanes < rows;
-    const float* src = o + int64_t(r) * D + 4 * col;
-    float* const w = scratch.w[r];
-    // Weak, unconditional loads with the index clamped into [0, n): ptxas keeps them back to back
-    // (predicated or branched loads were serialised behind the math, seen in SASS).
-    const auto load_batch = [&](int p0, float4 (&x)[kBatch]) {
+  for_warp_rows<D>(rows, [&]<int kR>(std::integral_constant<int, kR>, const int (&r)[kR], const bool (&owner)[kR]) {
+    const int col = (threadIdx.x & 31) % MergeLayout<D>::kLanes;
+    WorkspacePartials<D, kR> src{o, o_part_stride, lse, lse_part_stride, n, col, r};
+    float4 acc[kR];
+    float row_lse[kR];
+    warp_merge_rows<D>(src, n, r, owner, scratch, acc, row_lse);
 #pragma unroll
-      for (int u = 0; u < kBatch; ++u) {
-        const int p = p0 + u < n ? p0 + u : n - 1;
-        x[u] = *reinterpret_cast<const float4*>(src + p * o_part_stride);
+    for (int i = 0; i < kR; ++i)
+      if (owner[i]) {
+        reinterpret_cast<float4*>(out.o[r[i]])[col] = acc[i];
+        if (col == 0) out.lse[r[i]] = row_lse[i];
       }
-    };
-    float l[kLse];
-#pragma unroll
-    for (int k = 0; k < kLse; ++k) {
-      const int p = col + k * kLanes;
-      l[k] = lse[(p < n ? p : n - 1) * lse_part_stride + r];
-      if (p >= n) l[k] = kNegInf;
-    }
-    float4 x[kBatch];
-    load_batch(0, x);
-
-    const float row_lse = segment_lse_weights<kLanes>(l, n, col, owner, w);
-    if (owner && col == 0) out.lse[r] = row_lse;
-
-    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-    for (int p0 = 0;;) {
-#pragma unroll
-      for (int u = 0; u < kBatch; ++u) accumulate_weighted(acc, p0 + u < n ? w[p0 + u] : 0.f, x[u]);
-      p0 += kBatch;
-      if (p0 >= n) break;
-      load_batch(p0, x);
-    }
-    if (owner) reinterpret_cast<float4*>(out.o[r])[col] = acc;
-  }
+  });
   __syncthreads();
 }
 

@@ -71,92 +71,145 @@ __device__ inline bool cta_wait_ll(const uint4* inbox, int64_t sender_lines, int
   return __syncthreads_and(ok) != 0;
 }
 
+// The partials of one group for cta_combine_ll's warp_merge_rows: partial `rank` is `mine` (shared
+// memory); partial p != rank of row r is read from the LL lines at inbox[p*sender_lines +
+// r*ll_lines_per_row(D) + j]. Lane `col` of a row's segment reads lines col and col + kLanes (o
+// values 2col, 2col+1 and 2col + D/2, 2col + D/2 + 1: each load instruction covers 512 contiguous
+// bytes) and the first half of the LSE line (lanes col < n). Only the lines of partials that exist
+// and are not this rank's are read. kLines o lines per lane in flight (64 registers): every peer of
+// a 2-4 rank team for all of a warp's rows (up to 4) in one round trip.
+template <int D, int kR>
+struct LlPartials {
+  static constexpr int kLines = 16;
+  static constexpr int kParts = kLines / (2 * kR);
+  using L = MergeLayout<D>;
+  const PartialTile<D>& mine;
+  const uint4* inbox;
+  int64_t sender_lines;
+  int rank, n;
+  uint32_t flag;
+  const dev::FaultContext& fc;
+  int col;
+  const int (&r)[kR];
+  int p0 = 0;
+  uint2 l[kR][L::kLse];
+  uint4 lo[kR][kParts], hi[kR][kParts];
+
+  __device__ bool needs(int p) const { return p < n && p != rank; }
+  __device__ const uint4* line(int i, int p, int j) const {
+    return inbox + p * sender_lines + int64_t(r[i]) * ll_lines_per_row(D) + j;
+  }
+
+  // Every line of the batch starts stale, so the first pass reads all of them before checking any
+  // (one round trip); a later pass re-reads only the lines still stale (in flight: lines land in
+  // any order, so after cta_wait_ll this is rare and short), bounded by ll_poll_expired.
+  __device__ bool fetch(int first) {
+    p0 = first;
+    const bool with_lse = first == 0;
+    const uint4 stale4 = make_uint4(0u, ~flag, 0u, ~flag);
+#pragma unroll
+    for (int i = 0; i < kR; ++i) {
+#pragma unroll
+      for (int k = 0; k < L::kLse; ++k) l[i][k] = make_uint2(0u, ~flag);
+#pragma unroll
+      for (int u = 0; u < kParts; ++u) lo[i][u] = hi[i][u] = stale4;
+    }
+    uint64_t start = 0, waited = 0;
+    for (uint32_t it = 0;; ++it) {
+#pragma unroll
+      for (int i = 0; i < kR; ++i) {
+        if (with_lse)
+#pragma unroll
+          for (int k = 0; k < L::kLse; ++k) {
+            const int p = col + k * L::kLanes;
+            if (needs(p) && !dev::ll_half_current(l[i][k], flag)) l[i][k] = dev::ll_peek_half(line(i, p, D / 2));
+          }
+#pragma unroll
+        for (int u = 0; u < kParts; ++u) {
+          const int p = p0 + u;
+          if (!needs(p)) continue;
+          if (!dev::ll_current(lo[i][u], flag)) lo[i][u] = dev::ll_peek(line(i, p, col));
+          if (!dev::ll_current(hi[i][u], flag)) hi[i][u] = dev::ll_peek(line(i, p, col + L::kLanes));
+        }
+      }
+      // The checks wait for the reads; remember one stale line for the timeout report.
+      const uint4* stale = nullptr;
+      int stale_p = 0;
+      uint32_t seen = 0;
+      const auto check = [&](bool current, int p, const uint4* at, uint32_t got) {
+        if (!current && stale == nullptr) stale = at, stale_p = p, seen = got;
+      };
+#pragma unroll
+      for (int i = 0; i < kR; ++i) {
+        if (with_lse)
+#pragma unroll
+          for (int k = 0; k < L::kLse; ++k) {
+            const int p = col + k * L::kLanes;
+            if (needs(p)) check(dev::ll_half_current(l[i][k], flag), p, line(i, p, D / 2), l[i][k].y);
+          }
+#pragma unroll
+        for (int u = 0; u < kParts; ++u) {
+          const int p = p0 + u;
+          if (!needs(p)) continue;
+          check(dev::ll_current(lo[i][u], flag), p, line(i, p, col), lo[i][u].y != flag ? lo[i][u].y : lo[i][u].w);
+          check(dev::ll_current(hi[i][u], flag), p, line(i, p, col + L::kLanes),
+                hi[i][u].y != flag ? hi[i][u].y : hi[i][u].w);
+        }
+      }
+      if (stale == nullptr) return true;
+      if (dev::ll_poll_expired(it, start, fc, waited)) {
+        if (waited != 0) dev::report_wait_timeout(fc, dev::WaitSite::decode_partial, stale_p, stale, flag, seen, waited);
+        return false;
+      }
+    }
+  }
+  __device__ float lse_of(int i, int k) const {
+    return col + k * L::kLanes == rank ? mine.lse[r[i]] : __uint_as_float(l[i][k].x);
+  }
+  __device__ float4 o_of(int i, int u) const {
+    if (p0 + u == rank) {
+      const float2 a = reinterpret_cast<const float2*>(mine.o[r[i]])[col];
+      const float2 b = reinterpret_cast<const float2*>(mine.o[r[i]])[col + L::kLanes];
+      return make_float4(a.x, a.y, b.x, b.y);
+    }
+    return make_float4(__uint_as_float(lo[i][u].x), __uint_as_float(lo[i][u].z), __uint_as_float(hi[i][u].x),
+                       __uint_as_float(hi[i][u].z));
+  }
+};
+
 // Merge the `world` partials of rows [0, rows) of one group, in rank order, and store the result
-// converted to T at out[r*D + d] (8-byte stores). Partial `rank` is `mine` (shared memory); partial
+// converted to T at out[r*D + d] (4-byte stores). Partial `rank` is `mine` (shared memory); partial
 // p != rank is read from the LL lines at inbox[p*sender_lines + r*ll_lines_per_row(D) + j] once
 // they carry `flag` (call cta_wait_ll first: then they normally do); a line not yet current is
 // polled (bounded: deadline and abort flag, WaitSite::decode_partial naming p).
-// Returns false (uniformly across the CTA) when a wait gave up; the caller must leave the kernel.
-// Same weights (segment_lse_weights) and accumulation order (accumulate_weighted) as
-// cta_combine_partials, so the output has the same bits as the bsp combine of the same partials.
-// Preconditions: 1 <= world <= kMaxParts <= blockDim.x, 1 <= rows <= kMaxRows, `mine` and `scratch` not written
-// concurrently; every thread of the CTA calls it. Ends with a CTA barrier.
+// Returns false (uniformly across the CTA) when a wait gave up; the caller must leave the kernel
+// (rows of a lane whose wait gave up are not stored).
+// Same weights (segment_lse_weights) and accumulation order (accumulate_weighted, through
+// warp_merge_rows) as cta_combine_partials, so the output has the same bits as the bsp combine of
+// the same partials. Latency: all lines of a warp's rows (LlPartials::kLines per lane) are read
+// before any is checked, so at world <= 3 (group <= 16, D = 128) the merge is one round trip.
+// Preconditions: 1 <= world <= kMaxParts, 1 <= rows <= kMaxRows, blockDim.x == kThreads, `mine` and
+// `scratch` not written concurrently; every thread of the CTA calls it. Ends with a CTA barrier.
 template <class T, int D>
 __device__ inline bool cta_combine_ll(const PartialTile<D>& mine, int rows, const uint4* inbox, int64_t sender_lines,
                                       int rank, int world, uint32_t flag, const dev::FaultContext& fc,
                                       CombineScratch& scratch, T* out) {
-  constexpr int kRow = ll_lines_per_row(D);
-  constexpr int kLanes = D / 4;              // lanes per row: one float4 column (two lines) each
-  constexpr int kRowsPerWarp = 32 / kLanes;  // 1 (D = 128) or 2 (D = 64)
-  constexpr int kLse = kMaxParts / kLanes;   // LSEs per lane
-  constexpr int kBatch = 8;                  // partials whose lines a lane reads before checking any
-  constexpr float kNegInf = -INFINITY;
-  const int n = world;
-  const int lane = threadIdx.x & 31, col = lane % kLanes;
-  const int warps = int(blockDim.x) >> 5;
   bool ok = true;
-  for (int r0 = (int(threadIdx.x) >> 5) * kRowsPerWarp; r0 < rows; r0 += warps * kRowsPerWarp) {
-    // Warp-uniform trip count; a half-warp past the last row redoes that row and stores nothing.
-    const int r = r0 + lane / kLanes < rows ? r0 + lane / kLanes : rows - 1;
-    const bool owner = r0 + lane / kLanes < rows;
-    const uint4* const src = inbox + int64_t(r) * kRow;
-    // The data of a line read by ll_peek, once it carries `flag` (polling again if it did not). After
-    // a wait gave up, no more waiting: zeros, and the CTA leaves after the final barrier.
-    const auto settle = [&](uint4 x, int p, int j) {
-      if (dev::ll_current(x, flag)) return make_uint2(x.x, x.z);
-      uint2 d = make_uint2(0u, 0u);
-      if (ok) ok = dev::ll_load(src + p * sender_lines + j, flag, d, fc, dev::WaitSite::decode_partial, p);
-      return d;
-    };
-    // Reads of every line this lane needs first, checks after: one memory round trip once the data
-    // is there. Unconditional, index clamped into [0, n): the lines of partial `rank` and past n
-    // are read (valid memory) and ignored.
-    uint4 lo[kBatch], hi[kBatch];
-    const auto peek_batch = [&](int p0) {
+  for_warp_rows<D>(rows, [&]<int kR>(std::integral_constant<int, kR>, const int (&r)[kR], const bool (&owner)[kR]) {
+    const int col = (threadIdx.x & 31) % MergeLayout<D>::kLanes;
+    LlPartials<D, kR> src{mine, inbox, sender_lines, rank, world, flag, fc, col, r};
+    float4 acc[kR];
+    float lse[kR];
+    ok = warp_merge_rows<D>(src, world, r, owner, scratch, acc, lse);
+    if (ok)
 #pragma unroll
-      for (int u = 0; u < kBatch; ++u) {
-        const uint4* line = src + (p0 + u < n ? p0 + u : n - 1) * sender_lines + 2 * col;
-        lo[u] = dev::ll_peek(line);
-        hi[u] = dev::ll_peek(line + 1);
-      }
-    };
-    uint4 lx[kLse];
-#pragma unroll
-    for (int k = 0; k < kLse; ++k) lx[k] = dev::ll_peek(src + (col + k * kLanes < n ? col + k * kLanes : n - 1) * sender_lines + D / 2);
-    peek_batch(0);
-
-    float l[kLse];
-#pragma unroll
-    for (int k = 0; k < kLse; ++k) {
-      const int p = col + k * kLanes;
-      l[k] = p >= n ? kNegInf : p == rank ? mine.lse[r] : __uint_as_float(settle(lx[k], p, D / 2).x);
-    }
-    float* const w = scratch.w[r];
-    segment_lse_weights<kLanes>(l, n, col, owner, w);
-
-    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-    for (int p0 = 0;;) {
-#pragma unroll
-      for (int u = 0; u < kBatch; ++u) {
-        const int p = p0 + u;
-        float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
-        if (p == rank) {
-          x = reinterpret_cast<const float4*>(mine.o[r])[col];
-        } else if (p < n) {
-          const uint2 a = settle(lo[u], p, 2 * col), b = settle(hi[u], p, 2 * col + 1);
-          x = make_float4(__uint_as_float(a.x), __uint_as_float(a.y), __uint_as_float(b.x), __uint_as_float(b.y));
+      for (int i = 0; i < kR; ++i)
+        if (owner[i]) {
+          uint32_t* const row = reinterpret_cast<uint32_t*>(out + int64_t(r[i]) * D);
+          row[col] = ptx::pack2<T>(acc[i].x, acc[i].y);
+          row[col + MergeLayout<D>::kLanes] = ptx::pack2<T>(acc[i].z, acc[i].w);
         }
-        accumulate_weighted(acc, p < n ? w[p] : 0.f, x);
-      }
-      p0 += kBatch;
-      if (p0 >= n) break;
-      peek_batch(p0);
-    }
-    if (owner) {
-      const uint2 u = make_uint2(ptx::pack2<T>(acc.x, acc.y), ptx::pack2<T>(acc.z, acc.w));
-      reinterpret_cast<uint2*>(out + int64_t(r) * D)[col] = u;
-    }
-  }
+  });
   return __syncthreads_and(ok) != 0;
 }
 
