@@ -13,7 +13,7 @@ report, not a gate).
 import json
 import sys
 
-FUSED = ("bsp-own", "decomposed", "push", "ksplit")
+FUSED = ("bsp-own", "decomposed", "push", "fused-ce", "ksplit")
 
 
 def key(params):
@@ -57,7 +57,7 @@ def main():
         sys.exit(__doc__)
     ours, taxes = load_ours(sys.argv[1])
     torch = load_torch(sys.argv[2]) if len(sys.argv) > 2 else {}
-    print(f"{'case':<32} {'bsp':>9} {'bsp-own':>9} {'decomp':>9} {'push':>9} {'ksplit':>9} {'auto':>9} {'gemm':>9} "
+    print(f"{'case':<32} {'bsp':>9} {'bsp-own':>9} {'decomp':>9} {'push':>9} {'fusedce':>9} {'ksplit':>9} {'auto':>9} {'gemm':>9} "
           f"{'floor':>9} {'auto/bsp':>8} {'t-bsp':>9} {'t-fused':>9} {'auto/tf':>8} {'tax-bsp':>8} {'tax-loc':>8} "
           f"{'tax-lau':>8}  best")
     fails, best_by = [], {}
@@ -76,7 +76,7 @@ def main():
         tx = taxes.get(label, {})
         sp = bsp / auto if bsp and auto else None
         print(f"{label:<32} {fmt(bsp)} {fmt(c.get('bsp-own'))} {fmt(c.get('decomposed'))} {fmt(c.get('push'))} "
-              f"{fmt(c.get('ksplit'))} {fmt(auto)} {fmt(c.get('gemm-only'))} {fmt(c.get('floor'))} {fmt(sp, 7, 2)}x "
+              f"{fmt(c.get('fused-ce'))} {fmt(c.get('ksplit'))} {fmt(auto)} {fmt(c.get('gemm-only'))} {fmt(c.get('floor'))} {fmt(sp, 7, 2)}x "
               f"{fmt(t.get('torch-bsp'))} {fmt(tf)} {fmt(tf / auto if tf and auto else None, 7, 2)}x "
               f"{fmt(tx.get('tax_bulk_synchronous_us'), 8)} {fmt(tx.get('tax_data_locality_us'), 8)} "
               f"{fmt(tx.get('tax_launch_us'), 8)}  {best}"
