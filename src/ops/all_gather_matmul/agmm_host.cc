@@ -244,7 +244,9 @@ KsplitHeap ksplit_heap(const AgmmConfig& cfg, int world) {
   const int64_t rows = std::min(cfg.ksplit_max_m, agmm::kSkinnyMaxM);
   h.skinny_partial_lines = ceil_div(cfg.ksplit_max_n, agmm::kSkinnySliceCols) * rows * agmm::kSkinnyLinesPerRow;
   h.skinny_a_lines = rows * ceil_div(ceil_div(cfg.max_k, world), 4);
-  const int64_t flags = world + int64_t(world) * agmm::kKsplitMaxCtas;  // ready + per-slice flags
+  h.band_flags = ceil_div(cfg.ksplit_max_m, 64) * ceil_div(cfg.ksplit_max_n, 64);
+  // ready + per-slice flags (two-kernel path) + per-band flags (band path)
+  const int64_t flags = world + int64_t(world) * (agmm::kKsplitMaxCtas + h.band_flags);
   const int64_t inbox = 2 * int64_t(world - 1) * (h.skinny_partial_lines + h.skinny_a_lines) * 16;
   h.bytes = (1 + 2 * int64_t(world - 1)) * h.partial_floats * 4 + flags * 8 + inbox;
   return h;

@@ -153,6 +153,28 @@ __device__ __forceinline__ void store_band(const typename Epi::Params& epi, int 
   }
 }
 
+// fp32 epilogues (policies.cuh: kFloatOut): the 64 x BN band at (row0, col0) straight from the
+// fragments, clipped to rows < m and columns < n, then Epi::band_done by one thread once every
+// thread's puts are ordered before it (named barrier `bar`). A warp's put2 calls cover 8 rows x 32
+// contiguous bytes each: whole 32-byte sectors, no read-modify-write.
+template <int BN, class Epi>
+__device__ __forceinline__ void store_band_f32(const typename Epi::Params& epi, int m, int n, const float (&acc)[BN / 2],
+                                               uint32_t bar, int64_t row0, int64_t col0) {
+  const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32;
+  const int64_t r0 = row0 + warp * 16 + lane / 4, c0 = col0 + 2 * (lane % 4);
+  const uint64_t ctx = Epi::band_begin(epi);
+#pragma unroll
+  for (int j = 0; j < BN / 8; ++j) {
+    const int64_t c = c0 + 8 * j;
+    if (c < n) {
+      if (r0 < m) Epi::put2(epi, ctx, r0, c, make_float2(acc[4 * j], acc[4 * j + 1]), c + 1 < n);
+      if (r0 + 8 < m) Epi::put2(epi, ctx, r0 + 8, c, make_float2(acc[4 * j + 2], acc[4 * j + 3]), c + 1 < n);
+    }
+  }
+  named_barrier_sync(bar, 128);
+  if (tid == 0) Epi::band_done(epi, ctx, row0, col0);
+}
+
 // Swap-AB: the accumulator is a 64 x BM band of C^T (fragment rows = 64 columns of C from col0,
 // fragment columns = BM rows of C from row0). It is transposed through staging (BM rows of C x 64
 // columns, pitch kPitch) so that C is still written in row-contiguous 16-byte vectors. Single
