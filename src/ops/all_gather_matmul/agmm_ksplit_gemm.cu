@@ -57,12 +57,17 @@ struct KsplitBands {
   __device__ static uint64_t band_begin(const Params& p) {
     return dev::load<dev::Sem::relaxed, dev::Scope::gpu>(p.counter) + 1;
   }
-  __device__ static void put2(const Params& p, uint64_t e, int64_t row, int64_t col, float2 v, bool pair) {
+  __device__ static void put4(const Params& p, uint64_t e, int64_t row, int64_t col, float4 v, int count) {
     const dev::SymmetricView& w = p.view;
-    const int64_t at = row * p.ldp + col;
+    const int64_t at = row * p.ldp + col;  // ldp % 8 == 0, col % 4 == 0: 16-byte aligned
     const auto put = [&](float* dst) {
-      if (pair) *reinterpret_cast<float2*>(dst) = v;
-      else *dst = v.x;
+      if (count == 4) {
+        *reinterpret_cast<float4*>(dst) = v;
+      } else {  // the row's last 1-3 columns
+        dst[0] = v.x;
+        if (count > 1) dst[1] = v.y;
+        if (count > 2) dst[2] = v.z;
+      }
     };
     put(p.own + at);
     float* const parity = p.recv + int64_t(e & 1) * (w.world - 1) * p.slot_floats + at;

@@ -36,9 +36,9 @@
 //             uint64_t band_begin(const Params&)                                      device
 //             Called by every thread of the warpgroup before its puts of a band; the value is
 //             passed to the calls below (e.g. a launch epoch read once per band).
-//             void put2(const Params&, uint64_t ctx, int64_t row, int64_t col, float2 v, bool pair)
-//             C[row, col] = v.x and, if `pair`, C[row, col + 1] = v.y (col even; rows < M, columns
-//             < N). Every element of C exactly once, no order among calls.
+//             void put4(const Params&, uint64_t ctx, int64_t row, int64_t col, float4 v, int count)
+//             C[row, col + i] = v[i] for i < count (col a multiple of 4, count 4 unless the row
+//             ends at N; rows < M). Every element of C exactly once, no order among calls.
 //             void band_done(const Params&, uint64_t ctx, int64_t row0, int64_t col0)  device
 //             Called by one thread after every put of the band at (row0, col0) of every thread of
 //             the warpgroup (a named barrier orders them before it: a release by this thread
