@@ -319,14 +319,12 @@ TEST(AgmmVariants, AutoPicksKsplitOnlyWhereItRuns) {
   AgmmArgs a = args_for({1, 3584, 8192, 1});
   a.b_replicated = true;
   AgmmConfig cfg;
-  for (int64_t m : {1, 128, 256}) {
+  for (int64_t m : {1, 128, 256, 512, 1024}) {
     a.m = m;
     EXPECT_EQ(choose_agmm_variant(a, 2, cfg), AgmmVariant::ksplit) << "M=" << m;
   }
-  for (int64_t m : {512, 1024, 2048}) {  // decomposed measured as fast or faster there
-    a.m = m;
-    EXPECT_NE(choose_agmm_variant(a, 2, cfg), AgmmVariant::ksplit) << "M=" << m;
-  }
+  a.m = cfg.ksplit_max_m + 1;  // beyond the op's partial buffers
+  EXPECT_NE(choose_agmm_variant(a, 2, cfg), AgmmVariant::ksplit);
   a.m = 1;
   a.b_replicated = false;
   EXPECT_NE(choose_agmm_variant(a, 2, cfg), AgmmVariant::ksplit);

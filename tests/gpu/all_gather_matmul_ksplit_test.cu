@@ -7,7 +7,7 @@
 // the one-kernel skinny path (AgmmKsplitSkinny* add its shapes: N not a multiple of its 32-column
 // slices, M across its MMA row tiles, in place, both paths in one sequence, agreement with the
 // two-kernel path); above it the band path (our GEMM's epilogue sends the partial band by band).
-// TAXFREE_AGMM_KSPLIT_TWO_KERNEL=1 (TwoKernelEnv) runs the two-kernel path at any M.
+// TAXFREE_AGMM_KSPLIT_PATH (PathEnv) forces the two-kernel or the band path at any M.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -44,12 +44,12 @@ void check_ksplit(Ops& ops, Problem& p, const std::string& what, bool in_place =
   p.expect_c_same_on_every_rank(what);
 }
 
-// TAXFREE_AGMM_KSPLIT_TWO_KERNEL for a scope (every rank sets the same: the ranks must take one path).
-struct TwoKernelEnv {
-  TwoKernelEnv() { setenv("TAXFREE_AGMM_KSPLIT_TWO_KERNEL", "1", 1); }
-  ~TwoKernelEnv() { unsetenv("TAXFREE_AGMM_KSPLIT_TWO_KERNEL"); }
-  TwoKernelEnv(const TwoKernelEnv&) = delete;
-  TwoKernelEnv& operator=(const TwoKernelEnv&) = delete;
+// TAXFREE_AGMM_KSPLIT_PATH for a scope (every rank sets the same: the ranks must take one path).
+struct PathEnv {
+  explicit PathEnv(const char* path) { setenv("TAXFREE_AGMM_KSPLIT_PATH", path, 1); }
+  ~PathEnv() { unsetenv("TAXFREE_AGMM_KSPLIT_PATH"); }
+  PathEnv(const PathEnv&) = delete;
+  PathEnv& operator=(const PathEnv&) = delete;
 };
 
 class AgmmKsplit : public ::testing::TestWithParam<std::tuple<DType, BLayout>> {};
@@ -88,12 +88,17 @@ TEST_P(AgmmKsplitPathsAgree, MatchesReferenceAndTheTwoKernelPath) {
   for (int64_t n : {3592, 1000})
     for (int64_t m : {1, 3, 16, 17, 32, 33, 130}) {
       Problem p(ksplit_shape(m, n, dtype, layout), 100 + uint64_t(m) + uint64_t(n), true);
-      const std::string what = label(p.shape()) + (m <= agmm::kSkinnyMaxM ? " ksplit-skinny" : " ksplit-bands");
-      check_ksplit(ops, p, what);
-      if (m == 17 || m == 130) check_ksplit(ops, p, what + " in place", true);
+      const bool skinny_m = m <= agmm::kSkinnyMaxM;
+      const std::string what = label(p.shape()) + (skinny_m ? " ksplit-skinny" : " ksplit-bands");
+      {
+        std::optional<PathEnv> bands;  // below kBandsMinM the band path runs only when forced
+        if (!skinny_m) bands.emplace("bands");
+        check_ksplit(ops, p, what);
+        if (m == 17 || m == 130) check_ksplit(ops, p, what + " in place", true);
+      }
       const std::vector<uint16_t> skinny = p.c_bits();
       {
-        TwoKernelEnv two_kernel;
+        PathEnv two_kernel("two-kernel");
         check_ksplit(ops, p, label(p.shape()) + " ksplit two-kernel");
       }
       // Both sum the same products in fp32, in different orders (tensor-core K chunks vs cuBLASLt),
@@ -122,8 +127,9 @@ INSTANTIATE_TEST_SUITE_P(Types, AgmmKsplitPathsAgree,
                          });
 
 // 1000 launches with no host work between: M = 3 (skinny, one row tile, 113 slices) and M = 32
-// (skinny, two row tiles, 32 slices) alternating with M = 33, which takes the band path and the
-// two-kernel path by turns, so all three paths share the epochs; checked and refreshed every 250.
+// (skinny, two row tiles, 32 slices) alternating with M = 33, which takes the two-kernel path and
+// (forced) the band path by turns, so all three paths share the epochs; checked and refreshed every
+// 250.
 TEST(AgmmKsplitSkinnyMany, ThousandLaunchesAcrossBothPaths) {
   TF_REQUIRE_GPUS(2);
   auto& t = team();
@@ -138,8 +144,8 @@ TEST(AgmmKsplitSkinnyMany, ThousandLaunchesAcrossBothPaths) {
   align("agmm.skinny.many.poisoned");
   for (int i = 1; i <= 1000; ++i) {
     Problem& p = i % 3 == 0 ? tall : i % 3 == 1 ? small : mid;
-    std::optional<TwoKernelEnv> two_kernel;
-    if (i % 6 == 0) two_kernel.emplace();
+    std::optional<PathEnv> bands;
+    if (i % 6 == 0) bands.emplace("bands");
     const GatheredA g = ops.plain->launch(AgmmVariant::ksplit, replicated(p.args()), s);
     if (i % 250 == 0) {
       t.sync(s);
@@ -185,10 +191,10 @@ TEST(AgmmKsplitMany, ThousandLaunchesAlternatingShapes) {
   align("agmm.ksplit.many.done");
 }
 
-// Each path: M = 17 (skinny), 200 (bands), and 200 with TAXFREE_AGMM_KSPLIT_TWO_KERNEL=1.
+// Each path: M = 17 (skinny), 200 (two-kernel), and 200 with the band path forced.
 struct KsplitPath {
   int64_t m;
-  bool two_kernel;
+  const char* forced;  // TAXFREE_AGMM_KSPLIT_PATH, or nullptr: by size
 };
 class AgmmKsplitPaths : public ::testing::TestWithParam<KsplitPath> {};
 
@@ -196,8 +202,8 @@ TEST_P(AgmmKsplitPaths, RankSkew) {
   TF_REQUIRE_GPUS(2);
   auto& t = team();
   Ops ops({}, t.world() * 4104);
-  std::optional<TwoKernelEnv> two_kernel;
-  if (GetParam().two_kernel) two_kernel.emplace();
+  std::optional<PathEnv> path;
+  if (GetParam().forced) path.emplace(GetParam().forced);
   Problem p(ksplit_shape(GetParam().m, 1003, DType::fp16, BLayout::KN), 70, true);
   for (int round = 0; round < 2 * t.world(); ++round) {
     ops.poison(p);
@@ -218,8 +224,8 @@ TEST_P(AgmmKsplitPaths, CudaGraphCaptureAndReplay) {
   TF_REQUIRE_GPUS(2);
   auto& t = team();
   Ops ops({}, t.world() * 4104);
-  std::optional<TwoKernelEnv> two_kernel;
-  if (GetParam().two_kernel) two_kernel.emplace();
+  std::optional<PathEnv> path;
+  if (GetParam().forced) path.emplace(GetParam().forced);
   Problem p(ksplit_shape(GetParam().m, 1003, DType::bf16, BLayout::KN), 80, true);
   auto s = t.stream();
   ops.plain->launch(AgmmVariant::ksplit, replicated(p.args()), s);  // outside the graph: cuBLASLt's plan
@@ -245,9 +251,9 @@ TEST_P(AgmmKsplitPaths, CudaGraphCaptureAndReplay) {
 }
 
 INSTANTIATE_TEST_SUITE_P(M, AgmmKsplitPaths,
-                         ::testing::Values(KsplitPath{17, false}, KsplitPath{200, false}, KsplitPath{200, true}),
+                         ::testing::Values(KsplitPath{17, nullptr}, KsplitPath{200, nullptr}, KsplitPath{200, "bands"}),
                          [](const auto& info) {
-                           return "M" + std::to_string(info.param.m) + (info.param.two_kernel ? "_two_kernel" : "");
+                           return "M" + std::to_string(info.param.m) + (info.param.forced ? "_bands" : "");
                          });
 
 // auto takes ksplit for a replicated B within capacity (and something else otherwise); both right.

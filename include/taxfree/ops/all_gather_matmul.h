@@ -47,18 +47,21 @@
 //                (data and epoch in one 16-byte store: no fence, no flag), waits (bounded) for the
 //                peers' lines of its slice, writes C and copies the peers' A lines into this
 //                rank's gathered A (no rank writes a peer's gathered A on this path).
-//              - bands (above): our GEMM's fp32 epilogue stores each 64-row band of P_rank into
-//                this rank's partial and straight into every peer's slot, then raises the band's
-//                flag there (release after the stores), while the GEMM goes on; a band sum kernel
-//                waits (bounded) for every peer's band and writes C. A_shard goes into every
-//                peer's gathered A by copy engine on the op's side stream after a begin barrier
-//                (as decomposed), during the GEMM.
-//              - two-kernel (only with TAXFREE_AGMM_KSPLIT_TWO_KERNEL=1 in the environment, read
-//                at each launch and the same on every rank; the baseline the others replaced):
-//                cuBLASLt into P_rank, then one exchange kernel (make_ksplit_plan: one CTA per
-//                slice of P and of A_shard) stores its slices into every peer (A_shard only after
-//                that peer raised its "free" flag for this launch, as push), raises one epoch flag
-//                per (source, slice), waits for the peers' flags of its slice and writes C.
+//              - two-kernel (kSkinnyMaxM < M < agmm::kBandsMinM = 512): cuBLASLt into P_rank,
+//                then one exchange kernel (make_ksplit_plan: one CTA per slice of P and of
+//                A_shard; a programmatic dependent launch, so it starts during the GEMM's tail)
+//                stores its slices into every peer (A_shard only after that peer raised its "free"
+//                flag for this launch, as push), raises one epoch flag per (source, slice), waits
+//                for the peers' flags of its slice and writes C.
+//              - bands (M >= kBandsMinM): our GEMM's fp32 epilogue stores each 64-row band of
+//                P_rank into this rank's partial and straight into every peer's slot (whole
+//                128-byte rows), then raises the band's flag there (release after the stores),
+//                while the GEMM goes on; a band sum kernel waits (bounded) for every peer's band
+//                and writes C. A_shard goes into every peer's gathered A by copy engine on the op's
+//                side stream after a begin barrier (as decomposed), during the GEMM.
+//              TAXFREE_AGMM_KSPLIT_PATH=two-kernel or bands in the environment forces that path at
+//              every M (read at each launch; the same on every rank; another value:
+//              InvalidArgument).
 //   auto       one of the above per shape, from a table of measurements (choose_agmm_variant).
 //   pull and the SM-specialized single kernel are not implemented (parse_agmm_variant says so).
 //

@@ -394,20 +394,33 @@ GatheredA AllGatherMatmul::launch_fused_ce(const AgmmArgs& a, cudaStream_t s) {
 }
 
 namespace {
-// TAXFREE_AGMM_KSPLIT_TWO_KERNEL=1 keeps ksplit on the two-kernel path at every M (read at each
-// launch, so one benchmark process can time both; every rank must see the same value).
-bool two_kernel_forced() {
-  const char* e = std::getenv("TAXFREE_AGMM_KSPLIT_TWO_KERNEL");
-  return e != nullptr && std::string(e) == "1";
+// TAXFREE_AGMM_KSPLIT_PATH=two-kernel | bands makes ksplit take that path at every M (read at each
+// launch, so one benchmark process can time them; every rank must see the same value). Throws
+// InvalidArgument for another value.
+enum class KsplitPath { by_size, two_kernel, bands };
+KsplitPath ksplit_path_override() {
+  const char* e = std::getenv("TAXFREE_AGMM_KSPLIT_PATH");
+  if (e == nullptr || *e == '\0') return KsplitPath::by_size;
+  const std::string v(e);
+  TF_REQUIRE(v == "two-kernel" || v == "bands", Status::InvalidArgument,
+             "TAXFREE_AGMM_KSPLIT_PATH='" << v << "': two-kernel or bands");
+  return v == "two-kernel" ? KsplitPath::two_kernel : KsplitPath::bands;
 }
 }  // namespace
 
-// Up to kSkinnyMaxM rows: one kernel (agmm_ksplit_skinny.cu); above, our GEMM with the band
-// epilogue and the band sum (agmm_ksplit_gemm.cu). The two-kernel path: cuBLASLt on this rank's
-// shard and B's matching K rows into the fp32 partial, then the exchange kernel (agmm_ksplit.cu)
-// sums every rank's partial into C and completes the gathered A.
+// By M: up to kSkinnyMaxM one kernel (agmm_ksplit_skinny.cu); from kBandsMinM our GEMM with the
+// band epilogue and the band sum (agmm_ksplit_gemm.cu); between, the two-kernel path: cuBLASLt on
+// this rank's shard and B's matching K rows into the fp32 partial, then the exchange kernel
+// (agmm_ksplit.cu) sums every rank's partial into C and completes the gathered A.
 GatheredA AllGatherMatmul::launch_ksplit(const AgmmArgs& a, cudaStream_t s) {
-  if (!two_kernel_forced()) return a.m <= agmm::kSkinnyMaxM ? launch_ksplit_skinny(a, s) : launch_ksplit_bands(a, s);
+  switch (ksplit_path_override()) {
+    case KsplitPath::two_kernel: break;
+    case KsplitPath::bands: return launch_ksplit_bands(a, s);
+    case KsplitPath::by_size:
+      if (a.m <= agmm::kSkinnyMaxM) return launch_ksplit_skinny(a, s);
+      if (a.m >= agmm::kBandsMinM) return launch_ksplit_bands(a, s);
+      break;
+  }
   const agmm::KsplitSlices sl = make_ksplit_plan(a, team_.world(), config_, team_.sm_count());
   Impl& im = *impl_;
   const GatheredA slot = local_slot(a.m, a.k, a.gather_dim);
