@@ -193,6 +193,9 @@ constexpr int64_t kBandsMinM = 512;
 constexpr int kSkinnySliceCols = 32;
 constexpr int kSkinnyLinesPerRow = kSkinnySliceCols / 2;
 
+// 16-row MMA tiles covering m rows on the skinny path (m <= kSkinnyMaxM): 1 or 2.
+TF_HOST_DEVICE int skinny_m_tiles(int64_t m) { return m <= 16 ? 1 : 2; }
+
 struct KsplitSkinny {
   int world = 1;
   int64_t m = 0, n = 0;
@@ -200,7 +203,7 @@ struct KsplitSkinny {
   int64_t shard_cols = 0;  // columns of A_shard (k / world), a multiple of 8
   int slices = 1;          // ceil(n / kSkinnySliceCols)
   int ctas = 1;            // min(slices, CTAs the GPU holds at once)
-  int m_tiles = 1;         // 16-row MMA tiles covering m: 1 or 2
+  int m_tiles = 1;         // skinny_m_tiles(m)
 
   TF_HOST_DEVICE int64_t partial_line(int slice, int64_t row) const {
     return (int64_t(slice) * m + row) * kSkinnyLinesPerRow;

@@ -233,7 +233,7 @@ agmm::KsplitSkinny make_ksplit_skinny_plan(const AgmmArgs& a, int world, const A
   // One slice per CTA while they fit (N = 3584: 112 CTAs of 32 columns on 132 SMs; 32 columns is
   // the least per SM at MMA-tile granularity); wider N loops each CTA over several slices.
   p.ctas = std::min(p.slices, resident_ctas);
-  p.m_tiles = a.m <= 16 ? 1 : 2;
+  p.m_tiles = agmm::skinny_m_tiles(a.m);
   return p;
 }
 

@@ -30,6 +30,14 @@ bool overlap(const void* a, int64_t a_bytes, const void* b, int64_t b_bytes) {
 // Bytes a rows x cols matrix with stride ld spans from its first element.
 int64_t span_bytes(int64_t rows, int64_t cols, int64_t ld) { return ((rows - 1) * ld + cols) * kElem; }
 
+// A_shard passed as the op's own slot with its stride (local_slot): no local copy needed.
+bool in_place(const AgmmArgs& a, const GatheredA& slot) { return a.a_shard == slot.ptr && a.lda_shard == slot.ld; }
+
+// B's K rows [k0, ...) ([K, N]) or K columns ([N, K]): ksplit's share of B on this rank.
+const char* b_from_k(const AgmmArgs& a, int64_t k0) {
+  return static_cast<const char*>(a.b) + (a.b_layout == gemm::BLayout::KN ? k0 * a.ldb : k0) * kElem;
+}
+
 struct Buffer {
   const void* p;
   int64_t bytes;
@@ -185,10 +193,10 @@ void AllGatherMatmul::validate(const AgmmArgs& a) const {
   validate_agmm_args(a, team_.world(), config_);
   const ShardShape s = agmm_shard_shape(a.m, a.k, a.gather_dim, team_.world());
   const GatheredA slot = local_slot(a.m, a.k, a.gather_dim);
-  const bool in_place = a.a_shard == slot.ptr && a.lda_shard == slot.ld;
+  const bool own_slot = in_place(a, slot);
   const int64_t a_bytes = span_bytes(s.rows, s.cols, a.lda_shard), c_bytes = span_bytes(a.m, a.n, a.ldc);
   for (const Buffer& b : impl_->buffers(team_.world())) {
-    TF_REQUIRE(in_place || !overlap(a.a_shard, a_bytes, b.p, b.bytes), Status::InvalidArgument,
+    TF_REQUIRE(own_slot || !overlap(a.a_shard, a_bytes, b.p, b.bytes), Status::InvalidArgument,
                "all_gather_matmul: A_shard overlaps the op's gathered / staging / partial buffers (only "
                "local_slot() with its stride is allowed)");
     TF_REQUIRE(!overlap(a.c, c_bytes, b.p, b.bytes), Status::InvalidArgument,
@@ -276,7 +284,7 @@ GatheredA AllGatherMatmul::launch_decomposed(const AgmmArgs& a, cudaStream_t s) 
   const auto& view = team_.view();
   const int w = team_.world(), rank = team_.rank();
   const GatheredA slot = local_slot(a.m, a.k, a.gather_dim);
-  const bool in_place = a.a_shard == slot.ptr && a.lda_shard == slot.ld;
+  const bool shard_in_place = in_place(a, slot);
   uint64_t* epoch = im.dec_seq.counter;
   const dev::FaultContext fault = team_.fault();
   gemm::validate(gemm_args(a, im.gathered, sh.ld), gemm::GemmConfig{});  // before anything is enqueued
@@ -289,7 +297,7 @@ GatheredA AllGatherMatmul::launch_decomposed(const AgmmArgs& a, cudaStream_t s) 
     copy_rows(view.peer(const_cast<void*>(slot.ptr), q), slot.ld, a.a_shard, a.lda_shard, sh.rows, sh.cols, im.side);
     agmm::enqueue_signal_copy(view.peer(im.dec_arrived, q) + rank, epoch, im.side);
   }
-  if (!in_place && a.gather_dim == 0)  // last: nothing waits for it but the returned gathered A
+  if (!shard_in_place && a.gather_dim == 0)  // last: nothing waits for it but the returned gathered A
     copy_rows(const_cast<void*>(slot.ptr), slot.ld, a.a_shard, a.lda_shard, sh.rows, sh.cols, im.side);
   TF_CUDA(cudaEventRecord(im.join, im.side));
 
@@ -308,7 +316,7 @@ GatheredA AllGatherMatmul::launch_decomposed(const AgmmArgs& a, cudaStream_t s) 
     }
   } else {
     // Every k-block needs every source: no per-shard split without a split-K sum.
-    if (!in_place) copy_rows(const_cast<void*>(slot.ptr), slot.ld, a.a_shard, a.lda_shard, sh.rows, sh.cols, s);
+    if (!shard_in_place) copy_rows(const_cast<void*>(slot.ptr), slot.ld, a.a_shard, a.lda_shard, sh.rows, sh.cols, s);
     for (int i = 1; i < w; ++i) {
       const int src = (rank + i) % w;
       agmm::enqueue_wait(im.dec_arrived + src, epoch, fault, dev::WaitSite::all_gather_data, src, s);
@@ -335,7 +343,7 @@ GatheredA AllGatherMatmul::launch_push(const AgmmArgs& a, cudaStream_t s) {
   l.ready = im.push_ready;
   l.flags = im.push_flags;
   l.grid = plan.grid;
-  l.copy_local = !(a.a_shard == slot.ptr && a.lda_shard == slot.ld);
+  l.copy_local = !in_place(a, slot);
   l.push_seq = im.push_seq;
   l.fault = team_.fault();
   l.push_ctas = plan.push_ctas;
@@ -364,7 +372,7 @@ GatheredA AllGatherMatmul::launch_fused_ce(const AgmmArgs& a, cudaStream_t s) {
   const auto& view = team_.view();
   const int w = team_.world(), rank = team_.rank();
   const GatheredA slot = local_slot(a.m, a.k, a.gather_dim);
-  const bool in_place = a.a_shard == slot.ptr && a.lda_shard == slot.ld;
+  const bool shard_in_place = in_place(a, slot);
   uint64_t* epoch = im.dec_seq.counter;
   agmm::ReadyGemmLaunch g = ready_gemm(team_, im.gathered, a, plan.gemm, im.ce_flags, plan.grid);
   g.present_source = rank;
@@ -387,7 +395,7 @@ GatheredA AllGatherMatmul::launch_fused_ce(const AgmmArgs& a, cudaStream_t s) {
     }
   }
   TF_CUDA(cudaEventRecord(im.join, im.side));
-  if (!in_place) copy_rows(const_cast<void*>(slot.ptr), slot.ld, a.a_shard, a.lda_shard, sh.rows, sh.cols, s);
+  if (!shard_in_place) copy_rows(const_cast<void*>(slot.ptr), slot.ld, a.a_shard, a.lda_shard, sh.rows, sh.cols, s);
   agmm::enqueue_ready_gemm(g, s);
   TF_CUDA(cudaStreamWaitEvent(s, im.join, 0));
   return {im.gathered, slot.ld};
@@ -426,7 +434,7 @@ GatheredA AllGatherMatmul::launch_ksplit(const AgmmArgs& a, cudaStream_t s) {
   const GatheredA slot = local_slot(a.m, a.k, a.gather_dim);
   const int64_t k0 = team_.rank() * sl.shard_cols;  // this rank's K rows of B
   gemm::GemmArgs g = gemm_args(a, a.a_shard, a.lda_shard);
-  g.b = static_cast<const char*>(a.b) + (a.b_layout == gemm::BLayout::KN ? k0 * a.ldb : k0) * kElem;
+  g.b = b_from_k(a, k0);
   g.c = im.ksplit_own, g.ldc = sl.ldp;
   g.k = sl.shard_cols;
 
@@ -441,7 +449,7 @@ GatheredA AllGatherMatmul::launch_ksplit(const AgmmArgs& a, cudaStream_t s) {
   l.src_ld = a.lda_shard * kElem;
   l.gathered = im.gathered;
   l.ld = slot.ld * kElem;
-  l.copy_local = !(a.a_shard == slot.ptr && a.lda_shard == slot.ld);
+  l.copy_local = !in_place(a, slot);
   l.skip_signal = skip_signal_;
   l.c = a.c, l.ldc = a.ldc;
   l.dtype = a.dtype;
@@ -454,10 +462,8 @@ GatheredA AllGatherMatmul::launch_ksplit(const AgmmArgs& a, cudaStream_t s) {
 }
 
 GatheredA AllGatherMatmul::launch_ksplit_skinny(const AgmmArgs& a, cudaStream_t s) {
-  const int m_tiles = a.m <= 16 ? 1 : 2;  // checked against the plan's below
-  const int per_sm = agmm::ksplit_skinny_ctas_per_sm(a.dtype, a.b_layout, m_tiles);
+  const int per_sm = agmm::ksplit_skinny_ctas_per_sm(a.dtype, a.b_layout, agmm::skinny_m_tiles(a.m));
   const agmm::KsplitSkinny p = make_ksplit_skinny_plan(a, team_.world(), config_, team_.sm_count() * per_sm);
-  TF_REQUIRE(p.m_tiles == m_tiles, Status::Internal, "ksplit-skinny: m_tiles " << p.m_tiles << " != " << m_tiles);
   Impl& im = *impl_;
   const GatheredA slot = local_slot(a.m, a.k, a.gather_dim);
   const int64_t k0 = team_.rank() * p.shard_cols;  // this rank's K rows of B
@@ -465,7 +471,7 @@ GatheredA AllGatherMatmul::launch_ksplit_skinny(const AgmmArgs& a, cudaStream_t 
   l.view = team_.view();
   l.plan = p;
   l.a = static_cast<const char*>(a.a_shard), l.lda = a.lda_shard;
-  l.b = static_cast<const char*>(a.b) + (a.b_layout == gemm::BLayout::KN ? k0 * a.ldb : k0) * kElem;
+  l.b = b_from_k(a, k0);
   l.ldb = a.ldb;
   l.b_layout = a.b_layout;
   l.own = im.ksplit_own;
@@ -474,7 +480,7 @@ GatheredA AllGatherMatmul::launch_ksplit_skinny(const AgmmArgs& a, cudaStream_t 
   l.partial_cap = im.ksplit_sizes.skinny_partial_lines;
   l.gathered = im.gathered;
   l.ld = slot.ld * kElem;
-  l.copy_local = !(a.a_shard == slot.ptr && a.lda_shard == slot.ld);
+  l.copy_local = !in_place(a, slot);
   l.skip_signal = skip_signal_;
   l.c = a.c, l.ldc = a.ldc;
   l.dtype = a.dtype;
@@ -494,12 +500,11 @@ GatheredA AllGatherMatmul::launch_ksplit_bands(const AgmmArgs& a, cudaStream_t s
   const auto& view = team_.view();
   const int w = team_.world(), rank = team_.rank();
   const GatheredA slot = local_slot(a.m, a.k, a.gather_dim);
-  const bool in_place = a.a_shard == slot.ptr && a.lda_shard == slot.ld;
   const int64_t k0 = rank * sl.shard_cols;  // this rank's K rows of B
   agmm::KsplitGemmLaunch l;
   l.view = view;
   l.gemm = gemm_args(a, a.a_shard, a.lda_shard);
-  l.gemm.b = static_cast<const char*>(a.b) + (a.b_layout == gemm::BLayout::KN ? k0 * a.ldb : k0) * kElem;
+  l.gemm.b = b_from_k(a, k0);
   l.gemm.k = sl.shard_cols;
   l.config = gemm::choose_gemm_config(a.m, a.n, sl.shard_cols, a.dtype, a.b_layout, team_.sm_count(), true,
                                       gemm::SwapAB::never);
@@ -528,7 +533,7 @@ GatheredA AllGatherMatmul::launch_ksplit_bands(const AgmmArgs& a, cudaStream_t s
     copy_rows(view.peer(const_cast<void*>(slot.ptr), q), slot.ld, a.a_shard, a.lda_shard, sl.m, sl.shard_cols, im.side);
     agmm::enqueue_signal_copy(view.peer(im.dec_arrived, q) + rank, im.dec_seq.counter, im.side);
   }
-  if (!in_place) copy_rows(const_cast<void*>(slot.ptr), slot.ld, a.a_shard, a.lda_shard, sl.m, sl.shard_cols, im.side);
+  if (!in_place(a, slot)) copy_rows(const_cast<void*>(slot.ptr), slot.ld, a.a_shard, a.lda_shard, sl.m, sl.shard_cols, im.side);
   TF_CUDA(cudaEventRecord(im.join, im.side));
 
   agmm::enqueue_ksplit_gemm(l, s);
