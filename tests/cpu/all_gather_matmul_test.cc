@@ -319,14 +319,12 @@ TEST(AgmmVariants, AutoPicksKsplitOnlyWhereItRuns) {
   AgmmArgs a = args_for({1, 3584, 8192, 1});
   a.b_replicated = true;
   AgmmConfig cfg;
-  for (int64_t m : {1, 128, 256}) {
+  for (int64_t m : {1, 128, 256, 512, 1024}) {
     a.m = m;
     EXPECT_EQ(choose_agmm_variant(a, 2, cfg), AgmmVariant::ksplit) << "M=" << m;
   }
-  for (int64_t m : {512, 1024, 2048}) {  // decomposed measured as fast or faster there
-    a.m = m;
-    EXPECT_NE(choose_agmm_variant(a, 2, cfg), AgmmVariant::ksplit) << "M=" << m;
-  }
+  a.m = cfg.ksplit_max_m + 1;  // beyond the op's partial buffers
+  EXPECT_NE(choose_agmm_variant(a, 2, cfg), AgmmVariant::ksplit);
   a.m = 1;
   a.b_replicated = false;
   EXPECT_NE(choose_agmm_variant(a, 2, cfg), AgmmVariant::ksplit);
@@ -481,7 +479,15 @@ TEST(AgmmKsplitSkinny, HeapHoldsTheLargestLaunchForEveryWorld) {
       const KsplitHeap h = ksplit_heap(cfg, w);
       EXPECT_EQ(p.partial_lines(), h.skinny_partial_lines) << "world " << w << " max_m " << max_m;
       EXPECT_EQ(p.a_lines(), h.skinny_a_lines) << "world " << w << " max_m " << max_m;
-      EXPECT_EQ(h.bytes, (1 + 2 * int64_t(w - 1)) * h.partial_floats * 4 + (w + int64_t(w) * agmm::kKsplitMaxCtas) * 8 +
+      // The band path's flags: the largest launch under any non-swap tile (64 columns at least).
+      for (int64_t bn : {64, 128, 256})
+        EXPECT_LE((max_m + 63) / 64 * ((cfg.ksplit_max_n + bn - 1) / bn), h.band_flags) << "bn " << bn;
+      const gemm::GemmConfig g = gemm::choose_gemm_config(max_m, cfg.ksplit_max_n, cfg.max_k / w, gemm::DType::bf16,
+                                                          gemm::BLayout::NK, 132, true, gemm::SwapAB::never);
+      EXPECT_FALSE(g.swap_ab);
+      EXPECT_GE(g.bn, 64);
+      EXPECT_EQ(h.bytes, (1 + 2 * int64_t(w - 1)) * h.partial_floats * 4 +
+                             (w + int64_t(w) * (agmm::kKsplitMaxCtas + h.band_flags)) * 8 +
                              2 * int64_t(w - 1) * (h.skinny_partial_lines + h.skinny_a_lines) * 16);
     }
 }

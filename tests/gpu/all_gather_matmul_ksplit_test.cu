@@ -6,13 +6,14 @@
 // CUDA-graph capture and replay, auto's choice, and the errors before launch. M <= kSkinnyMaxM runs
 // the one-kernel skinny path (AgmmKsplitSkinny* add its shapes: N not a multiple of its 32-column
 // slices, M across its MMA row tiles, in place, both paths in one sequence, agreement with the
-// two-kernel path); TAXFREE_AGMM_KSPLIT_SKINNY=0 (SkinnyEnv) runs the two-kernel path there.
+// two-kernel path); above it the band path (our GEMM's epilogue sends the partial band by band).
+// TAXFREE_AGMM_KSPLIT_PATH (PathEnv) forces the two-kernel or the band path at any M.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <cmath>
 #include <cstdlib>
-
+#include <optional>
 #include <string>
 #include <tuple>
 
@@ -43,12 +44,12 @@ void check_ksplit(Ops& ops, Problem& p, const std::string& what, bool in_place =
   p.expect_c_same_on_every_rank(what);
 }
 
-// TAXFREE_AGMM_KSPLIT_SKINNY for a scope (every rank sets the same: the ranks must take one path).
-struct SkinnyEnv {
-  explicit SkinnyEnv(bool on) { setenv("TAXFREE_AGMM_KSPLIT_SKINNY", on ? "1" : "0", 1); }
-  ~SkinnyEnv() { unsetenv("TAXFREE_AGMM_KSPLIT_SKINNY"); }
-  SkinnyEnv(const SkinnyEnv&) = delete;
-  SkinnyEnv& operator=(const SkinnyEnv&) = delete;
+// TAXFREE_AGMM_KSPLIT_PATH for a scope (every rank sets the same: the ranks must take one path).
+struct PathEnv {
+  explicit PathEnv(const char* path) { setenv("TAXFREE_AGMM_KSPLIT_PATH", path, 1); }
+  ~PathEnv() { unsetenv("TAXFREE_AGMM_KSPLIT_PATH"); }
+  PathEnv(const PathEnv&) = delete;
+  PathEnv& operator=(const PathEnv&) = delete;
 };
 
 class AgmmKsplit : public ::testing::TestWithParam<std::tuple<DType, BLayout>> {};
@@ -74,24 +75,30 @@ INSTANTIATE_TEST_SUITE_P(Types, AgmmKsplit,
                                   gemm::layout_name(std::get<1>(info.param));
                          });
 
-// The skinny path on its edges: M across the MMA row tiles (1, 3, 16, 17, 32), N = 3592 and 1000
-// (not multiples of the 32-column slice), K / world = 4104 (not a multiple of the 64-wide K chunk),
-// in place at M = 17; then the two-kernel path on the same inputs agrees to rounding.
-class AgmmKsplitSkinny : public ::testing::TestWithParam<std::tuple<DType, BLayout>> {};
+// The skinny path on its edges: M across the MMA row tiles (1, 3, 16, 17, 32), and the band path
+// just above it and across a 64-row band and a 128-row tile (33, 130); N = 3592 and 1000 (not
+// multiples of the 32-column slice or of a tile), K / world = 4104 (not a multiple of the 64-wide K
+// chunk), in place at M = 17 and 130; then the two-kernel path on the same inputs agrees to rounding.
+class AgmmKsplitPathsAgree : public ::testing::TestWithParam<std::tuple<DType, BLayout>> {};
 
-TEST_P(AgmmKsplitSkinny, MatchesReferenceAndTheTwoKernelPath) {
+TEST_P(AgmmKsplitPathsAgree, MatchesReferenceAndTheTwoKernelPath) {
   TF_REQUIRE_GPUS(2);
   const auto [dtype, layout] = GetParam();
   Ops ops({}, team().world() * 4104);
   for (int64_t n : {3592, 1000})
-    for (int64_t m : {1, 3, 16, 17, 32}) {
+    for (int64_t m : {1, 3, 16, 17, 32, 33, 130}) {
       Problem p(ksplit_shape(m, n, dtype, layout), 100 + uint64_t(m) + uint64_t(n), true);
-      const std::string what = label(p.shape()) + " ksplit-skinny";
-      check_ksplit(ops, p, what);
-      if (m == 17) check_ksplit(ops, p, what + " in place", true);
+      const bool skinny_m = m <= agmm::kSkinnyMaxM;
+      const std::string what = label(p.shape()) + (skinny_m ? " ksplit-skinny" : " ksplit-bands");
+      {
+        std::optional<PathEnv> bands;  // below kBandsMinM the band path runs only when forced
+        if (!skinny_m) bands.emplace("bands");
+        check_ksplit(ops, p, what);
+        if (m == 17 || m == 130) check_ksplit(ops, p, what + " in place", true);
+      }
       const std::vector<uint16_t> skinny = p.c_bits();
       {
-        SkinnyEnv two_kernel(false);
+        PathEnv two_kernel("two-kernel");
         check_ksplit(ops, p, label(p.shape()) + " ksplit two-kernel");
       }
       // Both sum the same products in fp32, in different orders (tensor-core K chunks vs cuBLASLt),
@@ -111,7 +118,7 @@ TEST_P(AgmmKsplitSkinny, MatchesReferenceAndTheTwoKernelPath) {
     }
 }
 
-INSTANTIATE_TEST_SUITE_P(Types, AgmmKsplitSkinny,
+INSTANTIATE_TEST_SUITE_P(Types, AgmmKsplitPathsAgree,
                          ::testing::Combine(::testing::Values(DType::bf16, DType::fp16),
                                             ::testing::Values(BLayout::NK, BLayout::KN)),
                          [](const auto& info) {
@@ -119,9 +126,10 @@ INSTANTIATE_TEST_SUITE_P(Types, AgmmKsplitSkinny,
                                   gemm::layout_name(std::get<1>(info.param));
                          });
 
-// 1000 launches with no host work between on the skinny path only: M = 3 (one row tile, 113
-// slices) and M = 32 (two row tiles, 32 slices) alternating, a third of them through the
-// two-kernel path (M = 33) so both paths share the epochs; checked and refreshed every 250.
+// 1000 launches with no host work between: M = 3 (skinny, one row tile, 113 slices) and M = 32
+// (skinny, two row tiles, 32 slices) alternating with M = 33, which takes the two-kernel path and
+// (forced) the band path by turns, so all three paths share the epochs; checked and refreshed every
+// 250.
 TEST(AgmmKsplitSkinnyMany, ThousandLaunchesAcrossBothPaths) {
   TF_REQUIRE_GPUS(2);
   auto& t = team();
@@ -136,6 +144,8 @@ TEST(AgmmKsplitSkinnyMany, ThousandLaunchesAcrossBothPaths) {
   align("agmm.skinny.many.poisoned");
   for (int i = 1; i <= 1000; ++i) {
     Problem& p = i % 3 == 0 ? tall : i % 3 == 1 ? small : mid;
+    std::optional<PathEnv> bands;
+    if (i % 6 == 0) bands.emplace("bands");
     const GatheredA g = ops.plain->launch(AgmmVariant::ksplit, replicated(p.args()), s);
     if (i % 250 == 0) {
       t.sync(s);
@@ -181,14 +191,20 @@ TEST(AgmmKsplitMany, ThousandLaunchesAlternatingShapes) {
   align("agmm.ksplit.many.done");
 }
 
-// M = 200: the two-kernel path; M = 17: the skinny path.
-class AgmmKsplitPaths : public ::testing::TestWithParam<int64_t> {};
+// Each path: M = 17 (skinny), 200 (two-kernel), and 200 with the band path forced.
+struct KsplitPath {
+  int64_t m;
+  const char* forced;  // TAXFREE_AGMM_KSPLIT_PATH, or nullptr: by size
+};
+class AgmmKsplitPaths : public ::testing::TestWithParam<KsplitPath> {};
 
 TEST_P(AgmmKsplitPaths, RankSkew) {
   TF_REQUIRE_GPUS(2);
   auto& t = team();
   Ops ops({}, t.world() * 4104);
-  Problem p(ksplit_shape(GetParam(), 1003, DType::fp16, BLayout::KN), 70, true);
+  std::optional<PathEnv> path;
+  if (GetParam().forced) path.emplace(GetParam().forced);
+  Problem p(ksplit_shape(GetParam().m, 1003, DType::fp16, BLayout::KN), 70, true);
   for (int round = 0; round < 2 * t.world(); ++round) {
     ops.poison(p);
     align("agmm.ksplit.skew.poisoned");
@@ -208,7 +224,9 @@ TEST_P(AgmmKsplitPaths, CudaGraphCaptureAndReplay) {
   TF_REQUIRE_GPUS(2);
   auto& t = team();
   Ops ops({}, t.world() * 4104);
-  Problem p(ksplit_shape(GetParam(), 1003, DType::bf16, BLayout::KN), 80, true);
+  std::optional<PathEnv> path;
+  if (GetParam().forced) path.emplace(GetParam().forced);
+  Problem p(ksplit_shape(GetParam().m, 1003, DType::bf16, BLayout::KN), 80, true);
   auto s = t.stream();
   ops.plain->launch(AgmmVariant::ksplit, replicated(p.args()), s);  // outside the graph: cuBLASLt's plan
   align("agmm.ksplit.graph.warm");
@@ -232,8 +250,11 @@ TEST_P(AgmmKsplitPaths, CudaGraphCaptureAndReplay) {
   cudaGraphDestroy(graph);
 }
 
-INSTANTIATE_TEST_SUITE_P(M, AgmmKsplitPaths, ::testing::Values(int64_t(17), int64_t(200)),
-                         [](const auto& info) { return "M" + std::to_string(info.param); });
+INSTANTIATE_TEST_SUITE_P(M, AgmmKsplitPaths,
+                         ::testing::Values(KsplitPath{17, nullptr}, KsplitPath{200, nullptr}, KsplitPath{200, "bands"}),
+                         [](const auto& info) {
+                           return "M" + std::to_string(info.param.m) + (info.param.forced ? "_bands" : "");
+                         });
 
 // auto takes ksplit for a replicated B within capacity (and something else otherwise); both right.
 TEST(AgmmKsplitMany, AutoPicksKsplitOnlyWithReplicatedB) {

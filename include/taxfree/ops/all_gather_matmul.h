@@ -31,30 +31,37 @@
 //              every CTA multiplies the shard this rank holds while the others arrive (C's fp32
 //              sums then run in a different k order on each rank: equal to rounding, not bits).
 //              No per-shard GEMM launches, no tail of a first GEMM to wait out.
-//   ksplit     gather_dim 1 only (NotSupported for 0): that split-K sum. cuBLASLt multiplies this
-//              rank's A_shard by B's matching K rows (1/world of B, 1/world of the FLOPs) into an
-//              fp32 partial P_rank [m, n]; then one exchange kernel (make_ksplit_plan: one CTA per
-//              slice of P and of A_shard, the same slices on every rank) stores its slice of P into
-//              every peer's partial slot and its rows of A_shard into every peer's gathered A,
-//              raises one epoch flag per (source, slice) on each peer (release after the stores),
-//              waits for every peer's flag of its slice (acquire, bounded), and writes
-//              C = P_0 + P_1 + ... + P_{world-1}, summed in rank order in fp32 and rounded once:
-//              C is the same bits on every rank (not the other variants' bits: another summation
+//   ksplit     gather_dim 1 only (NotSupported for 0): that split-K sum. Each rank multiplies its
+//              A_shard by B's matching K rows (1/world of B, 1/world of the FLOPs) into an fp32
+//              partial P_rank [m, n], the partials travel to every peer, and every rank writes
+//              C = P_0 + P_1 + ... + P_{world-1}, summed in rank order in fp32 and rounded once: C
+//              is the same bits on every rank (not the other variants' bits: another summation
 //              order). Needs AgmmArgs::b_replicated: each rank multiplies by its own copy of B's K
-//              rows (InvalidArgument otherwise). The partial slots alternate by launch parity with
-//              no handshake; the gathered A is written into a peer only after that peer raised its
-//              "free" flag for this launch (as push). Needs AgmmConfig::ksplit_max_m / ksplit_max_n
-//              capacity (InvalidArgument naming them otherwise).
-//              Skinny path (M <= agmm::kSkinnyMaxM = 32, unless the environment has
-//              TAXFREE_AGMM_KSPLIT_SKINNY=0, read at each launch and the same on every rank): the
-//              whole op is one kernel per rank (make_ksplit_skinny_plan: one CTA per 32-column
-//              slice of C, all resident). Each CTA multiplies A_shard by its slice of B's rank rows
-//              on tensor cores (fp32), sends the partial and its range of A_shard to every peer as
-//              low-latency lines (data and epoch in one 16-byte store: no fence, no flag; inboxes
-//              alternate by launch parity with no handshake), waits (bounded) for the peers' lines
-//              of its slice, writes C summed in rank order in fp32 (the same bits on every rank)
-//              and copies the peers' A lines into this rank's gathered A. No rank writes a peer's
-//              gathered A on this path, so it needs no "free" flag.
+//              rows (InvalidArgument otherwise), and AgmmConfig::ksplit_max_m / ksplit_max_n
+//              capacity (InvalidArgument naming them otherwise). Partial slots and inboxes
+//              alternate by launch parity with no handshake. Three paths, by M:
+//              - skinny (M <= agmm::kSkinnyMaxM = 32): the whole op is one kernel per rank
+//                (make_ksplit_skinny_plan: one CTA per 32-column slice of C, all resident). Each
+//                CTA multiplies A_shard by its slice of B's rank rows on tensor cores (fp32),
+//                sends the partial and its range of A_shard to every peer as low-latency lines
+//                (data and epoch in one 16-byte store: no fence, no flag), waits (bounded) for the
+//                peers' lines of its slice, writes C and copies the peers' A lines into this
+//                rank's gathered A (no rank writes a peer's gathered A on this path).
+//              - two-kernel (kSkinnyMaxM < M < agmm::kBandsMinM = 512): cuBLASLt into P_rank,
+//                then one exchange kernel (make_ksplit_plan: one CTA per slice of P and of
+//                A_shard; a programmatic dependent launch, so it starts during the GEMM's tail)
+//                stores its slices into every peer (A_shard only after that peer raised its "free"
+//                flag for this launch, as push), raises one epoch flag per (source, slice), waits
+//                for the peers' flags of its slice and writes C.
+//              - bands (M >= kBandsMinM): our GEMM's fp32 epilogue stores each 64-row band of
+//                P_rank into this rank's partial and straight into every peer's slot (whole
+//                128-byte rows), then raises the band's flag there (release after the stores),
+//                while the GEMM goes on; a band sum kernel waits (bounded) for every peer's band
+//                and writes C. A_shard goes into every peer's gathered A by copy engine on the op's
+//                side stream after a begin barrier (as decomposed), during the GEMM.
+//              TAXFREE_AGMM_KSPLIT_PATH=two-kernel or bands in the environment forces that path at
+//              every M (read at each launch; the same on every rank; another value:
+//              InvalidArgument).
 //   auto       one of the above per shape, from a table of measurements (choose_agmm_variant).
 //   pull and the SM-specialized single kernel are not implemented (parse_agmm_variant says so).
 //
@@ -194,6 +201,7 @@ struct KsplitHeap {
   int64_t partial_floats = 0;        // one partial slot
   int64_t skinny_partial_lines = 0;  // per sender and parity
   int64_t skinny_a_lines = 0;        // per sender and parity, after the partial lines
+  int64_t band_flags = 0;            // per source: the band path's 64 x 64 bands within capacity
   int64_t bytes = 0;                 // everything
 };
 KsplitHeap ksplit_heap(const AgmmConfig& config, int world);
@@ -238,6 +246,7 @@ class AllGatherMatmul {
   GatheredA launch_fused_ce(const AgmmArgs& args, cudaStream_t stream);
   GatheredA launch_ksplit(const AgmmArgs& args, cudaStream_t stream);
   GatheredA launch_ksplit_skinny(const AgmmArgs& args, cudaStream_t stream);
+  GatheredA launch_ksplit_bands(const AgmmArgs& args, cudaStream_t stream);
 
   Team& team_;
   AgmmConfig config_;

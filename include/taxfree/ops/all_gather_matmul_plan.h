@@ -185,6 +185,11 @@ struct KsplitSlices {
 // took 31 us against the two-kernel path's 27 (every CTA re-reads all of A, 2 ring stages), so it
 // was removed.
 constexpr int64_t kSkinnyMaxM = 32;
+// ksplit takes the band path (our GEMM's fp32 epilogue sends the partial band by band) from this M
+// on, the two-kernel path between. Measured (r27, N = 3584, K = 8192): bands 65-66 / 108 us at
+// M = 512 / 1024 against 69-72 / 123-129, a tie at 256, behind at 64-128 (27 / 35 vs 25 / 31: the
+// begin barrier, a second launch and non-swap tiles cost more than the overlap saves there).
+constexpr int64_t kBandsMinM = 512;
 constexpr int kSkinnySliceCols = 32;
 constexpr int kSkinnyLinesPerRow = kSkinnySliceCols / 2;
 

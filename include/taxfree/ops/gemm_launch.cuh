@@ -7,6 +7,7 @@
 // Both validate first (validate_inputs + Epi::check), then build the tensor maps and the work plan
 // and launch on `stream`. args.c / args.ldc are not used: the epilogue params say where C goes.
 // Split-K (cfg.splits_k()) needs Ready = AlwaysReady and uses the stream's workspace (ops/gemm.h).
+// fp32 epilogues (policies.cuh: kFloatOut) need configs without swap-AB.
 #pragma once
 
 #include <cuda.h>
@@ -91,7 +92,8 @@ bool launch_compiled(const GemmArgs& args, const GemmConfig& cfg, const typename
                      const typename Ready::Params& ready, const typename Epi::Params& epi, cudaStream_t stream) {
   constexpr CompiledTile kTile = kCompiledTiles[I];
   using Shape = TileShape<kTile.bm, kTile.bn, kTile.stages, kTile.cluster, kTile.swap>;
-  if (cfg.bm == kTile.bm && cfg.bn == kTile.bn && cfg.stages == kTile.stages && cfg.cluster_m == kTile.cluster &&
+  if constexpr (kTile.swap && float_out<Epi>()) {  // not compiled (launch_gemm rejects the config)
+  } else if (cfg.bm == kTile.bm && cfg.bn == kTile.bn && cfg.stages == kTile.stages && cfg.cluster_m == kTile.cluster &&
       cfg.swap_ab == kTile.swap) {
     const bool bf16 = args.dtype == DType::bf16;
     if (args.b_layout == BLayout::NK) {
@@ -115,6 +117,8 @@ template <class Order, class Ready, class Epi>
 void launch_gemm(const GemmArgs& args, const GemmConfig& cfg, const typename Order::Params& order,
                  const typename Ready::Params& ready, const typename Epi::Params& epi, cudaStream_t stream) {
   validate_inputs(args, cfg);  // names an unsupported config before anything is instantiated at run time
+  TF_REQUIRE(!(float_out<Epi>() && cfg.swap_ab), Status::NotSupported,
+             "GEMM config " << cfg.name() << ": an fp32 epilogue runs without swap-AB");
   const bool launched = detail::launch_compiled<0, Order, Ready, Epi>(args, cfg, order, ready, epi, stream);
   TF_REQUIRE(launched, Status::Internal, "config " << cfg.name() << " passed validation but has no kernel");
 }

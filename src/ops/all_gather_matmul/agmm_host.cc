@@ -244,7 +244,9 @@ KsplitHeap ksplit_heap(const AgmmConfig& cfg, int world) {
   const int64_t rows = std::min(cfg.ksplit_max_m, agmm::kSkinnyMaxM);
   h.skinny_partial_lines = ceil_div(cfg.ksplit_max_n, agmm::kSkinnySliceCols) * rows * agmm::kSkinnyLinesPerRow;
   h.skinny_a_lines = rows * ceil_div(ceil_div(cfg.max_k, world), 4);
-  const int64_t flags = world + int64_t(world) * agmm::kKsplitMaxCtas;  // ready + per-slice flags
+  h.band_flags = ceil_div(cfg.ksplit_max_m, 64) * ceil_div(cfg.ksplit_max_n, 64);
+  // ready + per-slice flags (two-kernel path) + per-band flags (band path)
+  const int64_t flags = world + int64_t(world) * (agmm::kKsplitMaxCtas + h.band_flags);
   const int64_t inbox = 2 * int64_t(world - 1) * (h.skinny_partial_lines + h.skinny_a_lines) * 16;
   h.bytes = (1 + 2 * int64_t(world - 1)) * h.partial_floats * 4 + flags * 8 + inbox;
   return h;
@@ -252,18 +254,19 @@ KsplitHeap ksplit_heap(const AgmmConfig& cfg, int world) {
 
 // `auto`, from the 2xH200 benches (docs/PERFORMANCE.md: r19-r22 at N = 3584 / 4096 / 7168,
 // K = 8192), the fastest variant per case, never slower than bsp beyond noise:
-//  gather_dim 1 (K-sharded A): ksplit up to M = 256 where allowed (1.3-2.2x the best bsp: it reads
-//    half of B; one kernel up to M = 32); else bsp up to M = 128; decomposed up to M = 512
-//    (1.15-1.2x); fused-ce above when its k-loop can start at this rank's own columns (shards a
-//    whole number of k-blocks wide: M = 1024, 1.29-1.35x against decomposed's 1.20x), else
-//    decomposed.
+//  gather_dim 1 (K-sharded A): ksplit wherever allowed (B replicated, within its capacity; r25/r27:
+//    1.9-2.3x the best bsp at M <= 16, 1.5-1.6x at 32-64, 1.2-1.4x at 128-256, 1.23x at 512 and
+//    1.31-1.35x at 1024 with the band path: it reads half of B and does half the FLOPs); else bsp
+//    up to M = 128; decomposed up to M = 512 (1.15-1.2x); fused-ce above when its k-loop can start
+//    at this rank's own columns (shards a whole number of k-blocks wide: M = 1024, 1.25-1.31x
+//    against decomposed's 1.19-1.20x), else decomposed.
 //  gather_dim 0 (row-sharded A): decomposed from M x N = 3.5M elements of C on (M = 512 N = 7168:
 //    1.06-1.13x; M >= 1024: 1.1-1.45x); below it the copy engine's latency is not hidden (M = 64:
 //    decomposed 57 us vs bsp 37-41; M = 512 N = 4096: a tie), so bsp.
 AgmmVariant choose_agmm_variant(const AgmmArgs& a, int world, const AgmmConfig& cfg) {
   if (a.gather_dim == 0) return a.m * a.n >= 3'500'000 ? AgmmVariant::decomposed : AgmmVariant::bsp;
   const bool ksplit_ok = a.b_replicated && a.m <= cfg.ksplit_max_m && a.n <= cfg.ksplit_max_n;
-  if (a.m <= 256 && ksplit_ok) return AgmmVariant::ksplit;
+  if (ksplit_ok) return AgmmVariant::ksplit;
   if (a.m <= 128) return AgmmVariant::bsp;
   if (a.m <= 512) return AgmmVariant::decomposed;
   const int64_t cols = agmm_shard_shape(a.m, a.k, a.gather_dim, world).cols;

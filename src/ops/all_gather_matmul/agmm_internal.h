@@ -77,6 +77,34 @@ struct KsplitLaunch {
 };
 void enqueue_ksplit_exchange(const KsplitLaunch& l, cudaStream_t s);
 
+// The ksplit GEMM-epilogue path (agmm_ksplit_gemm.cu): our GEMM of A_shard by B's K rows of this
+// rank, its fp32 epilogue storing each 64-row band into `own` and into every peer's slot and raising
+// the band's flag there, then the band sum kernel.
+struct KsplitGemmLaunch {
+  dev::SymmetricView view;
+  gemm::GemmArgs gemm;          // A_shard x B's rank rows (c unused)
+  gemm::GemmConfig config;      // without swap-AB (the fp32 epilogue)
+  float* own = nullptr;         // heap [m, ldp]
+  float* recv = nullptr;        // heap [2 parities][world - 1 slots][slot_floats]
+  int64_t ldp = 0, slot_floats = 0;
+  uint64_t* flags = nullptr;    // heap [world][band_capacity]: band (row0 / 64) * bands_n + col0 / bn
+                                // (capacity: KsplitHeap::band_flags, 64 x 64 bands: the narrowest non-swap tile)
+  int64_t band_capacity = 0;
+  int bands_n = 1, bn = 64;     // bands per 64 rows (ceil(n / bn)), the config's tile columns
+  int64_t m = 0, n = 0;
+  const uint64_t* a_arrived = nullptr;  // heap [world]: slot p >= *a_epoch once rank p's A shard landed
+  const uint64_t* a_epoch = nullptr;    // this launch's begin-barrier epoch (advanced before the sum)
+  bool skip_signal = false;     // fault injection: raise no band flag on any peer
+  void* c = nullptr;
+  int64_t ldc = 0;              // elements
+  gemm::DType dtype = gemm::DType::bf16;
+  dev::LaunchSequence seq;      // the op's ksplit sequence (shared with the other ksplit paths)
+  dev::FaultContext fault;
+};
+void enqueue_ksplit_gemm(const KsplitGemmLaunch& l, cudaStream_t s);
+void enqueue_ksplit_band_sum(const KsplitGemmLaunch& l, cudaStream_t s);
+void preload_ksplit_gemm_kernels();
+
 // Everything the one-kernel ksplit-skinny path needs for one launch (agmm_ksplit_skinny.cu).
 struct KsplitSkinnyLaunch {
   dev::SymmetricView view;

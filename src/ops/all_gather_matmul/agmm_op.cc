@@ -67,12 +67,14 @@ struct AllGatherMatmul::Impl {
   float* ksplit_recv = nullptr;      // heap [2][world - 1][slot]: peers' partials by launch parity
   uint64_t* ksplit_ready = nullptr;  // heap [world]
   uint64_t* ksplit_flags = nullptr;  // heap [world * kKsplitMaxCtas]
+  uint64_t* ksplit_band_flags = nullptr;  // heap [world][ksplit_sizes.band_flags]
   KsplitHeap ksplit_sizes;           // the skinny path's inbox geometry among them
   uint4* skinny_inbox = nullptr;     // heap [2][world - 1][skinny lines]: LL lines by launch parity
   // dec_seq.counter: decomposed's and fused-ce's epoch
   dev::LaunchSequence push_seq{}, gemm_seq{}, dec_seq{}, ksplit_seq{};
   cudaStream_t side = nullptr;       // the op's second stream (push kernel, copy-engine copies)
   cudaEvent_t fork = nullptr, join = nullptr;
+  cudaEvent_t begun = nullptr;       // ksplit bands: the side stream's begin barrier is done
 
   int64_t skinny_slot_lines() const { return ksplit_sizes.skinny_partial_lines + ksplit_sizes.skinny_a_lines; }
   // Every buffer the variants or the peers write (the flags excepted).
@@ -135,6 +137,9 @@ AllGatherMatmul::AllGatherMatmul(Team& team, AgmmConfig config)
     im.ksplit_flags = heap.allocate_array<uint64_t>(w * agmm::kKsplitMaxCtas, "all_gather_matmul.ksplit_flags");
     TF_CUDA(cudaMemset(im.ksplit_ready, 0, w * sizeof(uint64_t)));
     TF_CUDA(cudaMemset(im.ksplit_flags, 0, w * agmm::kKsplitMaxCtas * sizeof(uint64_t)));
+    const uint64_t bands = w * uint64_t(im.ksplit_sizes.band_flags);
+    im.ksplit_band_flags = heap.allocate_array<uint64_t>(bands, "all_gather_matmul.ksplit_band_flags");
+    TF_CUDA(cudaMemset(im.ksplit_band_flags, 0, bands * sizeof(uint64_t)));
     im.ksplit_seq = team.new_sequence();
   }
   if (!config_.bsp_symmetric) {
@@ -150,9 +155,11 @@ AllGatherMatmul::AllGatherMatmul(Team& team, AgmmConfig config)
   TF_CUDA(cudaStreamCreateWithPriority(&im.side, cudaStreamNonBlocking, greatest));
   TF_CUDA(cudaEventCreateWithFlags(&im.fork, cudaEventDisableTiming));
   TF_CUDA(cudaEventCreateWithFlags(&im.join, cudaEventDisableTiming));
+  TF_CUDA(cudaEventCreateWithFlags(&im.begun, cudaEventDisableTiming));
   agmm::preload_push_kernel();
   agmm::preload_ksplit_kernels();
   if (im.ksplit_slot_floats > 0) agmm::preload_ksplit_skinny();
+  agmm::preload_ksplit_gemm_kernels();
   agmm::preload_small_kernels();
   TF_CUDA(cudaDeviceSynchronize());
   // Flags must be zero on every rank before any peer may write into them.
@@ -164,6 +171,7 @@ AllGatherMatmul::~AllGatherMatmul() {
   if (im.side) cudaStreamSynchronize(im.side);
   if (im.fork) cudaEventDestroy(im.fork);
   if (im.join) cudaEventDestroy(im.join);
+  if (im.begun) cudaEventDestroy(im.begun);
   if (im.side) cudaStreamDestroy(im.side);
   if (im.gathered_plain) cudaFree(im.gathered_plain);
   if (im.staging_plain) cudaFree(im.staging_plain);
@@ -394,19 +402,33 @@ GatheredA AllGatherMatmul::launch_fused_ce(const AgmmArgs& a, cudaStream_t s) {
 }
 
 namespace {
-// TAXFREE_AGMM_KSPLIT_SKINNY=0 keeps ksplit on the two-kernel path at every M (read at each launch,
-// so one benchmark process can time both paths).
-bool skinny_enabled() {
-  const char* e = std::getenv("TAXFREE_AGMM_KSPLIT_SKINNY");
-  return e == nullptr || std::string(e) != "0";
+// TAXFREE_AGMM_KSPLIT_PATH=two-kernel | bands makes ksplit take that path at every M (read at each
+// launch, so one benchmark process can time them; every rank must see the same value). Throws
+// InvalidArgument for another value.
+enum class KsplitPath { by_size, two_kernel, bands };
+KsplitPath ksplit_path_override() {
+  const char* e = std::getenv("TAXFREE_AGMM_KSPLIT_PATH");
+  if (e == nullptr || *e == '\0') return KsplitPath::by_size;
+  const std::string v(e);
+  TF_REQUIRE(v == "two-kernel" || v == "bands", Status::InvalidArgument,
+             "TAXFREE_AGMM_KSPLIT_PATH='" << v << "': two-kernel or bands");
+  return v == "two-kernel" ? KsplitPath::two_kernel : KsplitPath::bands;
 }
 }  // namespace
 
-// Up to kSkinnyMaxM rows: one kernel (agmm_ksplit_skinny.cu). Otherwise cuBLASLt on this rank's
-// shard and B's matching K rows into the fp32 partial, then the exchange kernel (agmm_ksplit.cu)
-// sums every rank's partial into C and completes the gathered A.
+// By M: up to kSkinnyMaxM one kernel (agmm_ksplit_skinny.cu); from kBandsMinM our GEMM with the
+// band epilogue and the band sum (agmm_ksplit_gemm.cu); between, the two-kernel path: cuBLASLt on
+// this rank's shard and B's matching K rows into the fp32 partial, then the exchange kernel
+// (agmm_ksplit.cu) sums every rank's partial into C and completes the gathered A.
 GatheredA AllGatherMatmul::launch_ksplit(const AgmmArgs& a, cudaStream_t s) {
-  if (a.m <= agmm::kSkinnyMaxM && skinny_enabled()) return launch_ksplit_skinny(a, s);
+  switch (ksplit_path_override()) {
+    case KsplitPath::two_kernel: break;
+    case KsplitPath::bands: return launch_ksplit_bands(a, s);
+    case KsplitPath::by_size:
+      if (a.m <= agmm::kSkinnyMaxM) return launch_ksplit_skinny(a, s);
+      if (a.m >= agmm::kBandsMinM) return launch_ksplit_bands(a, s);
+      break;
+  }
   const agmm::KsplitSlices sl = make_ksplit_plan(a, team_.world(), config_, team_.sm_count());
   Impl& im = *impl_;
   const GatheredA slot = local_slot(a.m, a.k, a.gather_dim);
@@ -465,6 +487,59 @@ GatheredA AllGatherMatmul::launch_ksplit_skinny(const AgmmArgs& a, cudaStream_t 
   l.seq = im.ksplit_seq;
   l.fault = team_.fault();
   agmm::enqueue_ksplit_skinny(l, s);  // checks the inbox's capacity before it enqueues
+  return {im.gathered, slot.ld};
+}
+
+// Side stream: the begin barrier (every peer's gathered A is free), then the copy engine moves A_shard
+// into every peer's gathered A, each followed by its arrival flag (decomposed's scheme), then into
+// this rank's own slot. Main stream: our GEMM with the band epilogue (no wait: it reads only this
+// rank's data), then the band sum, which waits for the peers' bands and A shards.
+GatheredA AllGatherMatmul::launch_ksplit_bands(const AgmmArgs& a, cudaStream_t s) {
+  const agmm::KsplitSlices sl = make_ksplit_plan(a, team_.world(), config_, team_.sm_count());  // validates
+  Impl& im = *impl_;
+  const auto& view = team_.view();
+  const int w = team_.world(), rank = team_.rank();
+  const GatheredA slot = local_slot(a.m, a.k, a.gather_dim);
+  const int64_t k0 = rank * sl.shard_cols;  // this rank's K rows of B
+  agmm::KsplitGemmLaunch l;
+  l.view = view;
+  l.gemm = gemm_args(a, a.a_shard, a.lda_shard);
+  l.gemm.b = b_from_k(a, k0);
+  l.gemm.k = sl.shard_cols;
+  l.config = gemm::choose_gemm_config(a.m, a.n, sl.shard_cols, a.dtype, a.b_layout, team_.sm_count(), true,
+                                      gemm::SwapAB::never);
+  l.own = im.ksplit_own, l.recv = im.ksplit_recv;
+  l.ldp = sl.ldp, l.slot_floats = im.ksplit_slot_floats;
+  l.flags = im.ksplit_band_flags, l.band_capacity = im.ksplit_sizes.band_flags;
+  l.bn = l.config.bn;
+  l.bands_n = int((a.n + l.bn - 1) / l.bn);
+  l.m = a.m, l.n = a.n;
+  l.a_arrived = im.dec_arrived, l.a_epoch = im.dec_seq.counter;
+  l.skip_signal = skip_signal_;
+  l.c = a.c, l.ldc = a.ldc;
+  l.dtype = a.dtype;
+  l.seq = im.ksplit_seq;
+  l.fault = team_.fault();
+  gemm::validate_inputs(l.gemm, l.config);  // before anything is enqueued
+  TF_REQUIRE((a.m + 63) / 64 * l.bands_n <= l.band_capacity, Status::Internal,
+             "ksplit: " << (a.m + 63) / 64 * l.bands_n << " bands exceed the " << l.band_capacity << " flags");
+
+  TF_CUDA(cudaEventRecord(im.fork, s));
+  TF_CUDA(cudaStreamWaitEvent(im.side, im.fork, 0));
+  agmm::enqueue_begin(im.dec_seq.counter, view, im.dec_barrier, l.fault, im.side);
+  TF_CUDA(cudaEventRecord(im.begun, im.side));
+  for (int i = 1; i < w; ++i) {
+    const int q = (rank - i + w) % w;
+    copy_rows(view.peer(const_cast<void*>(slot.ptr), q), slot.ld, a.a_shard, a.lda_shard, sl.m, sl.shard_cols, im.side);
+    agmm::enqueue_signal_copy(view.peer(im.dec_arrived, q) + rank, im.dec_seq.counter, im.side);
+  }
+  if (!in_place(a, slot)) copy_rows(const_cast<void*>(slot.ptr), slot.ld, a.a_shard, a.lda_shard, sl.m, sl.shard_cols, im.side);
+  TF_CUDA(cudaEventRecord(im.join, im.side));
+
+  agmm::enqueue_ksplit_gemm(l, s);
+  TF_CUDA(cudaStreamWaitEvent(s, im.begun, 0));  // the sum reads the begin barrier's epoch
+  agmm::enqueue_ksplit_band_sum(l, s);
+  TF_CUDA(cudaStreamWaitEvent(s, im.join, 0));
   return {im.gathered, slot.ld};
 }
 

@@ -153,6 +153,44 @@ __device__ __forceinline__ void store_band(const typename Epi::Params& epi, int 
   }
 }
 
+// fp32 epilogues (policies.cuh: kFloatOut): the 64 x BN band at (row0, col0), clipped to rows < m
+// and columns < n, 32 columns at a time through `staging` (64 rows x kPitch bytes, kPitch >= 128):
+// fragments -> staging, then each row leaves as 8 x 16-byte vectors (a whole 128-byte line, which
+// remote NVLink stores need to run near their rate: 8-byte stores straight from the fragments
+// moved a 15 MB partial at well under half of it), then Epi::band_done by one thread once every
+// thread's puts are ordered before it (the named barrier `bar`).
+template <int BN, uint32_t kPitch, class Epi>
+__device__ __forceinline__ void store_band_f32(const typename Epi::Params& epi, int m, int n, const float (&acc)[BN / 2],
+                                               uint8_t* staging, uint32_t bar, int64_t row0, int64_t col0) {
+  constexpr int kCols = 32;  // fp32 columns per pass: 128 bytes of a row
+  static_assert(BN % kCols == 0 && kPitch >= kCols * 4, "a staged row holds 32 floats");
+  const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32;
+  const int frag_row = warp * 16 + lane / 4, frag_col = 2 * (lane % 4);
+  const uint64_t ctx = Epi::band_begin(epi);
+#pragma unroll
+  for (int chunk = 0; chunk < BN / kCols; ++chunk) {
+#pragma unroll
+    for (int jj = 0; jj < kCols / 8; ++jj) {
+      const int f = (chunk * kCols / 8 + jj) * 4;
+      uint8_t* cell = staging + frag_row * kPitch + (jj * 8 + frag_col) * 4;
+      *reinterpret_cast<float2*>(cell) = make_float2(acc[f], acc[f + 1]);
+      *reinterpret_cast<float2*>(cell + 8 * kPitch) = make_float2(acc[f + 2], acc[f + 3]);
+    }
+    named_barrier_sync(bar, 128);
+#pragma unroll
+    for (int pass = 0; pass < 64 / 16; ++pass) {  // 16 rows x 8 vectors per pass
+      const int r = pass * 16 + tid / 8, v = tid % 8;
+      const int64_t row = row0 + r, col = col0 + chunk * kCols + v * 4;
+      if (row < m && col < n) {
+        const float4 x = *reinterpret_cast<const float4*>(staging + r * kPitch + v * 16);
+        Epi::put4(epi, ctx, row, col, x, n - col < 4 ? int(n - col) : 4);
+      }
+    }
+    named_barrier_sync(bar, 128);  // staging is free for the next chunk; after the last, every put is done
+  }
+  if (tid == 0) Epi::band_done(epi, ctx, row0, col0);
+}
+
 // Swap-AB: the accumulator is a 64 x BM band of C^T (fragment rows = 64 columns of C from col0,
 // fragment columns = BM rows of C from row0). It is transposed through staging (BM rows of C x 64
 // columns, pitch kPitch) so that C is still written in row-contiguous 16-byte vectors. Single

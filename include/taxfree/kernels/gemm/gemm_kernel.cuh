@@ -238,10 +238,14 @@ __device__ __forceinline__ void consume(const GemmParams<Order, Ready, Epi>& p, 
                                    p.ws.counters + counter, flag, bar, valid_rows);
     }
     if (write) {
-      if constexpr (Shape::kSwapAB)
+      if constexpr (Shape::kSwapAB) {
+        static_assert(!float_out<Epi>(), "fp32 epilogues run without swap-AB");
         store_band_transposed<Shape::BM, L::kEpiPitch, T, Epi>(p.epi, p.m, p.n, acc, staging, bar, row0, col0);
-      else
+      } else if constexpr (float_out<Epi>()) {
+        store_band_f32<Shape::BN, L::kEpiPitch, Epi>(p.epi, p.m, p.n, acc, staging, bar, row0, col0);
+      } else {
         store_band<Shape::BN, L::kChunkN, L::kEpiPitch, T, Epi>(p.epi, p.m, p.n, acc, staging, bar, row0, col0);
+      }
     }
   }
 }

@@ -30,6 +30,19 @@
 //             Write C[row, col .. col+7] (8 packed elements) or C[row, col]. Called by the consumer
 //             threads for every element of C exactly once, rows < M, columns < N; put8 only where
 //             all 8 columns are inside N. No ordering between calls is promised.
+//
+//   fp32 epilogue (static constexpr bool kFloatOut = true; tiles without swap-AB only): C leaves
+//   as the fp32 accumulators, one 64-row band (a consumer warpgroup's rows x BN columns) at a time:
+//             uint64_t band_begin(const Params&)                                      device
+//             Called by every thread of the warpgroup before its puts of a band; the value is
+//             passed to the calls below (e.g. a launch epoch read once per band).
+//             void put4(const Params&, uint64_t ctx, int64_t row, int64_t col, float4 v, int count)
+//             C[row, col + i] = v[i] for i < count (col a multiple of 4, count 4 unless the row
+//             ends at N; rows < M). Every element of C exactly once, no order among calls.
+//             void band_done(const Params&, uint64_t ctx, int64_t row0, int64_t col0)  device
+//             Called by one thread after every put of the band at (row0, col0) of every thread of
+//             the warpgroup (a named barrier orders them before it: a release by this thread
+//             covers them). Bands wholly past M are never written and never done.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -50,6 +63,13 @@ struct AlwaysReady {
   __device__ static __forceinline__ void wait(const Params&, TileCoord, int) {}
 #endif
 };
+
+// Whether an Epilogue writes fp32 accumulators (kFloatOut, above) rather than T.
+template <class Epi>
+constexpr bool float_out() {
+  if constexpr (requires { Epi::kFloatOut; }) return Epi::kFloatOut;
+  else return false;
+}
 
 #ifdef __CUDACC__
 // The k-block a tile's k-loop starts at: Ready::first_k_block when the policy has one, else 0.

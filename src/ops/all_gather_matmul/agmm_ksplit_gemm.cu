@@ -1,0 +1,173 @@
+// all_gather_matmul `ksplit`, GEMM-epilogue path (M above the skinny path's rows): our GEMM
+// multiplies A_shard by B's K rows of this rank and its epilogue stores each fp32 64-row band of the
+// partial both into this rank's partial and straight into every peer's partial slot (NVLink stores
+// while the other bands are still being computed), then raises the band's flag on every peer. A
+// sum kernel then waits for every peer's flag of its band and writes C = P_0 + P_1 + ... in rank
+// order in fp32, rounded once (the same bits on every rank). The A shard travels by copy engine
+// on the op's side stream (after the begin barrier, as decomposed), concurrently with the GEMM.
+//
+// Why: the two-kernel path (cuBLASLt, then an exchange kernel) moves the partials only after the
+// whole GEMM and then sums them from HBM: at M = 1024 the exchange alone (15 MB of partials each way)
+// costs about as much as the GEMM. Here the partial leaves band by band during the GEMM.
+//
+// Epochs, buffers, reuse (no host reset between launches, CUDA-graph safe):
+//  * e = the op's ksplit sequence + 1 (dev::sequence_begin: the epilogue reads it once per band,
+//    the sum kernel once); the sum kernel's CTAs end the sequence. Shared with the other ksplit
+//    paths, one launch at a time on the stream.
+//  * Partials of launch e go to slot parity e & 1 (agmm_ksplit.cu's argument: a sender's GEMM of
+//    e + 2 starts after its sum kernel of e + 1 saw the receiver's band flags of e + 1, raised by
+//    the receiver's GEMM of e + 1, which follows its sum kernel of e, the last reader of parity e).
+//  * Band flags only grow (epochs); the gathered A is written by the peers only after the begin
+//    barrier of this launch (decomposed's rule), and the sum kernel waits for their arrival flags.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "agmm_internal.h"
+#include "taxfree/device/signal.cuh"
+#include "taxfree/ops/gemm_launch.cuh"
+#include "taxfree/runtime/error.h"
+
+namespace taxfree::agmm {
+
+namespace {
+
+// The GEMM's fp32 epilogue (kernels/gemm/policies.cuh): band (row0, col0) of this rank's partial
+// into `own` and into slot (e & 1, slot(rank, q)) of every peer q's `recv`, then (P2: the engine's
+// named barrier, then this thread's release) flag rank * band_capacity + band on every peer.
+struct KsplitBands {
+  static constexpr bool kFloatOut = true;
+  struct Params {
+    dev::SymmetricView view;
+    float* own = nullptr;
+    float* recv = nullptr;
+    int64_t ldp = 0, slot_floats = 0;
+    uint64_t* flags = nullptr;
+    int64_t band_capacity = 0;
+    int bands_n = 1, bn = 64;
+    const uint64_t* counter = nullptr;  // the ksplit sequence's
+    bool skip_signal = false;
+  };
+  static void check(const Params& p, int64_t m, int64_t n, int) {
+    TF_REQUIRE(p.own != nullptr && p.ldp >= n && p.ldp % 8 == 0, Status::Internal,
+               "ksplit bands: partial buffer / ldp=" << p.ldp << " for N=" << n);
+    TF_REQUIRE(int64_t((m + 63) / 64) * p.bands_n <= p.band_capacity, Status::Internal,
+               "ksplit bands: " << (m + 63) / 64 << " x " << p.bands_n << " bands exceed " << p.band_capacity);
+  }
+#ifdef __CUDACC__
+  __device__ static uint64_t band_begin(const Params& p) {
+    return dev::load<dev::Sem::relaxed, dev::Scope::gpu>(p.counter) + 1;
+  }
+  __device__ static void put4(const Params& p, uint64_t e, int64_t row, int64_t col, float4 v, int count) {
+    const dev::SymmetricView& w = p.view;
+    const int64_t at = row * p.ldp + col;  // ldp % 8 == 0, col % 4 == 0: 16-byte aligned
+    const auto put = [&](float* dst) {
+      if (count == 4) {
+        *reinterpret_cast<float4*>(dst) = v;
+      } else {  // the row's last 1-3 columns
+        dst[0] = v.x;
+        if (count > 1) dst[1] = v.y;
+        if (count > 2) dst[2] = v.z;
+      }
+    };
+    put(p.own + at);
+    float* const parity = p.recv + int64_t(e & 1) * (w.world - 1) * p.slot_floats + at;
+    for (int k = 1; k < w.world; ++k) {
+      const int q = (w.rank + k) % w.world;
+      put(w.peer(parity + KsplitSlices::slot(w.rank, q) * p.slot_floats, q));
+    }
+  }
+  __device__ static void band_done(const Params& p, uint64_t e, int64_t row0, int64_t col0) {
+    if (p.skip_signal) return;
+    const dev::SymmetricView& w = p.view;
+    uint64_t* const flag = p.flags + w.rank * p.band_capacity + (row0 / 64) * p.bands_n + col0 / p.bn;
+    for (int k = 1; k < w.world; ++k) {
+      const int q = (w.rank + k) % w.world;
+      dev::signal_set(w.peer(flag, q), e);  // P2
+    }
+  }
+#endif
+};
+
+constexpr int kSumThreads = 256;
+constexpr int kSumRows = 16;  // rows of a band per sum CTA: 4 CTAs per 64-row band
+
+// CTA (band, quarter): waits for every peer's flag of the band and for every peer's A shard, then
+// sums rows [row0 + 16 quarter, + 16) x columns [col0, col0 + bn) of the world partials in rank
+// order. Every CTA ends the launch sequence (also those past M, which wait for nothing).
+template <class T>
+__global__ void __launch_bounds__(kSumThreads) ksplit_band_sum_kernel(const __grid_constant__ KsplitGemmLaunch l) {
+  const dev::SymmetricView& v = l.view;
+  const uint64_t e = dev::sequence_begin(l.seq);
+  const int band = int(blockIdx.x) / (64 / kSumRows), quarter = int(blockIdx.x) % (64 / kSumRows);
+  const int64_t row0 = int64_t(band / l.bands_n) * 64 + quarter * kSumRows;
+  const int64_t col0 = int64_t(band % l.bands_n) * l.bn;
+  const int t = threadIdx.x;
+  if (row0 < l.m) {
+    bool ok = true;
+    if (t < v.world && t != v.rank) {  // thread p: rank p's band and its A shard (bounded waits)
+      ok = dev::wait_geq(l.flags + t * l.band_capacity + band, e, l.fault, dev::WaitSite::ksplit_partial, t) &&
+           dev::wait_geq(l.a_arrived + t, *l.a_epoch, l.fault, dev::WaitSite::all_gather_data, t);
+    }
+    if (__syncthreads_and(ok)) {
+      const float* const parity = l.recv + int64_t(e & 1) * (v.world - 1) * l.slot_floats;
+      const int rows = int(l.m - row0 < kSumRows ? l.m - row0 : kSumRows);
+      const int groups = l.bn / 8;  // 8-float groups per band row
+      for (int x = t; x < rows * groups; x += kSumThreads) {
+        const int64_t row = row0 + x / groups, col = col0 + (x % groups) * 8;
+        if (col >= l.n) continue;
+        const int64_t at = row * l.ldp + col;
+        float4 lo, hi;
+        for (int s = 0; s < v.world; ++s) {
+          // Plain loads: the peers' stores are ordered before their flags (acquired above).
+          const float* p = (s == v.rank ? l.own : parity + KsplitSlices::slot(s, v.rank) * l.slot_floats) + at;
+          const float4 a = reinterpret_cast<const float4*>(p)[0], b = reinterpret_cast<const float4*>(p)[1];
+          if (s == 0) {
+            lo = a, hi = b;
+          } else {
+            lo.x += a.x, lo.y += a.y, lo.z += a.z, lo.w += a.w;
+            hi.x += b.x, hi.y += b.y, hi.z += b.z, hi.w += b.w;
+          }
+        }
+        const uint4 out{gemm::device::pack2<T>(lo.x, lo.y), gemm::device::pack2<T>(lo.z, lo.w),
+                        gemm::device::pack2<T>(hi.x, hi.y), gemm::device::pack2<T>(hi.z, hi.w)};
+        T* dst = static_cast<T*>(l.c) + row * l.ldc + col;
+        if (col + 8 <= l.n) *reinterpret_cast<uint4*>(dst) = out;  // ldc % 8 == 0: 16-byte aligned
+        else
+          for (int i = 0; i < int(l.n - col); ++i) dst[i] = gemm::device::element<T>(out, i);
+      }
+    }
+  }
+  dev::sequence_end(l.seq, e);
+}
+
+}  // namespace
+
+void enqueue_ksplit_gemm(const KsplitGemmLaunch& l, cudaStream_t s) {
+  KsplitBands::Params epi;
+  epi.view = l.view;
+  epi.own = l.own, epi.recv = l.recv;
+  epi.ldp = l.ldp, epi.slot_floats = l.slot_floats;
+  epi.flags = l.flags, epi.band_capacity = l.band_capacity;
+  epi.bands_n = l.bands_n, epi.bn = l.bn;
+  epi.counter = l.seq.counter;
+  epi.skip_signal = l.skip_signal;
+  gemm::launch_gemm<gemm::GroupedOrder, gemm::AlwaysReady, KsplitBands>(l.gemm, l.config, {}, {}, epi, s);
+}
+
+void enqueue_ksplit_band_sum(const KsplitGemmLaunch& l, cudaStream_t s) {
+  const int64_t ctas = ((l.m + 63) / 64) * l.bands_n * (64 / kSumRows);
+  TF_REQUIRE(ctas >= 1 && ctas <= INT32_MAX, Status::Internal, "ksplit band sum with " << ctas << " CTAs");
+  if (l.dtype == gemm::DType::bf16)
+    ksplit_band_sum_kernel<__nv_bfloat16><<<unsigned(ctas), kSumThreads, 0, s>>>(l);
+  else
+    ksplit_band_sum_kernel<__half><<<unsigned(ctas), kSumThreads, 0, s>>>(l);
+  TF_CUDA(cudaGetLastError());
+}
+
+void preload_ksplit_gemm_kernels() {
+  cudaFuncAttributes attr;
+  TF_CUDA(cudaFuncGetAttributes(&attr, ksplit_band_sum_kernel<__nv_bfloat16>));
+  TF_CUDA(cudaFuncGetAttributes(&attr, ksplit_band_sum_kernel<__half>));
+}
+
+}  // namespace taxfree::agmm
