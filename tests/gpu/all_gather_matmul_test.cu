@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <string>
+#include <utility>
 
 #include "agmm_test_util.h"
 #include "gpu_env.h"
@@ -111,8 +112,12 @@ TEST(Agmm, ThousandLaunchesWithoutReset) {
   auto& t = team();
   Ops ops;
   const int64_t w = t.world();
-  Problem p(Shape{w * 96, 264, 520, 0, DType::bf16, BLayout::NK}, 900);
-  for (const VariantRun& run : {kRuns[5], kRuns[4], kRuns[6]}) {
+  Problem rows(Shape{w * 96, 264, 520, 0, DType::bf16, BLayout::NK}, 900);
+  Problem cols(Shape{96, 264, w * 264, 1, DType::bf16, BLayout::KN}, 900);  // decomposed's split-K sums
+  const std::pair<Problem*, VariantRun> cases[] = {{&rows, kRuns[5]}, {&rows, kRuns[4]}, {&rows, kRuns[6]},
+                                                   {&cols, kRuns[4]}};
+  for (const auto& [pp, run] : cases) {
+    Problem& p = *pp;
     auto s = t.stream();
     p.poison_c(s);
     ops.plain->fill_buffers(0xFF, s);
@@ -121,10 +126,10 @@ TEST(Agmm, ThousandLaunchesWithoutReset) {
     GatheredA g{};
     for (int i = 0; i < 1000; ++i) g = ops.plain->launch(run.variant, p.args(), s);
     t.sync(s);
-    p.expect_result(g, std::string(run.name) + " after 1000 launches");
+    p.expect_result(g, label(p.shape()) + " " + run.name + " after 1000 launches");
     t.host_barrier("agmm.many.checked");
     p.refresh(901);
-    launch_checked(ops, p, run, p.args(), std::string(run.name) + " on new inputs after 1000 launches");
+    launch_checked(ops, p, run, p.args(), label(p.shape()) + " " + run.name + " on new inputs after 1000 launches");
     p.refresh(900);
   }
 }

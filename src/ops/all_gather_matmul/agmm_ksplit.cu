@@ -19,10 +19,10 @@
 #include <cuda_fp16.h>
 
 #include "agmm_internal.h"
+#include "partial_sum.cuh"
 #include "taxfree/device/copy_rows.cuh"
 #include "taxfree/device/signal.cuh"
 #include "taxfree/device/tile_copy.cuh"
-#include "taxfree/kernels/gemm/epilogue.cuh"  // pack2, element
 #include "taxfree/runtime/error.h"
 
 namespace taxfree::agmm {
@@ -41,24 +41,10 @@ __device__ void sum_into_c(const KsplitLaunch& a, const float* recv, KsplitSlice
   const int64_t row_groups = a.slices.ldp / 8;
   for (int64_t x = g.begin + threadIdx.x; x < g.end; x += kThreads) {
     float4 lo, hi;
-    for (int s = 0; s < v.world; ++s) {
-      // Plain loads (not the read-only path): peers wrote these during this kernel.
-      const float* p = (s == v.rank ? a.own : recv + KsplitSlices::slot(s, v.rank) * a.slot_floats) + x * 8;
-      const float4 l = reinterpret_cast<const float4*>(p)[0], h = reinterpret_cast<const float4*>(p)[1];
-      if (s == 0) {
-        lo = l, hi = h;
-      } else {
-        lo.x += l.x, lo.y += l.y, lo.z += l.z, lo.w += l.w;
-        hi.x += h.x, hi.y += h.y, hi.z += h.z, hi.w += h.w;
-      }
-    }
-    const uint4 out{gemm::device::pack2<T>(lo.x, lo.y), gemm::device::pack2<T>(lo.z, lo.w),
-                    gemm::device::pack2<T>(hi.x, hi.y), gemm::device::pack2<T>(hi.z, hi.w)};
+    for (int s = 0; s < v.world; ++s)
+      add_partial8(lo, hi, (s == v.rank ? a.own : recv + KsplitSlices::slot(s, v.rank) * a.slot_floats) + x * 8, s == 0);
     const int64_t row = x / row_groups, col = (x % row_groups) * 8;
-    T* dst = static_cast<T*>(a.c) + row * a.ldc + col;
-    if (col + 8 <= a.slices.n) *reinterpret_cast<uint4*>(dst) = out;  // ldc % 8 == 0: 16-byte aligned
-    else
-      for (int i = 0; i < int(a.slices.n - col); ++i) dst[i] = gemm::device::element<T>(out, i);
+    store_rounded8(static_cast<T*>(a.c) + row * a.ldc + col, lo, hi, a.slices.n - col);
   }
 }
 

@@ -23,6 +23,7 @@
 #include <cuda_fp16.h>
 
 #include "agmm_internal.h"
+#include "partial_sum.cuh"
 #include "taxfree/device/signal.cuh"
 #include "taxfree/ops/gemm_launch.cuh"
 #include "taxfree/runtime/error.h"
@@ -117,23 +118,10 @@ __global__ void __launch_bounds__(kSumThreads) ksplit_band_sum_kernel(const __gr
         if (col >= l.n) continue;
         const int64_t at = row * l.ldp + col;
         float4 lo, hi;
-        for (int s = 0; s < v.world; ++s) {
-          // Plain loads: the peers' stores are ordered before their flags (acquired above).
-          const float* p = (s == v.rank ? l.own : parity + KsplitSlices::slot(s, v.rank) * l.slot_floats) + at;
-          const float4 a = reinterpret_cast<const float4*>(p)[0], b = reinterpret_cast<const float4*>(p)[1];
-          if (s == 0) {
-            lo = a, hi = b;
-          } else {
-            lo.x += a.x, lo.y += a.y, lo.z += a.z, lo.w += a.w;
-            hi.x += b.x, hi.y += b.y, hi.z += b.z, hi.w += b.w;
-          }
-        }
-        const uint4 out{gemm::device::pack2<T>(lo.x, lo.y), gemm::device::pack2<T>(lo.z, lo.w),
-                        gemm::device::pack2<T>(hi.x, hi.y), gemm::device::pack2<T>(hi.z, hi.w)};
-        T* dst = static_cast<T*>(l.c) + row * l.ldc + col;
-        if (col + 8 <= l.n) *reinterpret_cast<uint4*>(dst) = out;  // ldc % 8 == 0: 16-byte aligned
-        else
-          for (int i = 0; i < int(l.n - col); ++i) dst[i] = gemm::device::element<T>(out, i);
+        // Plain loads: the peers' stores are ordered before their flags (acquired above).
+        for (int s = 0; s < v.world; ++s)
+          add_partial8(lo, hi, (s == v.rank ? l.own : parity + KsplitSlices::slot(s, v.rank) * l.slot_floats) + at, s == 0);
+        store_rounded8(static_cast<T*>(l.c) + row * l.ldc + col, lo, hi, l.n - col);
       }
     }
   }

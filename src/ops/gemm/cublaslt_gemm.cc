@@ -120,17 +120,18 @@ void validate_fp32_c(const GemmArgs& g) {
                "cuBLASLt GEMM: fp32 C overlaps an input");
 }
 
-}  // namespace
-
-void cublaslt_launch(const GemmArgs& args, cudaStream_t stream, OutType out) {
+// The cached plan for these arguments (made on first use), with the device's handle and workspace.
+struct Prepared {
+  const DeviceState& device;
+  const Plan& plan;
+};
+Prepared prepare(const GemmArgs& args, OutType out) {
   if (out == OutType::same) validate(args, GemmConfig{});
   else validate_fp32_c(args);
-  static std::mutex mu;
   static std::array<DeviceState, 64> devices;
   int dev = 0;
   TF_CUDA(cudaGetDevice(&dev));
   TF_REQUIRE(dev >= 0 && dev < int(devices.size()), Status::NotSupported, "device ordinal " << dev << " >= 64");
-  std::lock_guard<std::mutex> lock(mu);
   DeviceState& d = devices[dev];
   if (!d.handle) {
     TF_CUBLAS(cublasLtCreate(&d.handle));
@@ -142,10 +143,27 @@ void cublaslt_launch(const GemmArgs& args, cudaStream_t stream, OutType out) {
                     alignment(args.a), alignment(args.b), alignment(args.c)};
   auto it = d.plans.find(key);
   if (it == d.plans.end()) it = d.plans.emplace(key, make_plan(d.handle, args, out)).first;
-  const Plan& p = *it->second;
-  const float alpha = 1.0f, beta = 0.0f;
-  TF_CUBLAS(cublasLtMatmul(d.handle, p.op, &alpha, args.b, p.a, args.a, p.b, &beta, args.c, p.c, args.c, p.c, &p.algo,
-                           d.workspace, kWorkspaceBytes, stream));
+  return {d, *it->second};
+}
+
+std::mutex& state_mutex() {
+  static std::mutex mu;
+  return mu;
+}
+
+}  // namespace
+
+void cublaslt_prepare(const GemmArgs& args, OutType out) {
+  std::lock_guard<std::mutex> lock(state_mutex());
+  prepare(args, out);
+}
+
+void cublaslt_launch(const GemmArgs& args, cudaStream_t stream, OutType out, bool accumulate) {
+  std::lock_guard<std::mutex> lock(state_mutex());
+  const Prepared p = prepare(args, out);
+  const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
+  TF_CUBLAS(cublasLtMatmul(p.device.handle, p.plan.op, &alpha, args.b, p.plan.a, args.a, p.plan.b, &beta, args.c,
+                           p.plan.c, args.c, p.plan.c, &p.plan.algo, p.device.workspace, kWorkspaceBytes, stream));
 }
 
 }  // namespace taxfree::gemm
