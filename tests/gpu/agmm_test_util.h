@@ -289,10 +289,7 @@ struct VariantRun {
 const VariantRun kRuns[] = {{"bsp", false, AgmmVariant::bsp},           {"bsp-sym", true, AgmmVariant::bsp},
                      {"bsp-own", false, AgmmVariant::bsp_own},   {"bsp-own-sym", true, AgmmVariant::bsp_own},
                      {"decomposed", false, AgmmVariant::decomposed}, {"push", false, AgmmVariant::push},
-                     {"fused-ce", false, AgmmVariant::fused_ce},     {"auto", false, AgmmVariant::automatic},
-                     // the op without ksplit buffers: gather_dim 1 has no fp32 accumulator (one GEMM
-                     // after every shard)
-                     {"decomposed-no-accumulator", true, AgmmVariant::decomposed}};
+                     {"fused-ce", false, AgmmVariant::fused_ce},     {"auto", false, AgmmVariant::automatic}};
 
 // Poison C and every op buffer, align the ranks (peers write into this rank's buffers), launch,
 // wait, check, align again (this rank's next poison must not hit a peer's late writes). In place:

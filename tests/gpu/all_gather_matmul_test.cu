@@ -113,7 +113,7 @@ TEST(Agmm, ThousandLaunchesWithoutReset) {
   Ops ops;
   const int64_t w = t.world();
   Problem rows(Shape{w * 96, 264, 520, 0, DType::bf16, BLayout::NK}, 900);
-  Problem cols(Shape{96, 264, w * 264, 1, DType::bf16, BLayout::KN}, 900);  // decomposed's split-K sums
+  Problem cols(Shape{96, 264, w * 264, 1, DType::bf16, BLayout::KN}, 900);  // decomposed at gather_dim 1
   const std::pair<Problem*, VariantRun> cases[] = {{&rows, kRuns[5]}, {&rows, kRuns[4]}, {&rows, kRuns[6]},
                                                    {&cols, kRuns[4]}};
   for (const auto& [pp, run] : cases) {

@@ -15,13 +15,9 @@
 //   bsp-own    the same with our GEMM (ops/gemm.h) instead of cuBLASLt.
 //   decomposed a begin barrier, then copy-engine copies of the shard into every peer's gathered A,
 //              each followed by a copy-engine write of the arrival flag (no SM moves data or
-//              signals); cuBLASLt per source shard as it arrives, this rank's shard first (no
-//              wait). gather_dim 0: each shard's rows of C. gather_dim 1: split-K by source, each
-//              shard's K columns times B's matching K rows summed into an fp32 accumulator (the
-//              ksplit partial buffer: needs m x round8(n) <= its capacity, see AgmmConfig) and
-//              rounded into C once; C's sums then run in a different order on each rank (equal to
-//              rounding, not bits). Without that buffer it waits for every shard and runs one
-//              cuBLASLt.
+//              signals); cuBLASLt per source shard as it arrives, this rank's shard first
+//              (gather_dim 0). gather_dim 1 cannot be split by source without a split-K sum, so it
+//              waits for every shard and runs one cuBLASLt.
 //   push       a push kernel on a few SMs copies the shard into this rank's gathered A and every
 //              peer's, piece by piece, raising a per-(source, piece) epoch flag after each; our GEMM
 //              runs on the other SMs at the same time, its producer waiting for a piece's flag
@@ -123,7 +119,7 @@ struct AgmmConfig {
   // bytes of heap, plus the skinny path's line inboxes (ksplit_heap: 18 MiB per peer at the
   // defaults and world 2); 210 MiB for 2 ranks at the defaults, about 1.05 GiB for 8 (the default
   // heap is max(4, world + 2) GiB). 0 in either: no ksplit buffers; ksplit launches are rejected and
-  // auto never picks it. decomposed at gather_dim 1 uses this rank's partial as its accumulator.
+  // auto never picks it.
   int64_t ksplit_max_m = 1024;
   int64_t ksplit_max_n = 16384;
 };

@@ -1,7 +1,6 @@
 // The cuBLASLt baseline GEMM, with taxfree::gemm's row-major semantics (ops/gemm.h): C[M, N] =
 // A[M, K] * B for B as [N, K] or [K, N], bf16/fp16 in, fp32 accumulation, C in the input type or
-// (OutType::fp32) as the unrounded fp32 sums, for partials that are summed later (split-K);
-// `accumulate` adds the product to what C holds (beta = 1) instead of overwriting it.
+// (OutType::fp32) as the unrounded fp32 sums, for partials that are summed later (split-K).
 //
 // One cuBLASLt handle and a 32 MiB workspace per device, created on first use and kept for the
 // process; the plan (descriptors + heuristic's algorithm) is cached per shape, strides and pointer
@@ -21,7 +20,7 @@ enum class OutType { same, fp32 };
 
 // Validates, then enqueues. Throws InvalidArgument (validation) or NotSupported (no cuBLASLt
 // algorithm for the shape) before enqueueing anything.
-void cublaslt_launch(const GemmArgs& args, cudaStream_t stream, OutType out = OutType::same, bool accumulate = false);
+void cublaslt_launch(const GemmArgs& args, cudaStream_t stream, OutType out = OutType::same);
 
 // Everything cublaslt_launch does before it enqueues (validation, the cached plan), for callers
 // that enqueue other work first and must not throw half-way: a later cublaslt_launch of the same

@@ -158,11 +158,6 @@ void enqueue_wait(const uint64_t* flag, const uint64_t* epoch, const dev::FaultC
 // with the value read on the device (CUDA-graph replay).
 void enqueue_signal_copy(uint64_t* flag, const uint64_t* epoch, cudaStream_t s);
 
-// decomposed, gather_dim 1: C[m, n] = the fp32 sums acc[m, ld_acc], rounded once to dtype.
-// ld_acc and ldc multiples of 8, acc and C 16-byte aligned.
-void enqueue_round_f32(const float* acc, int64_t ld_acc, void* c, int64_t ldc, int64_t m, int64_t n,
-                       gemm::DType dtype, cudaStream_t s);
-
 // gather_dim 1 BSP: dst[r, s * cols + c] = src[s][r][c] for the world blocks of rows x cols
 // (dense) that ncclAllGather produced; dst has row stride dst_ld elements. 16-bit elements, cols a
 // multiple of 8.

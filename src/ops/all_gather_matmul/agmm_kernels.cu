@@ -1,12 +1,8 @@
 // Small kernels of all_gather_matmul: the decomposed variant's one-warp begin / wait kernels, its
-// copy-engine flag writes and its fp32 accumulator's rounding, and the gather_dim 1 BSP interleave.
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-
+// copy-engine flag writes, and the gather_dim 1 BSP interleave.
 #include <algorithm>
 
 #include "agmm_internal.h"
-#include "partial_sum.cuh"
 #include "taxfree/device/barrier.cuh"
 #include "taxfree/device/signal.cuh"
 #include "taxfree/runtime/error.h"
@@ -43,17 +39,6 @@ __global__ void interleave_kernel(const uint4* src, uint4* dst, int64_t dst_ld, 
   }
 }
 
-template <class T>
-__global__ void round_f32_kernel(const float* acc, int64_t ld_acc, T* c, int64_t ldc, int64_t m, int64_t n) {
-  const int64_t groups = ld_acc / 8;  // 8-column groups per row; ld_acc rounds n up to 8
-  for (int64_t x = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; x < m * groups; x += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t row = x / groups, col = (x % groups) * 8;
-    float4 lo, hi;
-    add_partial8(lo, hi, acc + row * ld_acc + col, true);
-    store_rounded8(c + row * ldc + col, lo, hi, n - col);
-  }
-}
-
 }  // namespace
 
 void enqueue_begin(uint64_t* epoch, const dev::SymmetricView& view, uint64_t* barrier_slots,
@@ -82,26 +67,11 @@ void enqueue_interleave(const void* src, void* dst, int64_t dst_ld, int world, i
   TF_CUDA(cudaGetLastError());
 }
 
-void enqueue_round_f32(const float* acc, int64_t ld_acc, void* c, int64_t ldc, int64_t m, int64_t n,
-                       gemm::DType dtype, cudaStream_t s) {
-  TF_REQUIRE(ld_acc % 8 == 0 && ld_acc >= n && ldc % 8 == 0, Status::Internal,
-             "round of fp32 sums: ld " << ld_acc << " for N=" << n << ", ldc " << ldc);
-  const int64_t vecs = m * (ld_acc / 8);
-  const int blocks = int(std::clamp<int64_t>((vecs + 255) / 256, 1, 4096));
-  if (dtype == gemm::DType::bf16)
-    round_f32_kernel<<<blocks, 256, 0, s>>>(acc, ld_acc, static_cast<__nv_bfloat16*>(c), ldc, m, n);
-  else
-    round_f32_kernel<<<blocks, 256, 0, s>>>(acc, ld_acc, static_cast<__half*>(c), ldc, m, n);
-  TF_CUDA(cudaGetLastError());
-}
-
 void preload_small_kernels() {
   cudaFuncAttributes attr;
   TF_CUDA(cudaFuncGetAttributes(&attr, begin_kernel));
   TF_CUDA(cudaFuncGetAttributes(&attr, wait_kernel));
   TF_CUDA(cudaFuncGetAttributes(&attr, interleave_kernel));
-  TF_CUDA(cudaFuncGetAttributes(&attr, round_f32_kernel<__nv_bfloat16>));
-  TF_CUDA(cudaFuncGetAttributes(&attr, round_f32_kernel<__half>));
 }
 
 }  // namespace taxfree::agmm

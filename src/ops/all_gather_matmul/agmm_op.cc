@@ -63,8 +63,7 @@ struct AllGatherMatmul::Impl {
   int64_t ce_flag_capacity = 0;
   uint64_t* ce_flags = nullptr;      // heap [ce_flag_capacity]: fused-ce's row-chunk flags (dec_seq epochs)
   int64_t ksplit_slot_floats = 0;    // one partial: ksplit_max_m x ksplit_max_n rounded up to 8
-  float* ksplit_own = nullptr;       // heap [slot]: this rank's partial (the GEMM's output); decomposed's
-                                     // gather_dim 1 accumulator. Only this rank reads or writes it.
+  float* ksplit_own = nullptr;       // heap [slot]: this rank's partial (the GEMM's output)
   float* ksplit_recv = nullptr;      // heap [2][world - 1][slot]: peers' partials by launch parity
   uint64_t* ksplit_ready = nullptr;  // heap [world]
   uint64_t* ksplit_flags = nullptr;  // heap [world * kKsplitMaxCtas]
@@ -274,16 +273,13 @@ GatheredA AllGatherMatmul::launch_bsp(const AgmmArgs& a, bool own_gemm, cudaStre
 }
 
 // The copy engine moves the data and writes the arrival flags; no SM waits for a peer while
-// cuBLASLt runs. A begin barrier first (every rank is in this launch, so every gathered A is
-// free). Side stream: the shard into every peer's slot, peers rank-1, rank-2, ... (the one that consumes
-// it soonest first), each followed by its arrival flag, then into this rank's own slot when only
-// the returned gathered A needs it. Main stream: cuBLASLt per source shard, this rank's first
-// (straight from A_shard, no wait), then rank+1's, ... as each arrives.
-//   gather_dim 0: each source's rows of C.
-//   gather_dim 1: split-K by source: each source's K columns times B's matching rows summed into
-//   an fp32 accumulator (beta = 1 after the first), rounded into C once at the end. The
-//   accumulator is ksplit's partial buffer (only this rank touches it); without one large enough
-//   (ksplit disabled, or M x N over its capacity) every shard is waited for and one cuBLASLt runs.
+// cuBLASLt runs. Main stream: a begin barrier (every rank is in this launch, so every gathered A
+// is free), then cuBLASLt on this rank's shard straight from A_shard, then on each arriving shard,
+// rank+1, rank+2, ... (gather_dim 0). Side stream: the shard into every peer's slot, peers rank-1,
+// rank-2, ... (the one that consumes it soonest first), each followed by its arrival flag, then
+// into this rank's own slot for the returned gathered A (gather_dim 1: on the main stream, as every
+// k-block needs it). Staging the peer copies through the own slot made M = 4096-16384 slower
+// (r30: 950 vs 800 us at M = 8192); a cudaMalloc'd A_shard copies as fast as a heap one.
 GatheredA AllGatherMatmul::launch_decomposed(const AgmmArgs& a, cudaStream_t s) {
   const ShardShape sh = agmm_shard_shape(a.m, a.k, a.gather_dim, team_.world());
   Impl& im = *impl_;
@@ -293,34 +289,18 @@ GatheredA AllGatherMatmul::launch_decomposed(const AgmmArgs& a, cudaStream_t s) 
   const bool shard_in_place = in_place(a, slot);
   uint64_t* epoch = im.dec_seq.counter;
   const dev::FaultContext fault = team_.fault();
-  const int64_t ld_acc = ceil_div(a.n, 8) * 8;
-  float* const acc = a.gather_dim == 1 && a.m * ld_acc <= im.ksplit_slot_floats ? im.ksplit_own : nullptr;
-  const bool per_source = a.gather_dim == 0 || acc != nullptr;
-
-  // Source src's GEMM: its rows of C (gather_dim 0) or its K columns into the accumulator.
+  // Source src's rows of C (gather_dim 0), or the whole product (gather_dim 1: every k-block needs
+  // every source, so it waits for all of them).
   auto source_gemm = [&](int src) {
-    const bool own = src == rank;
-    gemm::GemmArgs g = gemm_args(a, own ? a.a_shard : im.gathered, own ? a.lda_shard : sh.ld);
-    if (a.gather_dim == 0) {
-      if (!own) g.a = im.gathered + src * sh.rows * sh.ld * kElem;
-      g.m = sh.rows;
-      g.c = static_cast<char*>(a.c) + src * sh.rows * a.ldc * kElem;
-    } else {
-      if (!own) g.a = im.gathered + src * sh.cols * kElem;
-      g.b = b_from_k(a, src * sh.cols);
-      g.k = sh.cols;
-      g.c = acc, g.ldc = ld_acc;
-    }
+    if (a.gather_dim == 1) return gemm_args(a, im.gathered, sh.ld);
+    gemm::GemmArgs g = src == rank ? gemm_args(a, a.a_shard, a.lda_shard)
+                                   : gemm_args(a, im.gathered + src * sh.rows * sh.ld * kElem, sh.ld);
+    g.m = sh.rows;
+    g.c = static_cast<char*>(a.c) + src * sh.rows * a.ldc * kElem;
     return g;
   };
-  const gemm::OutType out = a.gather_dim == 0 ? gemm::OutType::same : gemm::OutType::fp32;
-  // Everything that can throw, before anything is enqueued.
-  if (per_source)
-    for (int i = 0; i < w; ++i) gemm::cublaslt_prepare(source_gemm((rank + i) % w), out);
-  else
-    gemm::cublaslt_prepare(gemm_args(a, im.gathered, sh.ld));
+  for (int src = 0; src < w; ++src) gemm::cublaslt_prepare(source_gemm(src));  // all that can throw, first
 
-  // On the main stream: a kernel queued on the side stream could wait for cuBLASLt to leave an SM.
   agmm::enqueue_begin(epoch, view, im.dec_barrier, fault, s);
   TF_CUDA(cudaEventRecord(im.fork, s));
   TF_CUDA(cudaStreamWaitEvent(im.side, im.fork, 0));
@@ -329,19 +309,18 @@ GatheredA AllGatherMatmul::launch_decomposed(const AgmmArgs& a, cudaStream_t s) 
     copy_rows(view.peer(const_cast<void*>(slot.ptr), q), slot.ld, a.a_shard, a.lda_shard, sh.rows, sh.cols, im.side);
     agmm::enqueue_signal_copy(view.peer(im.dec_arrived, q) + rank, epoch, im.side);
   }
-  if (!shard_in_place && per_source)  // last: nothing waits for it but the returned gathered A
+  if (!shard_in_place && a.gather_dim == 0)  // last: nothing waits for it but the returned gathered A
     copy_rows(const_cast<void*>(slot.ptr), slot.ld, a.a_shard, a.lda_shard, sh.rows, sh.cols, im.side);
   TF_CUDA(cudaEventRecord(im.join, im.side));
 
-  if (per_source) gemm::cublaslt_launch(source_gemm(rank), s, out);
+  if (a.gather_dim == 0) gemm::cublaslt_launch(source_gemm(rank), s);
   else if (!shard_in_place) copy_rows(const_cast<void*>(slot.ptr), slot.ld, a.a_shard, a.lda_shard, sh.rows, sh.cols, s);
   for (int i = 1; i < w; ++i) {
     const int src = (rank + i) % w;
     agmm::enqueue_wait(im.dec_arrived + src, epoch, fault, dev::WaitSite::all_gather_data, src, s);
-    if (per_source) gemm::cublaslt_launch(source_gemm(src), s, out, /*accumulate=*/a.gather_dim == 1);
+    if (a.gather_dim == 0) gemm::cublaslt_launch(source_gemm(src), s);
   }
-  if (!per_source) gemm::cublaslt_launch(gemm_args(a, im.gathered, sh.ld), s);
-  if (acc) agmm::enqueue_round_f32(acc, ld_acc, a.c, a.ldc, a.m, a.n, a.dtype, s);
+  if (a.gather_dim == 1) gemm::cublaslt_launch(source_gemm(rank), s);
   TF_CUDA(cudaStreamWaitEvent(s, im.join, 0));
   return {im.gathered, sh.ld};
 }

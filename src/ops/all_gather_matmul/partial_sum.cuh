@@ -1,4 +1,4 @@
-// Device helpers of all_gather_matmul's fp32 partials (ksplit's sums, decomposed's rounding): eight
+// Device helpers of ksplit's fp32 partial sums (the exchange kernel, the band sum): eight
 // consecutive columns at a time, read as two float4 and written as one 16-byte vector of T.
 #pragma once
 

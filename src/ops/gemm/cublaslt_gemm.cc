@@ -158,10 +158,10 @@ void cublaslt_prepare(const GemmArgs& args, OutType out) {
   prepare(args, out);
 }
 
-void cublaslt_launch(const GemmArgs& args, cudaStream_t stream, OutType out, bool accumulate) {
+void cublaslt_launch(const GemmArgs& args, cudaStream_t stream, OutType out) {
   std::lock_guard<std::mutex> lock(state_mutex());
   const Prepared p = prepare(args, out);
-  const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
+  const float alpha = 1.0f, beta = 0.0f;
   TF_CUBLAS(cublasLtMatmul(p.device.handle, p.plan.op, &alpha, args.b, p.plan.a, args.a, p.plan.b, &beta, args.c,
                            p.plan.c, args.c, p.plan.c, &p.plan.algo, p.device.workspace, kWorkspaceBytes, stream));
 }
