@@ -20,6 +20,10 @@ namespace taxfree::bench {
 
 namespace {
 
+// Timed samples of a case are taken in this many interleaved rounds over its variants (at most
+// one round per sample).
+constexpr int kTimingRounds = 4;
+
 // Holds the stream until the host has queued a whole timed batch, so the GPU never waits for the
 // host's launches inside a timed region. Bounded: after `timeout_ns` it lets the batch run anyway.
 __global__ void gate_kernel(const uint32_t* open, uint32_t ticket, uint64_t timeout_ns) {
@@ -259,6 +263,8 @@ int run(Team& team, const RunRequest& req) {
       std::vector<Row> rows;
       std::vector<std::string> timed = variants;
       for (const auto& p : summary_mode || opt.variants.empty() ? parts : named_parts) timed.push_back(p);
+      // Per variant: check, warm up, and the runs per timed sample.
+      std::vector<Row> pending;
       for (const auto& v : timed) {
         if (!bench->applies(c, v)) continue;
         const bool is_part = std::find(variants.begin(), variants.end(), v) == variants.end();
@@ -297,38 +303,53 @@ int run(Team& team, const RunRequest& req) {
         TF_CUDA(cudaEventRecord(ev1.e, s));
         team.sync(s);
         const int reps = int(std::clamp(std::ceil(20e-6 / std::max(elapsed_s(ev0, ev1), 1e-7)), 1.0, 32.0));
-        const int reps_all = int(max_over_ranks(team, "reps-" + std::to_string(seq++), reps));
-        std::vector<Event> starts(size_t(opt.iters)), stops(size_t(opt.iters));
-        // Queue the whole batch behind a gate when it fits the stream's queue.
-        const bool gated = double(opt.iters) * (3 + reps_all * bench->launches(v)) <= 600;
-        if (gated) gate_kernel<<<1, 1, 0, s>>>(g_gate, ++g_gate_ticket, 20'000'000'000ull);
-        for (int i = 0; i < opt.iters; ++i) {
-          if (flush) TF_CUDA(cudaMemsetAsync(flush, i & 0xff, flush_bytes, s));
+        row.reps = int(max_over_ranks(team, "reps-" + std::to_string(seq++), reps));
+        pending.push_back(std::move(row));
+      }
+      // Timed samples in interleaved rounds, each round starting one variant later: every variant
+      // sees the GPUs in the same mix of states (clocks and power after the heavy variants drift by
+      // 5-15% over a case: r29/r30 timed one code path 761 and 885 us depending on what ran before).
+      const int rounds = std::min(opt.iters, kTimingRounds);
+      std::vector<std::vector<double>> samples(pending.size());
+      for (int r = 0; r < rounds; ++r)
+        for (size_t j = 0; j < pending.size(); ++j) {
+          const size_t vi = (j + size_t(r)) % pending.size();
+          const std::string& v = pending[vi].variant;
+          const int reps_all = pending[vi].reps;
+          const int n = opt.iters / rounds + (r < opt.iters % rounds ? 1 : 0);
           team.device_barrier(s);
-          TF_CUDA(cudaEventRecord(starts[size_t(i)].e, s));
-          for (int k = 0; k < reps_all; ++k) bench->run(v, s);
-          TF_CUDA(cudaEventRecord(stops[size_t(i)].e, s));
+          bench->run(v, s);  // untimed: the variant's first run after another's
+          std::vector<Event> starts(static_cast<size_t>(n)), stops(static_cast<size_t>(n));
+          // Queue the whole batch behind a gate when it fits the stream's queue.
+          const bool gated = double(n) * (3 + reps_all * bench->launches(v)) <= 600;
+          if (gated) gate_kernel<<<1, 1, 0, s>>>(g_gate, ++g_gate_ticket, 20'000'000'000ull);
+          for (int i = 0; i < n; ++i) {
+            if (flush) TF_CUDA(cudaMemsetAsync(flush, i & 0xff, flush_bytes, s));
+            team.device_barrier(s);
+            TF_CUDA(cudaEventRecord(starts[size_t(i)].e, s));
+            for (int k = 0; k < reps_all; ++k) bench->run(v, s);
+            TF_CUDA(cudaEventRecord(stops[size_t(i)].e, s));
+          }
+          if (gated) __atomic_store_n(g_gate, g_gate_ticket, __ATOMIC_RELEASE);
+          team.sync(s);
+          const double per_run = bench->ops_per_run(c, v);
+          for (int i = 0; i < n; ++i) samples[vi].push_back(elapsed_s(starts[size_t(i)], stops[size_t(i)]) / reps_all / per_run);
         }
-        if (gated) __atomic_store_n(g_gate, g_gate_ticket, __ATOMIC_RELEASE);
-        team.sync(s);
-        std::vector<double> t;
-        for (int i = 0; i < opt.iters; ++i) t.push_back(elapsed_s(starts[size_t(i)], stops[size_t(i)]) / reps_all);
-        row.reps = reps_all;
-        const double per_run = bench->ops_per_run(c, v);
-        for (double& x : t) x /= per_run;
-        Stats st = summarize(t);
+      for (size_t vi = 0; vi < pending.size(); ++vi) {
+        Row& row = pending[vi];
+        Stats st = summarize(samples[vi]);
         // The op's time is the slowest rank's.
         const std::string k = "t-" + std::to_string(seq++);
         st.median = max_over_ranks(team, k + "m", st.median);
         st.min = max_over_ranks(team, k + "n", st.min);
         st.max = max_over_ranks(team, k + "x", st.max);
-        medians[v] = st.median;
+        medians[row.variant] = st.median;
         row.fig = bench->figures(c, st.median);
         row.us = {st.median * 1e6, st.min * 1e6, st.max * 1e6};
         const Floor fl = bench->floor(c, rates);
         row.floor_us = fl.seconds * 1e6;
         row.bound = fl.bound;
-        rows.push_back(row);
+        rows.push_back(std::move(row));
       }
       bench->teardown();
       // The baseline is the fastest of the op's BSP variants that ran.
