@@ -65,6 +65,7 @@ const char* wait_site_name(dev::WaitSite site) {
     case dev::WaitSite::decode_partial: return "flash_decode: peer partial arrived";
     case dev::WaitSite::decode_ready: return "flash_decode: peer buffer free";
     case dev::WaitSite::ksplit_partial: return "all_gather_matmul ksplit: peer partial arrived";
+    case dev::WaitSite::nsplit_block: return "all_gather_matmul nsplit: peer C block arrived";
   }
   return "unknown site";
 }

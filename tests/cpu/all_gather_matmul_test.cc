@@ -284,7 +284,7 @@ TEST(AgmmValidation, RejectsBadArgumentsNamingThem) {
 
 TEST(AgmmVariants, NamesRoundTripAndUnbuiltOnesAreNotSupported) {
   for (AgmmVariant v : {AgmmVariant::bsp, AgmmVariant::bsp_own, AgmmVariant::decomposed, AgmmVariant::push,
-                        AgmmVariant::fused_ce, AgmmVariant::ksplit, AgmmVariant::automatic})
+                        AgmmVariant::fused_ce, AgmmVariant::ksplit, AgmmVariant::nsplit, AgmmVariant::automatic})
     EXPECT_EQ(parse_agmm_variant(variant_name(v)), v);
   expect_error([] { parse_agmm_variant("pull"); }, Status::NotSupported, "not implemented");
   expect_error([] { parse_agmm_variant("bogus"); }, Status::InvalidArgument, "unknown");
@@ -364,6 +364,39 @@ TEST(AgmmKsplit, RejectsWhatItCannotRunNamingIt) {
                "ksplit_max_m=0");
   expect_error([&] { make_ksplit_plan(ksplit_args(1, 4096, 8200), 2, cfg, 132); }, Status::InvalidArgument,
                "divisible by 8");
+}
+
+TEST(AgmmNsplit, RejectsWhatItCannotRunNamingIt) {
+  const AgmmConfig cfg;
+  make_nsplit_plan(ksplit_args(1024, 16384, 8192), 2, cfg);  // at capacity: fine
+  AgmmArgs a = ksplit_args(1024, 4096, 8192);
+  a.gather_dim = 0;
+  expect_error([&] { make_nsplit_plan(a, 2, cfg); }, Status::NotSupported, "nsplit");
+  a = ksplit_args(64, 4096, 8192);
+  a.b_replicated = false;
+  expect_error([&] { make_nsplit_plan(a, 2, cfg); }, Status::InvalidArgument, "b_replicated");
+  expect_error([&] { make_nsplit_plan(ksplit_args(1025, 4096, 8192), 2, cfg); }, Status::InvalidArgument,
+               "ksplit_max_m=1024");
+  expect_error([&] { make_nsplit_plan(ksplit_args(64, 16385, 8192), 2, cfg); }, Status::InvalidArgument,
+               "ksplit_max_n=16384");
+}
+
+// Every column of C in exactly one rank's block, blocks in rank order, each starting on an
+// 8-column (16-byte) boundary, for every world and N from 1 up (narrow N leaves ranks empty).
+TEST(AgmmNsplit, BlocksCoverEveryColumnOnceForEveryWorld) {
+  for (int w : {1, 2, 3, 4, 8})
+    for (int64_t n : {1, 5, 8, 9, 17, 1003, 3584, 16384}) {
+      const agmm::ColumnBlocks b = make_nsplit_plan(ksplit_args(16, n, 8 * w), w, AgmmConfig{});
+      int64_t next = 0;
+      for (int r = 0; r < w; ++r) {
+        EXPECT_EQ(b.begin(r), next) << "world " << w << " n " << n << " rank " << r;
+        EXPECT_GE(b.cols(r), 0);
+        if (b.cols(r) > 0) EXPECT_EQ(b.begin(r) % 8, 0) << "world " << w << " n " << n << " rank " << r;
+        next += b.cols(r);
+      }
+      EXPECT_EQ(next, n) << "world " << w;
+      EXPECT_LE(b.width, (n + w - 1) / w + 7) << "world " << w << " n " << n;  // balanced to 8 columns
+    }
 }
 
 // The default capacity fits the default heap (team.h: max(4, world + 2) GiB) beside the op's other
@@ -487,7 +520,7 @@ TEST(AgmmKsplitSkinny, HeapHoldsTheLargestLaunchForEveryWorld) {
       EXPECT_FALSE(g.swap_ab);
       EXPECT_GE(g.bn, 64);
       EXPECT_EQ(h.bytes, (1 + 2 * int64_t(w - 1)) * h.partial_floats * 4 +
-                             (w + int64_t(w) * (agmm::kKsplitMaxCtas + h.band_flags)) * 8 +
+                             (2 * w + int64_t(w) * (agmm::kKsplitMaxCtas + h.band_flags)) * 8 +
                              2 * int64_t(w - 1) * (h.skinny_partial_lines + h.skinny_a_lines) * 16);
     }
 }

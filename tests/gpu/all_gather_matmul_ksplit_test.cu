@@ -8,6 +8,9 @@
 // slices, M across its MMA row tiles, in place, both paths in one sequence, agreement with the
 // two-kernel path); above it the band path (our GEMM's epilogue sends the partial band by band).
 // TAXFREE_AGMM_KSPLIT_PATH (PathEnv) forces the two-kernel or the band path at any M.
+// `nsplit` (each rank one column block of C over the whole K, blocks all-gathered) has the same
+// contract and runs through the same tests (parameterized by variant), plus N = 5 (one rank's
+// block empty).
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -28,7 +31,7 @@ namespace {
 
 using namespace agmm_test;
 
-const VariantRun kKsplit{"ksplit", false, AgmmVariant::ksplit};
+VariantRun split_run(AgmmVariant v) { return {variant_name(v), false, v}; }
 
 // K / world = 4104: a multiple of 8 (the shard rule), not of 64 (the GEMM's k-block).
 Shape ksplit_shape(int64_t m, int64_t n, DType t, BLayout l) { return {m, n, team().world() * 4104, 1, t, l}; }
@@ -39,8 +42,9 @@ AgmmArgs replicated(AgmmArgs a) {
 }
 
 // launch_checked plus C identical on every rank.
-void check_ksplit(Ops& ops, Problem& p, const std::string& what, bool in_place = false) {
-  launch_checked(ops, p, kKsplit, replicated(p.args()), what, in_place);
+void check_ksplit(Ops& ops, Problem& p, const std::string& what, bool in_place = false,
+                  AgmmVariant v = AgmmVariant::ksplit) {
+  launch_checked(ops, p, split_run(v), replicated(p.args()), what, in_place);
   p.expect_c_same_on_every_rank(what);
 }
 
@@ -52,27 +56,34 @@ struct PathEnv {
   PathEnv& operator=(const PathEnv&) = delete;
 };
 
-class AgmmKsplit : public ::testing::TestWithParam<std::tuple<DType, BLayout>> {};
+class AgmmKsplit : public ::testing::TestWithParam<std::tuple<DType, BLayout, AgmmVariant>> {};
 
 TEST_P(AgmmKsplit, MatchesReferenceIdenticallyOnEveryRank) {
   TF_REQUIRE_GPUS(2);
-  const auto [dtype, layout] = GetParam();
+  const auto [dtype, layout, v] = GetParam();
+  const std::string name = std::string(" ") + variant_name(v);
   Ops ops({}, team().world() * 4104);
   for (int64_t m : {1, 3, 64, 127, 1000}) {
     Problem p(ksplit_shape(m, 1003, dtype, layout), 40 + uint64_t(m), true);
-    check_ksplit(ops, p, label(p.shape()) + " ksplit");
-    if (m == 127) check_ksplit(ops, p, label(p.shape()) + " ksplit in place", true);
+    check_ksplit(ops, p, label(p.shape()) + name, false, v);
+    if (m == 127) check_ksplit(ops, p, label(p.shape()) + name + " in place", true, v);
   }
   Problem p(ksplit_shape(2, 3584, dtype, layout), 47, true);  // the paper's decode shape
-  check_ksplit(ops, p, label(p.shape()) + " ksplit");
+  check_ksplit(ops, p, label(p.shape()) + name, false, v);
+  if (v == AgmmVariant::nsplit) {  // 8-column blocks: rank 0 takes all 5 columns, the others none
+    Problem narrow(ksplit_shape(33, 5, dtype, layout), 48, true);
+    check_ksplit(ops, narrow, label(narrow.shape()) + name, false, v);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, AgmmKsplit,
                          ::testing::Combine(::testing::Values(DType::bf16, DType::fp16),
-                                            ::testing::Values(BLayout::NK, BLayout::KN)),
+                                            ::testing::Values(BLayout::NK, BLayout::KN),
+                                            ::testing::Values(AgmmVariant::ksplit, AgmmVariant::nsplit)),
                          [](const auto& info) {
                            return std::string(gemm::dtype_name(std::get<0>(info.param))) + "_" +
-                                  gemm::layout_name(std::get<1>(info.param));
+                                  gemm::layout_name(std::get<1>(info.param)) + "_" +
+                                  variant_name(std::get<2>(info.param));
                          });
 
 // The skinny path on its edges: M across the MMA row tiles (1, 3, 16, 17, 32), and the band path
@@ -169,32 +180,35 @@ TEST(AgmmKsplitMany, ThousandLaunchesAlternatingShapes) {
   TF_REQUIRE_GPUS(2);
   auto& t = team();
   Ops ops({}, t.world() * 4104);
-  Problem small(ksplit_shape(5, 1003, DType::bf16, BLayout::NK), 60, true);
-  Problem big(ksplit_shape(300, 1003, DType::bf16, BLayout::NK), 61, true);
-  auto s = t.stream();
-  small.poison_c(s);
-  ops.poison(big);
-  align("agmm.ksplit.many.poisoned");
-  GatheredA g{};
-  for (int i = 1; i <= 1000; ++i) {
-    Problem& p = i % 3 == 0 ? small : big;
-    g = ops.plain->launch(AgmmVariant::ksplit, replicated(p.args()), s);
-    if (i % 250 == 0) {
-      t.sync(s);
-      const std::string what = "ksplit after " + std::to_string(i) + " launches";
-      p.expect_result(g, what, true);
-      (&p == &small ? big : small).expect_c(what + " (the other shape)");
-      small.refresh(62 + uint64_t(i));
-      big.refresh(63 + uint64_t(i));
+  for (AgmmVariant v : {AgmmVariant::ksplit, AgmmVariant::nsplit}) {
+    Problem small(ksplit_shape(5, 1003, DType::bf16, BLayout::NK), 60, true);
+    Problem big(ksplit_shape(300, 1003, DType::bf16, BLayout::NK), 61, true);
+    auto s = t.stream();
+    small.poison_c(s);
+    ops.poison(big);
+    align("agmm.ksplit.many.poisoned");
+    GatheredA g{};
+    for (int i = 1; i <= 1000; ++i) {
+      Problem& p = i % 3 == 0 ? small : big;
+      g = ops.plain->launch(v, replicated(p.args()), s);
+      if (i % 250 == 0) {
+        t.sync(s);
+        const std::string what = std::string(variant_name(v)) + " after " + std::to_string(i) + " launches";
+        p.expect_result(g, what, true);
+        (&p == &small ? big : small).expect_c(what + " (the other shape)");
+        small.refresh(62 + uint64_t(i));
+        big.refresh(63 + uint64_t(i));
+      }
     }
+    align("agmm.ksplit.many.done");
   }
-  align("agmm.ksplit.many.done");
 }
 
-// Each path: M = 17 (skinny), 200 (two-kernel), and 200 with the band path forced.
+// Each path: M = 17 (skinny), 200 (two-kernel), and 200 with the band path forced; nsplit at 200.
 struct KsplitPath {
   int64_t m;
   const char* forced;  // TAXFREE_AGMM_KSPLIT_PATH, or nullptr: by size
+  AgmmVariant variant = AgmmVariant::ksplit;
 };
 class AgmmKsplitPaths : public ::testing::TestWithParam<KsplitPath> {};
 
@@ -213,9 +227,10 @@ TEST_P(AgmmKsplitPaths, RankSkew) {
     if (t.rank() == round % t.world()) usleep(100 * 1000);
     GatheredA g{};
     for (int i = 0; i < (round % 2 ? 3 : 1); ++i)
-      g = ops.plain->launch(AgmmVariant::ksplit, replicated(p.args()), t.stream());
+      g = ops.plain->launch(GetParam().variant, replicated(p.args()), t.stream());
     t.sync(t.stream());
-    p.expect_result(g, "ksplit with rank skew, round " + std::to_string(round), true);
+    p.expect_result(g, std::string(variant_name(GetParam().variant)) + " with rank skew, round " + std::to_string(round),
+                    true);
     t.host_barrier("agmm.ksplit.skew.checked");
   }
 }
@@ -228,13 +243,14 @@ TEST_P(AgmmKsplitPaths, CudaGraphCaptureAndReplay) {
   if (GetParam().forced) path.emplace(GetParam().forced);
   Problem p(ksplit_shape(GetParam().m, 1003, DType::bf16, BLayout::KN), 80, true);
   auto s = t.stream();
-  ops.plain->launch(AgmmVariant::ksplit, replicated(p.args()), s);  // outside the graph: cuBLASLt's plan
+  const AgmmVariant v = GetParam().variant;
+  ops.plain->launch(v, replicated(p.args()), s);  // outside the graph: cuBLASLt's plan
   align("agmm.ksplit.graph.warm");
   cudaGraph_t graph;
   cudaGraphExec_t exec;
   TF_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
   GatheredA g{};
-  for (int i = 0; i < 3; ++i) g = ops.plain->launch(AgmmVariant::ksplit, replicated(p.args()), s);  // both parities
+  for (int i = 0; i < 3; ++i) g = ops.plain->launch(v, replicated(p.args()), s);  // both parities
   TF_CUDA(cudaStreamEndCapture(s, &graph));
   TF_CUDA(cudaGraphInstantiate(&exec, graph, 0));
   for (int rep = 0; rep < 4; ++rep) {
@@ -243,7 +259,7 @@ TEST_P(AgmmKsplitPaths, CudaGraphCaptureAndReplay) {
     align("agmm.ksplit.graph.poisoned");
     TF_CUDA(cudaGraphLaunch(exec, s));
     t.sync(s);
-    p.expect_result(g, "ksplit graph replay " + std::to_string(rep), true);
+    p.expect_result(g, std::string(variant_name(v)) + " graph replay " + std::to_string(rep), true);
     t.host_barrier("agmm.ksplit.graph.checked");
   }
   cudaGraphExecDestroy(exec);
@@ -251,9 +267,11 @@ TEST_P(AgmmKsplitPaths, CudaGraphCaptureAndReplay) {
 }
 
 INSTANTIATE_TEST_SUITE_P(M, AgmmKsplitPaths,
-                         ::testing::Values(KsplitPath{17, nullptr}, KsplitPath{200, nullptr}, KsplitPath{200, "bands"}),
+                         ::testing::Values(KsplitPath{17, nullptr}, KsplitPath{200, nullptr}, KsplitPath{200, "bands"},
+                                           KsplitPath{200, nullptr, AgmmVariant::nsplit}),
                          [](const auto& info) {
-                           return "M" + std::to_string(info.param.m) + (info.param.forced ? "_bands" : "");
+                           return "M" + std::to_string(info.param.m) + (info.param.forced ? "_bands" : "") +
+                                  (info.param.variant == AgmmVariant::nsplit ? "_nsplit" : "");
                          });
 
 // auto takes ksplit for a replicated B within capacity (and something else otherwise); both right.
@@ -276,9 +294,10 @@ TEST(AgmmKsplitMany, RejectsBeforeLaunchNamingTheLimit) {
   small.ksplit_max_m = 64;
   small.ksplit_max_n = 1008;
   Ops ops(small, t.world() * 4104);
+  AgmmVariant v = AgmmVariant::ksplit;
   auto expect_error = [&](const std::string& what, const AgmmArgs& a, Status status, const char* needle) {
     try {
-      ops.plain->launch(AgmmVariant::ksplit, a, t.stream());
+      ops.plain->launch(v, a, t.stream());
       ADD_FAILURE() << what << ": no error";
     } catch (const Error& e) {
       EXPECT_EQ(e.status(), status) << what;
@@ -286,18 +305,21 @@ TEST(AgmmKsplitMany, RejectsBeforeLaunchNamingTheLimit) {
     }
   };
   Problem gd0(odd_shape(0, DType::bf16, BLayout::NK), 95);
-  expect_error("gather_dim 0", replicated(gd0.args()), Status::NotSupported, "ksplit");
   Problem tall(ksplit_shape(65, 1003, DType::bf16, BLayout::NK), 96, true);
-  expect_error("M over capacity", replicated(tall.args()), Status::InvalidArgument, "ksplit_max_m=64");
-  expect_error("B not replicated", tall.args(), Status::InvalidArgument, "b_replicated");
   Problem wide(ksplit_shape(8, 1010, DType::bf16, BLayout::NK), 97, true);
-  expect_error("N over capacity", replicated(wide.args()), Status::InvalidArgument, "ksplit_max_n=1008");
-  // The sym op has no ksplit buffers.
-  try {
-    ops.sym->launch(AgmmVariant::ksplit, replicated(wide.args()), t.stream());
-    ADD_FAILURE() << "ksplit on an op without partial buffers: no error";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("ksplit_max_m=0"), std::string::npos) << e.what();
+  for (AgmmVariant variant : {AgmmVariant::ksplit, AgmmVariant::nsplit}) {
+    v = variant;
+    expect_error("gather_dim 0", replicated(gd0.args()), Status::NotSupported, variant_name(v));
+    expect_error("M over capacity", replicated(tall.args()), Status::InvalidArgument, "ksplit_max_m=64");
+    expect_error("B not replicated", tall.args(), Status::InvalidArgument, "b_replicated");
+    expect_error("N over capacity", replicated(wide.args()), Status::InvalidArgument, "ksplit_max_n=1008");
+    // The sym op has no ksplit buffers.
+    try {
+      ops.sym->launch(v, replicated(wide.args()), t.stream());
+      ADD_FAILURE() << variant_name(v) << " on an op without partial buffers: no error";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("ksplit_max_m=0"), std::string::npos) << e.what();
+    }
   }
   t.host_barrier("agmm.ksplit.invalid.done");
 }

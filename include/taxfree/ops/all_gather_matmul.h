@@ -62,6 +62,16 @@
 //              TAXFREE_AGMM_KSPLIT_PATH=two-kernel or bands in the environment forces that path at
 //              every M (read at each launch; the same on every rank; another value:
 //              InvalidArgument).
+//   nsplit     gather_dim 1 only (NotSupported for 0), B replicated and within ksplit's capacity
+//              (InvalidArgument otherwise, as ksplit): C's columns are cut into world blocks
+//              (make_nsplit_plan) and rank r computes block r over the whole K, then the blocks
+//              are all-gathered. A begin barrier, then the shards into every peer's gathered A
+//              by copy engine with arrival flags (decomposed's scheme); once every shard is in,
+//              one cuBLASLt for this rank's block straight into C; then its block by copy engine
+//              into every peer's receive buffer (ksplit's own partial buffer, which only this path
+//              lets peers write) and a flag, and each peer's block from there into C. Moves the
+//              shards plus M x N 16-bit values per rank (ksplit moves M x N fp32 partials); C is
+//              the same bits on every rank.
 //   auto       one of the above per shape, from a table of measurements (choose_agmm_variant).
 //   pull and the SM-specialized single kernel are not implemented (parse_agmm_variant says so).
 //
@@ -103,8 +113,8 @@ namespace taxfree {
 
 class Team;
 
-enum class AgmmVariant { bsp, bsp_own, decomposed, push, fused_ce, ksplit, automatic };
-// "bsp", "bsp-own", "decomposed", "push", "fused-ce", "ksplit", "auto"; throws InvalidArgument for unknown names and
+enum class AgmmVariant { bsp, bsp_own, decomposed, push, fused_ce, ksplit, nsplit, automatic };
+// "bsp", "bsp-own", "decomposed", "push", "fused-ce", "ksplit", "nsplit", "auto"; throws InvalidArgument for unknown names and
 // NotSupported for "pull" / "sm-specialized" (designed, not implemented).
 AgmmVariant parse_agmm_variant(const std::string& name);
 const char* variant_name(AgmmVariant v);
@@ -190,6 +200,10 @@ agmm::KsplitSlices make_ksplit_plan(const AgmmArgs& args, int world, const AgmmC
 agmm::KsplitSkinny make_ksplit_skinny_plan(const AgmmArgs& args, int world, const AgmmConfig& config,
                                            int resident_ctas);
 
+// What nsplit runs for a shape: C's column blocks, one per rank. Throws as make_ksplit_plan
+// (naming nsplit). Pure.
+agmm::ColumnBlocks make_nsplit_plan(const AgmmArgs& args, int world, const AgmmConfig& config);
+
 // The heap ksplit's buffers take (the constructor allocates exactly this when enabled): one fp32
 // partial of ksplit_max_m x ksplit_max_n (rounded up to 8) for this rank, 2 * (world - 1) for the
 // peers' (two parities), and the flags. Zeros when ksplit is disabled. Pure.
@@ -234,8 +248,8 @@ class AllGatherMatmul {
   // a NaN pattern, so a piece that never lands is caught). Call between launches, and make the
   // peers wait (a barrier) before their next launch: they write into these buffers.
   void fill_buffers(int byte, cudaStream_t stream);
-  // Fault injection for tests: this rank's ksplit launches never raise the peers' partial flags
-  // (the peers' waits end at the deadline with a diagnostic naming this rank).
+  // Fault injection for tests: this rank's ksplit and nsplit launches never raise the peers'
+  // partial / block flags (the peers' waits end at the deadline with a diagnostic naming this rank).
   void set_skip_signal(bool skip) { skip_signal_ = skip; }
 
  private:
@@ -247,6 +261,7 @@ class AllGatherMatmul {
   GatheredA launch_ksplit(const AgmmArgs& args, cudaStream_t stream);
   GatheredA launch_ksplit_skinny(const AgmmArgs& args, cudaStream_t stream);
   GatheredA launch_ksplit_bands(const AgmmArgs& args, cudaStream_t stream);
+  GatheredA launch_nsplit(const AgmmArgs& args, cudaStream_t stream);
 
   Team& team_;
   AgmmConfig config_;

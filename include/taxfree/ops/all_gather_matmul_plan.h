@@ -214,4 +214,13 @@ struct KsplitSkinny {
   TF_HOST_DEVICE KsplitSlices::Range a_range(int j) const { return {a_lines() * j / ctas, a_lines() * (j + 1) / ctas}; }
 };
 
+// nsplit: C's n columns in `world` blocks of `width` columns (a multiple of 8, so every block
+// starts 16-byte aligned); block r = [begin(r), begin(r) + cols(r)), the last ones narrower or
+// empty when n is small.
+struct ColumnBlocks {
+  int64_t n = 0, width = 0;
+  int64_t begin(int r) const { return r * width < n ? r * width : n; }
+  int64_t cols(int r) const { return ((r + 1) * width < n ? (r + 1) * width : n) - begin(r); }
+};
+
 }  // namespace taxfree::agmm

@@ -1,6 +1,6 @@
 // `taxfree bench all_gather_matmul`: the BSP baselines (ncclAllGather + cuBLASLt, NCCL on plain
-// buffers and on the symmetric window), bsp-own, decomposed, push, ksplit (gather_dim 1 within the
-// default ksplit capacity only; no row elsewhere) and auto, on the issue's shapes.
+// buffers and on the symmetric window), bsp-own, decomposed, push, ksplit and nsplit (gather_dim 1
+// within the default ksplit capacity only; no row elsewhere) and auto, on the issue's shapes.
 //
 // Cases: paper   gather_dim 1, M in {1, 2, 4, ..., 1024}, N = 3584, K = 8192;
 //        tensor-parallel prefill   gather_dim 0, M in {1024, ..., 16384}, N in {4096, 7168}, K = 8192;
@@ -13,7 +13,7 @@
 // known inputs of every rank) element by element, plus sampled fp32 dot products; the gathered A
 // the variant returns against the expected one bit for bit (so it is identical on every rank).
 // Environment: TAXFREE_AGMM_PUSH_CTAS, TAXFREE_AGMM_COL_CHUNK override push's per-shape choices.
-// --inject skip-signal:R: rank R's ksplit launches never raise the peers' flags (the timeout path).
+// --inject skip-signal:R: rank R's ksplit and nsplit launches never raise the peers' flags (the timeout path).
 #include <nccl.h>
 
 #include <algorithm>
@@ -133,10 +133,10 @@ class AgmmBench final : public OpBench {
   std::vector<std::string> variants() const override {
     // push last: its multi-millisecond runs at M >= 2048 heat the GPUs, and the variant timed right
     // after them read 1-8% slow in r25 (auto vs the decomposed it runs).
-    return {"bsp", "bsp-sym", "bsp-own", "decomposed", "fused-ce", "ksplit", "auto", "push"};
+    return {"bsp", "bsp-sym", "bsp-own", "decomposed", "fused-ce", "ksplit", "nsplit", "auto", "push"};
   }
   bool applies(const Case& c, const std::string& v) const override {
-    if (v != "ksplit") return true;
+    if (v != "ksplit" && v != "nsplit") return true;
     const AgmmConfig cfg;  // the plain op's ksplit capacity
     return c.params.at("gather_dim").get<int>() == 1 && c.params.at("M").get<int64_t>() <= cfg.ksplit_max_m &&
            c.params.at("N").get<int64_t>() <= cfg.ksplit_max_n;
@@ -270,7 +270,7 @@ class AgmmBench final : public OpBench {
       // a user tuned for the size would hold, for auto's bsp choices too.
       if (big_shard()) args.a_shard = a_plain_.p;
       last_ = (big_shard() ? plain_ : sym_)->launch(parse_agmm_variant(v), args, s);
-    } else if (v == "decomposed" || v == "push" || v == "fused-ce" || v == "ksplit") {
+    } else if (v == "decomposed" || v == "push" || v == "fused-ce" || v == "ksplit" || v == "nsplit") {
       last_ = plain_->launch(parse_agmm_variant(v), args, s);
     } else if (v == "gemm-only") {
       gemm::launch(gathered_gemm(c_.p), s);

@@ -50,11 +50,12 @@ AgmmVariant parse_agmm_variant(const std::string& name) {
   if (name == "push") return AgmmVariant::push;
   if (name == "fused-ce") return AgmmVariant::fused_ce;
   if (name == "ksplit") return AgmmVariant::ksplit;
+  if (name == "nsplit") return AgmmVariant::nsplit;
   if (name == "auto") return AgmmVariant::automatic;
   TF_REQUIRE(name != "pull" && name != "sm-specialized", Status::NotSupported,
              "all_gather_matmul variant '" << name << "' is designed but not implemented");
   TF_THROW(Status::InvalidArgument,
-           "unknown all_gather_matmul variant '" << name << "' (known: bsp, bsp-own, decomposed, push, fused-ce, ksplit, auto)");
+           "unknown all_gather_matmul variant '" << name << "' (known: bsp, bsp-own, decomposed, push, fused-ce, ksplit, nsplit, auto)");
 }
 
 const char* variant_name(AgmmVariant v) {
@@ -65,6 +66,7 @@ const char* variant_name(AgmmVariant v) {
     case AgmmVariant::push: return "push";
     case AgmmVariant::fused_ce: return "fused-ce";
     case AgmmVariant::ksplit: return "ksplit";
+    case AgmmVariant::nsplit: return "nsplit";
     case AgmmVariant::automatic: return "auto";
   }
   return "unknown";
@@ -187,24 +189,25 @@ FusedCePlan make_fused_ce_plan(const AgmmArgs& a, int world, int num_sms) {
 }
 
 namespace {
-// Checks both ksplit paths share (after agmm_shard_shape's); returns the shard shape.
-ShardShape check_ksplit(const AgmmArgs& a, int world, const AgmmConfig& cfg) {
+// Checks ksplit's paths and nsplit share (after agmm_shard_shape's); returns the shard shape.
+ShardShape check_replicated_split(const AgmmArgs& a, int world, const AgmmConfig& cfg, const char* variant) {
   const ShardShape s = agmm_shard_shape(a.m, a.k, a.gather_dim, world);
   TF_REQUIRE(a.gather_dim == 1, Status::NotSupported,
-             "all_gather_matmul ksplit splits K across the ranks: it needs gather_dim 1, not " << a.gather_dim);
+             "all_gather_matmul " << variant << " splits the product across the ranks from K-sharded A: it needs "
+                                  << "gather_dim 1, not " << a.gather_dim);
   TF_REQUIRE(a.b_replicated, Status::InvalidArgument,
-             "all_gather_matmul ksplit multiplies each shard by its own rank's K rows of B: it needs B the same on "
-             "every rank (AgmmArgs::b_replicated is false)");
+             "all_gather_matmul " << variant << " multiplies by this rank's part of B: it needs B the same on every "
+                                  << "rank (AgmmArgs::b_replicated is false)");
   TF_REQUIRE(a.m <= cfg.ksplit_max_m && a.n <= cfg.ksplit_max_n, Status::InvalidArgument,
-             "all_gather_matmul ksplit: M=" << a.m << " N=" << a.n << " exceed the op's partial buffers (ksplit_max_m="
-                                            << cfg.ksplit_max_m << ", ksplit_max_n=" << cfg.ksplit_max_n
-                                            << "); build the op with a larger AgmmConfig");
+             "all_gather_matmul " << variant << ": M=" << a.m << " N=" << a.n
+                                  << " exceed the op's partial buffers (ksplit_max_m=" << cfg.ksplit_max_m
+                                  << ", ksplit_max_n=" << cfg.ksplit_max_n << "); build the op with a larger AgmmConfig");
   return s;
 }
 }  // namespace
 
 agmm::KsplitSlices make_ksplit_plan(const AgmmArgs& a, int world, const AgmmConfig& cfg, int num_sms) {
-  const ShardShape s = check_ksplit(a, world, cfg);
+  const ShardShape s = check_replicated_split(a, world, cfg, "ksplit");
   TF_REQUIRE(num_sms >= 1, Status::InvalidArgument, "all_gather_matmul ksplit: num_sms=" << num_sms << " must be >= 1");
   agmm::KsplitSlices k;
   k.world = world;
@@ -219,7 +222,7 @@ agmm::KsplitSlices make_ksplit_plan(const AgmmArgs& a, int world, const AgmmConf
 }
 
 agmm::KsplitSkinny make_ksplit_skinny_plan(const AgmmArgs& a, int world, const AgmmConfig& cfg, int resident_ctas) {
-  const ShardShape s = check_ksplit(a, world, cfg);
+  const ShardShape s = check_replicated_split(a, world, cfg, "ksplit");
   TF_REQUIRE(a.m <= agmm::kSkinnyMaxM, Status::InvalidArgument,
              "all_gather_matmul ksplit-skinny: M=" << a.m << " exceeds its " << agmm::kSkinnyMaxM << " rows");
   TF_REQUIRE(resident_ctas >= 1, Status::InvalidArgument,
@@ -237,6 +240,11 @@ agmm::KsplitSkinny make_ksplit_skinny_plan(const AgmmArgs& a, int world, const A
   return p;
 }
 
+agmm::ColumnBlocks make_nsplit_plan(const AgmmArgs& a, int world, const AgmmConfig& cfg) {
+  check_replicated_split(a, world, cfg, "nsplit");
+  return {a.n, ceil_div(ceil_div(a.n, world), 8) * 8};
+}
+
 KsplitHeap ksplit_heap(const AgmmConfig& cfg, int world) {
   if (cfg.ksplit_max_m <= 0 || cfg.ksplit_max_n <= 0) return {};
   KsplitHeap h;
@@ -245,8 +253,8 @@ KsplitHeap ksplit_heap(const AgmmConfig& cfg, int world) {
   h.skinny_partial_lines = ceil_div(cfg.ksplit_max_n, agmm::kSkinnySliceCols) * rows * agmm::kSkinnyLinesPerRow;
   h.skinny_a_lines = rows * ceil_div(ceil_div(cfg.max_k, world), 4);
   h.band_flags = ceil_div(cfg.ksplit_max_m, 64) * ceil_div(cfg.ksplit_max_n, 64);
-  // ready + per-slice flags (two-kernel path) + per-band flags (band path)
-  const int64_t flags = world + int64_t(world) * (agmm::kKsplitMaxCtas + h.band_flags);
+  // ready + per-slice flags (two-kernel path) + per-band flags (band path) + nsplit's block flags
+  const int64_t flags = 2 * world + int64_t(world) * (agmm::kKsplitMaxCtas + h.band_flags);
   const int64_t inbox = 2 * int64_t(world - 1) * (h.skinny_partial_lines + h.skinny_a_lines) * 16;
   h.bytes = (1 + 2 * int64_t(world - 1)) * h.partial_floats * 4 + flags * 8 + inbox;
   return h;
