@@ -368,25 +368,27 @@ TEST(AgmmKsplit, RejectsWhatItCannotRunNamingIt) {
 
 TEST(AgmmNsplit, RejectsWhatItCannotRunNamingIt) {
   const AgmmConfig cfg;
-  make_nsplit_plan(ksplit_args(1024, 16384, 8192), 2, cfg);  // at capacity: fine
+  make_nsplit_plan(ksplit_args(1024, 16384, 8192), 2, cfg, 132);  // at capacity: fine
   AgmmArgs a = ksplit_args(1024, 4096, 8192);
   a.gather_dim = 0;
-  expect_error([&] { make_nsplit_plan(a, 2, cfg); }, Status::NotSupported, "nsplit");
+  expect_error([&] { make_nsplit_plan(a, 2, cfg, 132); }, Status::NotSupported, "nsplit");
   a = ksplit_args(64, 4096, 8192);
   a.b_replicated = false;
-  expect_error([&] { make_nsplit_plan(a, 2, cfg); }, Status::InvalidArgument, "b_replicated");
-  expect_error([&] { make_nsplit_plan(ksplit_args(1025, 4096, 8192), 2, cfg); }, Status::InvalidArgument,
+  expect_error([&] { make_nsplit_plan(a, 2, cfg, 132); }, Status::InvalidArgument, "b_replicated");
+  expect_error([&] { make_nsplit_plan(ksplit_args(1025, 4096, 8192), 2, cfg, 132); }, Status::InvalidArgument,
                "ksplit_max_m=1024");
-  expect_error([&] { make_nsplit_plan(ksplit_args(64, 16385, 8192), 2, cfg); }, Status::InvalidArgument,
+  expect_error([&] { make_nsplit_plan(ksplit_args(64, 16385, 8192), 2, cfg, 132); }, Status::InvalidArgument,
                "ksplit_max_n=16384");
 }
 
 // Every column of C in exactly one rank's block, blocks in rank order, each starting on an
-// 8-column (16-byte) boundary, for every world and N from 1 up (narrow N leaves ranks empty).
+// 8-column (16-byte) boundary, for every world and N from 1 up (narrow N leaves ranks empty); the
+// all-gather CTAs' rows cover M once, in order, with no CTA past what the GPU holds.
 TEST(AgmmNsplit, BlocksCoverEveryColumnOnceForEveryWorld) {
   for (int w : {1, 2, 3, 4, 8})
     for (int64_t n : {1, 5, 8, 9, 17, 1003, 3584, 16384}) {
-      const agmm::ColumnBlocks b = make_nsplit_plan(ksplit_args(16, n, 8 * w), w, AgmmConfig{});
+      const agmm::NsplitPlan p = make_nsplit_plan(ksplit_args(16, n, 8 * w), w, AgmmConfig{}, 132);
+      const agmm::ColumnBlocks& b = p.blocks;
       int64_t next = 0;
       for (int r = 0; r < w; ++r) {
         EXPECT_EQ(b.begin(r), next) << "world " << w << " n " << n << " rank " << r;
@@ -397,6 +399,18 @@ TEST(AgmmNsplit, BlocksCoverEveryColumnOnceForEveryWorld) {
       EXPECT_EQ(next, n) << "world " << w;
       EXPECT_LE(b.width, (n + w - 1) / w + 7) << "world " << w << " n " << n;  // balanced to 8 columns
     }
+  for (int64_t m : {1, 5, 131, 132, 133, 1024}) {
+    const agmm::NsplitPlan p = make_nsplit_plan(ksplit_args(m, 3584, 8192), 2, AgmmConfig{}, 132);
+    EXPECT_GE(p.ctas, 1);
+    EXPECT_LE(p.ctas, std::min<int64_t>(m, 132)) << "M=" << m;
+    int64_t next = 0;
+    for (int j = 0; j < p.ctas; ++j) {
+      EXPECT_EQ(p.rows(j).begin, next) << "M=" << m << " CTA " << j;
+      EXPECT_GT(p.rows(j).end, p.rows(j).begin) << "M=" << m << " CTA " << j;  // no idle CTA
+      next = p.rows(j).end;
+    }
+    EXPECT_EQ(next, m);
+  }
 }
 
 // The default capacity fits the default heap (team.h: max(4, world + 2) GiB) beside the op's other
@@ -520,7 +534,7 @@ TEST(AgmmKsplitSkinny, HeapHoldsTheLargestLaunchForEveryWorld) {
       EXPECT_FALSE(g.swap_ab);
       EXPECT_GE(g.bn, 64);
       EXPECT_EQ(h.bytes, (1 + 2 * int64_t(w - 1)) * h.partial_floats * 4 +
-                             (2 * w + int64_t(w) * (agmm::kKsplitMaxCtas + h.band_flags)) * 8 +
+                             (w + int64_t(w) * (3 * agmm::kKsplitMaxCtas + h.band_flags)) * 8 +
                              2 * int64_t(w - 1) * (h.skinny_partial_lines + h.skinny_a_lines) * 16);
     }
 }

@@ -65,13 +65,14 @@
 //   nsplit     gather_dim 1 only (NotSupported for 0), B replicated and within ksplit's capacity
 //              (InvalidArgument otherwise, as ksplit): C's columns are cut into world blocks
 //              (make_nsplit_plan) and rank r computes block r over the whole K, then the blocks
-//              are all-gathered. A begin barrier, then the shards into every peer's gathered A
-//              by copy engine with arrival flags (decomposed's scheme); once every shard is in,
-//              one cuBLASLt for this rank's block straight into C; then its block by copy engine
-//              into every peer's receive buffer (ksplit's own partial buffer, which only this path
-//              lets peers write) and a flag, and each peer's block from there into C. Moves the
+//              are all-gathered. Three kernels: an all-gather of the A shards (SM stores into every
+//              peer's gathered A once that peer raised its "free" flag for the launch, one epoch
+//              flag per (source, CTA)), one cuBLASLt for this rank's block of C over the gathered A,
+//              straight into C, and an all-gather of the C blocks (a programmatic dependent launch:
+//              SM stores of this rank's block into every peer's receive buffer -- ksplit's own
+//              partial buffer -- flags, then each peer's block from there into C). Moves the
 //              shards plus M x N 16-bit values per rank (ksplit moves M x N fp32 partials); C is
-//              the same bits on every rank.
+//              the same bits on every rank. Shares ksplit's launch sequence and "free" flags.
 //   auto       one of the above per shape, from a table of measurements (choose_agmm_variant).
 //   pull and the SM-specialized single kernel are not implemented (parse_agmm_variant says so).
 //
@@ -200,9 +201,9 @@ agmm::KsplitSlices make_ksplit_plan(const AgmmArgs& args, int world, const AgmmC
 agmm::KsplitSkinny make_ksplit_skinny_plan(const AgmmArgs& args, int world, const AgmmConfig& config,
                                            int resident_ctas);
 
-// What nsplit runs for a shape: C's column blocks, one per rank. Throws as make_ksplit_plan
-// (naming nsplit). Pure.
-agmm::ColumnBlocks make_nsplit_plan(const AgmmArgs& args, int world, const AgmmConfig& config);
+// What nsplit runs for a shape: C's column blocks, one per rank, and its all-gather CTAs (one per
+// row, at most num_sms and kKsplitMaxCtas). Throws as make_ksplit_plan (naming nsplit). Pure.
+agmm::NsplitPlan make_nsplit_plan(const AgmmArgs& args, int world, const AgmmConfig& config, int num_sms);
 
 // The heap ksplit's buffers take (the constructor allocates exactly this when enabled): one fp32
 // partial of ksplit_max_m x ksplit_max_n (rounded up to 8) for this rank, 2 * (world - 1) for the

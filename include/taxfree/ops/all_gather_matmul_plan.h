@@ -219,8 +219,19 @@ struct KsplitSkinny {
 // empty when n is small.
 struct ColumnBlocks {
   int64_t n = 0, width = 0;
-  int64_t begin(int r) const { return r * width < n ? r * width : n; }
-  int64_t cols(int r) const { return ((r + 1) * width < n ? (r + 1) * width : n) - begin(r); }
+  TF_HOST_DEVICE int64_t begin(int r) const { return r * width < n ? r * width : n; }
+  TF_HOST_DEVICE int64_t cols(int r) const { return ((r + 1) * width < n ? (r + 1) * width : n) - begin(r); }
+};
+
+// What nsplit runs: C's column blocks, and the CTAs of its two all-gather kernels (the A shards
+// before the GEMM, the C blocks after it). CTA j of every rank moves rows [rows(j)) of its block;
+// its flag (source, j) tells the peers that part arrived. ctas in [1, min(num_sms, kKsplitMaxCtas)]:
+// every CTA is resident once the GEMM before it ends (the waits are on peers, not on this rank).
+struct NsplitPlan {
+  ColumnBlocks blocks;
+  int64_t m = 0;
+  int ctas = 1;
+  TF_HOST_DEVICE KsplitSlices::Range rows(int j) const { return {m * j / ctas, m * (j + 1) / ctas}; }
 };
 
 }  // namespace taxfree::agmm

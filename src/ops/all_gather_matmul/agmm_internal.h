@@ -132,6 +132,32 @@ struct KsplitSkinnyLaunch {
 int ksplit_skinny_ctas_per_sm(gemm::DType dtype, gemm::BLayout layout, int m_tiles);
 void enqueue_ksplit_skinny(const KsplitSkinnyLaunch& l, cudaStream_t s);
 
+// One of nsplit's two all-gathers (agmm_nsplit.cu): rank r's block -- rows x plan.blocks.cols(r)
+// 16-bit elements at src -- into columns plan.blocks.begin(r) of every peer's dst (and of this
+// rank's own with copy_local), one flag per (source, CTA); with `out`, the peers' blocks are then
+// copied from dst into out at the same columns.
+struct NsplitGather {
+  dev::SymmetricView view;
+  NsplitPlan plan;              // A: blocks of the shard width; C: the plan's column blocks of C
+  const char* src = nullptr;    // this rank's block
+  int64_t src_ld = 0;           // bytes
+  char* dst = nullptr;          // heap (the same offset on every rank)
+  int64_t dst_ld = 0;           // bytes
+  char* out = nullptr;          // C, or nullptr (A: dst is where the shards belong)
+  int64_t out_ld = 0;           // bytes
+  bool copy_local = false;      // also this rank's block into its own dst
+  uint64_t* ready = nullptr;    // A: heap [world], slot p = epoch at which rank p's buffers are free (raised on
+                                // every peer, waited for before storing into one); C: nullptr
+  uint64_t* flags = nullptr;    // heap [world * kKsplitMaxCtas], KsplitSlices::flag_index(source, CTA)
+  bool after_gemm = false;      // C: a programmatic dependent launch after the GEMM; ends the sequence
+  bool skip_signal = false;     // fault injection: raise no flag on any peer
+  dev::WaitSite site = dev::WaitSite::all_gather_data;
+  dev::LaunchSequence seq;      // ksplit's sequence (epoch e shared by both kernels of a launch)
+  dev::FaultContext fault;
+};
+void enqueue_nsplit_gather(const NsplitGather& g, cudaStream_t s);
+void preload_nsplit_kernel();
+
 // The push kernel on `side` (push_ctas SMs) and the waiting GEMM on `main` (the rest), at once:
 // validates everything that can throw first, then forks `side` off `main` (event `fork`),
 // enqueues both and joins `side` back into `main` (event `join`).

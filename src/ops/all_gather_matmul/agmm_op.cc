@@ -64,12 +64,12 @@ struct AllGatherMatmul::Impl {
   uint64_t* ce_flags = nullptr;      // heap [ce_flag_capacity]: fused-ce's row-chunk flags (dec_seq epochs)
   int64_t ksplit_slot_floats = 0;    // one partial: ksplit_max_m x ksplit_max_n rounded up to 8
   float* ksplit_own = nullptr;       // heap [slot]: this rank's partial (the GEMM's output); nsplit: the
-                                     // peers' C blocks (16-bit), written by them after the begin barrier
+                                     // peers' C blocks (16-bit), written by them once this rank is in the launch
   float* ksplit_recv = nullptr;      // heap [2][world - 1][slot]: peers' partials by launch parity
   uint64_t* ksplit_ready = nullptr;  // heap [world]
   uint64_t* ksplit_flags = nullptr;  // heap [world * kKsplitMaxCtas]
   uint64_t* ksplit_band_flags = nullptr;  // heap [world][ksplit_sizes.band_flags]
-  uint64_t* nsplit_arrived = nullptr;     // heap [world]: slot s = epoch of rank s's C block (dec_seq epochs)
+  uint64_t* nsplit_flags = nullptr;       // heap [2][world * kKsplitMaxCtas]: nsplit's A and C all-gathers
   KsplitHeap ksplit_sizes;           // the skinny path's inbox geometry among them
   uint4* skinny_inbox = nullptr;     // heap [2][world - 1][skinny lines]: LL lines by launch parity
   // dec_seq.counter: decomposed's and fused-ce's epoch
@@ -77,7 +77,6 @@ struct AllGatherMatmul::Impl {
   cudaStream_t side = nullptr;       // the op's second stream (push kernel, copy-engine copies)
   cudaEvent_t fork = nullptr, join = nullptr;
   cudaEvent_t begun = nullptr;       // ksplit bands: the side stream's begin barrier is done
-  cudaEvent_t computed = nullptr;    // nsplit: this rank's C block is written
 
   int64_t skinny_slot_lines() const { return ksplit_sizes.skinny_partial_lines + ksplit_sizes.skinny_a_lines; }
   // Every buffer the variants or the peers write (the flags excepted).
@@ -143,8 +142,8 @@ AllGatherMatmul::AllGatherMatmul(Team& team, AgmmConfig config)
     const uint64_t bands = w * uint64_t(im.ksplit_sizes.band_flags);
     im.ksplit_band_flags = heap.allocate_array<uint64_t>(bands, "all_gather_matmul.ksplit_band_flags");
     TF_CUDA(cudaMemset(im.ksplit_band_flags, 0, bands * sizeof(uint64_t)));
-    im.nsplit_arrived = heap.allocate_array<uint64_t>(w, "all_gather_matmul.nsplit_arrived");
-    TF_CUDA(cudaMemset(im.nsplit_arrived, 0, w * sizeof(uint64_t)));
+    im.nsplit_flags = heap.allocate_array<uint64_t>(2 * w * agmm::kKsplitMaxCtas, "all_gather_matmul.nsplit_flags");
+    TF_CUDA(cudaMemset(im.nsplit_flags, 0, 2 * w * agmm::kKsplitMaxCtas * sizeof(uint64_t)));
     im.ksplit_seq = team.new_sequence();
   }
   if (!config_.bsp_symmetric) {
@@ -161,9 +160,9 @@ AllGatherMatmul::AllGatherMatmul(Team& team, AgmmConfig config)
   TF_CUDA(cudaEventCreateWithFlags(&im.fork, cudaEventDisableTiming));
   TF_CUDA(cudaEventCreateWithFlags(&im.join, cudaEventDisableTiming));
   TF_CUDA(cudaEventCreateWithFlags(&im.begun, cudaEventDisableTiming));
-  TF_CUDA(cudaEventCreateWithFlags(&im.computed, cudaEventDisableTiming));
   agmm::preload_push_kernel();
   agmm::preload_ksplit_kernels();
+  agmm::preload_nsplit_kernel();
   if (im.ksplit_slot_floats > 0) agmm::preload_ksplit_skinny();
   agmm::preload_ksplit_gemm_kernels();
   agmm::preload_small_kernels();
@@ -178,7 +177,6 @@ AllGatherMatmul::~AllGatherMatmul() {
   if (im.fork) cudaEventDestroy(im.fork);
   if (im.join) cudaEventDestroy(im.join);
   if (im.begun) cudaEventDestroy(im.begun);
-  if (im.computed) cudaEventDestroy(im.computed);
   if (im.side) cudaStreamDestroy(im.side);
   if (im.gathered_plain) cudaFree(im.gathered_plain);
   if (im.staging_plain) cudaFree(im.staging_plain);
@@ -549,60 +547,48 @@ GatheredA AllGatherMatmul::launch_ksplit_bands(const AgmmArgs& a, cudaStream_t s
   return {im.gathered, slot.ld};
 }
 
-// Main stream: the begin barrier, this rank's shard into its own slot (unless in place), the
-// peers' shards (flags), cuBLASLt for this rank's column block of C over the whole gathered A,
-// then each peer's block from the receive buffer into C once its flag is up. Side stream: the
-// shard into every peer's gathered A with its flag (decomposed's scheme), then, after the GEMM,
-// this rank's block of C into every peer's receive buffer with its flag. Every copy is a copy-
-// engine copy: no SM moves data or waits while cuBLASLt runs.
+// Three kernels on the stream: the all-gather of the A shards, cuBLASLt for this rank's column
+// block of C over the gathered A (straight into C), the all-gather of the C blocks through the
+// peers' receive buffers (agmm_nsplit.cu).
 GatheredA AllGatherMatmul::launch_nsplit(const AgmmArgs& a, cudaStream_t s) {
-  const agmm::ColumnBlocks blocks = make_nsplit_plan(a, team_.world(), config_);  // validates
+  const agmm::NsplitPlan plan = make_nsplit_plan(a, team_.world(), config_, team_.sm_count());  // validates
   const ShardShape sh = agmm_shard_shape(a.m, a.k, a.gather_dim, team_.world());
   Impl& im = *impl_;
-  const auto& view = team_.view();
   const int w = team_.world(), rank = team_.rank();
   const GatheredA slot = local_slot(a.m, a.k, a.gather_dim);
-  uint64_t* epoch = im.dec_seq.counter;
-  const dev::FaultContext fault = team_.fault();
-  char* const recv = reinterpret_cast<char*>(im.ksplit_own);  // [m, ld_recv] 16-bit, peers' blocks
-  const int64_t ld_recv = ceil_div(a.n, 8) * 8;
-  const int64_t c0 = blocks.begin(rank), cols = blocks.cols(rank);
+  const int64_t c0 = plan.blocks.begin(rank), cols = plan.blocks.cols(rank);
   gemm::GemmArgs g = gemm_args(a, im.gathered, sh.ld);
   g.n = cols;
   g.b = static_cast<const char*>(a.b) + (a.b_layout == gemm::BLayout::KN ? c0 : c0 * a.ldb) * kElem;
   g.c = static_cast<char*>(a.c) + c0 * kElem;
   if (cols > 0) gemm::cublaslt_prepare(g);  // all that can throw, first
 
-  agmm::enqueue_begin(epoch, view, im.dec_barrier, fault, s);
-  TF_CUDA(cudaEventRecord(im.fork, s));
-  TF_CUDA(cudaStreamWaitEvent(im.side, im.fork, 0));
-  for (int i = 1; i < w; ++i) {
-    const int q = (rank - i + w) % w;
-    copy_rows(view.peer(const_cast<void*>(slot.ptr), q), slot.ld, a.a_shard, a.lda_shard, sh.rows, sh.cols, im.side);
-    agmm::enqueue_signal_copy(view.peer(im.dec_arrived, q) + rank, epoch, im.side);
-  }
-  if (!in_place(a, slot)) copy_rows(const_cast<void*>(slot.ptr), slot.ld, a.a_shard, a.lda_shard, sh.rows, sh.cols, s);
-  for (int i = 1; i < w; ++i) {
-    const int src = (rank + i) % w;
-    agmm::enqueue_wait(im.dec_arrived + src, epoch, fault, dev::WaitSite::all_gather_data, src, s);
-  }
+  agmm::NsplitGather ga;  // the shards: blocks of the shard's width, rank r's at columns r * cols
+  ga.view = team_.view();
+  ga.plan = plan;
+  ga.plan.blocks = {int64_t(w) * sh.cols, sh.cols};
+  ga.src = static_cast<const char*>(a.a_shard), ga.src_ld = a.lda_shard * kElem;
+  ga.dst = im.gathered, ga.dst_ld = slot.ld * kElem;
+  ga.copy_local = !in_place(a, slot);
+  ga.ready = im.ksplit_ready;
+  ga.flags = im.nsplit_flags;
+  ga.seq = im.ksplit_seq;
+  ga.fault = team_.fault();
+  agmm::NsplitGather gc = ga;  // the C blocks, through the receive buffer (ksplit's own partial)
+  gc.plan = plan;
+  gc.src = static_cast<const char*>(g.c), gc.src_ld = a.ldc * kElem;
+  gc.dst = reinterpret_cast<char*>(im.ksplit_own), gc.dst_ld = ceil_div(a.n, 8) * 8 * kElem;
+  gc.out = static_cast<char*>(a.c), gc.out_ld = a.ldc * kElem;
+  gc.copy_local = false;
+  gc.ready = nullptr;
+  gc.flags = im.nsplit_flags + w * agmm::kKsplitMaxCtas;
+  gc.after_gemm = true;
+  gc.skip_signal = skip_signal_;
+  gc.site = dev::WaitSite::nsplit_block;
+
+  agmm::enqueue_nsplit_gather(ga, s);
   if (cols > 0) gemm::cublaslt_launch(g, s);
-  TF_CUDA(cudaEventRecord(im.computed, s));
-  TF_CUDA(cudaStreamWaitEvent(im.side, im.computed, 0));
-  for (int i = 1; i < w; ++i) {
-    const int q = (rank - i + w) % w;
-    if (cols > 0)
-      copy_rows(view.peer(recv, q) + c0 * kElem, ld_recv, g.c, a.ldc, a.m, cols, im.side);
-    if (!skip_signal_) agmm::enqueue_signal_copy(view.peer(im.nsplit_arrived, q) + rank, epoch, im.side);
-  }
-  TF_CUDA(cudaEventRecord(im.join, im.side));
-  for (int i = 1; i < w; ++i) {
-    const int src = (rank + i) % w;
-    agmm::enqueue_wait(im.nsplit_arrived + src, epoch, fault, dev::WaitSite::nsplit_block, src, s);
-    const int64_t b0 = blocks.begin(src), bc = blocks.cols(src);
-    if (bc > 0) copy_rows(static_cast<char*>(a.c) + b0 * kElem, a.ldc, recv + b0 * kElem, ld_recv, a.m, bc, s);
-  }
-  TF_CUDA(cudaStreamWaitEvent(s, im.join, 0));
+  agmm::enqueue_nsplit_gather(gc, s);
   return {im.gathered, slot.ld};
 }
 
