@@ -319,12 +319,14 @@ TEST(AgmmVariants, AutoPicksKsplitOnlyWhereItRuns) {
   AgmmArgs a = args_for({1, 3584, 8192, 1});
   a.b_replicated = true;
   AgmmConfig cfg;
-  for (int64_t m : {1, 128, 256, 512, 1024}) {
+  for (int64_t m : {1, 128, 256, 511, 512, 1024}) {
     a.m = m;
-    EXPECT_EQ(choose_agmm_variant(a, 2, cfg), AgmmVariant::ksplit) << "M=" << m;
+    EXPECT_EQ(choose_agmm_variant(a, 2, cfg), m < agmm::kNsplitMinM ? AgmmVariant::ksplit : AgmmVariant::nsplit)
+        << "M=" << m;
   }
   a.m = cfg.ksplit_max_m + 1;  // beyond the op's partial buffers
   EXPECT_NE(choose_agmm_variant(a, 2, cfg), AgmmVariant::ksplit);
+  EXPECT_NE(choose_agmm_variant(a, 2, cfg), AgmmVariant::nsplit);
   a.m = 1;
   a.b_replicated = false;
   EXPECT_NE(choose_agmm_variant(a, 2, cfg), AgmmVariant::ksplit);

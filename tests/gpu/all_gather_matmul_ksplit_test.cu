@@ -274,7 +274,8 @@ INSTANTIATE_TEST_SUITE_P(M, AgmmKsplitPaths,
                                   (info.param.variant == AgmmVariant::nsplit ? "_nsplit" : "");
                          });
 
-// auto takes ksplit for a replicated B within capacity (and something else otherwise); both right.
+// auto takes ksplit (nsplit from kNsplitMinM) for a replicated B within capacity, something else
+// otherwise; all right.
 TEST(AgmmKsplitMany, AutoPicksKsplitOnlyWithReplicatedB) {
   TF_REQUIRE_GPUS(2);
   Ops ops({}, team().world() * 4104);
@@ -285,6 +286,10 @@ TEST(AgmmKsplitMany, AutoPicksKsplitOnlyWithReplicatedB) {
   p.expect_c_same_on_every_rank("auto (ksplit)");
   ASSERT_NE(choose_agmm_variant(p.args(), team().world(), ops.plain->config()), AgmmVariant::ksplit);
   launch_checked(ops, p, automatic, p.args(), "auto without b_replicated");
+  Problem tall(ksplit_shape(agmm::kNsplitMinM + 3, 1003, DType::bf16, BLayout::NK), 91, true);
+  ASSERT_EQ(choose_agmm_variant(replicated(tall.args()), team().world(), ops.plain->config()), AgmmVariant::nsplit);
+  launch_checked(ops, tall, automatic, replicated(tall.args()), "auto (nsplit)");
+  tall.expect_c_same_on_every_rank("auto (nsplit)");
 }
 
 TEST(AgmmKsplitMany, RejectsBeforeLaunchNamingTheLimit) {

@@ -190,6 +190,9 @@ constexpr int64_t kSkinnyMaxM = 32;
 // M = 512 / 1024 against 69-72 / 123-129, a tie at 256, behind at 64-128 (27 / 35 vs 25 / 31: the
 // begin barrier, a second launch and non-swap tiles cost more than the overlap saves there).
 constexpr int64_t kBandsMinM = 512;
+// auto takes nsplit instead of ksplit from this M on (r33, 2x H200, N = 3584, K = 8192: M = 512
+// 61-62 vs 68 us, M = 1024 94-98 vs 110; a tie at 256, ksplit ahead below).
+constexpr int64_t kNsplitMinM = 512;
 constexpr int kSkinnySliceCols = 32;
 constexpr int kSkinnyLinesPerRow = kSkinnySliceCols / 2;
 

@@ -267,9 +267,10 @@ KsplitHeap ksplit_heap(const AgmmConfig& cfg, int world) {
 
 // `auto`, from the 2xH200 benches (docs/PERFORMANCE.md: r19-r22 at N = 3584 / 4096 / 7168,
 // K = 8192), the fastest variant per case, never slower than bsp beyond noise:
-//  gather_dim 1 (K-sharded A): ksplit wherever allowed (B replicated, within its capacity; r25/r27:
-//    1.9-2.3x the best bsp at M <= 16, 1.5-1.6x at 32-64, 1.2-1.4x at 128-256, 1.23x at 512 and
-//    1.31-1.35x at 1024 with the band path: it reads half of B and does half the FLOPs); else bsp
+//  gather_dim 1 (K-sharded A): where B is replicated and within ksplit's capacity, ksplit below
+//    kNsplitMinM (r25-r33: 1.9-2.3x the best bsp at M <= 16, 1.5-1.6x at 32-64, 1.2-1.4x at
+//    128-256: it reads half of B and does half the FLOPs) and nsplit from it (r33: 1.26-1.32x at
+//    512, 1.46-1.48x at 1024: it moves 16-bit C blocks, not fp32 partials); else bsp
 //    up to M = 128; decomposed up to M = 512 (1.15-1.2x); fused-ce above when its k-loop can start
 //    at this rank's own columns (shards a whole number of k-blocks wide: M = 1024, 1.25-1.31x
 //    against decomposed's 1.19-1.20x), else decomposed.
@@ -279,7 +280,7 @@ KsplitHeap ksplit_heap(const AgmmConfig& cfg, int world) {
 AgmmVariant choose_agmm_variant(const AgmmArgs& a, int world, const AgmmConfig& cfg) {
   if (a.gather_dim == 0) return a.m * a.n >= 3'500'000 ? AgmmVariant::decomposed : AgmmVariant::bsp;
   const bool ksplit_ok = a.b_replicated && a.m <= cfg.ksplit_max_m && a.n <= cfg.ksplit_max_n;
-  if (ksplit_ok) return AgmmVariant::ksplit;
+  if (ksplit_ok) return a.m >= agmm::kNsplitMinM ? AgmmVariant::nsplit : AgmmVariant::ksplit;
   if (a.m <= 128) return AgmmVariant::bsp;
   if (a.m <= 512) return AgmmVariant::decomposed;
   const int64_t cols = agmm_shard_shape(a.m, a.k, a.gather_dim, world).cols;
