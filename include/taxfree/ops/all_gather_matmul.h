@@ -65,20 +65,14 @@
 //   nsplit     gather_dim 1 only (NotSupported for 0), B replicated and within ksplit's capacity
 //              (InvalidArgument otherwise, as ksplit): C's columns are cut into world blocks
 //              (make_nsplit_plan) and rank r computes block r over the whole K, then the blocks
-//              are all-gathered. Two paths, by M:
-//              - gathered (M < agmm::kNsplitOverlapMinM): an all-gather kernel for the A shards
-//                (SM stores into every peer's gathered A once that peer raised its "free" flag for
-//                the launch, one epoch flag per (source, CTA)), then one cuBLASLt for this rank's
-//                block of C over the gathered A;
-//              - overlapped (from kNsplitOverlapMinM, when every rank's block is non-empty):
-//                fused-ce on this rank's block (the shards by copy engine, our GEMM starting every
-//                tile's k-loop at this rank's columns while the peers' arrive).
-//              Both write the block straight into C; then an all-gather kernel for the C blocks
-//              (SM stores of this rank's block into every peer's receive buffer -- ksplit's own
+//              are all-gathered. Three kernels: an all-gather of the A shards (SM stores into every
+//              peer's gathered A once that peer raised its "free" flag for the launch, one epoch
+//              flag per (source, CTA)), one cuBLASLt for this rank's block of C over the gathered A,
+//              straight into C, and an all-gather of the C blocks (a programmatic dependent launch:
+//              SM stores of this rank's block into every peer's receive buffer -- ksplit's own
 //              partial buffer -- flags, then each peer's block from there into C). Moves the
 //              shards plus M x N 16-bit values per rank (ksplit moves M x N fp32 partials); C is
 //              the same bits on every rank. Shares ksplit's launch sequence and "free" flags.
-//              TAXFREE_AGMM_NSPLIT_PATH=gathered or overlapped forces a path (as ksplit's).
 //   auto       one of the above per shape, from a table of measurements (choose_agmm_variant).
 //   pull and the SM-specialized single kernel are not implemented (parse_agmm_variant says so).
 //

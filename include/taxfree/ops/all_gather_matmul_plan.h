@@ -193,8 +193,6 @@ constexpr int64_t kBandsMinM = 512;
 // auto takes nsplit instead of ksplit from this M on (r33, 2x H200, N = 3584, K = 8192: M = 512
 // 61-62 vs 68 us, M = 1024 94-98 vs 110; a tie at 256, ksplit ahead below).
 constexpr int64_t kNsplitMinM = 512;
-// nsplit overlaps the A gather with its GEMM (fused-ce on its column block) from this M on.
-constexpr int64_t kNsplitOverlapMinM = 512;
 constexpr int kSkinnySliceCols = 32;
 constexpr int kSkinnyLinesPerRow = kSkinnySliceCols / 2;
 

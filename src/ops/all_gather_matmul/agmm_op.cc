@@ -5,8 +5,6 @@
 #include <algorithm>
 #include <climits>
 #include <cstdlib>
-#include <initializer_list>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -408,19 +406,17 @@ GatheredA AllGatherMatmul::launch_fused_ce(const AgmmArgs& a, cudaStream_t s) {
 }
 
 namespace {
-// The path an environment variable forces (TAXFREE_AGMM_KSPLIT_PATH: two-kernel | bands;
-// TAXFREE_AGMM_NSPLIT_PATH: gathered | overlapped), read at each launch so one benchmark process can
-// time them; every rank must see the same value. "" when unset; InvalidArgument naming the
-// variable for a value not in `paths`.
-std::string path_override(const char* var, std::initializer_list<const char*> paths) {
-  const char* e = std::getenv(var);
-  if (e == nullptr || *e == '\0') return {};
-  std::ostringstream known;
-  for (const char* p : paths) {
-    if (std::string(e) == p) return e;
-    known << " " << p;
-  }
-  TF_THROW(Status::InvalidArgument, var << "='" << e << "': one of" << known.str());
+// TAXFREE_AGMM_KSPLIT_PATH=two-kernel | bands makes ksplit take that path at every M (read at each
+// launch, so one benchmark process can time them; every rank must see the same value). Throws
+// InvalidArgument for another value.
+enum class KsplitPath { by_size, two_kernel, bands };
+KsplitPath ksplit_path_override() {
+  const char* e = std::getenv("TAXFREE_AGMM_KSPLIT_PATH");
+  if (e == nullptr || *e == '\0') return KsplitPath::by_size;
+  const std::string v(e);
+  TF_REQUIRE(v == "two-kernel" || v == "bands", Status::InvalidArgument,
+             "TAXFREE_AGMM_KSPLIT_PATH='" << v << "': two-kernel or bands");
+  return v == "two-kernel" ? KsplitPath::two_kernel : KsplitPath::bands;
 }
 }  // namespace
 
@@ -429,9 +425,14 @@ std::string path_override(const char* var, std::initializer_list<const char*> pa
 // this rank's shard and B's matching K rows into the fp32 partial, then the exchange kernel
 // (agmm_ksplit.cu) sums every rank's partial into C and completes the gathered A.
 GatheredA AllGatherMatmul::launch_ksplit(const AgmmArgs& a, cudaStream_t s) {
-  const std::string path = path_override("TAXFREE_AGMM_KSPLIT_PATH", {"two-kernel", "bands"});
-  if (path == "bands" || (path.empty() && a.m >= agmm::kBandsMinM)) return launch_ksplit_bands(a, s);
-  if (path.empty() && a.m <= agmm::kSkinnyMaxM) return launch_ksplit_skinny(a, s);
+  switch (ksplit_path_override()) {
+    case KsplitPath::two_kernel: break;
+    case KsplitPath::bands: return launch_ksplit_bands(a, s);
+    case KsplitPath::by_size:
+      if (a.m <= agmm::kSkinnyMaxM) return launch_ksplit_skinny(a, s);
+      if (a.m >= agmm::kBandsMinM) return launch_ksplit_bands(a, s);
+      break;
+  }
   const agmm::KsplitSlices sl = make_ksplit_plan(a, team_.world(), config_, team_.sm_count());
   Impl& im = *impl_;
   const GatheredA slot = local_slot(a.m, a.k, a.gather_dim);
@@ -546,12 +547,9 @@ GatheredA AllGatherMatmul::launch_ksplit_bands(const AgmmArgs& a, cudaStream_t s
   return {im.gathered, slot.ld};
 }
 
-// Two paths. gathered (below kNsplitOverlapMinM): the all-gather kernel for the A shards, then
-// cuBLASLt for this rank's column block of C over the gathered A. overlapped: fused-ce on this
-// rank's block (begin barrier, the shards by copy engine in row chunks with flags, our GEMM with the
-// k-loop rotation, so every CTA multiplies this rank's columns while the peers' arrive). Both write
-// the block straight into C; then the all-gather kernel for the C blocks, through the peers'
-// receive buffers (agmm_nsplit.cu). overlapped needs a non-empty block on every rank (else gathered).
+// Three kernels on the stream: the all-gather of the A shards, cuBLASLt for this rank's column
+// block of C over the gathered A (straight into C), the all-gather of the C blocks through the
+// peers' receive buffers (agmm_nsplit.cu).
 GatheredA AllGatherMatmul::launch_nsplit(const AgmmArgs& a, cudaStream_t s) {
   const agmm::NsplitPlan plan = make_nsplit_plan(a, team_.world(), config_, team_.sm_count());  // validates
   const ShardShape sh = agmm_shard_shape(a.m, a.k, a.gather_dim, team_.world());
@@ -559,45 +557,35 @@ GatheredA AllGatherMatmul::launch_nsplit(const AgmmArgs& a, cudaStream_t s) {
   const int w = team_.world(), rank = team_.rank();
   const GatheredA slot = local_slot(a.m, a.k, a.gather_dim);
   const int64_t c0 = plan.blocks.begin(rank), cols = plan.blocks.cols(rank);
-  AgmmArgs block = a;  // this rank's column block of C
-  block.n = cols;
-  block.b = static_cast<const char*>(a.b) + (a.b_layout == gemm::BLayout::KN ? c0 : c0 * a.ldb) * kElem;
-  block.c = static_cast<char*>(a.c) + c0 * kElem;
-  const std::string path = path_override("TAXFREE_AGMM_NSPLIT_PATH", {"gathered", "overlapped"});
-  const bool overlapped =
-      (path == "overlapped" || (path.empty() && a.m >= agmm::kNsplitOverlapMinM)) && plan.blocks.cols(w - 1) > 0;
+  gemm::GemmArgs g = gemm_args(a, im.gathered, sh.ld);
+  g.n = cols;
+  g.b = static_cast<const char*>(a.b) + (a.b_layout == gemm::BLayout::KN ? c0 : c0 * a.ldb) * kElem;
+  g.c = static_cast<char*>(a.c) + c0 * kElem;
+  if (cols > 0) gemm::cublaslt_prepare(g);  // all that can throw, first
 
-  agmm::NsplitGather gc;  // the C blocks, through the receive buffer (ksplit's own partial)
-  gc.view = team_.view();
+  agmm::NsplitGather ga;  // the shards: blocks of the shard's width, rank r's at columns r * cols
+  ga.view = team_.view();
+  ga.plan = plan;
+  ga.plan.blocks = {int64_t(w) * sh.cols, sh.cols};
+  ga.src = static_cast<const char*>(a.a_shard), ga.src_ld = a.lda_shard * kElem;
+  ga.dst = im.gathered, ga.dst_ld = slot.ld * kElem;
+  ga.copy_local = !in_place(a, slot);
+  ga.ready = im.ksplit_ready;
+  ga.flags = im.nsplit_flags;
+  ga.seq = im.ksplit_seq;
+  ga.fault = team_.fault();
+  agmm::NsplitGather gc = ga;  // the C blocks, through the receive buffer (ksplit's own partial)
   gc.plan = plan;
-  gc.src = static_cast<const char*>(block.c), gc.src_ld = a.ldc * kElem;
+  gc.src = static_cast<const char*>(g.c), gc.src_ld = a.ldc * kElem;
   gc.dst = reinterpret_cast<char*>(im.ksplit_own), gc.dst_ld = ceil_div(a.n, 8) * 8 * kElem;
   gc.out = static_cast<char*>(a.c), gc.out_ld = a.ldc * kElem;
+  gc.copy_local = false;
+  gc.ready = nullptr;
   gc.flags = im.nsplit_flags + w * agmm::kKsplitMaxCtas;
   gc.after_gemm = true;
   gc.skip_signal = skip_signal_;
   gc.site = dev::WaitSite::nsplit_block;
-  gc.seq = im.ksplit_seq;
-  gc.fault = team_.fault();
-  if (overlapped) {
-    // fused-ce's begin barrier has every peer in this launch, so its receive buffer is free.
-    launch_fused_ce(block, s);
-    agmm::enqueue_nsplit_gather(gc, s);
-    return {im.gathered, slot.ld};
-  }
-  const gemm::GemmArgs g = gemm_args(block, im.gathered, sh.ld);
-  if (cols > 0) gemm::cublaslt_prepare(g);  // all that can throw, first
-  agmm::NsplitGather ga = gc;  // the shards: blocks of the shard's width, rank r's at columns r * cols
-  ga.plan.blocks = {int64_t(w) * sh.cols, sh.cols};
-  ga.src = static_cast<const char*>(a.a_shard), ga.src_ld = a.lda_shard * kElem;
-  ga.dst = im.gathered, ga.dst_ld = slot.ld * kElem;
-  ga.out = nullptr;
-  ga.copy_local = !in_place(a, slot);
-  ga.ready = im.ksplit_ready;
-  ga.flags = im.nsplit_flags;
-  ga.after_gemm = false;
-  ga.skip_signal = false;
-  ga.site = dev::WaitSite::all_gather_data;
+
   agmm::enqueue_nsplit_gather(ga, s);
   if (cols > 0) gemm::cublaslt_launch(g, s);
   agmm::enqueue_nsplit_gather(gc, s);
