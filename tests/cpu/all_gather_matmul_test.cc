@@ -347,40 +347,30 @@ AgmmArgs ksplit_args(int64_t m, int64_t n, int64_t k) {
   return a;
 }
 
-TEST(AgmmKsplit, RejectsWhatItCannotRunNamingIt) {
+// ksplit and nsplit share their contract (gather_dim 1, B replicated, ksplit's capacity) and
+// name themselves in the errors.
+TEST(AgmmKsplit, KsplitAndNsplitRejectWhatTheyCannotRunNamingIt) {
   const AgmmConfig cfg;
-  make_ksplit_plan(ksplit_args(1024, 16384, 8192), 2, cfg, 132);  // at capacity: fine
-  AgmmArgs a = ksplit_args(1024, 4096, 8192);
-  a.gather_dim = 0;
-  expect_error([&] { make_ksplit_plan(a, 2, cfg, 132); }, Status::NotSupported, "ksplit");
-  a = ksplit_args(64, 4096, 8192);
-  a.b_replicated = false;
-  expect_error([&] { make_ksplit_plan(a, 2, cfg, 132); }, Status::InvalidArgument, "b_replicated");
-  expect_error([&] { make_ksplit_plan(ksplit_args(1025, 4096, 8192), 2, cfg, 132); }, Status::InvalidArgument,
-               "ksplit_max_m=1024");
-  expect_error([&] { make_ksplit_plan(ksplit_args(64, 16385, 8192), 2, cfg, 132); }, Status::InvalidArgument,
-               "ksplit_max_n=16384");
-  AgmmConfig off;
-  off.ksplit_max_m = 0;
-  expect_error([&] { make_ksplit_plan(ksplit_args(1, 4096, 8192), 2, off, 132); }, Status::InvalidArgument,
-               "ksplit_max_m=0");
-  expect_error([&] { make_ksplit_plan(ksplit_args(1, 4096, 8200), 2, cfg, 132); }, Status::InvalidArgument,
-               "divisible by 8");
-}
-
-TEST(AgmmNsplit, RejectsWhatItCannotRunNamingIt) {
-  const AgmmConfig cfg;
-  make_nsplit_plan(ksplit_args(1024, 16384, 8192), 2, cfg, 132);  // at capacity: fine
-  AgmmArgs a = ksplit_args(1024, 4096, 8192);
-  a.gather_dim = 0;
-  expect_error([&] { make_nsplit_plan(a, 2, cfg, 132); }, Status::NotSupported, "nsplit");
-  a = ksplit_args(64, 4096, 8192);
-  a.b_replicated = false;
-  expect_error([&] { make_nsplit_plan(a, 2, cfg, 132); }, Status::InvalidArgument, "b_replicated");
-  expect_error([&] { make_nsplit_plan(ksplit_args(1025, 4096, 8192), 2, cfg, 132); }, Status::InvalidArgument,
-               "ksplit_max_m=1024");
-  expect_error([&] { make_nsplit_plan(ksplit_args(64, 16385, 8192), 2, cfg, 132); }, Status::InvalidArgument,
-               "ksplit_max_n=16384");
+  using Plan = std::function<void(const AgmmArgs&, const AgmmConfig&)>;
+  const std::pair<const char*, Plan> plans[] = {
+      {"ksplit", [](const AgmmArgs& a, const AgmmConfig& c) { make_ksplit_plan(a, 2, c, 132); }},
+      {"nsplit", [](const AgmmArgs& a, const AgmmConfig& c) { make_nsplit_plan(a, 2, c, 132); }}};
+  for (const auto& [name, plan] : plans) {
+    SCOPED_TRACE(name);
+    plan(ksplit_args(1024, 16384, 8192), cfg);  // at capacity: fine
+    AgmmArgs a = ksplit_args(1024, 4096, 8192);
+    a.gather_dim = 0;
+    expect_error([&] { plan(a, cfg); }, Status::NotSupported, name);
+    a = ksplit_args(64, 4096, 8192);
+    a.b_replicated = false;
+    expect_error([&] { plan(a, cfg); }, Status::InvalidArgument, "b_replicated");
+    expect_error([&] { plan(ksplit_args(1025, 4096, 8192), cfg); }, Status::InvalidArgument, "ksplit_max_m=1024");
+    expect_error([&] { plan(ksplit_args(64, 16385, 8192), cfg); }, Status::InvalidArgument, "ksplit_max_n=16384");
+    AgmmConfig off;
+    off.ksplit_max_m = 0;
+    expect_error([&] { plan(ksplit_args(1, 4096, 8192), off); }, Status::InvalidArgument, "ksplit_max_m=0");
+    expect_error([&] { plan(ksplit_args(1, 4096, 8200), cfg); }, Status::InvalidArgument, "divisible by 8");
+  }
 }
 
 // Every column of C in exactly one rank's block, blocks in rank order, each starting on an

@@ -111,17 +111,9 @@ __global__ void __launch_bounds__(kThreads, 1) ksplit_exchange_kernel(const __gr
 void enqueue_ksplit_exchange(const KsplitLaunch& l, cudaStream_t s) {
   TF_REQUIRE(l.slices.ctas >= 1 && l.slices.ctas <= kKsplitMaxCtas, Status::Internal,
              "ksplit exchange with " << l.slices.ctas << " CTAs");
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(unsigned(l.slices.ctas));
-  cfg.blockDim = dim3(kThreads);
-  cfg.stream = s;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  if (l.dtype == gemm::DType::bf16) TF_CUDA(cudaLaunchKernelEx(&cfg, ksplit_exchange_kernel<__nv_bfloat16>, l));
-  else TF_CUDA(cudaLaunchKernelEx(&cfg, ksplit_exchange_kernel<__half>, l));
+  const KernelLaunch launch(l.slices.ctas, kThreads, s, true);
+  if (l.dtype == gemm::DType::bf16) TF_CUDA(cudaLaunchKernelEx(launch.config(), ksplit_exchange_kernel<__nv_bfloat16>, l));
+  else TF_CUDA(cudaLaunchKernelEx(launch.config(), ksplit_exchange_kernel<__half>, l));
 }
 
 void preload_ksplit_kernels() {

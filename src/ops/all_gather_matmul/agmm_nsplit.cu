@@ -68,18 +68,10 @@ __global__ void __launch_bounds__(kThreads, 1) nsplit_gather_kernel(const __grid
 void enqueue_nsplit_gather(const NsplitGather& g, cudaStream_t s) {
   TF_REQUIRE(g.plan.ctas >= 1 && g.plan.ctas <= kKsplitMaxCtas, Status::Internal,
              "nsplit all-gather with " << g.plan.ctas << " CTAs");
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(unsigned(g.plan.ctas));
-  cfg.blockDim = dim3(kThreads);
-  cfg.stream = s;
   // After the GEMM: a programmatic dependent launch (its launch overlaps the GEMM's tail;
   // griddepcontrol.wait in the kernel waits for the GEMM before C is read).
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = g.after_gemm ? 1 : 0;
-  TF_CUDA(cudaLaunchKernelEx(&cfg, nsplit_gather_kernel, g));
+  const KernelLaunch launch(g.plan.ctas, kThreads, s, g.after_gemm);
+  TF_CUDA(cudaLaunchKernelEx(launch.config(), nsplit_gather_kernel, g));
 }
 
 void preload_nsplit_kernel() {
