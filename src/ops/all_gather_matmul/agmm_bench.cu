@@ -8,7 +8,8 @@
 // gather_dim, layout: an entry naming M, N, K and gather_dim adds that shape (both layouts unless it
 // names one); any other entry filters the default sweep. -b/-e bound C's bytes per rank.
 // Parts (timed, not checked; they feed the tax breakdown): gemm-only (our GEMM on an already
-// gathered A), cublas-only (cuBLASLt on it), comm-only / comm-only-sym (ncclAllGather alone).
+// gathered A), cublas-only (cuBLASLt on it), cublas-block (nsplit's GEMM alone: cuBLASLt on it for
+// this rank's column block of C; where nsplit runs), comm-only / comm-only-sym (ncclAllGather alone).
 // Check: every rank's C against cuBLASLt on the expected gathered A (computed at setup from the
 // known inputs of every rank) element by element, plus sampled fp32 dot products; the gathered A
 // the variant returns against the expected one bit for bit (so it is identical on every rank).
@@ -136,7 +137,7 @@ class AgmmBench final : public OpBench {
     return {"bsp", "bsp-sym", "bsp-own", "decomposed", "fused-ce", "ksplit", "nsplit", "auto", "push"};
   }
   bool applies(const Case& c, const std::string& v) const override {
-    if (v != "ksplit" && v != "nsplit") return true;
+    if (v != "ksplit" && v != "nsplit" && v != "cublas-block") return true;
     const AgmmConfig cfg;  // the plain op's ksplit capacity
     return c.params.at("gather_dim").get<int>() == 1 && c.params.at("M").get<int64_t>() <= cfg.ksplit_max_m &&
            c.params.at("N").get<int64_t>() <= cfg.ksplit_max_n;
@@ -144,7 +145,7 @@ class AgmmBench final : public OpBench {
   int baseline_count() const override { return 2; }
   int min_ranks() const override { return 2; }
   std::vector<std::string> parts() const override {
-    return {"gemm-only", "cublas-only", "comm-only", "comm-only-sym"};
+    return {"gemm-only", "cublas-only", "cublas-block", "comm-only", "comm-only-sym"};
   }
 
   std::vector<Case> cases(const Options& opt, const Team& team) const override {
@@ -276,6 +277,13 @@ class AgmmBench final : public OpBench {
       gemm::launch(gathered_gemm(c_.p), s);
     } else if (v == "cublas-only") {
       gemm::cublaslt_launch(gathered_gemm(c_.p), s);
+    } else if (v == "cublas-block") {  // nsplit's GEMM alone: this rank's column block of C
+      const agmm::NsplitPlan p = make_nsplit_plan(a_, team_->world(), plain_->config(), team_->sm_count());
+      const int64_t c0 = p.blocks.begin(team_->rank());
+      gemm::GemmArgs g = gathered_gemm(static_cast<char*>(c_.p) + c0 * 2);
+      g.n = p.blocks.cols(team_->rank());
+      g.b = static_cast<const char*>(b_.p) + (a_.b_layout == BLayout::KN ? c0 : c0 * a_.ldb) * 2;
+      if (g.n > 0) gemm::cublaslt_launch(g, s);
     } else if (v == "comm-only" || v == "comm-only-sym") {
       const bool sym = v == "comm-only-sym";
       auto& heap = team_->heap();
