@@ -305,7 +305,8 @@ GatheredA AllGatherMatmul::launch_decomposed(const AgmmArgs& a, cudaStream_t s) 
     g.c = static_cast<char*>(a.c) + src * sh.rows * a.ldc * kElem;
     return g;
   };
-  for (int src = 0; src < w; ++src) gemm::cublaslt_prepare(source_gemm(src));  // all that can throw, first
+  // All that can throw, first (gather_dim 1: one GEMM, the same for every source).
+  for (int src = 0; src < (a.gather_dim == 0 ? w : 1); ++src) gemm::cublaslt_prepare(source_gemm(src));
 
   agmm::enqueue_begin(epoch, view, im.dec_barrier, fault, s);
   TF_CUDA(cudaEventRecord(im.fork, s));
