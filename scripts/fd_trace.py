@@ -1,0 +1,31 @@
+#!/usr/bin/env python3
+"""Summarise TAXFREE_FD_TRACE files (the fused flash_decode kernel's per-CTA timeline).
+
+    scripts/fd_trace.py PREFIX.*.rank*.txt
+
+Each file has one line per CTA: "cta start attended merged pushed arrived combined end" in
+%globaltimer ns (0 = not reached; with persistent CTAs the last item's marks). Prints, per file,
+each event's time after the kernel's first CTA start (min / median / max over the CTAs that
+reached it, us), and how many CTAs reached it.
+"""
+import statistics
+import sys
+
+EVENTS = ["start", "attended", "merged", "pushed", "arrived", "combined", "end"]
+
+
+def summarise(path):
+    rows = [list(map(int, line.split()[1:])) for line in open(path) if line.strip()]
+    t0 = min(r[0] for r in rows if r[0])
+    print(f"{path}: {len(rows)} CTAs")
+    for i, name in enumerate(EVENTS):
+        xs = [(r[i] - t0) / 1e3 for r in rows if r[i]]
+        if xs:
+            print(f"  {name:9s} n={len(xs):4d}  min {min(xs):7.2f}  median {statistics.median(xs):7.2f}  max {max(xs):7.2f} us")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) < 2:
+        sys.exit(__doc__)
+    for p in sys.argv[1:]:
+        summarise(p)
