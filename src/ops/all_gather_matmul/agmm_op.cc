@@ -76,7 +76,7 @@ struct AllGatherMatmul::Impl {
   dev::LaunchSequence push_seq{}, gemm_seq{}, dec_seq{}, ksplit_seq{};
   cudaStream_t side = nullptr;       // the op's second stream (push kernel, copy-engine copies)
   cudaEvent_t fork = nullptr, join = nullptr;
-  cudaEvent_t begun = nullptr;       // ksplit bands: the side stream's begin barrier is done
+  cudaEvent_t begun = nullptr;       // ksplit bands, decomposed: the side stream's begin barrier is done
 
   int64_t skinny_slot_lines() const { return ksplit_sizes.skinny_partial_lines + ksplit_sizes.skinny_a_lines; }
   // Every buffer the variants or the peers write (the flags excepted).
@@ -279,8 +279,9 @@ GatheredA AllGatherMatmul::launch_bsp(const AgmmArgs& a, bool own_gemm, cudaStre
 }
 
 // The copy engine moves the data and writes the arrival flags; no SM waits for a peer while
-// cuBLASLt runs. Main stream: a begin barrier (every rank is in this launch, so every gathered A
-// is free), then cuBLASLt on this rank's shard straight from A_shard, then on each arriving shard,
+// cuBLASLt runs. A begin barrier (every rank is in this launch, so every gathered A is free; on
+// the side stream at gather_dim 0, see below). Main stream: cuBLASLt on this rank's shard straight
+// from A_shard, then on each arriving shard,
 // rank+1, rank+2, ... (gather_dim 0). Side stream: the shard into every peer's slot, peers rank-1,
 // rank-2, ... (the one that consumes it soonest first), each followed by its arrival flag, then
 // into this rank's own slot for the returned gathered A (gather_dim 1: on the main stream, as every
@@ -308,9 +309,18 @@ GatheredA AllGatherMatmul::launch_decomposed(const AgmmArgs& a, cudaStream_t s) 
   // All that can throw, first (gather_dim 1: one GEMM, the same for every source).
   for (int src = 0; src < (a.gather_dim == 0 ? w : 1); ++src) gemm::cublaslt_prepare(source_gemm(src));
 
-  agmm::enqueue_begin(epoch, view, im.dec_barrier, fault, s);
+  // gather_dim 0: this rank's GEMM reads and writes only the caller's buffers, so it does not wait
+  // for the begin barrier: the barrier runs on the side stream, enqueued before the GEMM so that
+  // its one warp gets an SM before cuBLASLt fills them, and the main stream waits for it (the
+  // epoch it advances) only before the first arrival wait.
+  const bool early_gemm = a.gather_dim == 0;
+  if (!early_gemm) agmm::enqueue_begin(epoch, view, im.dec_barrier, fault, s);
   TF_CUDA(cudaEventRecord(im.fork, s));
   TF_CUDA(cudaStreamWaitEvent(im.side, im.fork, 0));
+  if (early_gemm) {
+    agmm::enqueue_begin(epoch, view, im.dec_barrier, fault, im.side);
+    TF_CUDA(cudaEventRecord(im.begun, im.side));
+  }
   for (int i = 1; i < w; ++i) {
     const int q = (rank - i + w) % w;
     copy_rows(view.peer(const_cast<void*>(slot.ptr), q), slot.ld, a.a_shard, a.lda_shard, sh.rows, sh.cols, im.side);
@@ -320,8 +330,12 @@ GatheredA AllGatherMatmul::launch_decomposed(const AgmmArgs& a, cudaStream_t s) 
     copy_rows(const_cast<void*>(slot.ptr), slot.ld, a.a_shard, a.lda_shard, sh.rows, sh.cols, im.side);
   TF_CUDA(cudaEventRecord(im.join, im.side));
 
-  if (a.gather_dim == 0) gemm::cublaslt_launch(source_gemm(rank), s);
-  else if (!shard_in_place) copy_rows(const_cast<void*>(slot.ptr), slot.ld, a.a_shard, a.lda_shard, sh.rows, sh.cols, s);
+  if (early_gemm) {
+    gemm::cublaslt_launch(source_gemm(rank), s);
+    TF_CUDA(cudaStreamWaitEvent(s, im.begun, 0));
+  } else if (!shard_in_place) {
+    copy_rows(const_cast<void*>(slot.ptr), slot.ld, a.a_shard, a.lda_shard, sh.rows, sh.cols, s);
+  }
   for (int i = 1; i < w; ++i) {
     const int src = (rank + i) % w;
     agmm::enqueue_wait(im.dec_arrived + src, epoch, fault, dev::WaitSite::all_gather_data, src, s);
