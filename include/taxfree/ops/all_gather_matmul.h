@@ -16,7 +16,8 @@
 //   decomposed a begin barrier, then copy-engine copies of the shard into every peer's gathered A,
 //              each followed by a copy-engine write of the arrival flag (no SM moves data or
 //              signals); cuBLASLt per source shard as it arrives, this rank's shard first
-//              (gather_dim 0). gather_dim 1 cannot be split by source without a split-K sum, so it
+//              (gather_dim 0; for shards of <= kDecEarlyGemmMaxRows rows that one does not wait
+//              for the barrier). gather_dim 1 cannot be split by source without a split-K sum, so it
 //              waits for every shard and runs one cuBLASLt.
 //   push       a push kernel on a few SMs copies the shard into this rank's gathered A and every
 //              peer's, piece by piece, raising a per-(source, piece) epoch flag after each; our GEMM

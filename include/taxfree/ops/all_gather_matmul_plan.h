@@ -193,6 +193,11 @@ constexpr int64_t kBandsMinM = 512;
 // auto takes nsplit instead of ksplit from this M on (r33, 2x H200, N = 3584, K = 8192: M = 512
 // 61-62 vs 68 us, M = 1024 94-98 vs 110; a tie at 256, ksplit ahead below).
 constexpr int64_t kNsplitMinM = 512;
+// decomposed at gather_dim 0 starts this rank's GEMM before the begin barrier (the barrier on the
+// side stream) when a shard has at most this many rows (r36, 2x H200, N = 4096, K = 8192: M =
+// 1024-2048 107-109 / 197-198 us against 112-118 / 202-203; at M = 8192-16384 10-30 us slower,
+// the barrier and copies then wait behind the GEMM's CTAs; M = 4096 mixed).
+constexpr int64_t kDecEarlyGemmMaxRows = 1024;
 constexpr int kSkinnySliceCols = 32;
 constexpr int kSkinnyLinesPerRow = kSkinnySliceCols / 2;
 

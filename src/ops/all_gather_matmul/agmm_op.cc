@@ -279,13 +279,12 @@ GatheredA AllGatherMatmul::launch_bsp(const AgmmArgs& a, bool own_gemm, cudaStre
 }
 
 // The copy engine moves the data and writes the arrival flags; no SM waits for a peer while
-// cuBLASLt runs. A begin barrier (every rank is in this launch, so every gathered A is free; on
-// the side stream at gather_dim 0, see below). Main stream: cuBLASLt on this rank's shard straight
-// from A_shard, then on each arriving shard,
-// rank+1, rank+2, ... (gather_dim 0). Side stream: the shard into every peer's slot, peers rank-1,
-// rank-2, ... (the one that consumes it soonest first), each followed by its arrival flag, then
-// into this rank's own slot for the returned gathered A (gather_dim 1: on the main stream, as every
-// k-block needs it). Staging the peer copies through the own slot made M = 4096-16384 slower
+// cuBLASLt runs. A begin barrier (every rank is in this launch, so every gathered A is free; for
+// small gather_dim 0 shards on the side stream, see below). Main stream: cuBLASLt on this rank's
+// shard straight from A_shard, then on each arriving shard, rank+1, rank+2, ... (gather_dim 0).
+// Side stream: the shard into every peer's slot, peers rank-1, rank-2, ... (the one that consumes
+// it soonest first), each followed by its arrival flag, then into this rank's own slot for the
+// returned gathered A (gather_dim 1: on the main stream, as every k-block needs it). Staging the peer copies through the own slot made M = 4096-16384 slower
 // (r30: 950 vs 800 us at M = 8192); a cudaMalloc'd A_shard copies as fast as a heap one.
 GatheredA AllGatherMatmul::launch_decomposed(const AgmmArgs& a, cudaStream_t s) {
   const ShardShape sh = agmm_shard_shape(a.m, a.k, a.gather_dim, team_.world());
@@ -309,11 +308,11 @@ GatheredA AllGatherMatmul::launch_decomposed(const AgmmArgs& a, cudaStream_t s) 
   // All that can throw, first (gather_dim 1: one GEMM, the same for every source).
   for (int src = 0; src < (a.gather_dim == 0 ? w : 1); ++src) gemm::cublaslt_prepare(source_gemm(src));
 
-  // gather_dim 0: this rank's GEMM reads and writes only the caller's buffers, so it does not wait
-  // for the begin barrier: the barrier runs on the side stream, enqueued before the GEMM so that
-  // its one warp gets an SM before cuBLASLt fills them, and the main stream waits for it (the
-  // epoch it advances) only before the first arrival wait.
-  const bool early_gemm = a.gather_dim == 0;
+  // gather_dim 0, small shards: this rank's GEMM reads and writes only the caller's buffers, so it
+  // need not wait for the begin barrier: the barrier runs on the side stream, enqueued before the
+  // GEMM, and the main stream waits for it (the epoch it advances) only before the first arrival
+  // wait. Large shards keep the barrier first (kDecEarlyGemmMaxRows).
+  const bool early_gemm = a.gather_dim == 0 && sh.rows <= agmm::kDecEarlyGemmMaxRows;
   if (!early_gemm) agmm::enqueue_begin(epoch, view, im.dec_barrier, fault, s);
   TF_CUDA(cudaEventRecord(im.fork, s));
   TF_CUDA(cudaStreamWaitEvent(im.side, im.fork, 0));
