@@ -105,6 +105,34 @@ TEST(Agmm, RankSkew) {
   }
 }
 
+// decomposed at gather_dim 0 on both sides of kDecEarlyGemmMaxRows: shards of that many rows start
+// their GEMM before the begin barrier, one row more keeps the barrier first. Each with one rank
+// late (a peer must not copy into a gathered A its owner still reads), then 200 launches back to
+// back, every result checked.
+TEST(Agmm, DecomposedEarlyAndLateGemmUnderSkewAndRepeats) {
+  TF_REQUIRE_GPUS(2);
+  auto& t = team();
+  Ops ops;
+  const VariantRun& run = kRuns[4];
+  for (int64_t rows : {agmm::kDecEarlyGemmMaxRows, agmm::kDecEarlyGemmMaxRows + 1}) {
+    Problem p(Shape{t.world() * rows, 264, 520, 0, DType::bf16, BLayout::NK}, 600 + uint64_t(rows));
+    const std::string what = label(p.shape()) + " decomposed";
+    for (int late = 0; late < t.world(); ++late) {
+      auto s = t.stream();
+      p.poison_c(s);
+      ops.plain->fill_buffers(0xFF, s);
+      t.sync(s);
+      t.host_barrier("agmm.dec.poisoned");
+      if (t.rank() == late) usleep(50 * 1000);
+      GatheredA g{};
+      for (int i = 0; i < 200; ++i) g = ops.plain->launch(run.variant, p.args(), s);
+      t.sync(s);
+      p.expect_result(g, what + ", rank " + std::to_string(late) + " late, 200 launches");
+      t.host_barrier("agmm.dec.checked");
+    }
+  }
+}
+
 // Epochs, not resets: 1000 launches of each fused variant back to back with no host work between,
 // then new inputs and one more launch each, all checked.
 TEST(Agmm, ThousandLaunchesWithoutReset) {
