@@ -379,7 +379,7 @@ TEST(AgmmKsplit, KsplitAndNsplitRejectWhatTheyCannotRunNamingIt) {
 TEST(AgmmNsplit, BlocksCoverEveryColumnOnceForEveryWorld) {
   for (int w : {1, 2, 3, 4, 8})
     for (int64_t n : {1, 5, 8, 9, 17, 1003, 3584, 16384}) {
-      const agmm::NsplitPlan p = make_nsplit_plan(ksplit_args(16, n, 8 * w), w, AgmmConfig{}, 132);
+      const agmm::BlockGatherPlan p = make_nsplit_plan(ksplit_args(16, n, 8 * w), w, AgmmConfig{}, 132);
       const agmm::ColumnBlocks& b = p.blocks;
       int64_t next = 0;
       for (int r = 0; r < w; ++r) {
@@ -392,7 +392,7 @@ TEST(AgmmNsplit, BlocksCoverEveryColumnOnceForEveryWorld) {
       EXPECT_LE(b.width, (n + w - 1) / w + 7) << "world " << w << " n " << n;  // balanced to 8 columns
     }
   for (int64_t m : {1, 5, 131, 132, 133, 1024}) {
-    const agmm::NsplitPlan p = make_nsplit_plan(ksplit_args(m, 3584, 8192), 2, AgmmConfig{}, 132);
+    const agmm::BlockGatherPlan p = make_nsplit_plan(ksplit_args(m, 3584, 8192), 2, AgmmConfig{}, 132);
     EXPECT_GE(p.ctas, 1);
     EXPECT_LE(p.ctas, std::min<int64_t>(m, 132)) << "M=" << m;
     int64_t next = 0;
@@ -403,6 +403,30 @@ TEST(AgmmNsplit, BlocksCoverEveryColumnOnceForEveryWorld) {
     }
     EXPECT_EQ(next, m);
   }
+}
+
+// The A shards as a block all-gather (nsplit, and ksplit's side-stream gather on at most
+// kSideGatherCtas SMs): rank r's shard at columns r * shard_cols, every row once, in order, no idle
+// CTA, for every world.
+TEST(AgmmKsplit, ShardGatherCoversEveryShardRowOnceForEveryWorld) {
+  for (int w : kWorlds)
+    for (int max_ctas : {agmm::kSideGatherCtas, 132})
+      for (int64_t m : {1, 5, 15, 16, 17, 200, 511}) {
+        const agmm::BlockGatherPlan p = agmm::shard_gather_plan(m, 4104, w, max_ctas);
+        const std::string what = "world " + std::to_string(w) + " M=" + std::to_string(m);
+        EXPECT_EQ(p.ctas, std::min<int64_t>(m, max_ctas)) << what;
+        for (int r = 0; r < w; ++r) {
+          EXPECT_EQ(p.blocks.begin(r), int64_t(r) * 4104) << what;
+          EXPECT_EQ(p.blocks.cols(r), 4104) << what;
+        }
+        int64_t next = 0;
+        for (int j = 0; j < p.ctas; ++j) {
+          ASSERT_EQ(p.rows(j).begin, next) << what << " CTA " << j;
+          ASSERT_GT(p.rows(j).end, p.rows(j).begin) << what << " CTA " << j;
+          next = p.rows(j).end;
+        }
+        EXPECT_EQ(next, m) << what;
+      }
 }
 
 // The default capacity fits the default heap (team.h: max(4, world + 2) GiB) beside the op's other
@@ -422,7 +446,7 @@ TEST(AgmmKsplit, HeapAtTheDefaultsStaysSmallForEveryWorld) {
 
 // The exchange kernel's bookkeeping: CTA j's slices of the partial (8-float groups) and of A_shard
 // (rows) tile both exactly, in order; receivers' slots and flags are distinct per source.
-TEST(AgmmKsplit, SlicesCoverEachPartialGroupAndShardRowOnceForEveryWorld) {
+TEST(AgmmKsplit, SlicesCoverEachPartialGroupOnceForEveryWorld) {
   for (int w : kWorlds)
     for (int num_sms : {132, 7})
       for (auto [m, n] : {std::pair<int64_t, int64_t>{1, 3584}, {3, 1003}, {64, 1003}, {127, 3584}, {1000, 1003},
@@ -436,17 +460,14 @@ TEST(AgmmKsplit, SlicesCoverEachPartialGroupAndShardRowOnceForEveryWorld) {
         ASSERT_TRUE(sl.ctas >= 1 && sl.ctas <= num_sms) << what << ": " << sl.ctas << " CTAs";
         if (m == 1) EXPECT_EQ(sl.ctas, 1) << what << ": decode sizes need one CTA";
         if (m == 1024 && num_sms == 132) EXPECT_EQ(sl.ctas, 132) << what;
-        int64_t groups = 0, rows = 0;
+        int64_t groups = 0;
         for (int j = 0; j < sl.ctas; ++j) {
-          const auto g = sl.partial_groups(j), r = sl.a_rows(j);
+          const auto g = sl.partial_groups(j);
           ASSERT_EQ(g.begin, groups) << what << " CTA " << j;
-          ASSERT_EQ(r.begin, rows) << what << " CTA " << j;
           ASSERT_LE(g.begin, g.end);
-          ASSERT_LE(r.begin, r.end);
-          groups = g.end, rows = r.end;
+          groups = g.end;
         }
         EXPECT_EQ(groups, sl.groups()) << what;
-        EXPECT_EQ(rows, m) << what;
       }
   for (int w : kWorlds) {
     std::set<int64_t> flags;
@@ -525,8 +546,11 @@ TEST(AgmmKsplitSkinny, HeapHoldsTheLargestLaunchForEveryWorld) {
                                                           gemm::BLayout::NK, 132, true, gemm::SwapAB::never);
       EXPECT_FALSE(g.swap_ab);
       EXPECT_GE(g.bn, 64);
-      EXPECT_EQ(h.bytes, (1 + 2 * int64_t(w - 1)) * h.partial_floats * 4 +
-                             (w + int64_t(w) * (3 * agmm::kKsplitMaxCtas + h.band_flags)) * 8 +
+      // Flags: two-kernel path (ready, slices), nsplit's two all-gathers, the side gather (ready,
+      // CTAs), the bands.
+      const int64_t flags = w + w * agmm::kKsplitMaxCtas + 2 * w * agmm::kKsplitMaxCtas +
+                            (w + w * agmm::kKsplitMaxCtas) + w * h.band_flags;
+      EXPECT_EQ(h.bytes, (1 + 2 * int64_t(w - 1)) * h.partial_floats * 4 + flags * 8 +
                              2 * int64_t(w - 1) * (h.skinny_partial_lines + h.skinny_a_lines) * 16);
     }
 }

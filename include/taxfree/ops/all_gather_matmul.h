@@ -49,11 +49,12 @@
 //                peers' lines of its slice, writes C and copies the peers' A lines into this
 //                rank's gathered A (no rank writes a peer's gathered A on this path).
 //              - two-kernel (kSkinnyMaxM < M < agmm::kBandsMinM = 512): cuBLASLt into P_rank,
-//                then one exchange kernel (make_ksplit_plan: one CTA per slice of P and of
-//                A_shard; a programmatic dependent launch, so it starts during the GEMM's tail)
-//                stores its slices into every peer (A_shard only after that peer raised its "free"
-//                flag for this launch, as push), raises one epoch flag per (source, slice), waits
-//                for the peers' flags of its slice and writes C.
+//                then one exchange kernel (make_ksplit_plan: one CTA per slice of P; a
+//                programmatic dependent launch, so it starts during the GEMM's tail) stores its
+//                slice into every peer, raises one epoch flag per (source, slice), waits for the
+//                peers' flags of its slice and writes C. Beside the GEMM, on the op's side stream,
+//                a block all-gather of the A shards on agmm::kSideGatherCtas SMs at most (stores
+//                into a peer once it raised its "free" flag for this launch, as push).
 //              - bands (M >= kBandsMinM): our GEMM's fp32 epilogue stores each 64-row band of
 //                P_rank into this rank's partial and straight into every peer's slot (whole
 //                128-byte rows), then raises the band's flag there (release after the stores),
@@ -204,7 +205,7 @@ agmm::KsplitSkinny make_ksplit_skinny_plan(const AgmmArgs& args, int world, cons
 
 // What nsplit runs for a shape: C's column blocks, one per rank, and its all-gather CTAs (one per
 // row, at most num_sms and kKsplitMaxCtas). Throws as make_ksplit_plan (naming nsplit). Pure.
-agmm::NsplitPlan make_nsplit_plan(const AgmmArgs& args, int world, const AgmmConfig& config, int num_sms);
+agmm::BlockGatherPlan make_nsplit_plan(const AgmmArgs& args, int world, const AgmmConfig& config, int num_sms);
 
 // The heap ksplit's buffers take (the constructor allocates exactly this when enabled): one fp32
 // partial of ksplit_max_m x ksplit_max_n (rounded up to 8) for this rank, 2 * (world - 1) for the

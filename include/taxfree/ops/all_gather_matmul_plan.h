@@ -146,10 +146,10 @@ TF_HOST_DEVICE PushItem push_item(const PieceGrid& g, int rank, bool copy_local,
 }
 
 // ksplit (gather_dim 1): every rank's fp32 partial P_r [m, ldp] (ldp = n rounded up to 8, so a row
-// is whole 8-float groups) is cut into `ctas` slices of consecutive 8-float groups, and A_shard
-// [m, shard_cols] into `ctas` slices of consecutive rows. CTA j of the exchange kernel owns slice j
-// of both on every rank (the same cut everywhere: the shape is the same on every rank), so the
-// flag (source, j) tells CTA j of a receiver that both slices of that source have landed.
+// is whole 8-float groups) is cut into `ctas` slices of consecutive 8-float groups. CTA j of the
+// exchange kernel owns slice j on every rank (the same cut everywhere: the shape is the same on
+// every rank), so the flag (source, j) tells CTA j of a receiver that slice j of that source has
+// landed.
 // A receiver keeps world - 1 partial slots per parity, one per peer source (slot()).
 constexpr int kKsplitMaxCtas = 1024;  // flags per source
 
@@ -165,7 +165,6 @@ struct KsplitSlices {
   };
   TF_HOST_DEVICE int64_t groups() const { return m * (ldp / 8); }  // 8-float groups of one partial
   TF_HOST_DEVICE Range partial_groups(int j) const { return {groups() * j / ctas, groups() * (j + 1) / ctas}; }
-  TF_HOST_DEVICE Range a_rows(int j) const { return {m * j / ctas, m * (j + 1) / ctas}; }
   // Slot of `source`'s partial in `receiver`'s buffer (receiver's own partial has none).
   TF_HOST_DEVICE static int slot(int source, int receiver) { return source < receiver ? source : source - 1; }
   TF_HOST_DEVICE static int64_t flag_index(int source, int j) { return int64_t(source) * kKsplitMaxCtas + j; }
@@ -231,15 +230,31 @@ struct ColumnBlocks {
   TF_HOST_DEVICE int64_t cols(int r) const { return ((r + 1) * width < n ? (r + 1) * width : n) - begin(r); }
 };
 
-// What nsplit runs: C's column blocks, and the CTAs of its two all-gather kernels (the A shards
-// before the GEMM, the C blocks after it). CTA j of every rank moves rows [rows(j)) of its block;
-// its flag (source, j) tells the peers that part arrived. ctas in [1, min(num_sms, kKsplitMaxCtas)]:
-// every CTA is resident once the GEMM before it ends (the waits are on peers, not on this rank).
-struct NsplitPlan {
+// A block all-gather (agmm_block_gather.cu): rank r's block (all m rows, columns
+// [blocks.begin(r), blocks.begin(r) + blocks.cols(r))) goes to every rank; CTA j of every rank moves rows [rows(j)) of
+// its block and its flag (source, j) tells the peers that part arrived. nsplit's C blocks
+// (make_nsplit_plan) and the A shards of nsplit and ksplit (shard_gather_plan). ctas in
+// [1, kKsplitMaxCtas]; the kernel's waits are on peers, never on CTAs of its own rank.
+struct BlockGatherPlan {
   ColumnBlocks blocks;
   int64_t m = 0;
   int ctas = 1;
   TF_HOST_DEVICE KsplitSlices::Range rows(int j) const { return {m * j / ctas, m * (j + 1) / ctas}; }
 };
+
+// The A shards as a block all-gather: rank r's shard [m, shard_cols] at columns r * shard_cols of
+// the gathered A, the rows cut among min(m, max_ctas) CTAs (max_ctas >= 1).
+TF_HOST_DEVICE BlockGatherPlan shard_gather_plan(int64_t m, int64_t shard_cols, int world, int max_ctas) {
+  BlockGatherPlan p;
+  p.blocks = {int64_t(world) * shard_cols, shard_cols};
+  p.m = m;
+  p.ctas = int(m < max_ctas ? m : max_ctas);
+  return p;
+}
+
+// ksplit's two-kernel path gathers the A shards on the op's side stream while its partial GEMM
+// runs, with this many CTAs at most: enough SMs to keep NVLink busy (as the exchange kernel: 64 KB
+// of stores in flight per SM), few enough to leave the GEMM the rest of the GPU.
+constexpr int kSideGatherCtas = 16;
 
 }  // namespace taxfree::agmm

@@ -278,7 +278,7 @@ class AgmmBench final : public OpBench {
     } else if (v == "cublas-only") {
       gemm::cublaslt_launch(gathered_gemm(c_.p), s);
     } else if (v == "cublas-block") {  // nsplit's GEMM alone: this rank's column block of C
-      const agmm::NsplitPlan p = make_nsplit_plan(a_, team_->world(), plain_->config(), team_->sm_count());
+      const agmm::BlockGatherPlan p = make_nsplit_plan(a_, team_->world(), plain_->config(), team_->sm_count());
       const int64_t c0 = p.blocks.begin(team_->rank());
       gemm::GemmArgs g = gathered_gemm(static_cast<char*>(c_.p) + c0 * 2);
       g.n = p.blocks.cols(team_->rank());

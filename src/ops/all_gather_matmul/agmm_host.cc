@@ -240,10 +240,10 @@ agmm::KsplitSkinny make_ksplit_skinny_plan(const AgmmArgs& a, int world, const A
   return p;
 }
 
-agmm::NsplitPlan make_nsplit_plan(const AgmmArgs& a, int world, const AgmmConfig& cfg, int num_sms) {
+agmm::BlockGatherPlan make_nsplit_plan(const AgmmArgs& a, int world, const AgmmConfig& cfg, int num_sms) {
   check_replicated_split(a, world, cfg, "nsplit");
   TF_REQUIRE(num_sms >= 1, Status::InvalidArgument, "all_gather_matmul nsplit: num_sms=" << num_sms << " must be >= 1");
-  agmm::NsplitPlan p;
+  agmm::BlockGatherPlan p;
   p.blocks = {a.n, ceil_div(ceil_div(a.n, world), 8) * 8};
   p.m = a.m;
   p.ctas = int(std::min<int64_t>(a.m, std::min(num_sms, agmm::kKsplitMaxCtas)));
@@ -258,8 +258,9 @@ KsplitHeap ksplit_heap(const AgmmConfig& cfg, int world) {
   h.skinny_partial_lines = ceil_div(cfg.ksplit_max_n, agmm::kSkinnySliceCols) * rows * agmm::kSkinnyLinesPerRow;
   h.skinny_a_lines = rows * ceil_div(ceil_div(cfg.max_k, world), 4);
   h.band_flags = ceil_div(cfg.ksplit_max_m, 64) * ceil_div(cfg.ksplit_max_n, 64);
-  // ready + per-slice flags (two-kernel path) + per-band flags (band path) + nsplit's two all-gathers
-  const int64_t flags = world + int64_t(world) * (3 * agmm::kKsplitMaxCtas + h.band_flags);
+  // ready + per-slice flags (two-kernel path) + per-band flags (band path) + nsplit's two
+  // all-gathers + the two-kernel path's side gather (its ready and its flags)
+  const int64_t flags = 2 * int64_t(world) + int64_t(world) * (4 * agmm::kKsplitMaxCtas + h.band_flags);
   const int64_t inbox = 2 * int64_t(world - 1) * (h.skinny_partial_lines + h.skinny_a_lines) * 16;
   h.bytes = (1 + 2 * int64_t(world - 1)) * h.partial_floats * 4 + flags * 8 + inbox;
   return h;

@@ -83,13 +83,7 @@ struct KsplitLaunch {
   const float* own = nullptr;  // this rank's partial [m, ldp] (the GEMM's output)
   float* recv = nullptr;       // heap [2 parities][world - 1 slots][slot_floats], the same offset on every rank
   int64_t slot_floats = 0;
-  uint64_t* ready = nullptr;   // heap [world]: slot p = epoch at which rank p's gathered A is free
   uint64_t* flags = nullptr;   // heap [world * kKsplitMaxCtas], KsplitSlices::flag_index
-  const char* src = nullptr;   // A_shard
-  int64_t src_ld = 0;          // bytes
-  char* gathered = nullptr;    // this rank's gathered A (heap; the same offset on every rank)
-  int64_t ld = 0;              // bytes
-  bool copy_local = true;      // false: A_shard already is this rank's slot (in place)
   bool skip_signal = false;    // fault injection: never raise the peers' partial flags
   void* c = nullptr;
   int64_t ldc = 0;             // elements
@@ -155,13 +149,13 @@ struct KsplitSkinnyLaunch {
 int ksplit_skinny_ctas_per_sm(gemm::DType dtype, gemm::BLayout layout, int m_tiles);
 void enqueue_ksplit_skinny(const KsplitSkinnyLaunch& l, cudaStream_t s);
 
-// One of nsplit's two all-gathers (agmm_nsplit.cu): rank r's block -- rows x plan.blocks.cols(r)
+// One block all-gather (agmm_block_gather.cu): rank r's block -- rows x plan.blocks.cols(r)
 // 16-bit elements at src -- into columns plan.blocks.begin(r) of every peer's dst (and of this
 // rank's own with copy_local), one flag per (source, CTA); with `out`, the peers' blocks are then
-// copied from dst into out at the same columns.
-struct NsplitGather {
+// copied from dst into out at the same columns. nsplit's two all-gathers, ksplit's A gather.
+struct BlockGather {
   dev::SymmetricView view;
-  NsplitPlan plan;              // A: blocks of the shard width; C: the plan's column blocks of C
+  BlockGatherPlan plan;              // A: blocks of the shard width; C: the plan's column blocks of C
   const char* src = nullptr;    // this rank's block
   int64_t src_ld = 0;           // bytes
   char* dst = nullptr;          // heap (the same offset on every rank)
@@ -172,14 +166,15 @@ struct NsplitGather {
   uint64_t* ready = nullptr;    // A: heap [world], slot p = epoch at which rank p's buffers are free (raised on
                                 // every peer, waited for before storing into one); C: nullptr
   uint64_t* flags = nullptr;    // heap [world * kKsplitMaxCtas], KsplitSlices::flag_index(source, CTA)
-  bool after_gemm = false;      // C: a programmatic dependent launch after the GEMM; ends the sequence
+  bool after_gemm = false;      // nsplit's C: a programmatic dependent launch after the GEMM
+  bool end_sequence = false;    // the launch's last kernel on `seq`: ends it
   bool skip_signal = false;     // fault injection: raise no flag on any peer
   dev::WaitSite site = dev::WaitSite::all_gather_data;
-  dev::LaunchSequence seq;      // ksplit's sequence (epoch e shared by both kernels of a launch)
+  dev::LaunchSequence seq;      // nsplit: ksplit's (epoch e shared by both kernels); ksplit: its own
   dev::FaultContext fault;
 };
-void enqueue_nsplit_gather(const NsplitGather& g, cudaStream_t s);
-void preload_nsplit_kernel();
+void enqueue_block_gather(const BlockGather& g, cudaStream_t s);
+void preload_block_gather_kernel();
 
 // The push kernel on `side` (push_ctas SMs) and the waiting GEMM on `main` (the rest), at once:
 // validates everything that can throw first, then forks `side` off `main` (event `fork`),

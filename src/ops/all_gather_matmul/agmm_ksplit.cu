@@ -1,7 +1,8 @@
 // all_gather_matmul `ksplit`: the exchange kernel that follows the partial GEMM. CTA j owns slice
-// j of every rank's partial and of every rank's A_shard (KsplitSlices); it pushes this rank's
-// slices to every peer, raises one flag per peer, waits for every peer's flag of slice j and sums
-// the partials of slice j into C. No CTA waits for another CTA of its own rank.
+// j of every rank's partial (KsplitSlices); it pushes this rank's slice to every peer, raises one
+// flag per peer, waits for every peer's flag of slice j and sums the partials of slice j into C. No
+// CTA waits for another CTA of its own rank. The A shards travel beside the GEMM, on the op's side
+// stream (agmm_block_gather.cu), not here.
 //
 // Epochs, buffers, reuse (no host reset between launches, CUDA-graph safe):
 //  * epoch e = dev::sequence_begin(seq), +1 per ksplit launch of the op; flags only grow.
@@ -11,16 +12,12 @@
 //    stream-ordered on each rank). So a slot is free without a handshake, whatever the shapes of
 //    e, e+1 and e+2 (fused flash_decode's argument, fused_decode_kernel.h).
 //  * A receiver still in e may see a flag of e+1 (>= e passes): the sender's e+1 partial goes to
-//    the other parity, its e data was complete before its launch e ended, and its e+1 A rows wait
-//    for this receiver's "free" flag of e+1, raised only once this receiver is in e+1.
-//  * The gathered A is the caller's until its next launch, so it gets no parity: a sender stores
-//    into a peer's gathered A only after that peer raised `ready` for this epoch (push's rule).
+//    the other parity, and its e data was complete before its launch e ended.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include "agmm_internal.h"
 #include "partial_sum.cuh"
-#include "taxfree/device/copy_rows.cuh"
 #include "taxfree/device/signal.cuh"
 #include "taxfree/device/tile_copy.cuh"
 #include "taxfree/runtime/error.h"
@@ -55,50 +52,25 @@ __global__ void __launch_bounds__(kThreads, 1) ksplit_exchange_kernel(const __gr
   const int j = blockIdx.x, t = threadIdx.x;
   const uint64_t epoch = dev::sequence_begin(a.seq);
   const bool peer_thread = t < v.world && t != v.rank;  // thread p signals and waits for rank p
-  // P1 (publishes nothing else): this rank's gathered A is free for launch e: the caller's uses of
-  // the previous one precede this kernel on the stream. Every CTA raises it (the same value), so no
-  // CTA depends on another CTA of its rank being resident.
-  if (peer_thread) dev::signal_set(v.peer(a.ready, t) + v.rank, epoch);
-
-  // This rank's rows of A_shard into its columns of every gathered A (its own first: no wait).
-  // A_shard is the caller's input: complete before the GEMM started, so this runs while the GEMM
-  // may still be finishing (programmatic dependent launch, enqueue_ksplit_exchange).
-  const KsplitSlices::Range rows = sl.a_rows(j);
-  const int64_t row_bytes = sl.shard_cols * 2;
-  const char* src = a.src + rows.begin * a.src_ld;
-  char* dst = a.gathered + rows.begin * a.ld + v.rank * row_bytes;
-  if (a.copy_local)
-    dev::copy_rows_vec16<kUnroll>(dst, a.ld, src, a.src_ld, rows.end - rows.begin, row_bytes, t, kThreads);
-  bool ok = true;
-  if (rows.end > rows.begin) {
-    // P1 consumer: rank p's gathered A is free once its `ready` reaches e. A false return (deadline,
-    // abort) is recorded for the host; the CTA then leaves without signalling.
-    if (peer_thread) ok = dev::wait_geq(a.ready + t, epoch, a.fault, dev::WaitSite::all_gather_ready, t);
-    ok = __syncthreads_and(ok) != 0;
-    for (int i = 1; ok && i < v.world; ++i)
-      dev::copy_rows_vec16<kUnroll>(v.peer(dst, (v.rank + i) % v.world), a.ld, src, a.src_ld, rows.end - rows.begin,
-                                    row_bytes, t, kThreads);
-  }
   // The partial is the GEMM's output: wait for the GEMM (all of it, memory visible), then this
   // rank's partial slice into its slot in every peer's buffer, peers rank+1, rank+2, ...
   asm volatile("griddepcontrol.wait;" ::: "memory");
   float* const recv = a.recv + int64_t(epoch & 1) * (v.world - 1) * a.slot_floats;
   const KsplitSlices::Range g = sl.partial_groups(j);
-  for (int i = 1; ok && i < v.world; ++i) {
+  for (int i = 1; i < v.world; ++i) {
     const int q = (v.rank + i) % v.world;
     float* dst = recv + KsplitSlices::slot(v.rank, q) * a.slot_floats + g.begin * 8;
     dev::copy_vec16<kUnroll>(v.peer(dst, q), a.own + g.begin * 8, uint64_t(g.end - g.begin) * 32, t, kThreads);
   }
-  if (ok) {
-    // P2: every thread's stores of both slices, bar.sync, then thread p's release on rank p's flag.
-    __syncthreads();
-    if (peer_thread && !a.skip_signal)
-      dev::signal_set(v.peer(a.flags, t) + KsplitSlices::flag_index(v.rank, j), epoch);
-    // P2 consumer: thread p acquires rank p's flag of slice j; bar.sync extends it to the CTA.
-    if (peer_thread)
-      ok = dev::wait_geq(a.flags + KsplitSlices::flag_index(t, j), epoch, a.fault, dev::WaitSite::ksplit_partial, t);
-    ok = __syncthreads_and(ok) != 0;
-  }
+  // P2: every thread's stores of the slice, bar.sync, then thread p's release on rank p's flag.
+  __syncthreads();
+  if (peer_thread && !a.skip_signal) dev::signal_set(v.peer(a.flags, t) + KsplitSlices::flag_index(v.rank, j), epoch);
+  // P2 consumer: thread p acquires rank p's flag of slice j; bar.sync extends it to the CTA. A false
+  // return (deadline, abort) is recorded for the host; the CTA then sums nothing.
+  bool ok = true;
+  if (peer_thread)
+    ok = dev::wait_geq(a.flags + KsplitSlices::flag_index(t, j), epoch, a.fault, dev::WaitSite::ksplit_partial, t);
+  ok = __syncthreads_and(ok) != 0;
   if (ok) sum_into_c<T>(a, recv, g);
   dev::sequence_end(a.seq, epoch);
 }
@@ -106,7 +78,7 @@ __global__ void __launch_bounds__(kThreads, 1) ksplit_exchange_kernel(const __gr
 }  // namespace
 
 // Programmatic dependent launch: the kernel may start while the partial GEMM before it on the
-// stream is still running (its launch and its A_shard copies overlap the GEMM's tail);
+// stream is still running (its launch overlaps the GEMM's tail);
 // griddepcontrol.wait in the kernel then waits for the GEMM's completion before the partial is read.
 void enqueue_ksplit_exchange(const KsplitLaunch& l, cudaStream_t s) {
   TF_REQUIRE(l.slices.ctas >= 1 && l.slices.ctas <= kKsplitMaxCtas, Status::Internal,

@@ -70,10 +70,12 @@ struct AllGatherMatmul::Impl {
   uint64_t* ksplit_flags = nullptr;  // heap [world * kKsplitMaxCtas]
   uint64_t* ksplit_band_flags = nullptr;  // heap [world][ksplit_sizes.band_flags]
   uint64_t* nsplit_flags = nullptr;       // heap [2][world * kKsplitMaxCtas]: nsplit's A and C all-gathers
+  uint64_t* side_ready = nullptr;         // heap [world]: ksplit's side-stream A gather ("free", side_seq epochs)
+  uint64_t* side_flags = nullptr;         // heap [world * kKsplitMaxCtas]: its arrival flags
   KsplitHeap ksplit_sizes;           // the skinny path's inbox geometry among them
   uint4* skinny_inbox = nullptr;     // heap [2][world - 1][skinny lines]: LL lines by launch parity
   // dec_seq.counter: decomposed's and fused-ce's epoch
-  dev::LaunchSequence push_seq{}, gemm_seq{}, dec_seq{}, ksplit_seq{};
+  dev::LaunchSequence push_seq{}, gemm_seq{}, dec_seq{}, ksplit_seq{}, side_seq{};
   cudaStream_t side = nullptr;       // the op's second stream (push kernel, copy-engine copies)
   cudaEvent_t fork = nullptr, join = nullptr;
   cudaEvent_t begun = nullptr;       // ksplit bands, decomposed: the side stream's begin barrier is done
@@ -144,7 +146,12 @@ AllGatherMatmul::AllGatherMatmul(Team& team, AgmmConfig config)
     TF_CUDA(cudaMemset(im.ksplit_band_flags, 0, bands * sizeof(uint64_t)));
     im.nsplit_flags = heap.allocate_array<uint64_t>(2 * w * agmm::kKsplitMaxCtas, "all_gather_matmul.nsplit_flags");
     TF_CUDA(cudaMemset(im.nsplit_flags, 0, 2 * w * agmm::kKsplitMaxCtas * sizeof(uint64_t)));
+    im.side_ready = heap.allocate_array<uint64_t>(w, "all_gather_matmul.ksplit_side_ready");
+    im.side_flags = heap.allocate_array<uint64_t>(w * agmm::kKsplitMaxCtas, "all_gather_matmul.ksplit_side_flags");
+    TF_CUDA(cudaMemset(im.side_ready, 0, w * sizeof(uint64_t)));
+    TF_CUDA(cudaMemset(im.side_flags, 0, w * agmm::kKsplitMaxCtas * sizeof(uint64_t)));
     im.ksplit_seq = team.new_sequence();
+    im.side_seq = team.new_sequence();
   }
   if (!config_.bsp_symmetric) {
     TF_CUDA(cudaMalloc(&im.gathered_plain, size_t(im.capacity_bytes)));
@@ -162,7 +169,7 @@ AllGatherMatmul::AllGatherMatmul(Team& team, AgmmConfig config)
   TF_CUDA(cudaEventCreateWithFlags(&im.begun, cudaEventDisableTiming));
   agmm::preload_push_kernel();
   agmm::preload_ksplit_kernels();
-  agmm::preload_nsplit_kernel();
+  agmm::preload_block_gather_kernel();
   if (im.ksplit_slot_floats > 0) agmm::preload_ksplit_skinny();
   agmm::preload_ksplit_gemm_kernels();
   agmm::preload_small_kernels();
@@ -242,6 +249,21 @@ agmm::ReadyGemmLaunch ready_gemm(const Team& team, const char* gathered, const A
   g.first_m = a.gather_dim == 0 ? gemm::rank_first_m_block(a.m, cfg.bm, team.rank(), team.world()) : 0;
   g.flags = flags;
   g.grid = grid;
+  g.fault = team.fault();
+  return g;
+}
+
+// The A shards as a block all-gather into every rank's gathered A (nsplit; ksplit's two-kernel
+// path); the caller sets ready, flags and the sequence.
+agmm::BlockGather shard_gather(const Team& team, const AgmmArgs& a, const GatheredA& slot, char* gathered,
+                               int max_ctas) {
+  agmm::BlockGather g;
+  g.view = team.view();
+  g.plan = agmm::shard_gather_plan(a.m, agmm_shard_shape(a.m, a.k, a.gather_dim, team.world()).cols, team.world(),
+                                   max_ctas);
+  g.src = static_cast<const char*>(a.a_shard), g.src_ld = a.lda_shard * kElem;
+  g.dst = gathered, g.dst_ld = slot.ld * kElem;
+  g.copy_local = !in_place(a, slot);
   g.fault = team.fault();
   return g;
 }
@@ -437,7 +459,10 @@ KsplitPath ksplit_path_override() {
 // By M: up to kSkinnyMaxM one kernel (agmm_ksplit_skinny.cu); from kBandsMinM our GEMM with the
 // band epilogue and the band sum (agmm_ksplit_gemm.cu); between, the two-kernel path: cuBLASLt on
 // this rank's shard and B's matching K rows into the fp32 partial, then the exchange kernel
-// (agmm_ksplit.cu) sums every rank's partial into C and completes the gathered A.
+// (agmm_ksplit.cu) sums every rank's partial into C; beside them, on the side stream (forked off
+// and joined back into the caller's), the block all-gather of the A shards on a few SMs, with a
+// launch sequence and flags of its own (the exchange kernel ends ksplit's sequence, possibly before
+// the gather starts).
 GatheredA AllGatherMatmul::launch_ksplit(const AgmmArgs& a, cudaStream_t s) {
   switch (ksplit_path_override()) {
     case KsplitPath::two_kernel: break;
@@ -461,21 +486,27 @@ GatheredA AllGatherMatmul::launch_ksplit(const AgmmArgs& a, cudaStream_t s) {
   l.own = im.ksplit_own;
   l.recv = im.ksplit_recv;
   l.slot_floats = im.ksplit_slot_floats;
-  l.ready = im.ksplit_ready;
   l.flags = im.ksplit_flags;
-  l.src = static_cast<const char*>(a.a_shard);
-  l.src_ld = a.lda_shard * kElem;
-  l.gathered = im.gathered;
-  l.ld = slot.ld * kElem;
-  l.copy_local = !in_place(a, slot);
   l.skip_signal = skip_signal_;
   l.c = a.c, l.ldc = a.ldc;
   l.dtype = a.dtype;
   l.slices = sl;
   l.seq = im.ksplit_seq;
   l.fault = team_.fault();
-  gemm::cublaslt_launch(g, s, gemm::OutType::fp32);  // validates before it enqueues
+  agmm::BlockGather ga = shard_gather(team_, a, slot, im.gathered, agmm::kSideGatherCtas);
+  ga.ready = im.side_ready;
+  ga.flags = im.side_flags;
+  ga.seq = im.side_seq;
+  ga.end_sequence = true;
+  gemm::cublaslt_prepare(g);  // all that can throw, first
+
+  TF_CUDA(cudaEventRecord(im.fork, s));
+  TF_CUDA(cudaStreamWaitEvent(im.side, im.fork, 0));
+  agmm::enqueue_block_gather(ga, im.side);
+  TF_CUDA(cudaEventRecord(im.join, im.side));
+  gemm::cublaslt_launch(g, s, gemm::OutType::fp32);
   agmm::enqueue_ksplit_exchange(l, s);
+  TF_CUDA(cudaStreamWaitEvent(s, im.join, 0));
   return {im.gathered, slot.ld};
 }
 
@@ -563,9 +594,9 @@ GatheredA AllGatherMatmul::launch_ksplit_bands(const AgmmArgs& a, cudaStream_t s
 
 // Three kernels on the stream: the all-gather of the A shards, cuBLASLt for this rank's column
 // block of C over the gathered A (straight into C), the all-gather of the C blocks through the
-// peers' receive buffers (agmm_nsplit.cu).
+// peers' receive buffers (agmm_block_gather.cu).
 GatheredA AllGatherMatmul::launch_nsplit(const AgmmArgs& a, cudaStream_t s) {
-  const agmm::NsplitPlan plan = make_nsplit_plan(a, team_.world(), config_, team_.sm_count());  // validates
+  const agmm::BlockGatherPlan plan = make_nsplit_plan(a, team_.world(), config_, team_.sm_count());  // validates
   const ShardShape sh = agmm_shard_shape(a.m, a.k, a.gather_dim, team_.world());
   Impl& im = *impl_;
   const int w = team_.world(), rank = team_.rank();
@@ -577,18 +608,11 @@ GatheredA AllGatherMatmul::launch_nsplit(const AgmmArgs& a, cudaStream_t s) {
   g.c = static_cast<char*>(a.c) + c0 * kElem;
   if (cols > 0) gemm::cublaslt_prepare(g);  // all that can throw, first
 
-  agmm::NsplitGather ga;  // the shards: blocks of the shard's width, rank r's at columns r * cols
-  ga.view = team_.view();
-  ga.plan = plan;
-  ga.plan.blocks = {int64_t(w) * sh.cols, sh.cols};
-  ga.src = static_cast<const char*>(a.a_shard), ga.src_ld = a.lda_shard * kElem;
-  ga.dst = im.gathered, ga.dst_ld = slot.ld * kElem;
-  ga.copy_local = !in_place(a, slot);
+  agmm::BlockGather ga = shard_gather(team_, a, slot, im.gathered, plan.ctas);
   ga.ready = im.ksplit_ready;
   ga.flags = im.nsplit_flags;
   ga.seq = im.ksplit_seq;
-  ga.fault = team_.fault();
-  agmm::NsplitGather gc = ga;  // the C blocks, through the receive buffer (ksplit's own partial)
+  agmm::BlockGather gc = ga;  // the C blocks, through the receive buffer (ksplit's own partial)
   gc.plan = plan;
   gc.src = static_cast<const char*>(g.c), gc.src_ld = a.ldc * kElem;
   gc.dst = reinterpret_cast<char*>(im.ksplit_own), gc.dst_ld = ceil_div(a.n, 8) * 8 * kElem;
@@ -597,12 +621,13 @@ GatheredA AllGatherMatmul::launch_nsplit(const AgmmArgs& a, cudaStream_t s) {
   gc.ready = nullptr;
   gc.flags = im.nsplit_flags + w * agmm::kKsplitMaxCtas;
   gc.after_gemm = true;
+  gc.end_sequence = true;
   gc.skip_signal = skip_signal_;
   gc.site = dev::WaitSite::nsplit_block;
 
-  agmm::enqueue_nsplit_gather(ga, s);
+  agmm::enqueue_block_gather(ga, s);
   if (cols > 0) gemm::cublaslt_launch(g, s);
-  agmm::enqueue_nsplit_gather(gc, s);
+  agmm::enqueue_block_gather(gc, s);
   return {im.gathered, slot.ld};
 }
 

@@ -1,16 +1,20 @@
-// all_gather_matmul `nsplit`: the all-gather kernel it runs twice per launch, once for the A shards
-// (before the GEMM) and once for the column blocks of C (after it). CTA j of every rank owns rows
-// plan.rows(j) of its rank's block: it stores them into every peer's destination, raises one flag
-// per peer, waits for every peer's flag j and, for C, copies the peers' rows from the receive
-// buffer into C. No CTA waits for another CTA of its own rank.
+// The block all-gather kernel of all_gather_matmul: rank r's block of 16-bit columns into every
+// peer's destination at the same columns. nsplit runs it twice per launch (the A shards before its
+// GEMM, the C blocks after it); ksplit's two-kernel path runs it for the A shards on the op's side
+// stream, beside its partial GEMM. CTA j of every rank owns rows plan.rows(j) of its rank's block:
+// it stores them into every peer's destination, raises one flag per peer, waits for every peer's
+// flag j and, for C, copies the peers' rows from the receive buffer into C. No CTA waits for
+// another CTA of its own rank.
 //
-// Epochs and reuse (no host reset between launches, CUDA-graph safe): both kernels of a launch
-// read the same epoch e from ksplit's launch sequence (the C kernel ends it), so ksplit and
-// nsplit launches share one growing epoch and the same "free" flags (`ready`: this rank's gathered
-// A and receive buffer are free for launch e, raised at the start of its A kernel, after every
-// earlier launch of the stream). A sender stores A rows into a peer only after that peer's ready
-// reached e, and its C rows only later in the same launch, so neither lands in a buffer the peer
-// still reads for launch e - 1.
+// Epochs and reuse (no host reset between launches, CUDA-graph safe): every kernel of a launch
+// reads the same epoch e from the sequence it is given, and the one with end_sequence ends it.
+// nsplit's two kernels use ksplit's launch sequence (the C kernel ends it), so ksplit and nsplit
+// launches share one growing epoch and the same "free" flags; ksplit's side-stream gather has a
+// sequence, "free" flags and arrival flags of its own (it runs beside the exchange kernel, which
+// ends ksplit's sequence). `ready` (this rank's gathered A and receive buffer are free for launch
+// e) is raised at the start of the A kernel, which runs after every earlier launch of the op on
+// this rank. A sender stores A rows into a peer only after that peer's ready reached e, and C rows
+// only later in the same launch, so neither lands in a buffer the peer still reads for launch e - 1.
 #include "agmm_internal.h"
 #include "taxfree/device/copy_rows.cuh"
 #include "taxfree/device/signal.cuh"
@@ -23,7 +27,7 @@ namespace {
 // As ksplit's exchange kernel: 512 threads x 8 x 16 B in flight per SM for the NVLink stores.
 constexpr int kThreads = 512, kUnroll = 8;
 
-__global__ void __launch_bounds__(kThreads, 1) nsplit_gather_kernel(const __grid_constant__ NsplitGather a) {
+__global__ void __launch_bounds__(kThreads, 1) block_gather_kernel(const __grid_constant__ BlockGather a) {
   const dev::SymmetricView& v = a.view;
   const int j = blockIdx.x, t = threadIdx.x;
   const uint64_t e = dev::sequence_begin(a.seq);
@@ -60,23 +64,23 @@ __global__ void __launch_bounds__(kThreads, 1) nsplit_gather_kernel(const __grid
     dev::copy_rows_vec16<kUnroll>(a.out + rows.begin * a.out_ld + c, a.out_ld, a.dst + rows.begin * a.dst_ld + c,
                                   a.dst_ld, n_rows, a.plan.blocks.cols(s) * 2, t, kThreads);
   }
-  if (a.after_gemm) dev::sequence_end(a.seq, e);
+  if (a.end_sequence) dev::sequence_end(a.seq, e);
 }
 
 }  // namespace
 
-void enqueue_nsplit_gather(const NsplitGather& g, cudaStream_t s) {
+void enqueue_block_gather(const BlockGather& g, cudaStream_t s) {
   TF_REQUIRE(g.plan.ctas >= 1 && g.plan.ctas <= kKsplitMaxCtas, Status::Internal,
              "nsplit all-gather with " << g.plan.ctas << " CTAs");
   // After the GEMM: a programmatic dependent launch (its launch overlaps the GEMM's tail;
   // griddepcontrol.wait in the kernel waits for the GEMM before C is read).
   const KernelLaunch launch(g.plan.ctas, kThreads, s, g.after_gemm);
-  TF_CUDA(cudaLaunchKernelEx(launch.config(), nsplit_gather_kernel, g));
+  TF_CUDA(cudaLaunchKernelEx(launch.config(), block_gather_kernel, g));
 }
 
-void preload_nsplit_kernel() {
+void preload_block_gather_kernel() {
   cudaFuncAttributes attr;
-  TF_CUDA(cudaFuncGetAttributes(&attr, nsplit_gather_kernel));
+  TF_CUDA(cudaFuncGetAttributes(&attr, block_gather_kernel));
 }
 
 }  // namespace taxfree::agmm
