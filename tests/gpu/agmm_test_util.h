@@ -259,10 +259,10 @@ inline void align(const std::string& barrier) {
 struct Ops {
   uint64_t mark;
   std::unique_ptr<AllGatherMatmul> plain, sym;
-  explicit Ops(AgmmConfig cfg = {}, int64_t min_k = 0) {
+  explicit Ops(AgmmConfig cfg = {}, int64_t min_k = 0, int64_t min_m = 0) {
     mark = team().heap().mark();
     const int64_t w = team().world();
-    cfg.max_m = std::max<int64_t>(2048, 512 * w), cfg.max_k = std::max({int64_t(4096), 1024 * w, min_k});
+    cfg.max_m = std::max({int64_t(2048), 512 * w, min_m}), cfg.max_k = std::max({int64_t(4096), 1024 * w, min_k});
     plain = std::make_unique<AllGatherMatmul>(team(), cfg);
     cfg.bsp_symmetric = true;
     cfg.ksplit_max_m = 0;

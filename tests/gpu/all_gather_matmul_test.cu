@@ -112,7 +112,7 @@ TEST(Agmm, RankSkew) {
 TEST(Agmm, DecomposedEarlyAndLateGemmUnderSkewAndRepeats) {
   TF_REQUIRE_GPUS(2);
   auto& t = team();
-  Ops ops;
+  Ops ops({}, 0, t.world() * (agmm::kDecEarlyGemmMaxRows + 1));
   const VariantRun& run = kRuns[4];
   for (int64_t rows : {agmm::kDecEarlyGemmMaxRows, agmm::kDecEarlyGemmMaxRows + 1}) {
     Problem p(Shape{t.world() * rows, 264, 520, 0, DType::bf16, BLayout::NK}, 600 + uint64_t(rows));

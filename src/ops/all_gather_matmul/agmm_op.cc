@@ -351,9 +351,9 @@ GatheredA AllGatherMatmul::launch_decomposed(const AgmmArgs& a, cudaStream_t s) 
     copy_rows(const_cast<void*>(slot.ptr), slot.ld, a.a_shard, a.lda_shard, sh.rows, sh.cols, im.side);
   TF_CUDA(cudaEventRecord(im.join, im.side));
 
-  if (early_gemm) {
+  if (a.gather_dim == 0) {
     gemm::cublaslt_launch(source_gemm(rank), s);
-    TF_CUDA(cudaStreamWaitEvent(s, im.begun, 0));
+    if (early_gemm) TF_CUDA(cudaStreamWaitEvent(s, im.begun, 0));
   } else if (!shard_in_place) {
     copy_rows(const_cast<void*>(slot.ptr), slot.ld, a.a_shard, a.lda_shard, sh.rows, sh.cols, s);
   }
