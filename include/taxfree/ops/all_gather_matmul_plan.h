@@ -190,7 +190,7 @@ constexpr int64_t kSkinnyMaxM = 32;
 // begin barrier, a second launch and non-swap tiles cost more than the overlap saves there).
 constexpr int64_t kBandsMinM = 512;
 // auto takes nsplit instead of ksplit from this M on (r33, 2x H200, N = 3584, K = 8192: M = 512
-// 61-62 vs 68 us, M = 1024 94-98 vs 110; a tie at 256, ksplit ahead below).
+// 61-62 vs 68 us, M = 1024 94-98 vs 110; r38: ksplit ahead at 256, 37-38 vs 43-44).
 constexpr int64_t kNsplitMinM = 512;
 // decomposed at gather_dim 0 starts this rank's GEMM before the begin barrier (the barrier on the
 // side stream) when a shard has at most this many rows (r36, 2x H200, N = 4096, K = 8192: M =

@@ -269,9 +269,9 @@ KsplitHeap ksplit_heap(const AgmmConfig& cfg, int world) {
 // `auto`, from the 2xH200 benches (docs/PERFORMANCE.md: r19-r22 at N = 3584 / 4096 / 7168,
 // K = 8192), the fastest variant per case, never slower than bsp beyond noise:
 //  gather_dim 1 (K-sharded A): where B is replicated and within ksplit's capacity, ksplit below
-//    kNsplitMinM (r25-r33: 1.9-2.3x the best bsp at M <= 16, 1.5-1.6x at 32-64, 1.2-1.4x at
-//    128-256: it reads half of B and does half the FLOPs) and nsplit from it (r33: 1.26-1.32x at
-//    512, 1.46-1.48x at 1024: it moves 16-bit C blocks, not fp32 partials); else bsp
+//    kNsplitMinM (r25-r38: 1.9-2.3x the best bsp at M <= 16, 1.5-1.7x at 32-64, 1.45-1.6x at 128,
+//    1.4-1.45x at 256: it reads half of B and does half the FLOPs) and nsplit from it (r33: 1.26-1.32x
+//    at 512, 1.46-1.48x at 1024: it moves 16-bit C blocks, not fp32 partials); else bsp
 //    up to M = 128; decomposed up to M = 512 (1.15-1.2x); fused-ce above when its k-loop can start
 //    at this rank's own columns (shards a whole number of k-blocks wide: M = 1024, 1.25-1.31x
 //    against decomposed's 1.19-1.20x), else decomposed.
