@@ -71,7 +71,7 @@ __global__ void __launch_bounds__(kThreads, 1) block_gather_kernel(const __grid_
 
 void enqueue_block_gather(const BlockGather& g, cudaStream_t s) {
   TF_REQUIRE(g.plan.ctas >= 1 && g.plan.ctas <= kKsplitMaxCtas, Status::Internal,
-             "nsplit all-gather with " << g.plan.ctas << " CTAs");
+             "block all-gather with " << g.plan.ctas << " CTAs");
   // After the GEMM: a programmatic dependent launch (its launch overlaps the GEMM's tail;
   // griddepcontrol.wait in the kernel waits for the GEMM before C is read).
   const KernelLaunch launch(g.plan.ctas, kThreads, s, g.after_gemm);

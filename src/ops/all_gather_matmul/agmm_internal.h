@@ -155,7 +155,7 @@ void enqueue_ksplit_skinny(const KsplitSkinnyLaunch& l, cudaStream_t s);
 // copied from dst into out at the same columns. nsplit's two all-gathers, ksplit's A gather.
 struct BlockGather {
   dev::SymmetricView view;
-  BlockGatherPlan plan;              // A: blocks of the shard width; C: the plan's column blocks of C
+  BlockGatherPlan plan;         // A: blocks of the shard width; C: the plan's column blocks of C
   const char* src = nullptr;    // this rank's block
   int64_t src_ld = 0;           // bytes
   char* dst = nullptr;          // heap (the same offset on every rank)

@@ -66,7 +66,7 @@ struct AllGatherMatmul::Impl {
   float* ksplit_own = nullptr;       // heap [slot]: this rank's partial (the GEMM's output); nsplit: the
                                      // peers' C blocks (16-bit), written by them once this rank is in the launch
   float* ksplit_recv = nullptr;      // heap [2][world - 1][slot]: peers' partials by launch parity
-  uint64_t* ksplit_ready = nullptr;  // heap [world]
+  uint64_t* ksplit_ready = nullptr;  // heap [world]: nsplit's "free" flags (ksplit_seq epochs)
   uint64_t* ksplit_flags = nullptr;  // heap [world * kKsplitMaxCtas]
   uint64_t* ksplit_band_flags = nullptr;  // heap [world][ksplit_sizes.band_flags]
   uint64_t* nsplit_flags = nullptr;       // heap [2][world * kKsplitMaxCtas]: nsplit's A and C all-gathers
@@ -306,8 +306,9 @@ GatheredA AllGatherMatmul::launch_bsp(const AgmmArgs& a, bool own_gemm, cudaStre
 // shard straight from A_shard, then on each arriving shard, rank+1, rank+2, ... (gather_dim 0).
 // Side stream: the shard into every peer's slot, peers rank-1, rank-2, ... (the one that consumes
 // it soonest first), each followed by its arrival flag, then into this rank's own slot for the
-// returned gathered A (gather_dim 1: on the main stream, as every k-block needs it). Staging the peer copies through the own slot made M = 4096-16384 slower
-// (r30: 950 vs 800 us at M = 8192); a cudaMalloc'd A_shard copies as fast as a heap one.
+// returned gathered A (gather_dim 1: on the main stream, as every k-block needs it). Staging the
+// peer copies through the own slot made M = 4096-16384 slower (r30: 950 vs 800 us at M = 8192); a
+// cudaMalloc'd A_shard copies as fast as a heap one.
 GatheredA AllGatherMatmul::launch_decomposed(const AgmmArgs& a, cudaStream_t s) {
   const ShardShape sh = agmm_shard_shape(a.m, a.k, a.gather_dim, team_.world());
   Impl& im = *impl_;
