@@ -93,6 +93,10 @@ if want faults; then
     "gave up waiting at 'all_gather_matmul ksplit: peer partial arrived' for rank 1" 60 \
     "$bin" bench all_gather_matmul -g 2 --shape M=4,N=3584,K=8192,gather_dim=1,layout=kn -n 2 -w 0 \
     --variant ksplit --inject skip-signal:1 --timeout 3
+  expect_failure "all_gather_matmul ksplit two-kernel peer never signals" \
+    "gave up waiting at 'all_gather_matmul ksplit: peer partial arrived' for rank 1" 60 \
+    "$bin" bench all_gather_matmul -g 2 --shape M=200,N=3584,K=8192,gather_dim=1,layout=kn -n 2 -w 0 \
+    --variant ksplit --inject skip-signal:1 --timeout 3
   expect_failure "all_gather_matmul nsplit peer never signals" \
     "gave up waiting at 'all_gather_matmul nsplit: peer C block arrived' for rank 1" 60 \
     "$bin" bench all_gather_matmul -g 2 --shape M=256,N=3584,K=8192,gather_dim=1,layout=kn -n 2 -w 0 \
