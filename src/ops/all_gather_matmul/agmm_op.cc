@@ -47,6 +47,23 @@ void copy_rows(void* dst, int64_t dst_ld, const void* src, int64_t src_ld, int64
   TF_CUDA(cudaMemcpy2DAsync(dst, size_t(dst_ld * kElem), src, size_t(src_ld * kElem), size_t(cols * kElem),
                             size_t(rows), cudaMemcpyDeviceToDevice, s));
 }
+
+// This rank's shard into its own slot of the gathered A, enqueued on `s` after the copies into the
+// peers' slots: read back over NVLink from the slot of the peer it went to first, (rank - 1) % world,
+// not copied locally from A_shard. A local device-to-device copy beside cuBLASLt slowed the GEMM by
+// about as long as the copy takes alone; the copies over NVLink (a tenth of the HBM rate) cost it
+// little. r44, decomposed, N = 4096: M = 8192 751-772 against 787-810 us, M = 16384 1489-1530 against
+// 1585-1621, the same as with A_shard already in place. Not for ksplit's bands, whose epilogue sends
+// the partials over NVLink at the same time (r44: M = 512 76 against 65-68 us). Safe: the peer's
+// slot for this rank holds exactly the shard (stream order), and only this rank's later launches
+// write it. One rank: the local copy.
+void copy_own_shard(const dev::SymmetricView& view, const GatheredA& slot, const AgmmArgs& a, int64_t rows,
+                    int64_t cols, cudaStream_t s) {
+  const void* src = a.a_shard;
+  int64_t src_ld = a.lda_shard;
+  if (view.world > 1) src = view.peer(slot.ptr, (view.rank - 1 + view.world) % view.world), src_ld = slot.ld;
+  copy_rows(const_cast<void*>(slot.ptr), slot.ld, src, src_ld, rows, cols, s);
+}
 }  // namespace
 
 struct AllGatherMatmul::Impl {
@@ -306,9 +323,10 @@ GatheredA AllGatherMatmul::launch_bsp(const AgmmArgs& a, bool own_gemm, cudaStre
 // shard straight from A_shard, then on each arriving shard, rank+1, rank+2, ... (gather_dim 0).
 // Side stream: the shard into every peer's slot, peers rank-1, rank-2, ... (the one that consumes
 // it soonest first), each followed by its arrival flag, then into this rank's own slot for the
-// returned gathered A (gather_dim 1: on the main stream, as every k-block needs it). Staging the
-// peer copies through the own slot made M = 4096-16384 slower (r30: 950 vs 800 us at M = 8192); a
-// cudaMalloc'd A_shard copies as fast as a heap one.
+// returned gathered A, read back from the first peer (copy_own_shard; gather_dim 1: a local copy on
+// the main stream, as every k-block needs it). Staging the peer copies through the own slot made
+// M = 4096-16384 slower (r30: 950 vs 800 us at M = 8192); a cudaMalloc'd A_shard copies as fast as a
+// heap one.
 GatheredA AllGatherMatmul::launch_decomposed(const AgmmArgs& a, cudaStream_t s) {
   const ShardShape sh = agmm_shard_shape(a.m, a.k, a.gather_dim, team_.world());
   Impl& im = *impl_;
@@ -349,7 +367,7 @@ GatheredA AllGatherMatmul::launch_decomposed(const AgmmArgs& a, cudaStream_t s) 
     agmm::enqueue_signal_copy(view.peer(im.dec_arrived, q) + rank, epoch, im.side);
   }
   if (!shard_in_place && a.gather_dim == 0)  // last: nothing waits for it but the returned gathered A
-    copy_rows(const_cast<void*>(slot.ptr), slot.ld, a.a_shard, a.lda_shard, sh.rows, sh.cols, im.side);
+    copy_own_shard(view, slot, a, sh.rows, sh.cols, im.side);
   TF_CUDA(cudaEventRecord(im.join, im.side));
 
   if (a.gather_dim == 0) {
