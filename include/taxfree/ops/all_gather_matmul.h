@@ -18,7 +18,9 @@
 //              signals); cuBLASLt per source shard as it arrives, this rank's shard first
 //              (gather_dim 0; for shards of <= kDecEarlyGemmMaxRows rows that one does not wait
 //              for the barrier). gather_dim 1 cannot be split by source without a split-K sum, so it
-//              waits for every shard and runs one cuBLASLt.
+//              waits for every shard and runs one cuBLASLt. gather_dim 0: this rank's own slot of
+//              the gathered A (unless in place) is read back over NVLink from the first peer's copy,
+//              after the peer copies, so no local copy competes with cuBLASLt for HBM.
 //   push       a push kernel on a few SMs copies the shard into this rank's gathered A and every
 //              peer's, piece by piece, raising a per-(source, piece) epoch flag after each; our GEMM
 //              runs on the other SMs at the same time, its producer waiting for a piece's flag
