@@ -492,6 +492,7 @@ GatheredA AllGatherMatmul::launch_ksplit(const AgmmArgs& a, cudaStream_t s) {
   l.slot_floats = im.ksplit_slot_floats;
   l.flags = im.ksplit_flags;
   l.sum_flags = im.ksplit_sum_flags;
+  l.owner_sums = sl.m * sl.ldp * 4 >= agmm::kKsplitOwnerSumMinBytes;
   l.skip_signal = skip_signal_;
   l.c = a.c, l.ldc = a.ldc;
   l.dtype = a.dtype;
