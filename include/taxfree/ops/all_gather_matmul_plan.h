@@ -168,6 +168,8 @@ struct KsplitSlices {
   // Slot of `source`'s partial in `receiver`'s buffer (receiver's own partial has none).
   TF_HOST_DEVICE static int slot(int source, int receiver) { return source < receiver ? source : source - 1; }
   TF_HOST_DEVICE static int64_t flag_index(int source, int j) { return int64_t(source) * kKsplitMaxCtas + j; }
+  // The rank that sums slice j under the reduce-scatter exchange (kKsplitOwnerSumMinBytes).
+  TF_HOST_DEVICE int owner(int j) const { return j % world; }
 };
 
 // ksplit-skinny (M <= kSkinnyMaxM): one kernel per rank multiplies and exchanges

@@ -86,7 +86,7 @@ __global__ void __launch_bounds__(kThreads, 1) ksplit_exchange_kernel(const __gr
   float* const recv = a.recv + int64_t(epoch & 1) * (v.world - 1) * a.slot_floats;
   const KsplitSlices::Range g = sl.partial_groups(j);
   bool ok = true;
-  const int owner = j % v.world;
+  const int owner = sl.owner(j);
   if (!a.owner_sums) {
     // P2: this rank's partial slice into its slot on every peer (rank+1, rank+2, ...), bar.sync,
     // then thread p's release on rank p's flag (rank, j).
