@@ -7,6 +7,8 @@
 // each with B as [K, N] (kn) and [N, K] (nk). --shape entries are key=value,... with keys M, N, K,
 // gather_dim, layout: an entry naming M, N, K and gather_dim adds that shape (both layouts unless it
 // names one); any other entry filters the default sweep. -b/-e bound C's bytes per rank.
+// decomposed-in-place: decomposed with A_shard already in the op's local_slot() (what a producer
+// writing its output there gets: no local copy).
 // Parts (timed, not checked; they feed the tax breakdown): gemm-only (our GEMM on an already
 // gathered A), cublas-only (cuBLASLt on it), cublas-block (nsplit's GEMM alone: cuBLASLt on it for
 // this rank's column block of C; where nsplit runs), comm-only / comm-only-sym (ncclAllGather alone).
@@ -134,7 +136,8 @@ class AgmmBench final : public OpBench {
   std::vector<std::string> variants() const override {
     // push last: its multi-millisecond runs at M >= 2048 heat the GPUs, and the variant timed right
     // after them read 1-8% slow in r25 (auto vs the decomposed it runs).
-    return {"bsp", "bsp-sym", "bsp-own", "decomposed", "fused-ce", "ksplit", "nsplit", "auto", "push"};
+    return {"bsp", "bsp-sym", "bsp-own", "decomposed", "decomposed-in-place", "fused-ce", "ksplit", "nsplit", "auto",
+            "push"};
   }
   bool applies(const Case& c, const std::string& v) const override {
     if (v != "ksplit" && v != "nsplit" && v != "cublas-block") return true;
@@ -247,6 +250,7 @@ class AgmmBench final : public OpBench {
     // B the same on every rank (a replicated weight, the paper's setting): ksplit needs it.
     fill_uniform(b_.p, b_rows, b_cols, a_.ldb, seed_ * 31 + 17, a_.dtype, s);
     gemm::cublaslt_launch(gathered_gemm(c_ref_.p), s);
+    place_shard_in_slot(s);
     team.sync(s);
   }
 
@@ -254,6 +258,7 @@ class AgmmBench final : public OpBench {
     TF_CUDA(cudaMemsetAsync(c_.p, 0xFF, size_t(a_.m * a_.ldc * 2), s));
     plain_->fill_buffers(0xFF, s);
     sym_->fill_buffers(0xFF, s);
+    place_shard_in_slot(s);
   }
 
   void run(const std::string& v, cudaStream_t s) override {
@@ -271,6 +276,11 @@ class AgmmBench final : public OpBench {
       // a user tuned for the size would hold, for auto's bsp choices too.
       if (big_shard()) args.a_shard = a_plain_.p;
       last_ = (big_shard() ? plain_ : sym_)->launch(parse_agmm_variant(v), args, s);
+    } else if (v == "decomposed-in-place") {  // A_shard already in this rank's slot: no local copy
+      const GatheredA slot = plain_->local_slot(a_.m, a_.k, a_.gather_dim);
+      args.a_shard = slot.ptr;
+      args.lda_shard = slot.ld;
+      last_ = plain_->launch(AgmmVariant::decomposed, args, s);
     } else if (v == "decomposed" || v == "push" || v == "fused-ce" || v == "ksplit" || v == "nsplit") {
       last_ = plain_->launch(parse_agmm_variant(v), args, s);
     } else if (v == "gemm-only") {
@@ -342,7 +352,7 @@ class AgmmBench final : public OpBench {
   int launches(const std::string& v) const override {
     const int w = team_ ? team_->world() : 2;
     if (v == "bsp" || v == "bsp-sym" || v == "bsp-own") return a_.gather_dim == 1 ? 3 : 2;
-    if (v == "decomposed") return 2 + 3 * (w - 1) + (a_.gather_dim == 0 ? w + w - 1 : 2 + w - 1);
+    if (v == "decomposed" || v == "decomposed-in-place") return 2 + 3 * (w - 1) + (a_.gather_dim == 0 ? w + w - 1 : 2 + w - 1);
     return 2;
   }
 
@@ -357,6 +367,13 @@ class AgmmBench final : public OpBench {
             double(c.params.at("K").get<int64_t>())};
   }
   uint64_t shard_seed(int r) const { return seed_ * 0x100000001B3ull + uint64_t(r) + 1; }
+  // decomposed-in-place's A_shard: this rank's shard in the plain op's own slot, as a producer
+  // writing there leaves it. Every other variant only ever writes the same bits into that slot.
+  void place_shard_in_slot(cudaStream_t s) {
+    const GatheredA slot = plain_->local_slot(a_.m, a_.k, a_.gather_dim);
+    TF_CUDA(cudaMemcpy2DAsync(const_cast<void*>(slot.ptr), size_t(slot.ld * 2), a_heap_, size_t(shard_.cols * 2),
+                              size_t(shard_.cols * 2), size_t(shard_.rows), cudaMemcpyDeviceToDevice, s));
+  }
   bool big_shard() const { return shard_.rows * shard_.cols * 2 >= (int64_t(32) << 20); }
   gemm::GemmArgs gathered_gemm(void* c) const {
     gemm::GemmArgs g;
