@@ -546,9 +546,9 @@ TEST(AgmmKsplitSkinny, HeapHoldsTheLargestLaunchForEveryWorld) {
                                                           gemm::BLayout::NK, 132, true, gemm::SwapAB::never);
       EXPECT_FALSE(g.swap_ab);
       EXPECT_GE(g.bn, 64);
-      // Flags: two-kernel path (ready, slices), nsplit's two all-gathers, the side gather (ready,
-      // CTAs), the bands.
-      const int64_t flags = w + w * agmm::kKsplitMaxCtas + 2 * w * agmm::kKsplitMaxCtas +
+      // Flags: two-kernel path (ready, partial and sum flags per slice), nsplit's two all-gathers,
+      // the side gather (ready, CTAs), the bands.
+      const int64_t flags = w + 2 * w * agmm::kKsplitMaxCtas + 2 * w * agmm::kKsplitMaxCtas +
                             (w + w * agmm::kKsplitMaxCtas) + w * h.band_flags;
       EXPECT_EQ(h.bytes, (1 + 2 * int64_t(w - 1)) * h.partial_floats * 4 + flags * 8 +
                              2 * int64_t(w - 1) * (h.skinny_partial_lines + h.skinny_a_lines) * 16);

@@ -204,6 +204,39 @@ TEST(AgmmKsplitMany, ThousandLaunchesAlternatingShapes) {
   }
 }
 
+// The two-kernel path's two exchange protocols (kKsplitOwnerSumMinBytes: all-to-all below,
+// reduce-scatter + all-gather from it) alternating launch by launch with no host work between, one
+// rank 50 ms late at the start, new inputs and a check every 200 launches.
+TEST(AgmmKsplitMany, BothExchangeProtocolsAlternating) {
+  TF_REQUIRE_GPUS(2);
+  auto& t = team();
+  Ops ops({}, t.world() * 4104);
+  Problem a2a(ksplit_shape(200, 1003, DType::bf16, BLayout::NK), 64, true);
+  Problem rs(ksplit_shape(300, 3592, DType::bf16, BLayout::KN), 65, true);
+  ASSERT_LT(200 * 1008 * 4, agmm::kKsplitOwnerSumMinBytes);
+  ASSERT_GE(300 * 3592 * 4, agmm::kKsplitOwnerSumMinBytes);
+  auto s = t.stream();
+  a2a.poison_c(s);
+  ops.poison(rs);
+  align("agmm.ksplit.protocols.poisoned");
+  if (t.rank() == 0) usleep(50 * 1000);
+  GatheredA g{};
+  for (int i = 1; i <= 600; ++i) {
+    Problem& p = i % 2 == 0 ? a2a : rs;
+    g = ops.plain->launch(AgmmVariant::ksplit, replicated(p.args()), s);
+    if (i % 200 == 0) {
+      t.sync(s);
+      const std::string what = "ksplit after " + std::to_string(i) + " launches of both protocols";
+      p.expect_result(g, what, true);
+      (&p == &a2a ? rs : a2a).expect_c(what + " (the other shape)");
+      t.host_barrier("agmm.ksplit.protocols.checked");
+      a2a.refresh(66 + uint64_t(i));
+      rs.refresh(67 + uint64_t(i));
+    }
+  }
+  align("agmm.ksplit.protocols.done");
+}
+
 // Each path: M = 17 (skinny), 200 (two-kernel), and 200 with the band path forced; nsplit at 200.
 struct KsplitPath {
   int64_t m;

@@ -21,6 +21,7 @@ enum class WaitSite : uint32_t {
   decode_ready = 8,       // flash_decode fused: a peer's buffer is free for this step
   ksplit_partial = 9,     // all_gather_matmul ksplit: a peer's partial and A rows of a slice arrived
   nsplit_block = 10,      // all_gather_matmul nsplit: a peer's column block of C arrived
+  ksplit_sum = 11,        // all_gather_matmul ksplit: the owner's summed slice of C arrived
 };
 
 // Filled once per team by the first wait that expires; later ones only raise the abort flag.

@@ -52,9 +52,11 @@
 //                rank's gathered A (no rank writes a peer's gathered A on this path).
 //              - two-kernel (kSkinnyMaxM < M < agmm::kBandsMinM = 512): cuBLASLt into P_rank,
 //                then one exchange kernel (make_ksplit_plan: one CTA per slice of P; a
-//                programmatic dependent launch, so it starts during the GEMM's tail) stores its
-//                slice into every peer, raises one epoch flag per (source, slice), waits for the
-//                peers' flags of its slice and writes C. Beside the GEMM, on the op's side stream,
+//                programmatic dependent launch, so it starts during the GEMM's tail): rank
+//                j % world owns slice j's sum; the others store their partial slice into the owner
+//                and raise its flag, the owner sums in rank order, writes C and stores the rounded
+//                slice into every peer with a second flag, and they copy it into C. Beside the
+//                GEMM, on the op's side stream,
 //                a block all-gather of the A shards on agmm::kSideGatherCtas SMs at most (stores
 //                into a peer once it raised its "free" flag for this launch, as push).
 //              - bands (M >= kBandsMinM): our GEMM's fp32 epilogue stores each 64-row band of

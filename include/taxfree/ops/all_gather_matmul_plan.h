@@ -168,6 +168,8 @@ struct KsplitSlices {
   // Slot of `source`'s partial in `receiver`'s buffer (receiver's own partial has none).
   TF_HOST_DEVICE static int slot(int source, int receiver) { return source < receiver ? source : source - 1; }
   TF_HOST_DEVICE static int64_t flag_index(int source, int j) { return int64_t(source) * kKsplitMaxCtas + j; }
+  // The rank that sums slice j under the reduce-scatter exchange (kKsplitOwnerSumMinBytes).
+  TF_HOST_DEVICE int owner(int j) const { return j % world; }
 };
 
 // ksplit-skinny (M <= kSkinnyMaxM): one kernel per rank multiplies and exchanges
@@ -189,6 +191,11 @@ constexpr int64_t kSkinnyMaxM = 32;
 // M = 512 / 1024 against 69-72 / 123-129, a tie at 256, behind at 64-128 (27 / 35 vs 25 / 31: the
 // begin barrier, a second launch and non-swap tiles cost more than the overlap saves there).
 constexpr int64_t kBandsMinM = 512;
+// The two-kernel path's exchange reduce-scatters then all-gathers C (one more flag latency, a
+// quarter fewer bytes at world 2) from this many bytes of partial per rank on, and sends every
+// partial to every peer below (r41, 2x H200, N = 3584: M = 256, 3.7 MB, 36 vs 37.5-38 us; M = 128,
+// 1.8 MB, 28-29 vs 27-28; M = 64 24.5-25 vs 23).
+constexpr int64_t kKsplitOwnerSumMinBytes = 3 << 20;
 // auto takes nsplit instead of ksplit from this M on (r33, 2x H200, N = 3584, K = 8192: M = 512
 // 61-62 vs 68 us, M = 1024 94-98 vs 110; r38: ksplit ahead at 256, 37-38 vs 43-44).
 constexpr int64_t kNsplitMinM = 512;

@@ -83,8 +83,10 @@ struct KsplitLaunch {
   const float* own = nullptr;  // this rank's partial [m, ldp] (the GEMM's output)
   float* recv = nullptr;       // heap [2 parities][world - 1 slots][slot_floats], the same offset on every rank
   int64_t slot_floats = 0;
-  uint64_t* flags = nullptr;   // heap [world * kKsplitMaxCtas], KsplitSlices::flag_index
-  bool skip_signal = false;    // fault injection: never raise the peers' partial flags
+  uint64_t* flags = nullptr;      // heap [world * kKsplitMaxCtas], KsplitSlices::flag_index: partials arrived
+  uint64_t* sum_flags = nullptr;  // heap [world * kKsplitMaxCtas], KsplitSlices::flag_index: summed slices arrived
+  bool owner_sums = false;     // reduce-scatter then all-gather (kKsplitOwnerSumMinBytes), else all-to-all
+  bool skip_signal = false;    // fault injection: never raise the peers' partial or sum flags
   void* c = nullptr;
   int64_t ldc = 0;             // elements
   gemm::DType dtype = gemm::DType::bf16;

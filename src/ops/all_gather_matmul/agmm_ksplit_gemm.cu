@@ -121,7 +121,7 @@ __global__ void __launch_bounds__(kSumThreads) ksplit_band_sum_kernel(const __gr
         // Plain loads: the peers' stores are ordered before their flags (acquired above).
         for (int s = 0; s < v.world; ++s)
           add_partial8(lo, hi, (s == v.rank ? l.own : parity + KsplitSlices::slot(s, v.rank) * l.slot_floats) + at, s == 0);
-        store_rounded8(static_cast<T*>(l.c) + row * l.ldc + col, lo, hi, l.n - col);
+        store8<T>(static_cast<T*>(l.c) + row * l.ldc + col, round8<T>(lo, hi), l.n - col);
       }
     }
   }

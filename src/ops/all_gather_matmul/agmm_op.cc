@@ -84,7 +84,8 @@ struct AllGatherMatmul::Impl {
                                      // peers' C blocks (16-bit), written by them once this rank is in the launch
   float* ksplit_recv = nullptr;      // heap [2][world - 1][slot]: peers' partials by launch parity
   uint64_t* ksplit_ready = nullptr;  // heap [world]: nsplit's "free" flags (ksplit_seq epochs)
-  uint64_t* ksplit_flags = nullptr;  // heap [world * kKsplitMaxCtas]
+  uint64_t* ksplit_flags = nullptr;  // heap [world * kKsplitMaxCtas]: two-kernel path, partials arrived
+  uint64_t* ksplit_sum_flags = nullptr;  // heap [world * kKsplitMaxCtas]: two-kernel path, summed slices arrived
   uint64_t* ksplit_band_flags = nullptr;  // heap [world][ksplit_sizes.band_flags]
   uint64_t* nsplit_flags = nullptr;       // heap [2][world * kKsplitMaxCtas]: nsplit's A and C all-gathers
   uint64_t* side_ready = nullptr;         // heap [world]: ksplit's side-stream A gather ("free", side_seq epochs)
@@ -158,6 +159,8 @@ AllGatherMatmul::AllGatherMatmul(Team& team, AgmmConfig config)
     im.ksplit_flags = heap.allocate_array<uint64_t>(w * agmm::kKsplitMaxCtas, "all_gather_matmul.ksplit_flags");
     TF_CUDA(cudaMemset(im.ksplit_ready, 0, w * sizeof(uint64_t)));
     TF_CUDA(cudaMemset(im.ksplit_flags, 0, w * agmm::kKsplitMaxCtas * sizeof(uint64_t)));
+    im.ksplit_sum_flags = heap.allocate_array<uint64_t>(w * agmm::kKsplitMaxCtas, "all_gather_matmul.ksplit_sum_flags");
+    TF_CUDA(cudaMemset(im.ksplit_sum_flags, 0, w * agmm::kKsplitMaxCtas * sizeof(uint64_t)));
     const uint64_t bands = w * uint64_t(im.ksplit_sizes.band_flags);
     im.ksplit_band_flags = heap.allocate_array<uint64_t>(bands, "all_gather_matmul.ksplit_band_flags");
     TF_CUDA(cudaMemset(im.ksplit_band_flags, 0, bands * sizeof(uint64_t)));
@@ -478,7 +481,7 @@ KsplitPath ksplit_path_override() {
 // By M: up to kSkinnyMaxM one kernel (agmm_ksplit_skinny.cu); from kBandsMinM our GEMM with the
 // band epilogue and the band sum (agmm_ksplit_gemm.cu); between, the two-kernel path: cuBLASLt on
 // this rank's shard and B's matching K rows into the fp32 partial, then the exchange kernel
-// (agmm_ksplit.cu) sums every rank's partial into C; beside them, on the side stream (forked off
+// (agmm_ksplit.cu: reduce-scatter and all-gather of C, slice by slice); beside them, on the side stream (forked off
 // and joined back into the caller's), the block all-gather of the A shards on a few SMs, with a
 // launch sequence and flags of its own (the exchange kernel ends ksplit's sequence, possibly before
 // the gather starts).
@@ -506,6 +509,8 @@ GatheredA AllGatherMatmul::launch_ksplit(const AgmmArgs& a, cudaStream_t s) {
   l.recv = im.ksplit_recv;
   l.slot_floats = im.ksplit_slot_floats;
   l.flags = im.ksplit_flags;
+  l.sum_flags = im.ksplit_sum_flags;
+  l.owner_sums = sl.m * sl.ldp * 4 >= agmm::kKsplitOwnerSumMinBytes;
   l.skip_signal = skip_signal_;
   l.c = a.c, l.ldc = a.ldc;
   l.dtype = a.dtype;

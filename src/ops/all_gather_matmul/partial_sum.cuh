@@ -20,15 +20,20 @@ __device__ __forceinline__ void add_partial8(float4& lo, float4& hi, const float
   hi.x += b.x, hi.y += b.y, hi.z += b.z, hi.w += b.w;
 }
 
-// Rounds the 8 sums to T once and stores the first min(8, cols_left) at dst: one 16-byte store
-// when all 8 fit (dst 16-byte aligned there: C's row stride is a multiple of 8 elements).
+// The 8 sums rounded to T once, as one 16-byte vector.
 template <class T>
-__device__ __forceinline__ void store_rounded8(T* dst, const float4& lo, const float4& hi, int64_t cols_left) {
-  const uint4 out{gemm::device::pack2<T>(lo.x, lo.y), gemm::device::pack2<T>(lo.z, lo.w),
-                  gemm::device::pack2<T>(hi.x, hi.y), gemm::device::pack2<T>(hi.z, hi.w)};
-  if (cols_left >= 8) *reinterpret_cast<uint4*>(dst) = out;
+__device__ __forceinline__ uint4 round8(const float4& lo, const float4& hi) {
+  return {gemm::device::pack2<T>(lo.x, lo.y), gemm::device::pack2<T>(lo.z, lo.w), gemm::device::pack2<T>(hi.x, hi.y),
+          gemm::device::pack2<T>(hi.z, hi.w)};
+}
+
+// Stores the first min(8, cols_left) elements of v at dst: one 16-byte store when all 8 fit (dst
+// 16-byte aligned there: C's row stride is a multiple of 8 elements).
+template <class T>
+__device__ __forceinline__ void store8(T* dst, const uint4& v, int64_t cols_left) {
+  if (cols_left >= 8) *reinterpret_cast<uint4*>(dst) = v;
   else
-    for (int i = 0; i < int(cols_left); ++i) dst[i] = gemm::device::element<T>(out, i);
+    for (int i = 0; i < int(cols_left); ++i) dst[i] = gemm::device::element<T>(v, i);
 }
 
 }  // namespace taxfree::agmm
