@@ -52,13 +52,16 @@
 //                rank's gathered A (no rank writes a peer's gathered A on this path).
 //              - two-kernel (kSkinnyMaxM < M < agmm::kBandsMinM = 512): cuBLASLt into P_rank,
 //                then one exchange kernel (make_ksplit_plan: one CTA per slice of P; a
-//                programmatic dependent launch, so it starts during the GEMM's tail): rank
-//                j % world owns slice j's sum; the others store their partial slice into the owner
-//                and raise its flag, the owner sums in rank order, writes C and stores the rounded
-//                slice into every peer with a second flag, and they copy it into C. Beside the
-//                GEMM, on the op's side stream,
-//                a block all-gather of the A shards on agmm::kSideGatherCtas SMs at most (stores
-//                into a peer once it raised its "free" flag for this launch, as push).
+//                programmatic dependent launch, so it starts during the GEMM's tail). Below
+//                agmm::kKsplitOwnerSumMinBytes of partial per rank, all-to-all: every rank sends
+//                its partial slice to every peer, raises a flag, and sums every slice itself. From
+//                it, reduce-scatter + all-gather: rank j % world owns slice j's sum, the others
+//                store their partial slice into the owner and raise its flag, the owner sums in
+//                rank order, writes C and stores the rounded slice into every peer with a second
+//                flag, and they copy it into C (fewer bytes, one more flag latency). Beside the
+//                GEMM, on the op's side stream, a block all-gather of the A shards on
+//                agmm::kSideGatherCtas SMs at most (stores into a peer once it raised its "free"
+//                flag for this launch, as push).
 //              - bands (M >= kBandsMinM): our GEMM's fp32 epilogue stores each 64-row band of
 //                P_rank into this rank's partial and straight into every peer's slot (whole
 //                128-byte rows), then raises the band's flag there (release after the stores),

@@ -194,7 +194,8 @@ constexpr int64_t kBandsMinM = 512;
 // The two-kernel path's exchange reduce-scatters then all-gathers C (one more flag latency, a
 // quarter fewer bytes at world 2) from this many bytes of partial per rank on, and sends every
 // partial to every peer below (r41, 2x H200, N = 3584: M = 256, 3.7 MB, 36 vs 37.5-38 us; M = 128,
-// 1.8 MB, 28-29 vs 27-28; M = 64 24.5-25 vs 23).
+// 1.8 MB, 28-29 vs 27-28; M = 64 24.5-25 vs 23). r42, this switch against all-to-all everywhere, two
+// runs each: M = 256 37.0 vs 37.3-38.0 us, M = 64-128 the same.
 constexpr int64_t kKsplitOwnerSumMinBytes = 3 << 20;
 // auto takes nsplit instead of ksplit from this M on (r33, 2x H200, N = 3584, K = 8192: M = 512
 // 61-62 vs 68 us, M = 1024 94-98 vs 110; r38: ksplit ahead at 256, 37-38 vs 43-44).
