@@ -21,8 +21,10 @@ namespace taxfree::bench {
 namespace {
 
 // Timed samples of a case are taken in this many interleaved rounds over its variants (at most
-// one round per sample).
-constexpr int kTimingRounds = 4;
+// one round per sample). 4 rounds left whole batches of a variant inside one clock state: r47 timed
+// all_gather_matmul's auto and decomposed (the same code) at 2490-2880 us at M = 16384 N = 7168,
+// which one read fast depending on the order.
+constexpr int kTimingRounds = 16;
 
 // Holds the stream until the host has queued a whole timed batch, so the GPU never waits for the
 // host's launches inside a timed region. Bounded: after `timeout_ns` it lets the batch run anyway.
@@ -306,14 +308,16 @@ int run(Team& team, const RunRequest& req) {
         row.reps = int(max_over_ranks(team, "reps-" + std::to_string(seq++), reps));
         pending.push_back(std::move(row));
       }
-      // Timed samples in interleaved rounds, each round starting one variant later: every variant
-      // sees the GPUs in the same mix of states (clocks and power after the heavy variants drift by
-      // 5-15% over a case: r29/r30 timed one code path 761 and 885 us depending on what ran before).
+      // Timed samples in interleaved rounds, each round starting one variant later and every other
+      // round in reverse order, so no variant always follows the same one: every variant sees the
+      // GPUs in the same mix of states (clocks and power after the heavy variants drift by 5-15%
+      // over a case: r29/r30 timed one code path 761 and 885 us depending on what ran before).
       const int rounds = std::min(opt.iters, kTimingRounds);
       std::vector<std::vector<double>> samples(pending.size());
+      const size_t nv = pending.size();
       for (int r = 0; r < rounds; ++r)
-        for (size_t j = 0; j < pending.size(); ++j) {
-          const size_t vi = (j + size_t(r)) % pending.size();
+        for (size_t j = 0; j < nv; ++j) {
+          const size_t vi = ((r % 2 == 0 ? j : nv - 1 - j) + size_t(r)) % nv;
           const std::string& v = pending[vi].variant;
           const int reps_all = pending[vi].reps;
           const int n = opt.iters / rounds + (r < opt.iters % rounds ? 1 : 0);
