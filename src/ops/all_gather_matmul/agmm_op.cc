@@ -1,27 +1,21 @@
-// all_gather_matmul op object: buffers, flags and streams; validation; the bsp, decomposed, push,
-// fused-ce and ksplit variants' host sides.
+// all_gather_matmul op object: buffers, flags and streams; validation; the bsp, decomposed, push
+// and fused-ce variants' host sides (ksplit and nsplit: agmm_op_split.cc).
 #include <nccl.h>
 
 #include <algorithm>
 #include <climits>
-#include <cstdlib>
 #include <string>
 #include <vector>
 
-#include "agmm_internal.h"
+#include "agmm_op_impl.h"
 #include "taxfree/kernels/gemm/tile_scheduler.cuh"
-#include "taxfree/ops/all_gather_matmul.h"
 #include "taxfree/ops/cublaslt_gemm.h"
-#include "taxfree/runtime/error.h"
-#include "taxfree/runtime/team.h"
 
 namespace taxfree {
 
+using namespace agmm;
+
 namespace {
-constexpr int64_t kElem = 2;
-
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
 bool overlap(const void* a, int64_t a_bytes, const void* b, int64_t b_bytes) {
   const auto x = reinterpret_cast<uintptr_t>(a), y = reinterpret_cast<uintptr_t>(b);
   return a_bytes > 0 && b_bytes > 0 && std::max(x, y) < std::min(x + uintptr_t(a_bytes), y + uintptr_t(b_bytes));
@@ -29,24 +23,6 @@ bool overlap(const void* a, int64_t a_bytes, const void* b, int64_t b_bytes) {
 
 // Bytes a rows x cols matrix with stride ld spans from its first element.
 int64_t span_bytes(int64_t rows, int64_t cols, int64_t ld) { return ((rows - 1) * ld + cols) * kElem; }
-
-// A_shard passed as the op's own slot with its stride (local_slot): no local copy needed.
-bool in_place(const AgmmArgs& a, const GatheredA& slot) { return a.a_shard == slot.ptr && a.lda_shard == slot.ld; }
-
-// B's K rows [k0, ...) ([K, N]) or K columns ([N, K]): ksplit's share of B on this rank.
-const char* b_from_k(const AgmmArgs& a, int64_t k0) {
-  return static_cast<const char*>(a.b) + (a.b_layout == gemm::BLayout::KN ? k0 * a.ldb : k0) * kElem;
-}
-
-struct Buffer {
-  const void* p;
-  int64_t bytes;
-};
-
-void copy_rows(void* dst, int64_t dst_ld, const void* src, int64_t src_ld, int64_t rows, int64_t cols, cudaStream_t s) {
-  TF_CUDA(cudaMemcpy2DAsync(dst, size_t(dst_ld * kElem), src, size_t(src_ld * kElem), size_t(cols * kElem),
-                            size_t(rows), cudaMemcpyDeviceToDevice, s));
-}
 
 // This rank's shard into its own slot of the gathered A, enqueued on `s` after the copies into the
 // peers' slots: read back over NVLink from the slot of the peer it went to first, (rank - 1) % world,
@@ -65,51 +41,6 @@ void copy_own_shard(const dev::SymmetricView& view, const GatheredA& slot, const
   copy_rows(const_cast<void*>(slot.ptr), slot.ld, src, src_ld, rows, cols, s);
 }
 }  // namespace
-
-struct AllGatherMatmul::Impl {
-  int64_t capacity_bytes = 0;        // each gathered / staging buffer
-  char* gathered = nullptr;          // heap: the gathered A of bsp-sym, decomposed and push
-  char* staging_sym = nullptr;       // heap: gather_dim 1 NCCL output (bsp_symmetric only)
-  char* gathered_plain = nullptr;    // device memory: bsp on plain buffers (!bsp_symmetric)
-  char* staging_plain = nullptr;
-  int64_t flag_capacity = 0;
-  uint64_t* push_ready = nullptr;    // heap [world]
-  uint64_t* push_flags = nullptr;    // heap [flag_capacity]
-  uint64_t* dec_barrier = nullptr;   // heap [world]: the begin barrier's slots (decomposed, fused-ce)
-  uint64_t* dec_arrived = nullptr;   // heap [world]: slot s = epoch of source s's shard
-  int64_t ce_flag_capacity = 0;
-  uint64_t* ce_flags = nullptr;      // heap [ce_flag_capacity]: fused-ce's row-chunk flags (dec_seq epochs)
-  int64_t ksplit_slot_floats = 0;    // one partial: ksplit_max_m x ksplit_max_n rounded up to 8
-  float* ksplit_own = nullptr;       // heap [slot]: this rank's partial (the GEMM's output); nsplit: the
-                                     // peers' C blocks (16-bit), written by them once this rank is in the launch
-  float* ksplit_recv = nullptr;      // heap [2][world - 1][slot]: peers' partials by launch parity
-  uint64_t* ksplit_ready = nullptr;  // heap [world]: nsplit's "free" flags (ksplit_seq epochs)
-  uint64_t* ksplit_flags = nullptr;  // heap [world * kKsplitMaxCtas]: two-kernel path, partials arrived
-  uint64_t* ksplit_sum_flags = nullptr;  // heap [world * kKsplitMaxCtas]: two-kernel path, summed slices arrived
-  uint64_t* ksplit_band_flags = nullptr;  // heap [world][ksplit_sizes.band_flags]
-  uint64_t* nsplit_flags = nullptr;       // heap [2][world * kKsplitMaxCtas]: nsplit's A and C all-gathers
-  uint64_t* side_ready = nullptr;         // heap [world]: ksplit's side-stream A gather ("free", side_seq epochs)
-  uint64_t* side_flags = nullptr;         // heap [world * kKsplitMaxCtas]: its arrival flags
-  KsplitHeap ksplit_sizes;           // the skinny path's inbox geometry among them
-  uint4* skinny_inbox = nullptr;     // heap [2][world - 1][skinny lines]: LL lines by launch parity
-  // dec_seq.counter: decomposed's and fused-ce's epoch
-  dev::LaunchSequence push_seq{}, gemm_seq{}, dec_seq{}, ksplit_seq{}, side_seq{};
-  cudaStream_t side = nullptr;       // the op's second stream (push kernel, copy-engine copies)
-  cudaEvent_t fork = nullptr, join = nullptr;
-  cudaEvent_t begun = nullptr;       // ksplit bands, decomposed: the side stream's begin barrier is done
-
-  int64_t skinny_slot_lines() const { return ksplit_sizes.skinny_partial_lines + ksplit_sizes.skinny_a_lines; }
-  // Every buffer the variants or the peers write (the flags excepted).
-  std::vector<Buffer> buffers(int world) const {
-    std::vector<Buffer> out;
-    for (const char* buf : {gathered, staging_sym, gathered_plain, staging_plain})
-      if (buf) out.push_back({buf, capacity_bytes});
-    if (ksplit_own) out.push_back({ksplit_own, ksplit_slot_floats * 4});
-    if (ksplit_recv) out.push_back({ksplit_recv, 2 * (world - 1) * ksplit_slot_floats * 4});
-    if (skinny_inbox) out.push_back({skinny_inbox, 2 * (world - 1) * skinny_slot_lines() * 16});
-    return out;
-  }
-};
 
 AllGatherMatmul::AllGatherMatmul(Team& team, AgmmConfig config)
     : team_(team), config_(config), impl_(std::make_unique<Impl>()) {
@@ -254,12 +185,6 @@ GatheredA AllGatherMatmul::launch(AgmmVariant variant, const AgmmArgs& args, cud
 }
 
 namespace {
-gemm::GemmArgs gemm_args(const AgmmArgs& a, const void* gathered, int64_t ld) {
-  gemm::GemmArgs g;
-  g.a = gathered, g.lda = ld, g.b = a.b, g.ldb = a.ldb, g.c = a.c, g.ldc = a.ldc;
-  g.m = a.m, g.n = a.n, g.k = a.k, g.dtype = a.dtype, g.b_layout = a.b_layout;
-  return g;
-}
 // Our GEMM over `gathered` with the piece waits; the caller sets present_source and seq.
 agmm::ReadyGemmLaunch ready_gemm(const Team& team, const char* gathered, const AgmmArgs& a,
                                  const gemm::GemmConfig& cfg, const uint64_t* flags, const agmm::PieceGrid& grid) {
@@ -269,21 +194,6 @@ agmm::ReadyGemmLaunch ready_gemm(const Team& team, const char* gathered, const A
   g.first_m = a.gather_dim == 0 ? gemm::rank_first_m_block(a.m, cfg.bm, team.rank(), team.world()) : 0;
   g.flags = flags;
   g.grid = grid;
-  g.fault = team.fault();
-  return g;
-}
-
-// The A shards as a block all-gather into every rank's gathered A (nsplit; ksplit's two-kernel
-// path); the caller sets ready, flags and the sequence.
-agmm::BlockGather shard_gather(const Team& team, const AgmmArgs& a, const GatheredA& slot, char* gathered,
-                               int max_ctas) {
-  agmm::BlockGather g;
-  g.view = team.view();
-  g.plan = agmm::shard_gather_plan(a.m, agmm_shard_shape(a.m, a.k, a.gather_dim, team.world()).cols, team.world(),
-                                   max_ctas);
-  g.src = static_cast<const char*>(a.a_shard), g.src_ld = a.lda_shard * kElem;
-  g.dst = gathered, g.dst_ld = slot.ld * kElem;
-  g.copy_local = !in_place(a, slot);
   g.fault = team.fault();
   return g;
 }
@@ -421,9 +331,9 @@ GatheredA AllGatherMatmul::launch_push(const AgmmArgs& a, cudaStream_t s) {
 // flag (as decomposed does), and our GEMM runs once over the whole gathered A on every SM, its
 // producer waiting for a chunk's flag before the first load of it: this rank's rows first, then
 // rank+1's, ... (gather_dim 0), or each tile's k-loop from this rank's columns on, then rank+1's,
-// ... (gather_dim 1: the shards arrive while every CTA multiplies the one it holds). This rank's shard, unless in place, is copied on the main stream
-// before the GEMM: a copy on another stream could not be waited for by a GEMM that holds every SM
-// if the driver ran it as a kernel.
+// ... (gather_dim 1: the shards arrive while every CTA multiplies the one it holds). This rank's
+// shard, unless in place, is copied on the main stream before the GEMM: a copy on another stream
+// could not be waited for by a GEMM that holds every SM if the driver ran it as a kernel.
 GatheredA AllGatherMatmul::launch_fused_ce(const AgmmArgs& a, cudaStream_t s) {
   const ShardShape sh = agmm_shard_shape(a.m, a.k, a.gather_dim, team_.world());
   const FusedCePlan plan = make_fused_ce_plan(a, team_.world(), team_.sm_count());
@@ -460,198 +370,6 @@ GatheredA AllGatherMatmul::launch_fused_ce(const AgmmArgs& a, cudaStream_t s) {
   if (!shard_in_place) copy_rows(const_cast<void*>(slot.ptr), slot.ld, a.a_shard, a.lda_shard, sh.rows, sh.cols, s);
   agmm::enqueue_ready_gemm(g, s);
   TF_CUDA(cudaStreamWaitEvent(s, im.join, 0));
-  return {im.gathered, slot.ld};
-}
-
-namespace {
-// TAXFREE_AGMM_KSPLIT_PATH=two-kernel | bands makes ksplit take that path at every M (read at each
-// launch, so one benchmark process can time them; every rank must see the same value). Throws
-// InvalidArgument for another value.
-enum class KsplitPath { by_size, two_kernel, bands };
-KsplitPath ksplit_path_override() {
-  const char* e = std::getenv("TAXFREE_AGMM_KSPLIT_PATH");
-  if (e == nullptr || *e == '\0') return KsplitPath::by_size;
-  const std::string v(e);
-  TF_REQUIRE(v == "two-kernel" || v == "bands", Status::InvalidArgument,
-             "TAXFREE_AGMM_KSPLIT_PATH='" << v << "': two-kernel or bands");
-  return v == "two-kernel" ? KsplitPath::two_kernel : KsplitPath::bands;
-}
-}  // namespace
-
-// By M: up to kSkinnyMaxM one kernel (agmm_ksplit_skinny.cu); from kBandsMinM our GEMM with the
-// band epilogue and the band sum (agmm_ksplit_gemm.cu); between, the two-kernel path: cuBLASLt on
-// this rank's shard and B's matching K rows into the fp32 partial, then the exchange kernel
-// (agmm_ksplit.cu: reduce-scatter and all-gather of C, slice by slice); beside them, on the side stream (forked off
-// and joined back into the caller's), the block all-gather of the A shards on a few SMs, with a
-// launch sequence and flags of its own (the exchange kernel ends ksplit's sequence, possibly before
-// the gather starts).
-GatheredA AllGatherMatmul::launch_ksplit(const AgmmArgs& a, cudaStream_t s) {
-  switch (ksplit_path_override()) {
-    case KsplitPath::two_kernel: break;
-    case KsplitPath::bands: return launch_ksplit_bands(a, s);
-    case KsplitPath::by_size:
-      if (a.m <= agmm::kSkinnyMaxM) return launch_ksplit_skinny(a, s);
-      if (a.m >= agmm::kBandsMinM) return launch_ksplit_bands(a, s);
-      break;
-  }
-  const agmm::KsplitSlices sl = make_ksplit_plan(a, team_.world(), config_, team_.sm_count());
-  Impl& im = *impl_;
-  const GatheredA slot = local_slot(a.m, a.k, a.gather_dim);
-  const int64_t k0 = team_.rank() * sl.shard_cols;  // this rank's K rows of B
-  gemm::GemmArgs g = gemm_args(a, a.a_shard, a.lda_shard);
-  g.b = b_from_k(a, k0);
-  g.c = im.ksplit_own, g.ldc = sl.ldp;
-  g.k = sl.shard_cols;
-
-  agmm::KsplitLaunch l;
-  l.view = team_.view();
-  l.own = im.ksplit_own;
-  l.recv = im.ksplit_recv;
-  l.slot_floats = im.ksplit_slot_floats;
-  l.flags = im.ksplit_flags;
-  l.sum_flags = im.ksplit_sum_flags;
-  l.owner_sums = sl.m * sl.ldp * 4 >= agmm::kKsplitOwnerSumMinBytes;
-  l.skip_signal = skip_signal_;
-  l.c = a.c, l.ldc = a.ldc;
-  l.dtype = a.dtype;
-  l.slices = sl;
-  l.seq = im.ksplit_seq;
-  l.fault = team_.fault();
-  agmm::BlockGather ga = shard_gather(team_, a, slot, im.gathered, agmm::kSideGatherCtas);
-  ga.ready = im.side_ready;
-  ga.flags = im.side_flags;
-  ga.seq = im.side_seq;
-  ga.end_sequence = true;
-  gemm::cublaslt_prepare(g);  // all that can throw, first
-
-  TF_CUDA(cudaEventRecord(im.fork, s));
-  TF_CUDA(cudaStreamWaitEvent(im.side, im.fork, 0));
-  agmm::enqueue_block_gather(ga, im.side);
-  TF_CUDA(cudaEventRecord(im.join, im.side));
-  gemm::cublaslt_launch(g, s, gemm::OutType::fp32);
-  agmm::enqueue_ksplit_exchange(l, s);
-  TF_CUDA(cudaStreamWaitEvent(s, im.join, 0));
-  return {im.gathered, slot.ld};
-}
-
-GatheredA AllGatherMatmul::launch_ksplit_skinny(const AgmmArgs& a, cudaStream_t s) {
-  const int per_sm = agmm::ksplit_skinny_ctas_per_sm(a.dtype, a.b_layout, agmm::skinny_m_tiles(a.m));
-  const agmm::KsplitSkinny p = make_ksplit_skinny_plan(a, team_.world(), config_, team_.sm_count() * per_sm);
-  Impl& im = *impl_;
-  const GatheredA slot = local_slot(a.m, a.k, a.gather_dim);
-  const int64_t k0 = team_.rank() * p.shard_cols;  // this rank's K rows of B
-  agmm::KsplitSkinnyLaunch l;
-  l.view = team_.view();
-  l.plan = p;
-  l.a = static_cast<const char*>(a.a_shard), l.lda = a.lda_shard;
-  l.b = b_from_k(a, k0);
-  l.ldb = a.ldb;
-  l.b_layout = a.b_layout;
-  l.own = im.ksplit_own;
-  l.inbox = im.skinny_inbox;
-  l.slot_lines = im.skinny_slot_lines();
-  l.partial_cap = im.ksplit_sizes.skinny_partial_lines;
-  l.gathered = im.gathered;
-  l.ld = slot.ld * kElem;
-  l.copy_local = !in_place(a, slot);
-  l.skip_signal = skip_signal_;
-  l.c = a.c, l.ldc = a.ldc;
-  l.dtype = a.dtype;
-  l.seq = im.ksplit_seq;
-  l.fault = team_.fault();
-  agmm::enqueue_ksplit_skinny(l, s);  // checks the inbox's capacity before it enqueues
-  return {im.gathered, slot.ld};
-}
-
-// Side stream: the begin barrier (every peer's gathered A is free), then the copy engine moves A_shard
-// into every peer's gathered A, each followed by its arrival flag (decomposed's scheme), then into
-// this rank's own slot. Main stream: our GEMM with the band epilogue (no wait: it reads only this
-// rank's data), then the band sum, which waits for the peers' bands and A shards.
-GatheredA AllGatherMatmul::launch_ksplit_bands(const AgmmArgs& a, cudaStream_t s) {
-  const agmm::KsplitSlices sl = make_ksplit_plan(a, team_.world(), config_, team_.sm_count());  // validates
-  Impl& im = *impl_;
-  const auto& view = team_.view();
-  const int w = team_.world(), rank = team_.rank();
-  const GatheredA slot = local_slot(a.m, a.k, a.gather_dim);
-  const int64_t k0 = rank * sl.shard_cols;  // this rank's K rows of B
-  agmm::KsplitGemmLaunch l;
-  l.view = view;
-  l.gemm = gemm_args(a, a.a_shard, a.lda_shard);
-  l.gemm.b = b_from_k(a, k0);
-  l.gemm.k = sl.shard_cols;
-  l.config = gemm::choose_gemm_config(a.m, a.n, sl.shard_cols, a.dtype, a.b_layout, team_.sm_count(), true,
-                                      gemm::SwapAB::never);
-  l.own = im.ksplit_own, l.recv = im.ksplit_recv;
-  l.ldp = sl.ldp, l.slot_floats = im.ksplit_slot_floats;
-  l.flags = im.ksplit_band_flags, l.band_capacity = im.ksplit_sizes.band_flags;
-  l.bn = l.config.bn;
-  l.bands_n = int((a.n + l.bn - 1) / l.bn);
-  l.m = a.m, l.n = a.n;
-  l.a_arrived = im.dec_arrived, l.a_epoch = im.dec_seq.counter;
-  l.skip_signal = skip_signal_;
-  l.c = a.c, l.ldc = a.ldc;
-  l.dtype = a.dtype;
-  l.seq = im.ksplit_seq;
-  l.fault = team_.fault();
-  gemm::validate_inputs(l.gemm, l.config);  // before anything is enqueued
-  TF_REQUIRE((a.m + 63) / 64 * l.bands_n <= l.band_capacity, Status::Internal,
-             "ksplit: " << (a.m + 63) / 64 * l.bands_n << " bands exceed the " << l.band_capacity << " flags");
-
-  TF_CUDA(cudaEventRecord(im.fork, s));
-  TF_CUDA(cudaStreamWaitEvent(im.side, im.fork, 0));
-  agmm::enqueue_begin(im.dec_seq.counter, view, im.dec_barrier, l.fault, im.side);
-  TF_CUDA(cudaEventRecord(im.begun, im.side));
-  for (int i = 1; i < w; ++i) {
-    const int q = (rank - i + w) % w;
-    copy_rows(view.peer(const_cast<void*>(slot.ptr), q), slot.ld, a.a_shard, a.lda_shard, sl.m, sl.shard_cols, im.side);
-    agmm::enqueue_signal_copy(view.peer(im.dec_arrived, q) + rank, im.dec_seq.counter, im.side);
-  }
-  if (!in_place(a, slot)) copy_rows(const_cast<void*>(slot.ptr), slot.ld, a.a_shard, a.lda_shard, sl.m, sl.shard_cols, im.side);
-  TF_CUDA(cudaEventRecord(im.join, im.side));
-
-  agmm::enqueue_ksplit_gemm(l, s);
-  TF_CUDA(cudaStreamWaitEvent(s, im.begun, 0));  // the sum reads the begin barrier's epoch
-  agmm::enqueue_ksplit_band_sum(l, s);
-  TF_CUDA(cudaStreamWaitEvent(s, im.join, 0));
-  return {im.gathered, slot.ld};
-}
-
-// Three kernels on the stream: the all-gather of the A shards, cuBLASLt for this rank's column
-// block of C over the gathered A (straight into C), the all-gather of the C blocks through the
-// peers' receive buffers (agmm_block_gather.cu).
-GatheredA AllGatherMatmul::launch_nsplit(const AgmmArgs& a, cudaStream_t s) {
-  const agmm::BlockGatherPlan plan = make_nsplit_plan(a, team_.world(), config_, team_.sm_count());  // validates
-  const ShardShape sh = agmm_shard_shape(a.m, a.k, a.gather_dim, team_.world());
-  Impl& im = *impl_;
-  const int w = team_.world(), rank = team_.rank();
-  const GatheredA slot = local_slot(a.m, a.k, a.gather_dim);
-  const int64_t c0 = plan.blocks.begin(rank), cols = plan.blocks.cols(rank);
-  gemm::GemmArgs g = gemm_args(a, im.gathered, sh.ld);
-  g.n = cols;
-  g.b = static_cast<const char*>(a.b) + (a.b_layout == gemm::BLayout::KN ? c0 : c0 * a.ldb) * kElem;
-  g.c = static_cast<char*>(a.c) + c0 * kElem;
-  if (cols > 0) gemm::cublaslt_prepare(g);  // all that can throw, first
-
-  agmm::BlockGather ga = shard_gather(team_, a, slot, im.gathered, plan.ctas);
-  ga.ready = im.ksplit_ready;
-  ga.flags = im.nsplit_flags;
-  ga.seq = im.ksplit_seq;
-  agmm::BlockGather gc = ga;  // the C blocks, through the receive buffer (ksplit's own partial)
-  gc.plan = plan;
-  gc.src = static_cast<const char*>(g.c), gc.src_ld = a.ldc * kElem;
-  gc.dst = reinterpret_cast<char*>(im.ksplit_own), gc.dst_ld = ceil_div(a.n, 8) * 8 * kElem;
-  gc.out = static_cast<char*>(a.c), gc.out_ld = a.ldc * kElem;
-  gc.copy_local = false;
-  gc.ready = nullptr;
-  gc.flags = im.nsplit_flags + w * agmm::kKsplitMaxCtas;
-  gc.after_gemm = true;
-  gc.end_sequence = true;
-  gc.skip_signal = skip_signal_;
-  gc.site = dev::WaitSite::nsplit_block;
-
-  agmm::enqueue_block_gather(ga, s);
-  if (cols > 0) gemm::cublaslt_launch(g, s);
-  agmm::enqueue_block_gather(gc, s);
   return {im.gathered, slot.ld};
 }
 

@@ -1,0 +1,205 @@
+// all_gather_matmul's ksplit (cross-rank split-K: the skinny, two-kernel and band paths) and
+// nsplit (column blocks of C) host sides.
+#include <cstdlib>
+#include <string>
+
+#include "agmm_op_impl.h"
+#include "taxfree/ops/cublaslt_gemm.h"
+
+namespace taxfree {
+
+using namespace agmm;
+
+namespace {
+// TAXFREE_AGMM_KSPLIT_PATH=two-kernel | bands makes ksplit take that path at every M (read at each
+// launch, so one benchmark process can time them; every rank must see the same value). Throws
+// InvalidArgument for another value.
+enum class KsplitPath { by_size, two_kernel, bands };
+KsplitPath ksplit_path_override() {
+  const char* e = std::getenv("TAXFREE_AGMM_KSPLIT_PATH");
+  if (e == nullptr || *e == '\0') return KsplitPath::by_size;
+  const std::string v(e);
+  TF_REQUIRE(v == "two-kernel" || v == "bands", Status::InvalidArgument,
+             "TAXFREE_AGMM_KSPLIT_PATH='" << v << "': two-kernel or bands");
+  return v == "two-kernel" ? KsplitPath::two_kernel : KsplitPath::bands;
+}
+}  // namespace
+
+// By M: up to kSkinnyMaxM one kernel (agmm_ksplit_skinny.cu); from kBandsMinM our GEMM with the
+// band epilogue and the band sum (agmm_ksplit_gemm.cu); between, the two-kernel path: cuBLASLt on
+// this rank's shard and B's matching K rows into the fp32 partial, then the exchange kernel
+// (agmm_ksplit.cu: all-to-all of the partials, or from kKsplitOwnerSumMinBytes reduce-scatter and
+// all-gather of C, slice by slice); beside them, on the side stream (forked off and joined back into
+// the caller's), the block all-gather of the A shards on a few SMs, with a launch sequence and flags
+// of its own (the exchange kernel ends ksplit's sequence, possibly before the gather starts).
+GatheredA AllGatherMatmul::launch_ksplit(const AgmmArgs& a, cudaStream_t s) {
+  switch (ksplit_path_override()) {
+    case KsplitPath::two_kernel: break;
+    case KsplitPath::bands: return launch_ksplit_bands(a, s);
+    case KsplitPath::by_size:
+      if (a.m <= agmm::kSkinnyMaxM) return launch_ksplit_skinny(a, s);
+      if (a.m >= agmm::kBandsMinM) return launch_ksplit_bands(a, s);
+      break;
+  }
+  const agmm::KsplitSlices sl = make_ksplit_plan(a, team_.world(), config_, team_.sm_count());
+  Impl& im = *impl_;
+  const GatheredA slot = local_slot(a.m, a.k, a.gather_dim);
+  const int64_t k0 = team_.rank() * sl.shard_cols;  // this rank's K rows of B
+  gemm::GemmArgs g = gemm_args(a, a.a_shard, a.lda_shard);
+  g.b = b_from_k(a, k0);
+  g.c = im.ksplit_own, g.ldc = sl.ldp;
+  g.k = sl.shard_cols;
+
+  agmm::KsplitLaunch l;
+  l.view = team_.view();
+  l.own = im.ksplit_own;
+  l.recv = im.ksplit_recv;
+  l.slot_floats = im.ksplit_slot_floats;
+  l.flags = im.ksplit_flags;
+  l.sum_flags = im.ksplit_sum_flags;
+  l.owner_sums = sl.m * sl.ldp * 4 >= agmm::kKsplitOwnerSumMinBytes;
+  l.skip_signal = skip_signal_;
+  l.c = a.c, l.ldc = a.ldc;
+  l.dtype = a.dtype;
+  l.slices = sl;
+  l.seq = im.ksplit_seq;
+  l.fault = team_.fault();
+  agmm::BlockGather ga = shard_gather(team_, a, slot, im.gathered, agmm::kSideGatherCtas);
+  ga.ready = im.side_ready;
+  ga.flags = im.side_flags;
+  ga.seq = im.side_seq;
+  ga.end_sequence = true;
+  gemm::cublaslt_prepare(g);  // all that can throw, first
+
+  TF_CUDA(cudaEventRecord(im.fork, s));
+  TF_CUDA(cudaStreamWaitEvent(im.side, im.fork, 0));
+  agmm::enqueue_block_gather(ga, im.side);
+  TF_CUDA(cudaEventRecord(im.join, im.side));
+  gemm::cublaslt_launch(g, s, gemm::OutType::fp32);
+  agmm::enqueue_ksplit_exchange(l, s);
+  TF_CUDA(cudaStreamWaitEvent(s, im.join, 0));
+  return {im.gathered, slot.ld};
+}
+
+GatheredA AllGatherMatmul::launch_ksplit_skinny(const AgmmArgs& a, cudaStream_t s) {
+  const int per_sm = agmm::ksplit_skinny_ctas_per_sm(a.dtype, a.b_layout, agmm::skinny_m_tiles(a.m));
+  const agmm::KsplitSkinny p = make_ksplit_skinny_plan(a, team_.world(), config_, team_.sm_count() * per_sm);
+  Impl& im = *impl_;
+  const GatheredA slot = local_slot(a.m, a.k, a.gather_dim);
+  const int64_t k0 = team_.rank() * p.shard_cols;  // this rank's K rows of B
+  agmm::KsplitSkinnyLaunch l;
+  l.view = team_.view();
+  l.plan = p;
+  l.a = static_cast<const char*>(a.a_shard), l.lda = a.lda_shard;
+  l.b = b_from_k(a, k0);
+  l.ldb = a.ldb;
+  l.b_layout = a.b_layout;
+  l.own = im.ksplit_own;
+  l.inbox = im.skinny_inbox;
+  l.slot_lines = im.skinny_slot_lines();
+  l.partial_cap = im.ksplit_sizes.skinny_partial_lines;
+  l.gathered = im.gathered;
+  l.ld = slot.ld * kElem;
+  l.copy_local = !in_place(a, slot);
+  l.skip_signal = skip_signal_;
+  l.c = a.c, l.ldc = a.ldc;
+  l.dtype = a.dtype;
+  l.seq = im.ksplit_seq;
+  l.fault = team_.fault();
+  agmm::enqueue_ksplit_skinny(l, s);  // checks the inbox's capacity before it enqueues
+  return {im.gathered, slot.ld};
+}
+
+// Side stream: the begin barrier (every peer's gathered A is free), then the copy engine moves A_shard
+// into every peer's gathered A, each followed by its arrival flag (decomposed's scheme), then into
+// this rank's own slot. Main stream: our GEMM with the band epilogue (no wait: it reads only this
+// rank's data), then the band sum, which waits for the peers' bands and A shards.
+GatheredA AllGatherMatmul::launch_ksplit_bands(const AgmmArgs& a, cudaStream_t s) {
+  const agmm::KsplitSlices sl = make_ksplit_plan(a, team_.world(), config_, team_.sm_count());  // validates
+  Impl& im = *impl_;
+  const auto& view = team_.view();
+  const int w = team_.world(), rank = team_.rank();
+  const GatheredA slot = local_slot(a.m, a.k, a.gather_dim);
+  const int64_t k0 = rank * sl.shard_cols;  // this rank's K rows of B
+  agmm::KsplitGemmLaunch l;
+  l.view = view;
+  l.gemm = gemm_args(a, a.a_shard, a.lda_shard);
+  l.gemm.b = b_from_k(a, k0);
+  l.gemm.k = sl.shard_cols;
+  l.config = gemm::choose_gemm_config(a.m, a.n, sl.shard_cols, a.dtype, a.b_layout, team_.sm_count(), true,
+                                      gemm::SwapAB::never);
+  l.own = im.ksplit_own, l.recv = im.ksplit_recv;
+  l.ldp = sl.ldp, l.slot_floats = im.ksplit_slot_floats;
+  l.flags = im.ksplit_band_flags, l.band_capacity = im.ksplit_sizes.band_flags;
+  l.bn = l.config.bn;
+  l.bands_n = int((a.n + l.bn - 1) / l.bn);
+  l.m = a.m, l.n = a.n;
+  l.a_arrived = im.dec_arrived, l.a_epoch = im.dec_seq.counter;
+  l.skip_signal = skip_signal_;
+  l.c = a.c, l.ldc = a.ldc;
+  l.dtype = a.dtype;
+  l.seq = im.ksplit_seq;
+  l.fault = team_.fault();
+  gemm::validate_inputs(l.gemm, l.config);  // before anything is enqueued
+  TF_REQUIRE((a.m + 63) / 64 * l.bands_n <= l.band_capacity, Status::Internal,
+             "ksplit: " << (a.m + 63) / 64 * l.bands_n << " bands exceed the " << l.band_capacity << " flags");
+
+  TF_CUDA(cudaEventRecord(im.fork, s));
+  TF_CUDA(cudaStreamWaitEvent(im.side, im.fork, 0));
+  agmm::enqueue_begin(im.dec_seq.counter, view, im.dec_barrier, l.fault, im.side);
+  TF_CUDA(cudaEventRecord(im.begun, im.side));
+  for (int i = 1; i < w; ++i) {
+    const int q = (rank - i + w) % w;
+    copy_rows(view.peer(const_cast<void*>(slot.ptr), q), slot.ld, a.a_shard, a.lda_shard, sl.m, sl.shard_cols, im.side);
+    agmm::enqueue_signal_copy(view.peer(im.dec_arrived, q) + rank, im.dec_seq.counter, im.side);
+  }
+  if (!in_place(a, slot)) copy_rows(const_cast<void*>(slot.ptr), slot.ld, a.a_shard, a.lda_shard, sl.m, sl.shard_cols, im.side);
+  TF_CUDA(cudaEventRecord(im.join, im.side));
+
+  agmm::enqueue_ksplit_gemm(l, s);
+  TF_CUDA(cudaStreamWaitEvent(s, im.begun, 0));  // the sum reads the begin barrier's epoch
+  agmm::enqueue_ksplit_band_sum(l, s);
+  TF_CUDA(cudaStreamWaitEvent(s, im.join, 0));
+  return {im.gathered, slot.ld};
+}
+
+// Three kernels on the stream: the all-gather of the A shards, cuBLASLt for this rank's column
+// block of C over the gathered A (straight into C), the all-gather of the C blocks through the
+// peers' receive buffers (agmm_block_gather.cu).
+GatheredA AllGatherMatmul::launch_nsplit(const AgmmArgs& a, cudaStream_t s) {
+  const agmm::BlockGatherPlan plan = make_nsplit_plan(a, team_.world(), config_, team_.sm_count());  // validates
+  const ShardShape sh = agmm_shard_shape(a.m, a.k, a.gather_dim, team_.world());
+  Impl& im = *impl_;
+  const int w = team_.world(), rank = team_.rank();
+  const GatheredA slot = local_slot(a.m, a.k, a.gather_dim);
+  const int64_t c0 = plan.blocks.begin(rank), cols = plan.blocks.cols(rank);
+  gemm::GemmArgs g = gemm_args(a, im.gathered, sh.ld);
+  g.n = cols;
+  g.b = static_cast<const char*>(a.b) + (a.b_layout == gemm::BLayout::KN ? c0 : c0 * a.ldb) * kElem;
+  g.c = static_cast<char*>(a.c) + c0 * kElem;
+  if (cols > 0) gemm::cublaslt_prepare(g);  // all that can throw, first
+
+  agmm::BlockGather ga = shard_gather(team_, a, slot, im.gathered, plan.ctas);
+  ga.ready = im.ksplit_ready;
+  ga.flags = im.nsplit_flags;
+  ga.seq = im.ksplit_seq;
+  agmm::BlockGather gc = ga;  // the C blocks, through the receive buffer (ksplit's own partial)
+  gc.plan = plan;
+  gc.src = static_cast<const char*>(g.c), gc.src_ld = a.ldc * kElem;
+  gc.dst = reinterpret_cast<char*>(im.ksplit_own), gc.dst_ld = ceil_div(a.n, 8) * 8 * kElem;
+  gc.out = static_cast<char*>(a.c), gc.out_ld = a.ldc * kElem;
+  gc.copy_local = false;
+  gc.ready = nullptr;
+  gc.flags = im.nsplit_flags + w * agmm::kKsplitMaxCtas;
+  gc.after_gemm = true;
+  gc.end_sequence = true;
+  gc.skip_signal = skip_signal_;
+  gc.site = dev::WaitSite::nsplit_block;
+
+  agmm::enqueue_block_gather(ga, s);
+  if (cols > 0) gemm::cublaslt_launch(g, s);
+  agmm::enqueue_block_gather(gc, s);
+  return {im.gathered, slot.ld};
+}
+
+}  // namespace taxfree
