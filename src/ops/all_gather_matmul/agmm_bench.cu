@@ -352,7 +352,8 @@ class AgmmBench final : public OpBench {
   int launches(const std::string& v) const override {
     const int w = team_ ? team_->world() : 2;
     if (v == "bsp" || v == "bsp-sym" || v == "bsp-own") return a_.gather_dim == 1 ? 3 : 2;
-    if (v == "decomposed" || v == "decomposed-in-place") return 2 + 3 * (w - 1) + (a_.gather_dim == 0 ? w + w - 1 : 2 + w - 1);
+    if (v == "decomposed" || v == "decomposed-in-place")
+      return 2 + 3 * (w - 1) + (a_.gather_dim == 0 ? w + w - 1 : 2 + w - 1);
     return 2;
   }
 
