@@ -230,6 +230,17 @@ TEST(Agmm, RejectsBadArgumentsBeforeLaunch) {
   a.c = static_cast<char*>(const_cast<void*>(a.a_shard));
   expect_invalid("C over A_shard", a, "overlaps");
   EXPECT_THROW(parse_agmm_variant("pull"), Error);
+  AgmmConfig bad;  // every rank the same: the constructor throws before its first collective step
+  bad.side_gather_ctas = agmm::kKsplitMaxCtas + 1;
+  try {
+    AllGatherMatmul op(t, bad);
+    ADD_FAILURE() << "side_gather_ctas over the flags: no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.status(), Status::InvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("side_gather_ctas=" + std::to_string(bad.side_gather_ctas)),
+              std::string::npos)
+        << e.what();
+  }
   t.host_barrier("agmm.invalid.done");
 }
 

@@ -135,6 +135,8 @@ struct AgmmConfig {
   bool bsp_symmetric = false;  // bsp / bsp-own: NCCL on the symmetric window (true) or plain buffers
   int push_ctas = 0;           // push: SMs for the push kernel; 0 = choose per shape (push_plan)
   int64_t col_chunk = 0;       // push: piece width in columns (multiple of 64); 0 = per shape
+  int side_gather_ctas = 0;    // ksplit's two-kernel path: SMs for the A gather beside the GEMM, at
+                               // most agmm::kKsplitMaxCtas; 0 = agmm::kSideGatherCtas
   // ksplit: capacity of the fp32 partials, (2 * (world - 1) + 1) * ksplit_max_m * ksplit_max_n * 4
   // bytes of heap, plus the skinny path's line inboxes (ksplit_heap: 18 MiB per peer at the
   // defaults and world 2); 210 MiB for 2 ranks at the defaults, about 1.05 GiB for 8 (the default

@@ -15,7 +15,8 @@
 // Check: every rank's C against cuBLASLt on the expected gathered A (computed at setup from the
 // known inputs of every rank) element by element, plus sampled fp32 dot products; the gathered A
 // the variant returns against the expected one bit for bit (so it is identical on every rank).
-// Environment: TAXFREE_AGMM_PUSH_CTAS, TAXFREE_AGMM_COL_CHUNK override push's per-shape choices.
+// Environment: TAXFREE_AGMM_PUSH_CTAS, TAXFREE_AGMM_COL_CHUNK override push's per-shape choices,
+// TAXFREE_AGMM_SIDE_CTAS ksplit's side gather width (AgmmConfig::side_gather_ctas).
 // --inject skip-signal:R: rank R's ksplit and nsplit launches never raise the peers' flags (the timeout path).
 #include <nccl.h>
 
@@ -207,6 +208,7 @@ class AgmmBench final : public OpBench {
       // Tuning knobs of push without a rebuild (0 / unset: the per-shape choice).
       cfg.push_ctas = int(env_int("TAXFREE_AGMM_PUSH_CTAS"));
       cfg.col_chunk = env_int("TAXFREE_AGMM_COL_CHUNK");
+      cfg.side_gather_ctas = int(env_int("TAXFREE_AGMM_SIDE_CTAS"));
       plain_ = std::make_unique<AllGatherMatmul>(team, cfg);
       plain_->set_skip_signal(opt.skip_signal_rank == team.rank());
       cfg.bsp_symmetric = true;  // auto runs on it for small shards: it may pick ksplit there

@@ -49,6 +49,10 @@ AllGatherMatmul::AllGatherMatmul(Team& team, AgmmConfig config)
   TF_REQUIRE(config_.push_ctas >= 0 && config_.col_chunk >= 0, Status::InvalidArgument,
              "all_gather_matmul: push_ctas=" << config_.push_ctas << " and col_chunk=" << config_.col_chunk
                                              << " must be >= 0");
+  TF_REQUIRE(config_.side_gather_ctas >= 0 && config_.side_gather_ctas <= agmm::kKsplitMaxCtas,
+             Status::InvalidArgument,
+             "all_gather_matmul: side_gather_ctas=" << config_.side_gather_ctas << " must be in [0, "
+                                                    << agmm::kKsplitMaxCtas << "]");
   TF_REQUIRE(config_.ksplit_max_m >= 0 && config_.ksplit_max_n >= 0 && config_.ksplit_max_m <= INT_MAX &&
                  config_.ksplit_max_n <= INT_MAX,
              Status::InvalidArgument,

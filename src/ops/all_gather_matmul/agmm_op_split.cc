@@ -64,7 +64,8 @@ GatheredA AllGatherMatmul::launch_ksplit(const AgmmArgs& a, cudaStream_t s) {
   l.slices = sl;
   l.seq = im.ksplit_seq;
   l.fault = team_.fault();
-  agmm::BlockGather ga = shard_gather(team_, a, slot, im.gathered, agmm::kSideGatherCtas);
+  const int side_ctas = config_.side_gather_ctas > 0 ? config_.side_gather_ctas : agmm::kSideGatherCtas;
+  agmm::BlockGather ga = shard_gather(team_, a, slot, im.gathered, side_ctas);
   ga.ready = im.side_ready;
   ga.flags = im.side_flags;
   ga.seq = im.side_seq;
