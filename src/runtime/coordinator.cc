@@ -302,20 +302,24 @@ void CoordinatorClient::throw_if_aborted() const {
 void CoordinatorClient::on_abort(std::function<void()> callback) {
   std::lock_guard<std::mutex> lk(mu_);
   on_abort_ = std::move(callback);
-  if (aborted_ && on_abort_) on_abort_();
+  if (aborting_ && on_abort_) on_abort_();  // registered after start_abort took the old one
 }
 
 void CoordinatorClient::start_abort(const std::string& message) {
   std::function<void()> cb;
   {
     std::lock_guard<std::mutex> lk(mu_);
-    if (aborted_) return;
+    if (aborting_) return;
+    aborting_ = true;
     abort_message_ = message;
-    aborted_ = true;
     cb = on_abort_;
   }
+  if (cb) cb();  // first: the waiters below wake to an abort the GPUs already know of
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    aborted_ = true;
+  }
   cv_.notify_all();
-  if (cb) cb();
   const double grace = exit_grace_s_.load();
   if (grace > 0) {
     std::thread([this, grace, message] {

@@ -95,7 +95,9 @@ class CoordinatorClient {
   // Throws RemoteError if the job is aborting.
   void throw_if_aborted() const;
   // Called once, from the watchdog thread, when the job starts aborting (a remote failure or the
-  // coordinator vanishing). Used to raise the device abort flag.
+  // coordinator vanishing), before aborted() turns true and before any waiter in get() / barrier()
+  // wakes with RemoteError. Used to raise the device abort flag, so whoever sees the abort on the
+  // host finds the GPUs already told.
   void on_abort(std::function<void()> callback);
   // After an abort, the watchdog ends this process with kExitRemote if it is still alive after
   // `seconds` (the main thread normally exits first). Default 5 s; <= 0 disables.
@@ -114,6 +116,7 @@ class CoordinatorClient {
   std::map<std::string, std::string> values_;
   std::set<std::string> passed_;
   std::atomic<bool> aborted_{false};
+  bool aborting_ = false;  // under mu_: start_abort began (its callback may still be running)
   std::atomic<bool> finished_{false};
   std::atomic<bool> failed_sent_{false};
   std::string abort_message_;
