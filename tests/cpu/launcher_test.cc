@@ -2,8 +2,10 @@
 // how fast and how clearly the others learn of it.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <fstream>
 #include <map>
 
@@ -134,6 +136,20 @@ TEST(Launcher, HungRankIsNamedWhenTheOthersTimeOut) {
 
 // ---- ranks started by another launcher (torchrun/mpirun style environment) ---------------------
 
+// Rank r's log of one of the tests below; the test process's pid in the name, so two test runs at
+// once (ctest -j, two checkouts) do not read each other's logs.
+std::string joined_log(const std::string& test, int r) {
+  return "/tmp/taxfree-" + test + "-" + std::to_string(::getpid()) + "-" + std::to_string(r) + ".log";
+}
+
+// The text of rank `read`'s log; removes the logs of ranks [0, ranks).
+std::string take_joined_logs(const std::string& test, int ranks, int read) {
+  std::ifstream log(joined_log(test, read));
+  std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+  for (int r = 0; r < ranks; ++r) std::remove(joined_log(test, r).c_str());
+  return text;
+}
+
 TEST(JoinedRanks, KilledRankEndsTheOthersWithItsName) {
   const int port = test::free_port();
   std::vector<int> pids;
@@ -142,7 +158,7 @@ TEST(JoinedRanks, KilledRankEndsTheOthersWithItsName) {
         {cli(), "_rank-selftest", "--fail-rank", "1", "--mode", "kill"},
         {{"RANK", std::to_string(r)}, {"WORLD_SIZE", "3"}, {"MASTER_ADDR", "127.0.0.1"},
          {"MASTER_PORT", std::to_string(port - 1)}},
-        "/tmp/taxfree-joined-" + std::to_string(r) + ".log"));
+        joined_log("joined", r)));
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<int> codes;
   for (int pid : pids) codes.push_back(test::wait_process(pid, 30));
@@ -151,8 +167,7 @@ TEST(JoinedRanks, KilledRankEndsTheOthersWithItsName) {
   EXPECT_EQ(codes[0], 3) << "remote failure";
   EXPECT_EQ(codes[2], 3) << "remote failure";
   EXPECT_LT(took, 10);
-  std::ifstream log("/tmp/taxfree-joined-2.log");
-  std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+  const std::string text = take_joined_logs("joined", 3, 2);
   EXPECT_NE(text.find("rank 1 failed"), std::string::npos) << text;
 }
 
@@ -163,11 +178,10 @@ TEST(JoinedRanks, LosingTheCoordinatorHostEndsTheOthers) {
     pids.push_back(test::spawn_process({cli(), "_rank-selftest", "--fail-rank", "0", "--mode", "kill"},
                                        {{"RANK", std::to_string(r)}, {"WORLD_SIZE", "2"},
                                         {"TAXFREE_COORDINATOR_PORT", std::to_string(port)}},
-                                       "/tmp/taxfree-joined-host-" + std::to_string(r) + ".log"));
+                                       joined_log("joined-host", r)));
   EXPECT_EQ(test::wait_process(pids[0], 30), 128 + SIGKILL);
   EXPECT_EQ(test::wait_process(pids[1], 30), 3);
-  std::ifstream log("/tmp/taxfree-joined-host-1.log");
-  std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+  const std::string text = take_joined_logs("joined-host", 2, 1);
   EXPECT_NE(text.find("lost the connection to the coordinator"), std::string::npos) << text;
 }
 
