@@ -19,7 +19,7 @@ enum class WaitSite : uint32_t {
   gemm_a_ready = 6,       // fused GEMM: an A tile has arrived
   decode_partial = 7,     // flash_decode fused: a peer's partial has arrived
   decode_ready = 8,       // flash_decode fused: a peer's buffer is free for this step
-  ksplit_partial = 9,     // all_gather_matmul ksplit: a peer's partial and A rows of a slice arrived
+  ksplit_partial = 9,     // all_gather_matmul ksplit: a peer's partial slice arrived
   nsplit_block = 10,      // all_gather_matmul nsplit: a peer's column block of C arrived
   ksplit_sum = 11,        // all_gather_matmul ksplit: the owner's summed slice of C arrived
 };

@@ -60,8 +60,8 @@
 //                rank order, writes C and stores the rounded slice into every peer with a second
 //                flag, and they copy it into C (fewer bytes, one more flag latency). Beside the
 //                GEMM, on the op's side stream, a block all-gather of the A shards on
-//                agmm::kSideGatherCtas SMs at most (stores into a peer once it raised its "free"
-//                flag for this launch, as push).
+//                AgmmConfig::side_gather_ctas SMs at most (agmm::kSideGatherCtas by default;
+//                stores into a peer once it raised its "free" flag for this launch, as push).
 //              - bands (M >= kBandsMinM): our GEMM's fp32 epilogue stores each 64-row band of
 //                P_rank into this rank's partial and straight into every peer's slot (whole
 //                128-byte rows), then raises the band's flag there (release after the stores),

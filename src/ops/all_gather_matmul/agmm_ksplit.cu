@@ -10,8 +10,8 @@
 //    (owner, j); they wait for it and copy the slice into C. At world 2 three quarters of the bytes
 //    of all-to-all, for one more flag latency.
 // Either way the partials are summed in rank order in fp32 and rounded once, so C has the same bits
-// on every rank and under both protocols. No CTA waits for another CTA of its own rank. The A shards travel beside the GEMM, on the op's
-// side stream (agmm_block_gather.cu), not here.
+// on every rank and under both protocols. No CTA waits for another CTA of its own rank. The A
+// shards travel beside the GEMM, on the op's side stream (agmm_block_gather.cu), not here.
 //
 // Epochs, buffers, reuse (no host reset between launches, CUDA-graph safe):
 //  * epoch e = dev::sequence_begin(seq), +1 per ksplit launch of the op; flags only grow.
@@ -19,9 +19,10 @@
 //    partial slices (all of them, or those r owns) and p's C slices that p owns: disjoint regions.
 //    Whenever p writes into r in a launch, each waits for the other in it (all-to-all: every CTA
 //    waits for every peer; otherwise an owner for the partial, a non-owner for the sum; launches
-//    of either protocol may follow each other), so p reaches e+2, which writes the parity r reads at e, only after seeing r in e+1,
-//    which r enters only after its launch e ended (launches are stream-ordered on each rank). So a
-//    slot is free without a handshake (fused flash_decode's argument, fused_decode_kernel.h).
+//    of either protocol may follow each other), so p reaches e+2, which writes the parity r reads
+//    at e, only after seeing r in e+1, which r enters only after its launch e ended (launches are
+//    stream-ordered on each rank). So a slot is free without a handshake (fused flash_decode's
+//    argument, fused_decode_kernel.h).
 //  * A waiter still in e cannot see a flag of e+1: its peer raises e+1 only after seeing this
 //    rank's data of e+1.
 #include <cuda_bf16.h>
@@ -145,8 +146,10 @@ void enqueue_ksplit_exchange(const KsplitLaunch& l, cudaStream_t s) {
   TF_REQUIRE(l.slices.ctas >= 1 && l.slices.ctas <= kKsplitMaxCtas, Status::Internal,
              "ksplit exchange with " << l.slices.ctas << " CTAs");
   const KernelLaunch launch(l.slices.ctas, kThreads, s, true);
-  if (l.dtype == gemm::DType::bf16) TF_CUDA(cudaLaunchKernelEx(launch.config(), ksplit_exchange_kernel<__nv_bfloat16>, l));
-  else TF_CUDA(cudaLaunchKernelEx(launch.config(), ksplit_exchange_kernel<__half>, l));
+  if (l.dtype == gemm::DType::bf16)
+    TF_CUDA(cudaLaunchKernelEx(launch.config(), ksplit_exchange_kernel<__nv_bfloat16>, l));
+  else
+    TF_CUDA(cudaLaunchKernelEx(launch.config(), ksplit_exchange_kernel<__half>, l));
 }
 
 void preload_ksplit_kernels() {

@@ -51,6 +51,7 @@ inline gemm::GemmArgs gemm_args(const AgmmArgs& a, const void* gathered, int64_t
   g.m = a.m, g.n = a.n, g.k = a.k, g.dtype = a.dtype, g.b_layout = a.b_layout;
   return g;
 }
+
 // The A shards as a block all-gather into every rank's gathered A (nsplit; ksplit's two-kernel
 // path); the caller sets ready, flags and the sequence.
 inline BlockGather shard_gather(const Team& team, const AgmmArgs& a, const GatheredA& slot, char* gathered,
@@ -58,7 +59,7 @@ inline BlockGather shard_gather(const Team& team, const AgmmArgs& a, const Gathe
   BlockGather g;
   g.view = team.view();
   g.plan = shard_gather_plan(a.m, agmm_shard_shape(a.m, a.k, a.gather_dim, team.world()).cols, team.world(),
-                                   max_ctas);
+                             max_ctas);
   g.src = static_cast<const char*>(a.a_shard), g.src_ld = a.lda_shard * kElem;
   g.dst = gathered, g.dst_ld = slot.ld * kElem;
   g.copy_local = !in_place(a, slot);
