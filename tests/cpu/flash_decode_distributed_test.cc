@@ -143,10 +143,12 @@ TEST(FlashDecodeDistPlan, VariantNames) {
 // Every rank runs the kernel's loop: CTA c takes items c, c + grid, ... (fused_item); a split
 // beyond its sequence's effective count is skipped; the last split of a group to arrive pushes the
 // group's partial to every rank and then waits for every rank's partial of the group. All CTAs
-// are resident (fused_grid <= resident slots). A random scheduler steps any CTA that can move; the
-// run must finish (no state where every unfinished CTA waits), and every rank must combine every
-// group exactly once.
+// are resident (fused_grid <= resident slots). A rank on the clustered schedule has one "CTA" per
+// group (its cluster): it attends all its splits without waiting, pushes, then waits. A random
+// scheduler steps any CTA that can move; the run must finish (no state where every unfinished CTA
+// waits), and every rank must combine every group exactly once.
 struct SimRank {
+  bool clustered = false;           // clustered schedule: CTA c = the cluster of group c
   int splits;                       // num_splits of this rank's launch
   std::vector<int> effective;       // [group] effective splits (1..splits; 1 for an empty slice)
   int grid;
@@ -169,7 +171,7 @@ bool simulate(std::mt19937& rng, int world, int groups, std::vector<SimRank>& ra
     for (int r = 0; r < world; ++r) {
       SimRank& s = ranks[size_t(r)];
       for (int c = 0; c < s.grid; ++c) {
-        const bool done = s.waiting[size_t(c)] < 0 && s.next[size_t(c)] >= s.splits * groups;
+        const bool done = s.waiting[size_t(c)] < 0 && s.next[size_t(c)] >= (s.clustered ? 1 : s.splits * groups);
         unfinished |= !done;
         if (!done && (s.waiting[size_t(c)] < 0 || all_pushed(s.waiting[size_t(c)]))) movable.emplace_back(r, c);
       }
@@ -181,6 +183,12 @@ bool simulate(std::mt19937& rng, int world, int groups, std::vector<SimRank>& ra
     if (s.waiting[size_t(c)] >= 0) {  // the flags are all there: combine, move on
       ++s.combined[size_t(s.waiting[size_t(c)])];
       s.waiting[size_t(c)] = -1;
+      continue;
+    }
+    if (s.clustered) {  // every split attended (no wait), the rows pushed, then the wait
+      s.next[size_t(c)] = 1;
+      s.pushed[size_t(c)] = 1;
+      s.waiting[size_t(c)] = c;
       continue;
     }
     const int item = s.next[size_t(c)];
@@ -199,12 +207,13 @@ TEST(FlashDecodeDistSchedule, NoDeadlockForAnyGridsAndSplits) {
     const int world = 1 + int(rng() % 4), groups = 1 + int(rng() % 12);
     std::vector<SimRank> ranks(static_cast<size_t>(world));
     for (auto& s : ranks) {
+      s.clustered = rng() % 3 == 0;
       s.splits = 1 + int(rng() % 5);
       for (int g = 0; g < groups; ++g) s.effective.push_back(1 + int(rng() % s.splits));
       const int resident = 1 + int(rng() % (s.splits * groups + 3));  // small grids: long persistent loops
-      s.grid = at::fused_grid(int64_t(s.splits) * groups, resident);
+      s.grid = s.clustered ? groups : at::fused_grid(int64_t(s.splits) * groups, resident);
       s.next.resize(size_t(s.grid));
-      for (int c = 0; c < s.grid; ++c) s.next[size_t(c)] = c;
+      for (int c = 0; c < s.grid; ++c) s.next[size_t(c)] = s.clustered ? 0 : c;
       s.waiting.assign(size_t(s.grid), -1);
       s.arrived.assign(size_t(groups), 0);
       s.pushed.assign(size_t(groups), 0);
@@ -214,6 +223,29 @@ TEST(FlashDecodeDistSchedule, NoDeadlockForAnyGridsAndSplits) {
     for (const auto& s : ranks)
       for (int g = 0; g < groups; ++g) ASSERT_EQ(s.combined[size_t(g)], 1) << "trial " << trial << " group " << g;
   }
+}
+
+// The clustered schedule's row blocks: every row of a group in exactly one CTA's block, blocks
+// contiguous and in CTA order, none larger than ceil(group / ctas), so each CTA's rows are one run
+// of lines.
+TEST(FlashDecodeDistSchedule, ClusterRowBlocksCoverEveryRowOnce) {
+  for (int group = 1; group <= 16; ++group)
+    for (int ctas = 2; ctas <= at::kMaxClusterCtas; ++ctas) {
+      SCOPED_TRACE(testing::Message() << "group " << group << " ctas " << ctas);
+      int next = 0;
+      for (int k = 0; k < ctas; ++k) {
+        const at::RowBlock b = at::cluster_rows(group, ctas, k);
+        ASSERT_LE(b.begin, b.end);
+        if (b.begin == b.end) continue;
+        ASSERT_EQ(b.begin, next) << "CTA " << k;
+        ASSERT_LE(b.end - b.begin, (group + ctas - 1) / ctas);
+        next = b.end;
+      }
+      EXPECT_EQ(next, group);
+    }
+  EXPECT_EQ(at::cluster_rows(8, 11, 7).begin, 7);  // 96/12 heads at 11 splits: one row per CTA
+  EXPECT_EQ(at::cluster_rows(8, 11, 8).end - at::cluster_rows(8, 11, 8).begin, 0);
+  EXPECT_EQ(at::cluster_rows(8, 2, 1).begin, 4);
 }
 
 TEST(FlashDecodeDistSchedule, GridNeverExceedsResidentSlots) {

@@ -174,10 +174,11 @@ void upload_local(const Global& g, Local& l) {
 struct Op {
   uint64_t mark;
   std::unique_ptr<FlashDecode> op;
-  Op(const Problem& p, BspBuffers bsp = BspBuffers::symmetric) : mark(team().heap().mark()) {
+  Op(const Problem& p, BspBuffers bsp = BspBuffers::symmetric, bool cluster_split_merge = true)
+      : mark(team().heap().mark()) {
     FlashDecodeConfig c;
     c.max_batch = p.batch, c.max_q_heads = p.q_heads, c.max_kv_heads = p.kv_heads, c.max_head_dim = p.head_dim;
-    c.num_splits = p.num_splits, c.bsp_buffers = bsp;
+    c.num_splits = p.num_splits, c.bsp_buffers = bsp, c.cluster_split_merge = cluster_split_merge;
     op = std::make_unique<FlashDecode>(team(), c);
   }
   ~Op() {
@@ -357,6 +358,59 @@ TEST(FlashDecodeDist, SmallBatchAutoPlanFusedMatchesBspBitwise) {
     check(g, bsp, name(p) + " bsp");
     check(g, fused, name(p) + " fused");
     EXPECT_TRUE(fused == bsp) << name(p) << ": fused differs from bsp";
+  }
+}
+
+// The clustered schedule (splits merged in distributed shared memory, rows spread over the
+// cluster's CTAs) against the persistent one (global-memory merge) on the same inputs: the same
+// bits, both right, launch after launch on the same ops (epochs of both parities), with ranks on
+// different schedules where their slices give them different split counts (rank 1 holds one token).
+// Shapes: 11 splits of 8 rows (one row per CTA, some CTAs with none), 16 splits, GQA 16 over 3
+// splits (blocks of 6, 6, 4 rows), GQA 1 over 7 forced splits, head_dim 64, an empty sequence.
+TEST(FlashDecodeDist, ClusterSplitMergeMatchesGlobalMergeBitwise) {
+  TF_REQUIRE_GPUS(2);
+  const int world = team().world(), rank = team().rank();
+  struct Case {
+    int q, kv, d, batch, splits;
+    std::vector<int32_t> lens;  // rank 0's; rank 1 holds 1 token of each non-empty sequence, others 3000
+  };
+  const Case cases[] = {{96, 12, 128, 1, 0, {12345}},
+                        {64, 8, 128, 1, 0, {5000}},
+                        {16, 1, 64, 3, 0, {700, 0, 600}},
+                        {4, 4, 128, 2, 7, {3000, 17}}};
+  uint64_t seed = 3100;
+  for (const Case& c : cases) {
+    Problem p;
+    p.q_heads = c.q, p.kv_heads = c.kv, p.head_dim = c.d, p.batch = c.batch, p.num_splits = c.splits;
+    for (int r = 0; r < world; ++r) {
+      std::vector<int32_t> l = c.lens;
+      if (r > 0)
+        for (int32_t& x : l) x = x == 0 ? 0 : r == 1 ? 1 : 3000;
+      p.lens.push_back(l);
+    }
+    const Global g = make_global(p, ++seed);
+    Local l;
+    upload_local(g, l);
+    Op clustered(p), global(p, BspBuffers::symmetric, false);
+    const FusedPlan cp = clustered->fused_plan(l.args(p)), gp = global->fused_plan(l.args(p));
+    EXPECT_EQ(gp.cluster, 0);
+    EXPECT_EQ(cp.num_splits, gp.num_splits);
+    if (rank == 0) {  // 1 < splits <= 16 groups that fit an H200 at once
+      EXPECT_EQ(cp.cluster, cp.num_splits) << name(p) << ": expected the clustered schedule";
+      EXPECT_EQ(cp.grid, cp.items);
+    }
+    std::printf("[rank %d] %s: splits %d, cluster %d, grid %d\n", rank, name(p).c_str(), cp.num_splits, cp.cluster,
+                cp.grid);
+    for (int round = 0; round < 3; ++round) {
+      const std::string what = name(p) + " round " + std::to_string(round);
+      const auto a = run_checked(clustered, Variant::fused, p, l);
+      const auto b = run_checked(global, Variant::fused, p, l);
+      check(g, a, what + " clustered");
+      check(g, b, what + " global");
+      EXPECT_TRUE(a == b) << what << ": the clustered merge differs from the global one";
+    }
+    const auto bsp = run_checked(clustered, Variant::bsp, p, l);
+    EXPECT_TRUE(bsp == run_checked(clustered, Variant::fused, p, l)) << name(p) << ": fused differs from bsp";
   }
 }
 

@@ -23,6 +23,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <span>
 #include <string>
 #include <vector>
@@ -202,6 +203,10 @@ struct FlashDecodeConfig {
   int max_head_dim = 128;  // 64 or 128
   int num_splits = 0;      // splits per (sequence, KV head) inside a rank; 0: heuristic
   BspBuffers bsp_buffers = BspBuffers::symmetric;
+  // fused: merge a group's splits inside a thread-block cluster (distributed shared memory) when
+  // the launch's splits (2..16) fit one wave of clusters on this GPU; false: always through global
+  // memory (the persistent grid). Both give the same bits.
+  bool cluster_split_merge = true;
 };
 
 // One rank's partial block in bsp's gather buffer (fp32): [O: rows*head_dim | LSE: rows | pad to
@@ -228,12 +233,15 @@ void validate_flash_decode_config(const FlashDecodeConfig& cfg, int world);
 void validate_flash_decode_args(const DecodeArgs& a, const FlashDecodeConfig& cfg);
 
 // How a fused launch splits its work (fused_schedule.h): `items` = num_splits x batch x kv_heads
-// work items over `grid` = min(items, resident) persistent CTAs.
+// work items over `grid` = min(items, resident) persistent CTAs, or, when `cluster` is not 0,
+// over `items` CTAs in clusters of `cluster` = num_splits (one cluster per group, splits merged in
+// distributed shared memory).
 struct FusedPlan {
   int num_splits = 1;
   int64_t items = 0;
   int resident = 0;  // resident CTAs of the fused kernel on this GPU
   int grid = 0;
+  int cluster = 0;   // CTAs per cluster; 0: persistent grid
 };
 
 class FlashDecode {
@@ -266,6 +274,7 @@ class FlashDecode {
 
  private:
   int fused_ctas_per_sm(DType dtype, int head_dim, bool paged);
+  int fused_max_clusters(DType dtype, int head_dim, bool paged, int cluster);
   DecodeConfig split_config() const;
   void launch_fused(const DecodeArgs& args, cudaStream_t stream);
 
@@ -277,6 +286,7 @@ class FlashDecode {
   size_t workspace_bytes_ = 0;
   dev::LaunchSequence seq_{};
   int occupancy_[8] = {};          // fused_ctas_per_sm cache, 0 = not queried yet
+  std::map<int, int> max_clusters_;  // fused_max_clusters cache
   bool skip_signal_ = false;
   uint64_t* trace_ = nullptr;
 };

@@ -51,6 +51,17 @@ int FlashDecode::fused_ctas_per_sm(DType dtype, int head_dim, bool paged) {
   return n;
 }
 
+int FlashDecode::fused_max_clusters(DType dtype, int head_dim, bool paged, int cluster) {
+  const int key = ((dtype == DType::FP16 ? 4 : 0) + (head_dim == 128 ? 2 : 0) + (paged ? 1 : 0)) * 64 + cluster;
+  auto it = max_clusters_.find(key);
+  if (it == max_clusters_.end())
+    it = max_clusters_
+             .emplace(key, detail::dispatch(dtype, head_dim,
+                                            [&]<class T, int D>() { return detail::fused_max_clusters_t<T, D>(paged, cluster); }))
+             .first;
+  return it->second;
+}
+
 DecodeConfig FlashDecode::split_config() const {
   DecodeConfig dc;
   dc.num_splits = cfg_.num_splits;
@@ -69,6 +80,15 @@ FusedPlan FlashDecode::fused_plan(const DecodeArgs& a) {
   fp.resident = team_.sm_count() * fused_ctas_per_sm(a.dtype, a.head_dim, is_paged(a.layout));
   TF_REQUIRE(fp.resident >= 1, Status::NotSupported, "the fused decode kernel does not fit on an SM of this device");
   fp.grid = attention::fused_grid(fp.items, fp.resident);
+  // One cluster per group when they all fit at once (the clustered schedule's no-deadlock
+  // condition, fused_schedule.h).
+  const int64_t groups = int64_t(a.batch) * a.kv_heads;
+  if (cfg_.cluster_split_merge && fp.num_splits >= 2 && fp.num_splits <= attention::kMaxClusterCtas &&
+      fp.items <= fp.resident &&
+      fused_max_clusters(a.dtype, a.head_dim, is_paged(a.layout), fp.num_splits) >= groups) {
+    fp.cluster = fp.num_splits;
+    fp.grid = int(fp.items);
+  }
   return fp;
 }
 
@@ -90,6 +110,7 @@ void FlashDecode::launch_fused(const DecodeArgs& a, cudaStream_t stream) {
   p.seq = seq_;
   p.fault = team_.fault();
   p.items = int(fp.items);
+  p.cluster = fp.cluster;
   p.skip_signal = skip_signal_ ? 1 : 0;
   p.trace = trace_;
   const bool paged = is_paged(a.layout);

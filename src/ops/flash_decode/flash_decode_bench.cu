@@ -2,7 +2,9 @@
 // (`kv` tokens per rank, contiguous cache), the full output on every rank.
 //
 // Variants: bsp (decode -> ncclAllGather from the symmetric window -> combine), bsp-plain (same,
-// plain buffers; NCCL at its best is the faster of the two baselines), fused (one kernel).
+// plain buffers; NCCL at its best is the faster of the two baselines), fused (one kernel; splits
+// merged in a thread-block cluster where the plan allows), fused-global (the same kernel with the
+// splits always merged through global memory: FlashDecodeConfig::cluster_split_merge = false).
 // Parts for the tax breakdown: decode-only (bsp's decode kernel alone; its algbw column is the KV
 // read rate, to compare with the measured HBM rate) and comm-only (the all-gather alone).
 // --shape entries as for `bench decode` (bench_inputs::shapes_of: batch, kv, heads, head_dim, and
@@ -52,7 +54,7 @@ class FlashDecodeBench final : public bench::OpBench {
  public:
   ~FlashDecodeBench() override { teardown(); }
   std::string name() const override { return "flash_decode"; }
-  std::vector<std::string> variants() const override { return {"bsp", "bsp-plain", "fused"}; }
+  std::vector<std::string> variants() const override { return {"bsp", "bsp-plain", "fused", "fused-global"}; }
   int baseline_count() const override { return 2; }
   int min_ranks() const override { return 2; }
   std::vector<std::string> parts() const override { return {"decode-only", "comm-only"}; }
@@ -106,7 +108,8 @@ class FlashDecodeBench final : public bench::OpBench {
     op_ = std::make_unique<FlashDecode>(team, cfg);
     const FusedPlan fp = op_->fused_plan(a_);
     if (team.rank() == 0)
-      std::printf("# plan: %s -> fused splits=%d grid=%d\n", c.label.c_str(), fp.num_splits, fp.grid);
+      std::printf("# plan: %s -> fused splits=%d grid=%d cluster=%d\n", c.label.c_str(), fp.num_splits, fp.grid,
+                  fp.cluster);
     if (const char* prefix = std::getenv("TAXFREE_FD_TRACE"); prefix != nullptr && *prefix != '\0') {
       trace_path_ = std::string(prefix) + "." + std::to_string(s_.batch) + "x" + std::to_string(s_.kv) + "x" +
                     std::to_string(s_.q_heads) + "-" + std::to_string(s_.kv_heads) + ".rank" +
@@ -116,9 +119,12 @@ class FlashDecodeBench final : public bench::OpBench {
       TF_CUDA(cudaMemset(trace_, 0, size_t(fp.grid) * taxfree::attention::kFusedTraceEvents * 8));
       op_->set_trace(trace_);
     }
+    cfg.cluster_split_merge = false;
+    global_ = std::make_unique<FlashDecode>(team, cfg);
     cfg.bsp_buffers = BspBuffers::plain;
     plain_ = std::make_unique<FlashDecode>(team, cfg);
     op_->set_skip_signal(opt.skip_signal_rank == team.rank());
+    global_->set_skip_signal(opt.skip_signal_rank == team.rank());
     reference_.clear();
     team.sync(team.stream());
   }
@@ -131,6 +137,7 @@ class FlashDecodeBench final : public bench::OpBench {
     if (v == "bsp") op_->launch(Variant::bsp, a_, stream);
     else if (v == "bsp-plain") plain_->launch(Variant::bsp, a_, stream);
     else if (v == "fused") op_->launch(Variant::fused, a_, stream);
+    else if (v == "fused-global") global_->launch(Variant::fused, a_, stream);
     else if (v == "decode-only") op_->launch_bsp_stage(FlashDecode::Stage::decode, a_, stream);
     else if (v == "comm-only") op_->launch_bsp_stage(FlashDecode::Stage::gather, a_, stream);
     else TF_THROW(Status::InvalidArgument, "flash_decode has no variant or part '" << v << "'");
@@ -193,6 +200,7 @@ class FlashDecodeBench final : public bench::OpBench {
   void teardown() override {
     write_trace();
     op_.reset();
+    global_.reset();
     plain_.reset();
     if (team_ != nullptr) team_->heap().release(mark_);
     for (void* p : {q_, k_, v_, out_, all_out_, static_cast<void*>(lens_)})
@@ -275,7 +283,7 @@ class FlashDecodeBench final : public bench::OpBench {
   void *q_ = nullptr, *k_ = nullptr, *v_ = nullptr, *out_ = nullptr, *all_out_ = nullptr;
   int32_t* lens_ = nullptr;
   DecodeArgs a_;
-  std::unique_ptr<FlashDecode> op_, plain_;
+  std::unique_ptr<FlashDecode> op_, global_, plain_;
   std::map<int, std::vector<double>> reference_;
   uint64_t* trace_ = nullptr;  // TAXFREE_FD_TRACE only
   int trace_ctas_ = 0;

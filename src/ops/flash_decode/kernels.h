@@ -20,12 +20,15 @@ void launch_decode_t(bool paged, const attention::DecodeParams& p, dim3 grid, cu
 template <class T, int D>
 void launch_combine_t(const attention::CombineParams& p, cudaStream_t stream);
 
-// fused_decode_kernel<T, D, paged> with `grid` CTAs (<= resident slots; see fused_schedule.h), and
-// its resident CTAs per SM on the current device (after its attributes are set).
+// fused_decode_kernel<T, D, paged> with `grid` CTAs (fused_schedule.h: <= resident slots, or in
+// clusters of p.cluster when it is not 0), its resident CTAs per SM on the current device (after
+// its attributes are set), and how many clusters of `cluster` CTAs the device holds at once.
 template <class T, int D>
 void launch_fused_t(bool paged, const attention::FusedDecodeParams& p, int grid, cudaStream_t stream);
 template <class T, int D>
 int fused_ctas_per_sm_t(bool paged);
+template <class T, int D>
+int fused_max_clusters_t(bool paged, int cluster);
 
 // Kernel parameters of a validated DecodeArgs: KV view (strides per layout, slices), shape, scale,
 // outputs, and the split workspace sections (when num_splits > 1; `workspace` as sized by

@@ -63,12 +63,14 @@ struct AttendSmem {
   struct Post {
     Merge merge;
     PartialTile<D> tile;     // the CTA's result
+    PartialTile<D> merged;   // for the caller: a merge's result while other CTAs read `tile`
     CombineScratch scratch;  // for cta_combine_partials by the caller
   };
   union {
     Stage pipe[kWarps][kStages];
     Post post;
   };
+  static_assert(sizeof(Post) <= sizeof(pipe), "the post-loop state must not grow the CTA's shared memory");
 };
 
 namespace detail {

@@ -4,7 +4,8 @@
 //
 // These are the pieces a fused multi-rank decode reuses: a CTA attends its chunk
 // (attend_chunk.h) into a PartialTile, stores it (locally or into a peer's buffer), and whoever
-// arrives last merges all partials with cta_combine_partials.
+// arrives last merges all partials with cta_combine_partials (or, in a thread-block cluster, each
+// CTA merges some rows straight from the cluster's tiles: cluster_merge.h).
 #pragma once
 
 #include <cuda/atomic>
@@ -202,20 +203,30 @@ __device__ inline bool warp_merge_rows(Source& src, int n, const int (&r)[kR], c
   }
 }
 
-// Partials of cta_combine_partials in global memory, for warp_merge_rows: partial p of row r at
-// o[p*o_stride + r*D] (D fp32) and lse[p*lse_stride + r]. Weak, unconditional loads with the
-// partial index clamped into [0, n): ptxas keeps them back to back (predicated or branched loads
-// were serialised behind the math, seen in SASS). kMergeLoads float4 loads per lane in flight
-// (96 registers): all 11-16 splits of two rows per warp (group 8, D = 128) in one round trip.
-template <int D, int kR>
-struct WorkspacePartials {
-  static constexpr int kMergeLoads = 24;
-  static constexpr int kParts = kMergeLoads / kR;
-  using L = MergeLayout<D>;
-  const float* o;  // row r[i], column col of partial 0
+// Where a merge finds its partials: partial p's row r has o at o_of(p) + r*D (D fp32, 16-byte
+// aligned) and lse at lse_of(p)[r]. StridedPartials: one stride between partials (global memory:
+// split workspace, gathered rank blocks); ClusterTiles (cluster_merge.h): the PartialTile of
+// each CTA of a thread-block cluster.
+struct StridedPartials {
+  const float* o;
   int64_t o_stride;
   const float* lse;
   int64_t lse_stride;
+  __device__ const float* o_of(int p) const { return o + p * o_stride; }
+  __device__ const float* lse_of(int p) const { return lse + p * lse_stride; }
+};
+
+// Partials read with plain loads for warp_merge_rows, located by `where` (see above). Weak,
+// unconditional loads with the partial index clamped into [0, n): ptxas keeps them back to back
+// (predicated or branched loads were serialised behind the math, seen in SASS). kMergeLoads
+// float4 loads per lane in flight (96 registers): all 11-16 splits of two rows per warp (group 8,
+// D = 128) in one round trip.
+template <int D, int kR, class Where>
+struct LoadedPartials {
+  static constexpr int kMergeLoads = 24;
+  static constexpr int kParts = kMergeLoads / kR;
+  using L = MergeLayout<D>;
+  const Where& where;
   int n, col;
   const int (&r)[kR];
   float l[kR][L::kLse];
@@ -228,12 +239,12 @@ struct WorkspacePartials {
 #pragma unroll
         for (int k = 0; k < L::kLse; ++k) {
           const int p = col + k * L::kLanes;
-          l[i][k] = lse[(p < n ? p : n - 1) * lse_stride + r[i]];
+          l[i][k] = where.lse_of(p < n ? p : n - 1)[r[i]];
         }
 #pragma unroll
       for (int u = 0; u < kParts; ++u) {
         const int p = p0 + u < n ? p0 + u : n - 1;
-        x[i][u] = *reinterpret_cast<const float4*>(o + p * o_stride + int64_t(r[i]) * D + 4 * col);
+        x[i][u] = *reinterpret_cast<const float4*>(where.o_of(p) + int64_t(r[i]) * D + 4 * col);
       }
     }
     return true;
@@ -242,32 +253,31 @@ struct WorkspacePartials {
   __device__ float4 o_of(int i, int u) const { return x[i][u]; }
 };
 
-// Merge n partials of `rows` rows into `out` (shared memory), with lse_combine.h's formula.
-//   partial i, row r:  o at o[i*o_part_stride + r*D + d]   (fp32, normalised, 16-byte aligned)
-//                      lse at lse[i*lse_part_stride + r]
+// Merge n partials of `rows` rows, located by `where` (StridedPartials, ClusterTiles), into `out`
+// (shared memory) rows [0, rows), with lse_combine.h's formula.
 // Preconditions: 1 <= n <= kMaxParts, 1 <= rows <= kMaxRows, blockDim.x == kThreads; every thread
 // of the CTA calls it.
-// Global reads are plain (weak) loads: the partials were written by other CTAs, other GPUs or an
-// earlier kernel, and every calling thread must already be ordered after those writes by an
-// acquire pattern (cta_arrive_last's acquire plus CTA barrier, a flag acquire plus CTA barrier, or
-// a kernel boundary); the PTX memory model then guarantees the weak loads see them (no stale L1
-// line). Every partial's o must be readable memory, but the o of a partial whose weight is 0
-// (lse = -inf) is discarded by a select: garbage or NaN there cannot leak into the result.
+// Reads are plain (weak) loads: the partials were written by other CTAs, other GPUs or an earlier
+// kernel, and every calling thread must already be ordered after those writes by an acquire
+// pattern (cta_arrive_last's acquire plus CTA barrier, a flag acquire plus CTA barrier, a cluster
+// barrier, or a kernel boundary); the PTX memory model then guarantees the weak loads see them (no
+// stale L1 line). Every partial's o must be readable memory, but the o of a partial whose weight is
+// 0 (lse = -inf) is discarded by a select: garbage or NaN there cannot leak into the result.
 // Synchronises the CTA on entry and exit (`out` and `scratch` are safe to read/reuse after).
 //
 // It runs in the launch's tail, so it is built for latency (warp_merge_rows): a warp merges its
 // whole rows (a half-warp per row when D = 64), lane j owning float4 column j; the LSEs and the o
-// values of all the warp's rows go out together, up to WorkspacePartials::kMergeLoads per lane:
-// one L2 round trip for n <= 12 at two rows per warp (group 8, D = 128). The sum S is a tree: the
-// result differs from the host formula by float rounding only.
-template <int D>
-__device__ inline void cta_combine_partials(const float* o, int64_t o_part_stride, const float* lse,
-                                            int64_t lse_part_stride, int n, int rows,
-                                            CombineScratch& scratch, PartialTile<D>& out) {
+// values of all the warp's rows go out together, up to LoadedPartials::kMergeLoads per lane: one
+// round trip for n <= 12 at two rows per warp (group 8, D = 128). The sum S is a tree: the result
+// differs from the host formula by float rounding only, and is the same bits wherever the
+// partials are read from.
+template <int D, class Where>
+__device__ inline void cta_merge_partials(const Where& where, int n, int rows, CombineScratch& scratch,
+                                          PartialTile<D>& out) {
   __syncthreads();  // scratch/out may still be read by the caller's previous step
   for_warp_rows<D>(rows, [&]<int kR>(std::integral_constant<int, kR>, const int (&r)[kR], const bool (&owner)[kR]) {
     const int col = (threadIdx.x & 31) % MergeLayout<D>::kLanes;
-    WorkspacePartials<D, kR> src{o, o_part_stride, lse, lse_part_stride, n, col, r};
+    LoadedPartials<D, kR, Where> src{where, n, col, r};
     float4 acc[kR];
     float row_lse[kR];
     warp_merge_rows<D>(src, n, r, owner, scratch, acc, row_lse);
@@ -279,6 +289,15 @@ __device__ inline void cta_combine_partials(const float* o, int64_t o_part_strid
       }
   });
   __syncthreads();
+}
+
+// cta_merge_partials of partials in global memory:
+//   partial i, row r:  o at o[i*o_part_stride + r*D + d],  lse at lse[i*lse_part_stride + r].
+template <int D>
+__device__ inline void cta_combine_partials(const float* o, int64_t o_part_stride, const float* lse,
+                                            int64_t lse_part_stride, int n, int rows,
+                                            CombineScratch& scratch, PartialTile<D>& out) {
+  cta_merge_partials<D>(StridedPartials{o, o_part_stride, lse, lse_part_stride}, n, rows, scratch, out);
 }
 
 // Arrival of one CTA at a counter shared by `expected` CTAs; returns true (uniformly across the

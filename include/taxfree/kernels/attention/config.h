@@ -29,6 +29,10 @@ inline constexpr int kMaxRows = 16;
 // Most partials one combine merges: splits of one (batch, kv_head), or ranks of a team.
 inline constexpr int kMaxParts = 64;
 
+// Most CTAs per thread-block cluster on sm_90 (16 needs the non-portable cluster size opt-in): the
+// most splits the fused decode merges inside a cluster (cluster_merge.h).
+inline constexpr int kMaxClusterCtas = 16;
+
 // Rows (query heads) per CTA of the cross-rank combine kernel: 4 x D/4 float4 = one per thread.
 inline constexpr int kCombineRows = 4;
 

@@ -6,8 +6,9 @@
 // it that still decodes). Every rank ends with the full output; the combine sums the ranks'
 // partials in rank order from identical bits, so the output is bitwise identical on every rank.
 //
-// Grid fused_grid(items, resident slots) (fused_schedule.h: schedule and the no-deadlock
-// argument), kThreads threads, decode_smem_bytes<D>() dynamic shared memory.
+// Grid fused_grid(items, resident slots) persistent CTAs, or `items` CTAs in clusters of
+// num_splits (FusedDecodeParams::cluster; fused_schedule.h: both schedules and why neither can
+// deadlock), kThreads threads, decode_smem_bytes<D>() dynamic shared memory.
 //
 // Epochs, buffers, reuse (no host reset between launches, CUDA-graph safe):
 //  * epoch e = dev::sequence_begin(seq), +1 per launch of the op; lines carry uint32(e).
@@ -29,6 +30,7 @@
 
 #include "taxfree/device/launch_sequence.cuh"
 #include "taxfree/kernels/attention/attend_chunk.h"
+#include "taxfree/kernels/attention/cluster_merge.h"
 #include "taxfree/kernels/attention/combine.h"
 #include "taxfree/kernels/attention/fused_schedule.h"
 #include "taxfree/kernels/attention/params.h"
@@ -47,7 +49,6 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) fused_decode_kernel(cons
   const uint64_t epoch = dev::sequence_begin(p.seq);
   const int64_t sender_lines = p.rows * kRow;
   uint4* const inbox = p.ll + int64_t(epoch & 1) * v.world * sender_lines;  // this launch's parity
-  PartialTile<D>& tile = smem.post.tile;
   uint64_t* const trace = p.trace != nullptr && threadIdx.x == 0 ? p.trace + blockIdx.x * kFusedTraceEvents : nullptr;
   const auto mark = [&](int event) {
     if (trace != nullptr) trace[event] = dev::global_timer_ns();
@@ -55,38 +56,64 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) fused_decode_kernel(cons
   if (trace != nullptr)
     for (int e = 0; e < kFusedTraceEvents; ++e) trace[e] = e == kTraceStart ? dev::global_timer_ns() : 0;
 
-  for (int item = blockIdx.x; item < p.items; item += gridDim.x) {
-    const FusedItem it = fused_item(item, d.num_splits);
-    const int b = it.group / d.kv_heads, kvh = it.group % d.kv_heads;
-    const TokenRange slice = slice_of(d.kv, b);
-    const SplitRange sr = split_range(slice, d.num_splits, it.split);
-    if (it.split >= sr.splits) continue;  // beyond this sequence's splits: no work, not counted
-
-    const int group = d.group;
-    const int64_t row0 = int64_t(it.group) * group;  // = b*q_heads + kvh*group
-    __syncthreads();  // the previous item's reads of smem.post end before the ring reuses it
-    cta_attend_chunk<T, D, kStages, kPaged>(d.kv, static_cast<const T*>(d.q) + row0 * D, group, b, kvh,
-                                            sr.tile_begin, sr.tile_end, slice, d.scale_log2, smem);
-    mark(kTraceAttended);
-    if (sr.splits > 1) {  // the last split of the group to finish merges them (decode_kernel.h)
-      const int64_t part0 = int64_t(it.group) * d.num_splits;
-      cta_store_tile<D>(tile, group, d.ws_o + (part0 + it.split) * group * D,
-                        d.ws_lse + (part0 + it.split) * group);
-      if (!cta_arrive_last(d.ws_count + it.group, sr.splits)) continue;
-      cta_combine_partials<D>(d.ws_o + part0 * group * D, int64_t(group) * D, d.ws_lse + part0 * group,
-                              group, sr.splits, group, smem.post.scratch, tile);
-    }
-    // The group's partial is in `tile` (both paths end with a CTA barrier). Send it, then combine
-    // as the peers' lines arrive; no barrier between: the push only reads `tile`.
+  // This rank's partial of `rows` rows from query row `row` on, in `part`: send it, then combine
+  // as the peers' lines arrive (no barrier between: the push only reads `part`). False: a wait
+  // gave up (the fault record names it); the CTA must stop.
+  const auto exchange = [&](const PartialTile<D>& part, int rows, int64_t row) {
     mark(kTraceMerged);
-    if (!p.skip_signal) cta_push_partial_ll<D>(tile, group, inbox + v.rank * sender_lines + row0 * kRow, v, uint32_t(epoch));
+    if (!p.skip_signal) cta_push_partial_ll<D>(part, rows, inbox + v.rank * sender_lines + row * kRow, v, uint32_t(epoch));
     mark(kTracePushed);
-    if (!cta_wait_ll<D>(inbox + row0 * kRow, sender_lines, group, v.rank, v.world, uint32_t(epoch), p.fault)) break;
+    if (!cta_wait_ll<D>(inbox + row * kRow, sender_lines, rows, v.rank, v.world, uint32_t(epoch), p.fault)) return false;
     mark(kTraceArrived);
-    if (!cta_combine_ll<T, D>(tile, group, inbox + row0 * kRow, sender_lines, v.rank, v.world, uint32_t(epoch),
-                              p.fault, smem.post.scratch, static_cast<T*>(d.out) + row0 * D))
-      break;
+    if (!cta_combine_ll<T, D>(part, rows, inbox + row * kRow, sender_lines, v.rank, v.world, uint32_t(epoch), p.fault,
+                              smem.post.scratch, static_cast<T*>(d.out) + row * D))
+      return false;
     mark(kTraceCombined);
+    return true;
+  };
+  const auto attend = [&](const FusedItem& it, const TokenRange& slice, const SplitRange& sr) {
+    const int64_t row0 = int64_t(it.group) * d.group;  // = b*q_heads + kvh*group
+    cta_attend_chunk<T, D, kStages, kPaged>(d.kv, static_cast<const T*>(d.q) + row0 * D, d.group,
+                                            it.group / d.kv_heads, it.group % d.kv_heads, sr.tile_begin,
+                                            sr.tile_end, slice, d.scale_log2, smem);
+    mark(kTraceAttended);
+  };
+
+  if (p.cluster != 0) {  // one item per CTA; the cluster holds the group's splits
+    const FusedItem it = fused_item(blockIdx.x, d.num_splits);
+    const TokenRange slice = slice_of(d.kv, it.group / d.kv_heads);
+    const SplitRange sr = split_range(slice, d.num_splits, it.split);
+    if (it.split < sr.splits) attend(it, slice, sr);  // into smem.post.tile
+    cluster_arrive();
+    cluster_wait();  // every split's tile is written
+    const RowBlock rb = cluster_rows(d.group, d.num_splits, it.split);
+    if (rb.begin < rb.end)
+      cta_merge_cluster_rows<D>(smem.post.tile, sr.splits, rb.begin, rb.end - rb.begin, smem.post.scratch,
+                                smem.post.merged);
+    cluster_arrive();  // done reading the other CTAs' tiles
+    if (rb.begin < rb.end) exchange(smem.post.merged, rb.end - rb.begin, int64_t(it.group) * d.group + rb.begin);
+    cluster_wait();  // no CTA leaves while another may still read its tile
+  } else {
+    PartialTile<D>& tile = smem.post.tile;
+    for (int item = blockIdx.x; item < p.items; item += gridDim.x) {
+      const FusedItem it = fused_item(item, d.num_splits);
+      const TokenRange slice = slice_of(d.kv, it.group / d.kv_heads);
+      const SplitRange sr = split_range(slice, d.num_splits, it.split);
+      if (it.split >= sr.splits) continue;  // beyond this sequence's splits: no work, not counted
+
+      const int group = d.group;
+      __syncthreads();  // the previous item's reads of smem.post end before the ring reuses it
+      attend(it, slice, sr);
+      if (sr.splits > 1) {  // the last split of the group to finish merges them (decode_kernel.h)
+        const int64_t part0 = int64_t(it.group) * d.num_splits;
+        cta_store_tile<D>(tile, group, d.ws_o + (part0 + it.split) * group * D, d.ws_lse + (part0 + it.split) * group);
+        if (!cta_arrive_last(d.ws_count + it.group, sr.splits)) continue;
+        cta_combine_partials<D>(d.ws_o + part0 * group * D, int64_t(group) * D, d.ws_lse + part0 * group, group,
+                                sr.splits, group, smem.post.scratch, tile);
+      }
+      // The group's partial is in `tile` (both paths end with a CTA barrier).
+      if (!exchange(tile, group, int64_t(it.group) * group)) break;
+    }
   }
   dev::sequence_end(p.seq, epoch);
   mark(kTraceEnd);

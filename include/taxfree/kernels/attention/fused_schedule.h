@@ -20,6 +20,19 @@
 //  computing (running) or waiting on; waiting on a group < g contradicts minimality, and waiting
 //  on g itself means p's partial of g is already sent (c). So p's partial of g arrives.
 // Nothing waits for a CTA of its own GPU, so no kernel of the same GPU has to be resident either.
+//
+// Clustered schedule (FusedDecodeParams::cluster = C = num_splits, 2..kMaxClusterCtas): used when
+// every item fits one wave of clusters. The grid is the `items` CTAs, in clusters of C: cluster g
+// holds group g's splits, CTA s of it split s (cluster block rank = s). Each CTA attends its split
+// into its own shared memory; one cluster barrier phase; CTA k then merges the rows
+// cluster_rows(group, C, k) from all C tiles (cluster_merge.h), sends them, waits for the peers'
+// lines of those rows, combines; a second phase (arrived after the merge's reads, waited on before
+// exit) keeps every tile alive while it may be read. No deadlock: a cluster is launched as a whole,
+// and the host takes this schedule only when every cluster is resident at once
+// (cudaOccupancyMaxActiveClusters); the first phase needs only the cluster's own CTAs, which
+// attend without waiting; every rank sends each row's partial before it waits on anything remote
+// (the second phase's arrive comes before the cross-rank wait), so every remote wait is answered
+// whatever schedule the peers run, this one or the persistent one above.
 #pragma once
 
 #include <cstdint>
@@ -35,6 +48,18 @@ struct FusedItem {
 
 TF_HD inline FusedItem fused_item(int item, int num_splits) {
   return {item / num_splits, item % num_splits};
+}
+
+// Rows [begin, end) of a group of `group` query heads that CTA k of a cluster of `ctas` CTAs
+// merges, sends and combines: contiguous blocks of ceil(group / ctas) rows, so a CTA's rows are
+// one run of a peer's lines (the ones its matching CTA sends); CTAs past the last row get none.
+struct RowBlock {
+  int begin, end;
+};
+TF_HD inline RowBlock cluster_rows(int group, int ctas, int k) {
+  const int per = (group + ctas - 1) / ctas;
+  const int begin = k * per < group ? k * per : group;
+  return {begin, begin + per < group ? begin + per : group};
 }
 
 // CTAs of the fused kernel: one per item, at most one per resident slot (the co-residency that

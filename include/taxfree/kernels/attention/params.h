@@ -67,6 +67,10 @@ struct FusedDecodeParams {
   dev::LaunchSequence seq;  // epochs
   dev::FaultContext fault;  // deadline, abort flag, wait record
   int items;                // d.num_splits * batch * kv_heads work items (fused_schedule.h)
+  // 0: persistent grid, splits merged through global memory; C >= 2: clustered schedule, grid =
+  // items in clusters of C = d.num_splits CTAs, splits merged in distributed shared memory
+  // (fused_schedule.h). The launch's cluster dimension must match.
+  int cluster;
   int skip_signal;          // fault injection: never send partials to peers (tests the timeout path)
   // Diagnostics, normally null: [gridDim.x][kFusedTraceEvents] %globaltimer ns per CTA of its last
   // item (FusedTraceEvent order; 0 = not reached), written by thread 0.
