@@ -3,15 +3,16 @@
 
     scripts/fd_trace.py PREFIX.*.rank*.txt
 
-Each file has one line per CTA: "cta start attended merged pushed arrived combined end" in
-%globaltimer ns (0 = not reached; with persistent CTAs the last item's marks). Prints, per file,
+Each file has one line per CTA: "cta start attended synced merged pushed arrived combined end sm" in
+%globaltimer ns (0 = not reached; with persistent CTAs the last item's marks), then the SM id. Prints, per file,
 each event's time after the kernel's first CTA start (min / median / max over the CTAs that
 reached it, us), and how many CTAs reached it.
 """
+import collections
 import statistics
 import sys
 
-EVENTS = ["start", "attended", "merged", "pushed", "arrived", "combined", "end"]
+EVENTS = ["start", "attended", "synced", "merged", "pushed", "arrived", "combined", "end"]  # then the SM id
 
 
 def summarise(path):
@@ -22,6 +23,10 @@ def summarise(path):
         xs = [(r[i] - t0) / 1e3 for r in rows if r[i]]
         if xs:
             print(f"  {name:9s} n={len(xs):4d}  min {min(xs):7.2f}  median {statistics.median(xs):7.2f}  max {max(xs):7.2f} us")
+    if all(len(r) > len(EVENTS) for r in rows):
+        per_sm = collections.Counter(r[len(EVENTS)] for r in rows)
+        shared = sum(1 for n in per_sm.values() if n > 1)
+        print(f"  SMs used {len(per_sm)}, of them holding more than one CTA: {shared}")
 
 
 if __name__ == "__main__":

@@ -166,4 +166,11 @@ __device__ __forceinline__ uint64_t global_timer_ns() {
   return t;
 }
 
+// The SM this thread runs on (diagnostics: where a scheduler placed a CTA).
+__device__ __forceinline__ uint32_t sm_id() {
+  uint32_t s;
+  asm volatile("mov.u32 %0, %%smid;" : "=r"(s));
+  return s;
+}
+
 }  // namespace taxfree::dev

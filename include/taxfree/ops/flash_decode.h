@@ -181,8 +181,9 @@ std::vector<std::vector<Slice>> partition(std::span<const int32_t> lens, int wor
 //          arrive. No host work or reset between steps; CUDA-graph capturable.
 //
 // Preconditions (collective, not checked across ranks): every rank constructs the op with the same
-// config, and calls launch with the same variant, batch, heads, head_dim, dtype, softmax_scale and
-// q, in the same order. A rank's slices, lengths, layout and cache may differ from its peers'.
+// maxima and bsp_buffers, and calls launch with the same variant, batch, heads, head_dim, dtype,
+// softmax_scale and q, in the same order. A rank's slices, lengths, layout, cache, num_splits and
+// cluster_split_merge may differ from its peers' (each rank plans its own splits).
 // Launches of one FlashDecode are ordered on one stream per rank (the epochs depend on it). A fused
 // launch needs every CTA of its grid resident at once (it sizes the grid by the kernel's
 // occupancy): do not run it beside kernels that hold SMs until it finishes.
@@ -204,8 +205,10 @@ struct FlashDecodeConfig {
   int num_splits = 0;      // splits per (sequence, KV head) inside a rank; 0: heuristic
   BspBuffers bsp_buffers = BspBuffers::symmetric;
   // fused: merge a group's splits inside a thread-block cluster (distributed shared memory) when
-  // the launch's splits (2..16) fit one wave of clusters on this GPU; false: always through global
-  // memory (the persistent grid). Both give the same bits.
+  // one cluster of 2..16 splits per (sequence, KV head) fits at once on this GPU, one CTA per SM
+  // (the heuristic's split count may shrink to fit, to no less than 2/3 of it; FusedPlan says what
+  // a launch gets); false: always through global memory (the persistent grid). At the same split
+  // count both give the same bits.
   bool cluster_split_merge = true;
 };
 
@@ -246,7 +249,7 @@ struct FusedPlan {
 
 class FlashDecode {
  public:
-  // Collective (every rank, same config): allocates the fused inbox and bsp's gather buffer in the
+  // Collective (every rank, same maxima and bsp_buffers): allocates the fused inbox and bsp's gather buffer in the
   // team's symmetric heap (released with the heap's mark/release, after the op is destroyed), the
   // split workspace in device memory, and a launch sequence; zeroes the inbox; host barrier.
   FlashDecode(Team& team, const FlashDecodeConfig& cfg);

@@ -8,21 +8,44 @@
 namespace taxfree::ops::flash_decode::detail {
 
 namespace {
-// Clustered launches of one fused kernel: `grid` CTAs in clusters of `cluster` along x. Clusters
-// of more than 8 CTAs need the non-portable size opt-in (sm_90: up to 16), set once per kernel
-// with the decode family's attributes.
-template <auto kKernel, int D>
-struct Clustered {
-  static constexpr int kSmem = attention::decode_smem_bytes<D>();
+template <class T, int D, bool kClustered>
+constexpr auto fused_kernel(bool paged) {
+  return paged ? &attention::fused_decode_kernel<T, D, true, kClustered>
+               : &attention::fused_decode_kernel<T, D, false, kClustered>;
+}
 
+// Dynamic shared memory of clustered launches: the device's per-CTA maximum, so that one CTA fits
+// an SM. At two per SM the cluster scheduler doubled CTAs up on some SMs while others stayed idle
+// (r53: 30 of 102 SMs held two of a launch's 132 CTAs, and the slowest split attended 3 us later).
+int cluster_launch_smem() {
+  static const int bytes = [] {
+    int dev = 0, v = 0;
+    TF_CUDA(cudaGetDevice(&dev));
+    TF_CUDA(cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    return v;
+  }();
+  return bytes;
+}
+
+// Clustered launches of the clustered fused kernel: `grid` CTAs in clusters of `cluster` along x.
+// Clusters of more than 8 CTAs need the non-portable size opt-in (sm_90: up to 16), set once per
+// kernel with the decode family's attributes.
+template <class T, int D>
+struct Clustered {
   static void prepare() {
-    static const bool done = [] {
-      prepare_kernel<kKernel, kSmem>();
-      TF_CUDA(cudaFuncSetAttribute(reinterpret_cast<const void*>(kKernel),
-                                   cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
-      return true;
-    }();
+    static const bool done[2] = {opt_in(reinterpret_cast<const void*>(fused_kernel<T, D, true>(false))),
+                                 opt_in(reinterpret_cast<const void*>(fused_kernel<T, D, true>(true)))};
     (void)done;
+  }
+  static bool opt_in(const void* k) {
+    TF_REQUIRE(cluster_launch_smem() >= attention::fused_cluster_smem_bytes<D>(), Status::NotSupported,
+               "the clustered fused decode needs " << attention::fused_cluster_smem_bytes<D>()
+                                                   << " bytes of shared memory per CTA; this device has "
+                                                   << cluster_launch_smem());
+    TF_CUDA(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, cluster_launch_smem()));
+    TF_CUDA(cudaFuncSetAttribute(k, cudaFuncAttributePreferredSharedMemoryCarveout, int(cudaSharedmemCarveoutMaxShared)));
+    TF_CUDA(cudaFuncSetAttribute(k, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+    return true;
   }
   struct Config {
     cudaLaunchAttribute attr{};
@@ -33,22 +56,24 @@ struct Clustered {
       attr.val.clusterDim.y = attr.val.clusterDim.z = 1;
       cfg.gridDim = dim3(unsigned(grid));
       cfg.blockDim = dim3(attention::kThreads);
-      cfg.dynamicSmemBytes = size_t(kSmem);
+      cfg.dynamicSmemBytes = size_t(cluster_launch_smem());
       cfg.stream = stream;
       cfg.attrs = &attr;
       cfg.numAttrs = 1;
     }
   };
-  static void launch(const attention::FusedDecodeParams& p, int grid, cudaStream_t stream) {
+  static void launch(bool paged, const attention::FusedDecodeParams& p, int grid, cudaStream_t stream) {
+    const auto k = fused_kernel<T, D, true>(paged);
     prepare();
     Config c(grid, p.cluster, stream);
-    TF_CUDA(cudaLaunchKernelEx(&c.cfg, kKernel, p));
+    TF_CUDA(cudaLaunchKernelEx(&c.cfg, k, p));
   }
-  static int max_active(int cluster) {
+  static int max_active(bool paged, int cluster) {
+    const auto k = fused_kernel<T, D, true>(paged);
     prepare();
     Config c(cluster, cluster, nullptr);
     int n = 0;
-    TF_CUDA(cudaOccupancyMaxActiveClusters(&n, kKernel, &c.cfg));
+    TF_CUDA(cudaOccupancyMaxActiveClusters(&n, k, &c.cfg));
     return n;
   }
 };
@@ -56,29 +81,21 @@ struct Clustered {
 
 template <class T, int D>
 void launch_fused_t(bool paged, const attention::FusedDecodeParams& p, int grid, cudaStream_t stream) {
-  constexpr auto kPaged = &attention::fused_decode_kernel<T, D, true>;
-  constexpr auto kContiguous = &attention::fused_decode_kernel<T, D, false>;
-  if (p.cluster != 0) {
-    if (paged) Clustered<kPaged, D>::launch(p, grid, stream);
-    else Clustered<kContiguous, D>::launch(p, grid, stream);
-  } else if (paged) {
-    launch_prepared<kPaged, D>(p, grid, stream);
-  } else {
-    launch_prepared<kContiguous, D>(p, grid, stream);
-  }
+  if (p.cluster != 0) Clustered<T, D>::launch(paged, p, grid, stream);
+  else if (paged) launch_prepared<&attention::fused_decode_kernel<T, D, true, false>, D>(p, grid, stream);
+  else launch_prepared<&attention::fused_decode_kernel<T, D, false, false>, D>(p, grid, stream);
 }
 
 template <class T, int D>
 int fused_ctas_per_sm_t(bool paged) {
   constexpr int kSmem = attention::decode_smem_bytes<D>();
-  return paged ? ctas_per_sm<&attention::fused_decode_kernel<T, D, true>, kSmem>()
-               : ctas_per_sm<&attention::fused_decode_kernel<T, D, false>, kSmem>();
+  return paged ? ctas_per_sm<&attention::fused_decode_kernel<T, D, true, false>, kSmem>()
+               : ctas_per_sm<&attention::fused_decode_kernel<T, D, false, false>, kSmem>();
 }
 
 template <class T, int D>
 int fused_max_clusters_t(bool paged, int cluster) {
-  return paged ? Clustered<&attention::fused_decode_kernel<T, D, true>, D>::max_active(cluster)
-               : Clustered<&attention::fused_decode_kernel<T, D, false>, D>::max_active(cluster);
+  return Clustered<T, D>::max_active(paged, cluster);
 }
 
 #define TF_FLASH_DECODE_FUSED_INSTANTIATE(T, D)                                                 \

@@ -63,7 +63,6 @@ struct AttendSmem {
   struct Post {
     Merge merge;
     PartialTile<D> tile;     // the CTA's result
-    PartialTile<D> merged;   // for the caller: a merge's result while other CTAs read `tile`
     CombineScratch scratch;  // for cta_combine_partials by the caller
   };
   union {

@@ -1,25 +1,28 @@
 // Split merge inside a thread-block cluster: the CTAs of one cluster attend the splits of one
-// (sequence, KV head) group, each into its own shared-memory PartialTile, and after one cluster
-// barrier each CTA merges a block of the group's rows straight from all the cluster's tiles
-// (distributed shared memory). Used by the fused multi-rank decode when a launch fits one wave of
-// clusters (fused_schedule.h).
+// (sequence, KV head) group; each then stores every row of its partial straight into the shared
+// memory of the CTA that merges that row (distributed shared memory), and after one cluster
+// barrier each CTA merges its block of rows from its own shared memory. Used by the fused
+// multi-rank decode when a launch fits one wave of clusters (fused_schedule.h).
 //
 // Why: the global-memory merge (cta_store_tile, cta_arrive_last, cta_combine_partials) is a chain
 // of a store, a gpu-scope release/acquire atomic and an L2 round trip in the launch's tail, taken by
 // one CTA for all the group's rows (3 us at 96/12 heads, batch 1, 11 splits on an H200). Here the
-// tiles never leave the SMs, and the rows' merges, sends and cross-rank combines run on as many
-// CTAs as the group has rows (up to the cluster size).
+// partials never leave the GPC, and the rows' merges, sends and cross-rank combines run on as many
+// CTAs as the group has rows. Stores, not loads: the merging CTA reading the other CTAs' tiles took
+// as long as the global merge (r54: 2.9 us from the barrier to the merged rows for 8 partials of
+// one row), while remote stores are fire-and-forget and their completion overlaps the barrier.
 //
-// Memory order: cluster_arrive (barrier.cluster.arrive.release) after a CTA's tile is written and
-// cluster_wait (barrier.cluster.wait.acquire) before another CTA reads it over distributed shared
-// memory: the release/acquire pair at cluster scope makes the tile's shared-memory stores visible
-// to the remote weak loads. A CTA's shared memory must stay alive while other CTAs may read it, so
-// every CTA arrives once more after its last remote read, and waits on that phase before it exits.
+// Memory order: cluster_arrive (barrier.cluster.arrive.release) after a CTA's remote stores and
+// cluster_wait (barrier.cluster.wait.acquire) before the merge's local reads: the release/acquire
+// pair at cluster scope makes the stores visible. The inbox is written only by the cluster's CTAs
+// before that barrier phase and read only after it, and no CTA touches another's shared memory
+// after it, so CTAs may leave the kernel at any time after it.
 #pragma once
 
 #include <cooperative_groups.h>
 
 #include "taxfree/kernels/attention/combine.h"
+#include "taxfree/kernels/attention/config.h"
 
 namespace taxfree::attention {
 
@@ -28,30 +31,42 @@ namespace taxfree::attention {
 __device__ inline void cluster_arrive() { asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory"); }
 __device__ inline void cluster_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory"); }
 
-// Partials for cta_merge_partials: partial p is the PartialTile of the cluster's CTA p (block
-// rank p), at the offset of `tile` in this CTA's shared memory (every CTA of a kernel has the same
-// layout), rows from `first` on.
+// Slots of one merging CTA's rows: slot p*per + r holds row r (of its block of `per` rows) of the
+// partial of the cluster's CTA p. At most group + ctas - 1 slots are used (ctas * ceil(group/ctas)).
+inline constexpr int kClusterSlots = kMaxRows + kMaxClusterCtas - 1;
 template <int D>
-struct ClusterTiles {
-  const PartialTile<D>* tile;
-  int first;
-  __device__ const float* o_of(int p) const {
-    return cooperative_groups::this_cluster().map_shared_rank(&tile->o[first][0], unsigned(p));
-  }
-  __device__ const float* lse_of(int p) const {
-    return cooperative_groups::this_cluster().map_shared_rank(&tile->lse[first], unsigned(p));
-  }
+struct ClusterInbox {
+  alignas(16) float o[kClusterSlots][D];
+  float lse[kClusterSlots];
 };
 
-// Merge rows [first, first + rows) of the tiles of the cluster's CTAs 0 .. n-1 (at `tile`'s offset
-// in each) into out rows [0, rows). Preconditions: a cluster barrier phase (arrive after the
-// tiles were written, wait) separates the tiles' stores from this call; 1 <= n <= cluster size;
-// first + rows <= kMaxRows; `out` and `scratch` are this CTA's and not `tile`. Same weights and
-// order as cta_combine_partials: the same bits as the global-memory merge of the same partials.
+// Store the `group` rows of this CTA's partial `t` into the inboxes of the cluster's CTAs that
+// merge them: row r goes to CTA r / per, slot k*per + r % per, k = this CTA's block rank. `inbox`
+// is this CTA's inbox (every CTA of the kernel has it at the same offset). No synchronisation
+// inside; the caller's cluster barrier phase publishes the stores.
 template <int D>
-__device__ inline void cta_merge_cluster_rows(const PartialTile<D>& tile, int n, int first, int rows,
-                                              CombineScratch& scratch, PartialTile<D>& out) {
-  cta_merge_partials<D>(ClusterTiles<D>{&tile, first}, n, rows, scratch, out);
+__device__ inline void cta_scatter_rows(const PartialTile<D>& t, int group, int per, int k, ClusterInbox<D>& inbox) {
+  constexpr int kVec = D / 4;
+  const auto cluster = cooperative_groups::this_cluster();
+  for (int i = threadIdx.x; i < group * (kVec + 1); i += blockDim.x) {
+    const int r = i < group * kVec ? i / kVec : i - group * kVec;
+    ClusterInbox<D>* const dst = cluster.map_shared_rank(&inbox, unsigned(r / per));
+    const int slot = k * per + r % per;
+    if (i < group * kVec)
+      reinterpret_cast<float4*>(dst->o[slot])[i % kVec] = reinterpret_cast<const float4*>(t.o[r])[i % kVec];
+    else
+      dst->lse[slot] = t.lse[r];
+  }
+}
+
+// Merge the n partials of this CTA's `rows` rows (of `per` slots each) from its inbox into out
+// rows [0, rows): the same weights and order as cta_combine_partials, so the same bits as the
+// global-memory merge of the same partials. Preconditions: the cluster barrier phase after every
+// CTA's cta_scatter_rows; 1 <= n <= cluster size; `out` and `scratch` free.
+template <int D>
+__device__ inline void cta_merge_inbox_rows(const ClusterInbox<D>& inbox, int n, int per, int rows,
+                                            CombineScratch& scratch, PartialTile<D>& out) {
+  cta_merge_partials<D>(StridedPartials{&inbox.o[0][0], int64_t(per) * D, inbox.lse, per}, n, rows, scratch, out);
 }
 
 }  // namespace taxfree::attention

@@ -6,9 +6,10 @@
 // it that still decodes). Every rank ends with the full output; the combine sums the ranks'
 // partials in rank order from identical bits, so the output is bitwise identical on every rank.
 //
-// Grid fused_grid(items, resident slots) persistent CTAs, or `items` CTAs in clusters of
-// num_splits (FusedDecodeParams::cluster; fused_schedule.h: both schedules and why neither can
-// deadlock), kThreads threads, decode_smem_bytes<D>() dynamic shared memory.
+// kClustered false: grid fused_grid(items, resident slots) persistent CTAs, kThreads threads,
+// decode_smem_bytes<D>() dynamic shared memory. true: `items` CTAs in clusters of num_splits
+// (FusedDecodeParams::cluster), at least fused_cluster_smem_bytes<D>(). fused_schedule.h: both
+// schedules and why neither can deadlock.
 //
 // Epochs, buffers, reuse (no host reset between launches, CUDA-graph safe):
 //  * epoch e = dev::sequence_begin(seq), +1 per launch of the op; lines carry uint32(e).
@@ -32,13 +33,20 @@
 #include "taxfree/kernels/attention/attend_chunk.h"
 #include "taxfree/kernels/attention/cluster_merge.h"
 #include "taxfree/kernels/attention/combine.h"
+#include "taxfree/kernels/attention/decode_kernel.h"
 #include "taxfree/kernels/attention/fused_schedule.h"
 #include "taxfree/kernels/attention/params.h"
 #include "taxfree/kernels/attention/partial_exchange.h"
 
 namespace taxfree::attention {
 
-template <class T, int D, bool kPaged>
+// Shared memory of the clustered kernel: the attending CTA's, then the cluster inbox.
+template <int D>
+constexpr int fused_cluster_smem_bytes() {
+  return decode_smem_bytes<D>() + int(sizeof(ClusterInbox<D>));
+}
+
+template <class T, int D, bool kPaged, bool kClustered>
 __global__ void __launch_bounds__(kThreads, kCtasPerSm) fused_decode_kernel(const __grid_constant__ FusedDecodeParams p) {
   constexpr int kStages = stages_for(D);
   constexpr int kRow = ll_lines_per_row(D);
@@ -54,7 +62,8 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) fused_decode_kernel(cons
     if (trace != nullptr) trace[event] = dev::global_timer_ns();
   };
   if (trace != nullptr)
-    for (int e = 0; e < kFusedTraceEvents; ++e) trace[e] = e == kTraceStart ? dev::global_timer_ns() : 0;
+    for (int e = 0; e < kFusedTraceEvents; ++e)
+      trace[e] = e == kTraceStart ? dev::global_timer_ns() : e == kTraceSm ? dev::sm_id() : 0;
 
   // This rank's partial of `rows` rows from query row `row` on, in `part`: send it, then combine
   // as the peers' lines arrive (no barrier between: the push only reads `part`). False: a wait
@@ -79,20 +88,24 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) fused_decode_kernel(cons
     mark(kTraceAttended);
   };
 
-  if (p.cluster != 0) {  // one item per CTA; the cluster holds the group's splits
+  if constexpr (kClustered) {  // one item per CTA; the cluster holds the group's splits
+    auto& cluster_inbox = *reinterpret_cast<ClusterInbox<D>*>(smem_raw + sizeof(AttendSmem<D, kStages>));
     const FusedItem it = fused_item(blockIdx.x, d.num_splits);
     const TokenRange slice = slice_of(d.kv, it.group / d.kv_heads);
     const SplitRange sr = split_range(slice, d.num_splits, it.split);
-    if (it.split < sr.splits) attend(it, slice, sr);  // into smem.post.tile
-    cluster_arrive();
-    cluster_wait();  // every split's tile is written
     const RowBlock rb = cluster_rows(d.group, d.num_splits, it.split);
-    if (rb.begin < rb.end)
-      cta_merge_cluster_rows<D>(smem.post.tile, sr.splits, rb.begin, rb.end - rb.begin, smem.post.scratch,
-                                smem.post.merged);
-    cluster_arrive();  // done reading the other CTAs' tiles
-    if (rb.begin < rb.end) exchange(smem.post.merged, rb.end - rb.begin, int64_t(it.group) * d.group + rb.begin);
-    cluster_wait();  // no CTA leaves while another may still read its tile
+    const int per = (d.group + d.num_splits - 1) / d.num_splits;  // cluster_rows' block size
+    if (it.split < sr.splits) {
+      attend(it, slice, sr);  // into smem.post.tile
+      cta_scatter_rows<D>(smem.post.tile, d.group, per, it.split, cluster_inbox);
+    }
+    cluster_arrive();
+    cluster_wait();  // every split's rows are in their merging CTA's inbox
+    mark(kTraceSynced);
+    if (rb.begin < rb.end) {
+      cta_merge_inbox_rows<D>(cluster_inbox, sr.splits, per, rb.end - rb.begin, smem.post.scratch, smem.post.tile);
+      exchange(smem.post.tile, rb.end - rb.begin, int64_t(it.group) * d.group + rb.begin);
+    }
   } else {
     PartialTile<D>& tile = smem.post.tile;
     for (int item = blockIdx.x; item < p.items; item += gridDim.x) {

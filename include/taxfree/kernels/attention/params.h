@@ -67,9 +67,9 @@ struct FusedDecodeParams {
   dev::LaunchSequence seq;  // epochs
   dev::FaultContext fault;  // deadline, abort flag, wait record
   int items;                // d.num_splits * batch * kv_heads work items (fused_schedule.h)
-  // 0: persistent grid, splits merged through global memory; C >= 2: clustered schedule, grid =
-  // items in clusters of C = d.num_splits CTAs, splits merged in distributed shared memory
-  // (fused_schedule.h). The launch's cluster dimension must match.
+  // 0: persistent grid, splits merged through global memory (fused_decode_kernel<.., false>);
+  // C >= 2: clustered schedule (fused_decode_kernel<.., true>), grid = items in clusters of
+  // C = d.num_splits CTAs, splits merged in distributed shared memory (fused_schedule.h).
   int cluster;
   int skip_signal;          // fault injection: never send partials to peers (tests the timeout path)
   // Diagnostics, normally null: [gridDim.x][kFusedTraceEvents] %globaltimer ns per CTA of its last
@@ -77,8 +77,9 @@ struct FusedDecodeParams {
   uint64_t* trace;
 };
 
-// Points of the fused kernel's timeline that FusedDecodeParams::trace records.
-enum FusedTraceEvent { kTraceStart, kTraceAttended, kTraceMerged, kTracePushed, kTraceArrived, kTraceCombined,
-                       kTraceEnd, kFusedTraceEvents };
+// Points of the fused kernel's timeline that FusedDecodeParams::trace records, and last the SM the
+// CTA ran on (not a time).
+enum FusedTraceEvent { kTraceStart, kTraceAttended, kTraceSynced, kTraceMerged, kTracePushed, kTraceArrived,
+                       kTraceCombined, kTraceEnd, kTraceSm, kFusedTraceEvents };
 
 }  // namespace taxfree::attention
