@@ -206,9 +206,9 @@ struct FlashDecodeConfig {
   BspBuffers bsp_buffers = BspBuffers::symmetric;
   // fused: merge a group's splits inside a thread-block cluster (distributed shared memory) when
   // one cluster of 2..16 splits per (sequence, KV head) fits at once on this GPU, one CTA per SM
-  // (the heuristic's split count may shrink to fit, to no less than 2/3 of it; FusedPlan says what
-  // a launch gets); false: always through global memory (the persistent grid). At the same split
-  // count both give the same bits.
+  // (for slices up to 32K tokens the heuristic's split count may shrink to fit, to no less than half
+  // of it; FusedPlan says what a launch gets); false: always through global memory (the persistent
+  // grid). At the same split count both give the same bits.
   bool cluster_split_merge = true;
 };
 

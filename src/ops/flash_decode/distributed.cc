@@ -13,6 +13,8 @@
 namespace taxfree::ops::flash_decode {
 namespace {
 bool is_paged(KvLayout l) { return l != KvLayout::Contiguous; }
+// Longest slice for which a fused plan gives up splits to run clustered (see fused_plan).
+constexpr int kClusterShrinkMaxTokens = 32768;
 }  // namespace
 
 FlashDecode::FlashDecode(Team& team, const FlashDecodeConfig& cfg) : team_(team), cfg_(cfg) {
@@ -83,11 +85,14 @@ FusedPlan FlashDecode::fused_plan(const DecodeArgs& a) {
   if (!cfg_.cluster_split_merge || plan.num_splits < 2) return fp;
   // The clustered schedule (fused_schedule.h): one cluster of C splits per group, at one CTA per SM,
   // when all of them fit at once (its no-deadlock condition). A forced split count is kept or not
-  // clustered; the heuristic's may shrink to the largest C that fits, but not below 2/3 of it
-  // (r53/r54: 8 clustered splits beat 11 merged in global memory at 96/12 heads, batch 1).
+  // clustered. The heuristic's may shrink to the largest C that fits, down to half of it, while
+  // slices are short: the merge saves ~3 us, fewer CTAs stream KV slower (r55, 96/12 heads, batch
+  // 1, 8 clustered splits against 11 in global memory: 26 vs 35 us at 8K tokens, 66 vs 69 at 32K,
+  // 222 vs 213 at 128K, 824 vs 777 at 512K).
   const int64_t groups = int64_t(a.batch) * a.kv_heads;
   const int hi = std::min(plan.num_splits, attention::kMaxClusterCtas);
-  const int lo = cfg_.num_splits != 0 ? plan.num_splits : std::max(2, (2 * plan.num_splits + 2) / 3);
+  const bool shrink = cfg_.num_splits == 0 && a.max_len <= kClusterShrinkMaxTokens;
+  const int lo = shrink ? std::max(2, (plan.num_splits + 1) / 2) : plan.num_splits;
   for (int c = hi; c >= lo; --c)
     if (fused_max_clusters(a.dtype, a.head_dim, is_paged(a.layout), c) >= groups) {
       fp.cluster = fp.num_splits = c;
