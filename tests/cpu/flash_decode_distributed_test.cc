@@ -238,7 +238,8 @@ TEST(FlashDecodeDistSchedule, ClusterRowBlocksCoverEveryRowOnce) {
         ASSERT_LE(b.begin, b.end);
         if (b.begin == b.end) continue;
         ASSERT_EQ(b.begin, next) << "CTA " << k;
-        ASSERT_LE(b.end - b.begin, (group + ctas - 1) / ctas);
+        ASSERT_LE(b.end - b.begin, at::cluster_rows_per_cta(group, ctas));
+        ASSERT_LE(at::cluster_rows_per_cta(group, ctas) * ctas, at::kClusterSlots) << "the inbox holds every slot";
         next = b.end;
       }
       EXPECT_EQ(next, group);

@@ -31,9 +31,8 @@ namespace taxfree::attention {
 __device__ inline void cluster_arrive() { asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory"); }
 __device__ inline void cluster_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory"); }
 
-// Slots of one merging CTA's rows: slot p*per + r holds row r (of its block of `per` rows) of the
-// partial of the cluster's CTA p. At most group + ctas - 1 slots are used (ctas * ceil(group/ctas)).
-inline constexpr int kClusterSlots = kMaxRows + kMaxClusterCtas - 1;
+// One merging CTA's rows: slot p*per + r (kClusterSlots, config.h) holds row r of its block of
+// `per` rows of the partial of the cluster's CTA p.
 template <int D>
 struct ClusterInbox {
   alignas(16) float o[kClusterSlots][D];

@@ -32,6 +32,9 @@ inline constexpr int kMaxParts = 64;
 // Most CTAs per thread-block cluster on sm_90 (16 needs the non-portable cluster size opt-in): the
 // most splits the fused decode merges inside a cluster (cluster_merge.h).
 inline constexpr int kMaxClusterCtas = 16;
+// Partial rows one CTA of a cluster receives for its merge: ctas * ceil(group / ctas) <= group +
+// ctas - 1 (cluster_merge.h).
+inline constexpr int kClusterSlots = kMaxRows + kMaxClusterCtas - 1;
 
 // Rows (query heads) per CTA of the cross-rank combine kernel: 4 x D/4 float4 = one per thread.
 inline constexpr int kCombineRows = 4;

@@ -94,7 +94,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) fused_decode_kernel(cons
     const TokenRange slice = slice_of(d.kv, it.group / d.kv_heads);
     const SplitRange sr = split_range(slice, d.num_splits, it.split);
     const RowBlock rb = cluster_rows(d.group, d.num_splits, it.split);
-    const int per = (d.group + d.num_splits - 1) / d.num_splits;  // cluster_rows' block size
+    const int per = cluster_rows_per_cta(d.group, d.num_splits);
     if (it.split < sr.splits) {
       attend(it, slice, sr);  // into smem.post.tile
       cta_scatter_rows<D>(smem.post.tile, d.group, per, it.split, cluster_inbox);

@@ -54,8 +54,9 @@ TF_HD inline FusedItem fused_item(int item, int num_splits) {
 struct RowBlock {
   int begin, end;
 };
+TF_HD inline int cluster_rows_per_cta(int group, int ctas) { return (group + ctas - 1) / ctas; }
 TF_HD inline RowBlock cluster_rows(int group, int ctas, int k) {
-  const int per = (group + ctas - 1) / ctas;
+  const int per = cluster_rows_per_cta(group, ctas);
   const int begin = k * per < group ? k * per : group;
   return {begin, begin + per < group ? begin + per : group};
 }
