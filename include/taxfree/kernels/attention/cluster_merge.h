@@ -58,6 +58,12 @@ __device__ inline void cta_scatter_rows(const PartialTile<D>& t, int group, int 
   }
 }
 
+// The inbox's partials for cta_merge_partials: at most a cluster's, so a warp merging one row loads
+// 16 partials per round trip, not LoadedPartials' 24 (a smaller unrolled loop in the launch's tail).
+struct ClusterPartials : StridedPartials {
+  static constexpr int kMaxPartials = kMaxClusterCtas;
+};
+
 // Merge the n partials of this CTA's `rows` rows (of `per` slots each) from its inbox into out
 // rows [0, rows): the same weights and order as cta_combine_partials, so the same bits as the
 // global-memory merge of the same partials. Preconditions: the cluster barrier phase after every
@@ -65,7 +71,7 @@ __device__ inline void cta_scatter_rows(const PartialTile<D>& t, int group, int 
 template <int D>
 __device__ inline void cta_merge_inbox_rows(const ClusterInbox<D>& inbox, int n, int per, int rows,
                                             CombineScratch& scratch, PartialTile<D>& out) {
-  cta_merge_partials<D>(StridedPartials{&inbox.o[0][0], int64_t(per) * D, inbox.lse, per}, n, rows, scratch, out);
+  cta_merge_partials<D>(ClusterPartials{{&inbox.o[0][0], int64_t(per) * D, inbox.lse, per}}, n, rows, scratch, out);
 }
 
 }  // namespace taxfree::attention

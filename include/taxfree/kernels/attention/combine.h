@@ -193,10 +193,15 @@ __device__ inline bool warp_merge_rows(Source& src, int n, const int (&r)[kR], c
   }
   segment_lse_weights<L::kLanes>(l, n, col, owner, w, lse);
   for (int p0 = 0;;) {
+    float wv[kR][kParts];  // every weight read before the first is used: one shared-memory round trip
 #pragma unroll
     for (int i = 0; i < kR; ++i)
 #pragma unroll
-      for (int u = 0; u < kParts; ++u) accumulate_weighted(acc[i], p0 + u < n ? w[i][p0 + u] : 0.f, src.o_of(i, u));
+      for (int u = 0; u < kParts; ++u) wv[i][u] = w[i][p0 + u < n ? p0 + u : n - 1];
+#pragma unroll
+    for (int i = 0; i < kR; ++i)
+#pragma unroll
+      for (int u = 0; u < kParts; ++u) accumulate_weighted(acc[i], p0 + u < n ? wv[i][u] : 0.f, src.o_of(i, u));
     p0 += kParts;
     if (p0 >= n) return ok;
     ok = ok && src.fetch(p0);  // after a fetch gave up, no more waiting
@@ -208,6 +213,7 @@ __device__ inline bool warp_merge_rows(Source& src, int n, const int (&r)[kR], c
 // split workspace, gathered rank blocks); ClusterTiles (cluster_merge.h): the PartialTile of
 // each CTA of a thread-block cluster.
 struct StridedPartials {
+  static constexpr int kMaxPartials = kMaxParts;  // most partials a merge through it reads
   const float* o;
   int64_t o_stride;
   const float* lse;
@@ -224,7 +230,8 @@ struct StridedPartials {
 template <int D, int kR, class Where>
 struct LoadedPartials {
   static constexpr int kMergeLoads = 24;
-  static constexpr int kParts = kMergeLoads / kR;
+  static constexpr int kParts =
+      kMergeLoads / kR < Where::kMaxPartials ? kMergeLoads / kR : Where::kMaxPartials;
   using L = MergeLayout<D>;
   const Where& where;
   int n, col;
