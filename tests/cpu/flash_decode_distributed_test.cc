@@ -204,7 +204,7 @@ bool simulate(std::mt19937& rng, int world, int groups, std::vector<SimRank>& ra
 TEST(FlashDecodeDistSchedule, NoDeadlockForAnyGridsAndSplits) {
   std::mt19937 rng(2026);
   for (int trial = 0; trial < 1000; ++trial) {
-    const int world = 1 + int(rng() % 4), groups = 1 + int(rng() % 12);
+    const int world = 1 + int(rng() % 8), groups = 1 + int(rng() % 12);
     std::vector<SimRank> ranks(static_cast<size_t>(world));
     for (auto& s : ranks) {
       s.clustered = rng() % 3 == 0;
