@@ -13,6 +13,10 @@
 namespace taxfree::ops::flash_decode {
 namespace {
 bool is_paged(KvLayout l) { return l != KvLayout::Contiguous; }
+// Index of the fused kernel instantiation (dtype, head_dim, paged), 0..7: the occupancy caches' key.
+int instance_index(DType dtype, int head_dim, bool paged) {
+  return (dtype == DType::FP16 ? 4 : 0) + (head_dim == 128 ? 2 : 0) + (paged ? 1 : 0);
+}
 // Longest slice for which a fused plan gives up splits to run clustered (see fused_plan).
 constexpr int kClusterShrinkMaxTokens = 32768;
 }  // namespace
@@ -47,14 +51,14 @@ FlashDecode::~FlashDecode() {
 }
 
 int FlashDecode::fused_ctas_per_sm(DType dtype, int head_dim, bool paged) {
-  int& n = occupancy_[(dtype == DType::FP16 ? 4 : 0) + (head_dim == 128 ? 2 : 0) + (paged ? 1 : 0)];
+  int& n = occupancy_[instance_index(dtype, head_dim, paged)];
   if (n == 0)
     n = detail::dispatch(dtype, head_dim, [&]<class T, int D>() { return detail::fused_ctas_per_sm_t<T, D>(paged); });
   return n;
 }
 
 int FlashDecode::fused_max_clusters(DType dtype, int head_dim, bool paged, int cluster) {
-  const int key = ((dtype == DType::FP16 ? 4 : 0) + (head_dim == 128 ? 2 : 0) + (paged ? 1 : 0)) * 64 + cluster;
+  const int key = instance_index(dtype, head_dim, paged) * 64 + cluster;
   auto it = max_clusters_.find(key);
   if (it == max_clusters_.end())
     it = max_clusters_

@@ -5,7 +5,8 @@
 // These are the pieces a fused multi-rank decode reuses: a CTA attends its chunk
 // (attend_chunk.h) into a PartialTile, stores it (locally or into a peer's buffer), and whoever
 // arrives last merges all partials with cta_combine_partials (or, in a thread-block cluster, each
-// CTA merges some rows straight from the cluster's tiles: cluster_merge.h).
+// CTA merges its rows from the partials the cluster's CTAs stored into its shared memory:
+// cluster_merge.h).
 #pragma once
 
 #include <cuda/atomic>
@@ -209,9 +210,9 @@ __device__ inline bool warp_merge_rows(Source& src, int n, const int (&r)[kR], c
 }
 
 // Where a merge finds its partials: partial p's row r has o at o_of(p) + r*D (D fp32, 16-byte
-// aligned) and lse at lse_of(p)[r]. StridedPartials: one stride between partials (global memory:
-// split workspace, gathered rank blocks); ClusterTiles (cluster_merge.h): the PartialTile of
-// each CTA of a thread-block cluster.
+// aligned) and lse at lse_of(p)[r]. StridedPartials: one stride between partials (the split
+// workspace and gathered rank blocks in global memory; a cluster CTA's inbox in shared memory, as
+// ClusterPartials, cluster_merge.h).
 struct StridedPartials {
   static constexpr int kMaxPartials = kMaxParts;  // most partials a merge through it reads
   const float* o;
@@ -260,7 +261,7 @@ struct LoadedPartials {
   __device__ float4 o_of(int i, int u) const { return x[i][u]; }
 };
 
-// Merge n partials of `rows` rows, located by `where` (StridedPartials, ClusterTiles), into `out`
+// Merge n partials of `rows` rows, located by `where` (StridedPartials, ClusterPartials), into `out`
 // (shared memory) rows [0, rows), with lse_combine.h's formula.
 // Preconditions: 1 <= n <= kMaxParts, 1 <= rows <= kMaxRows, blockDim.x == kThreads; every thread
 // of the CTA calls it.
