@@ -139,6 +139,7 @@ __device__ void cta_attend_chunk(const KvView& kv, const T* __restrict__ q, int 
   const unsigned char* kbase = static_cast<const unsigned char*>(kv.k);
   const unsigned char* vbase = static_cast<const unsigned char*>(kv.v);
   int page_reg = 0;  // paged: lane j holds the page of this warp's tile (32*k + j)
+  const uint64_t kv_policy = ptx::l2_evict_first_policy();  // K/V are read once per launch
 
   // Issue the copies of this warp's tile i into its ring slot and commit one group (an empty group
   // past the last tile keeps the wait_group arithmetic uniform).
@@ -162,8 +163,8 @@ __device__ void cta_attend_chunk(const KvView& kv, const T* __restrict__ q, int 
         const bool valid = pos >= slice.begin && pos < slice.end;
         const int64_t off = (base + row * kv.stride_token + ch * 8) * 2;
         const uint32_t so = detail::swz<kRowBytes>(row, ch);
-        ptx::cp_async_16(sk + so, valid ? kbase + off : kbase, valid);
-        ptx::cp_async_16(sv + so, valid ? vbase + off : vbase, valid);
+        ptx::cp_async_16(sk + so, valid ? kbase + off : kbase, valid, kv_policy);
+        ptx::cp_async_16(sv + so, valid ? vbase + off : vbase, valid, kv_policy);
       }
     }
     ptx::cp_async_commit();

@@ -24,6 +24,21 @@ __device__ inline void cp_async_16(uint32_t dst, const void* src, bool valid) {
                "r"(src_size)
                : "memory");
 }
+// The same copy with an L2 eviction policy (l2_evict_first_policy) for its lines.
+__device__ inline void cp_async_16(uint32_t dst, const void* src, bool valid, uint64_t policy) {
+  const int src_size = valid ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global.L2::cache_hint.L2::256B [%0], [%1], 16, %2, %3;\n" ::"r"(dst), "l"(src),
+               "r"(src_size), "l"(policy)
+               : "memory");
+}
+// An L2 policy that makes its lines the first to be evicted: for data a launch reads once (K/V),
+// so streaming it does not push out of L2 what the launch's tail and the next launch reuse (the
+// kernel's code, Q, partials, exchange lines).
+__device__ inline uint64_t l2_evict_first_policy() {
+  uint64_t policy;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
+  return policy;
+}
 __device__ inline void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 template <int N>
 __device__ inline void cp_async_wait() {
