@@ -11,6 +11,9 @@
 //    kStages-deep cp.async ring in shared memory (16-byte copies, L1 bypassed, one warp-wide
 //    instruction = 512 contiguous bytes). No CTA barrier in the main loop: a warp waits only for its
 //    own copies (cp.async.wait_group + __syncwarp).
+//  * The copies carry an L2 evict_first policy: K/V are read once per step, and streaming them
+//    would otherwise push out of L2 what the rest of the step reuses (the merge's partials, the
+//    exchange lines, the collective's state): -2 to -5 us at batch 1-8 with a cold L2 (r62).
 //  * Tensor cores do the math: S = Q K^T with Q as the 16-row A operand (rows >= group are zero)
 //    and K rows as the B operand (ldmatrix), then O += P V with P taken straight from the S
 //    accumulators (the FlashAttention-2 register layout identity) and V via ldmatrix.trans. A 16-row
