@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Summarise TAXFREE_FD_TRACE files (the fused flash_decode kernel's per-CTA timeline).
 
-    scripts/fd_trace.py PREFIX.*.rank*.txt
+    scripts/fd_trace.py [--per-cta N] PREFIX.*.rank*.txt
 
 Each file has one line per CTA: "cta start attended synced merged pushed arrived combined end sm" in
 %globaltimer ns (0 = not reached; with persistent CTAs the last item's marks), then the SM id. Prints, per file,
@@ -27,10 +27,25 @@ def summarise(path):
         per_sm = collections.Counter(r[len(EVENTS)] for r in rows)
         shared = sum(1 for n in per_sm.values() if n > 1)
         print(f"  SMs used {len(per_sm)}, of them holding more than one CTA: {shared}")
+    return rows
+
+
+def per_cta(rows, n):
+    """Attend time (us) / SM of each CTA, n per line (CTAs in launch order)."""
+    for i in range(0, len(rows), n):
+        print("   " + " ".join(f"{(r[1] - r[0]) / 1e3:5.1f}/{r[-1]:3d}" if r[1] else "    -/  -" for r in rows[i:i + n]))
 
 
 if __name__ == "__main__":
-    if len(sys.argv) < 2:
+    args = sys.argv[1:]
+    n = 0
+    if args[:1] == ["--per-cta"]:
+        if len(args) < 2 or not args[1].isdigit() or int(args[1]) < 1:
+            sys.exit("--per-cta needs a positive count\n" + __doc__)
+        n, args = int(args[1]), args[2:]
+    if not args:
         sys.exit(__doc__)
-    for p in sys.argv[1:]:
-        summarise(p)
+    for p in args:
+        rows = summarise(p)
+        if n:
+            per_cta(rows, n)
