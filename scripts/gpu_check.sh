@@ -101,6 +101,10 @@ if want faults; then
     "gave up waiting at 'all_gather_matmul nsplit: peer C block arrived' for rank 1" 60 \
     "$bin" bench all_gather_matmul -g 2 --shape M=256,N=3584,K=8192,gather_dim=1,layout=kn -n 2 -w 0 \
     --variant nsplit --inject skip-signal:1 --timeout 3
+  expect_failure "all_gather_matmul sm-specialized peer never signals" \
+    "gave up waiting at 'gemm: A tile ready' for rank 1" 60 \
+    "$bin" bench all_gather_matmul -g 2 --shape M=256,N=3584,K=8192,gather_dim=1,layout=kn -n 2 -w 0 \
+    --variant sm-specialized --inject skip-signal:1 --timeout 3
   expect_failure "rank killed mid-run" "rank 1 (pid [0-9]*) was killed by signal 9" 30 \
     "$bin" bench all_gather -g 2 -b 1M -e 1M --inject kill:1
   expect_failure "too many GPUs asked" "more GPUs than" 10 "$bin" bench all_gather -g 64

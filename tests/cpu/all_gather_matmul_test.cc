@@ -248,6 +248,33 @@ TEST(AgmmPlan, PushLeavesTheGemmItsWavesAndNamesItsSms) {
   expect_error([&] { make_push_plan(a, 2, cfg, 132); }, Status::InvalidArgument, "multiple of 64");
 }
 
+// sm-specialized: the movers are CTAs of the GEMM kernel, so they come in whole clusters of its
+// config, and the GEMM gets exactly the SMs after them.
+TEST(AgmmPlan, SmSpecializedMoversAreWholeClustersOfTheGemm) {
+  for (int w : kWorlds)
+    for (const GridCase& c : grid_cases(w))
+      for (int asked : {0, 1, 3, 5}) {
+        AgmmConfig cfg;
+        cfg.push_ctas = asked;
+        const AgmmArgs a = args_for(c);
+        const PushPlan push = make_push_plan(a, w, cfg, 132), p = make_sm_specialized_plan(a, w, cfg, 132);
+        const int cluster = std::max(1, p.gemm.cluster_m);
+        EXPECT_EQ(p.push_ctas % cluster, 0) << p.gemm.name();
+        EXPECT_GE(p.push_ctas, push.push_ctas);
+        EXPECT_LT(p.push_ctas, push.push_ctas + cluster);
+        EXPECT_EQ(p.gemm.max_ctas, 132 - p.push_ctas);
+        EXPECT_TRUE(p.gemm.bm == push.gemm.bm && p.gemm.bn == push.gemm.bn && p.gemm.stages == push.gemm.stages &&
+                    p.gemm.cluster_m == push.gemm.cluster_m && p.gemm.swap_ab == push.gemm.swap_ab)
+            << p.gemm.name() << " vs push's " << push.gemm.name();
+        EXPECT_EQ(p.grid.pieces(), push.grid.pieces());
+      }
+  AgmmConfig cfg;
+  cfg.push_ctas = 131;  // a GEMM with clusters of 2 rounds it up to every SM
+  const AgmmArgs a = args_for({8192, 4096, 8192, 0});
+  if (make_push_plan(a, 2, cfg, 132).gemm.cluster_m == 2)
+    expect_error([&] { make_sm_specialized_plan(a, 2, cfg, 132); }, Status::InvalidArgument, "leave no SM");
+}
+
 alignas(256) uint16_t g_mem[1 << 16];
 
 AgmmArgs valid_args() {
@@ -284,7 +311,8 @@ TEST(AgmmValidation, RejectsBadArgumentsNamingThem) {
 
 TEST(AgmmVariants, NamesRoundTripAndUnbuiltOnesAreNotSupported) {
   for (AgmmVariant v : {AgmmVariant::bsp, AgmmVariant::bsp_own, AgmmVariant::decomposed, AgmmVariant::push,
-                        AgmmVariant::fused_ce, AgmmVariant::ksplit, AgmmVariant::nsplit, AgmmVariant::automatic})
+                        AgmmVariant::sm_specialized, AgmmVariant::fused_ce, AgmmVariant::ksplit, AgmmVariant::nsplit,
+                        AgmmVariant::automatic})
     EXPECT_EQ(parse_agmm_variant(variant_name(v)), v);
   expect_error([] { parse_agmm_variant("pull"); }, Status::NotSupported, "not implemented");
   expect_error([] { parse_agmm_variant("bogus"); }, Status::InvalidArgument, "unknown");

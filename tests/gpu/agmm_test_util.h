@@ -289,7 +289,8 @@ struct VariantRun {
 const VariantRun kRuns[] = {{"bsp", false, AgmmVariant::bsp},           {"bsp-sym", true, AgmmVariant::bsp},
                      {"bsp-own", false, AgmmVariant::bsp_own},   {"bsp-own-sym", true, AgmmVariant::bsp_own},
                      {"decomposed", false, AgmmVariant::decomposed}, {"push", false, AgmmVariant::push},
-                     {"fused-ce", false, AgmmVariant::fused_ce},     {"auto", false, AgmmVariant::automatic}};
+                     {"fused-ce", false, AgmmVariant::fused_ce},     {"auto", false, AgmmVariant::automatic},
+                     {"sm-specialized", false, AgmmVariant::sm_specialized}};
 
 // Poison C and every op buffer, align the ranks (peers write into this rank's buffers), launch,
 // wait, check, align again (this rank's next poison must not hit a peer's late writes). In place:

@@ -29,8 +29,8 @@ TEST_P(AgmmEveryVariant, MatchesReferenceAndGathersIdentically) {
   Problem p(odd_shape(gd, dtype, layout), 11 + gd * 4 + int(dtype) * 2 + int(layout));
   for (const VariantRun& run : kRuns) launch_checked(ops, p, run, p.args(), label(p.shape()) + " " + run.name);
   // In place: this rank's shard already sits in the op's gathered A (bsp-sym, decomposed, push,
-  // fused-ce).
-  for (const VariantRun& run : {kRuns[1], kRuns[4], kRuns[5], kRuns[6]})
+  // fused-ce, sm-specialized).
+  for (const VariantRun& run : {kRuns[1], kRuns[4], kRuns[5], kRuns[6], kRuns[8]})
     launch_checked(ops, p, run, p.args(), label(p.shape()) + " " + run.name + " in place", true);
 }
 
@@ -43,8 +43,8 @@ INSTANTIATE_TEST_SUITE_P(Shapes, AgmmEveryVariant,
                                   gemm::layout_name(std::get<2>(info.param));
                          });
 
-// Many pieces (64-column chunks) moved by a single push CTA, and the paper's decode shapes
-// (M = 1 and 2, gather_dim 1).
+// Many pieces (64-column chunks) moved by a single push CTA (sm-specialized: one cluster of
+// movers), and the paper's decode shapes (M = 1 and 2, gather_dim 1).
 TEST(Agmm, PushWithTinyPiecesOneCtaAndDecodeShapes) {
   TF_REQUIRE_GPUS(2);
   const int64_t w = team().world();
@@ -57,6 +57,7 @@ TEST(Agmm, PushWithTinyPiecesOneCtaAndDecodeShapes) {
                          Shape{333, 520, w * 264, 1, DType::bf16, BLayout::KN}}) {
     Problem p(s, 77);
     launch_checked(ops, p, push, p.args(), label(s) + " push, 64-column pieces, 1 CTA");
+    launch_checked(ops, p, kRuns[8], p.args(), label(s) + " sm-specialized, 64-column pieces, 1 mover cluster");
   }
   Ops defaults;
   for (int64_t m : {1, 2, 7}) {
@@ -89,7 +90,7 @@ TEST(Agmm, RankSkew) {
   for (int gd : {0, 1}) {
     Problem p(odd_shape(gd, DType::bf16, BLayout::NK), 300 + uint64_t(gd));
     int round = 0;
-    for (const VariantRun& run : {kRuns[0], kRuns[4], kRuns[5], kRuns[6]}) {
+    for (const VariantRun& run : {kRuns[0], kRuns[4], kRuns[5], kRuns[6], kRuns[8]}) {
       auto s = t.stream();
       p.poison_c(s);
       ops.plain->fill_buffers(0xFF, s);
@@ -143,7 +144,7 @@ TEST(Agmm, ThousandLaunchesWithoutReset) {
   Problem rows(Shape{w * 96, 264, 520, 0, DType::bf16, BLayout::NK}, 900);
   Problem cols(Shape{96, 264, w * 264, 1, DType::bf16, BLayout::KN}, 900);  // decomposed at gather_dim 1
   const std::pair<Problem*, VariantRun> cases[] = {{&rows, kRuns[5]}, {&rows, kRuns[4]}, {&rows, kRuns[6]},
-                                                   {&cols, kRuns[4]}};
+                                                   {&rows, kRuns[8]}, {&cols, kRuns[4]}, {&cols, kRuns[8]}};
   for (const auto& [pp, run] : cases) {
     Problem& p = *pp;
     auto s = t.stream();
@@ -162,13 +163,35 @@ TEST(Agmm, ThousandLaunchesWithoutReset) {
   }
 }
 
+// push and sm-specialized share their pieces' flags, the "free" flags and both launch sequences:
+// alternating them launch by launch (both gather dims, one rank late) must keep every epoch in step.
+TEST(Agmm, PushAndSmSpecializedInterleaved) {
+  TF_REQUIRE_GPUS(2);
+  auto& t = team();
+  Ops ops;
+  for (int gd : {0, 1}) {
+    Problem p(odd_shape(gd, DType::bf16, BLayout::NK), 950 + uint64_t(gd));
+    auto s = t.stream();
+    p.poison_c(s);
+    ops.plain->fill_buffers(0xFF, s);
+    t.sync(s);
+    t.host_barrier("agmm.interleave.poisoned");
+    if (t.rank() == gd % t.world()) usleep(50 * 1000);
+    GatheredA g{};
+    for (int i = 0; i < 101; ++i) g = ops.plain->launch(i % 2 ? AgmmVariant::push : AgmmVariant::sm_specialized, p.args(), s);
+    t.sync(s);
+    p.expect_result(g, label(p.shape()) + " push / sm-specialized alternating, 101 launches");
+    t.host_barrier("agmm.interleave.checked");
+  }
+}
+
 TEST(Agmm, CudaGraphCaptureAndReplay) {
   TF_REQUIRE_GPUS(2);
   auto& t = team();
   Ops ops;
   for (int gd : {0, 1}) {
     Problem p(odd_shape(gd, DType::bf16, BLayout::KN), 700 + uint64_t(gd));
-    for (const VariantRun& run : {kRuns[1], kRuns[4], kRuns[5], kRuns[6]}) {
+    for (const VariantRun& run : {kRuns[1], kRuns[4], kRuns[5], kRuns[6], kRuns[8]}) {
       AllGatherMatmul& op = run.sym ? *ops.sym : *ops.plain;
       auto s = t.stream();
       op.launch(run.variant, p.args(), s);  // first launch outside the graph: plans, attributes

@@ -24,18 +24,23 @@ __device__ __forceinline__ uint64_t sequence_begin(const LaunchSequence& s) {
   return load<Sem::relaxed, Scope::gpu>(s.counter) + 1;
 }
 
+// One thread per block, after every use of `seq` by its block (ordered by a block barrier before
+// the call). `blocks`: how many blocks of the launch take part (the whole grid, or the blocks of
+// one role in a grid of several).
+__device__ __forceinline__ void sequence_arrive(const LaunchSequence& s, uint64_t seq, uint32_t blocks) {
+  if (blocks == 1) {  // no other block to wait for: skip the fenced read-modify-write
+    store<Sem::relaxed, Scope::gpu>(s.counter, seq);
+  } else if (fetch_add<Sem::acq_rel, Scope::gpu>(s.finished, 1u) == blocks - 1) {
+    store<Sem::relaxed, Scope::gpu>(s.finished, 0u);
+    store<Sem::relaxed, Scope::gpu>(s.counter, seq);
+  }
+}
+
 // Call once per block, by all its threads, after the block's last use of `seq`.
 __device__ __forceinline__ void sequence_end(const LaunchSequence& s, uint64_t seq) {
   __syncthreads();
-  if (threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0) {
-    const uint32_t blocks = gridDim.x * gridDim.y * gridDim.z;
-    if (blocks == 1) {  // no other block to wait for: skip the fenced read-modify-write
-      store<Sem::relaxed, Scope::gpu>(s.counter, seq);
-    } else if (fetch_add<Sem::acq_rel, Scope::gpu>(s.finished, 1u) == blocks - 1) {
-      store<Sem::relaxed, Scope::gpu>(s.finished, 0u);
-      store<Sem::relaxed, Scope::gpu>(s.counter, seq);
-    }
-  }
+  if (threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0)
+    sequence_arrive(s, seq, gridDim.x * gridDim.y * gridDim.z);
 }
 
 #endif  // __CUDACC__

@@ -26,6 +26,10 @@
 //              runs on the other SMs at the same time, its producer waiting for a piece's flag
 //              before the first TMA load that reads it, tiles of this rank's shard first, then
 //              rank+1's, rank+2's, ...
+//   sm-specialized  push's protocol in one persistent kernel: its first CTAs (push's CTA count,
+//              rounded up to whole clusters of the GEMM config) copy the pieces and raise the flags
+//              as the push kernel does, and the waiting GEMM runs on the CTAs after them. No second
+//              stream, no fork and join; the block scheduler dispatches the movers first.
 //   fused-ce   the copy engine moves the shards in a few row chunks, each followed by a copy-engine
 //              write of its flag (no SM moves data or signals), and our GEMM runs once over the
 //              whole gathered A on every SM, its producer waiting for a chunk's flag before the
@@ -83,7 +87,8 @@
 //              shards plus M x N 16-bit values per rank (ksplit moves M x N fp32 partials); C is
 //              the same bits on every rank. Shares ksplit's launch sequence and "free" flags.
 //   auto       one of the above per shape, from a table of measurements (choose_agmm_variant).
-//   pull and the SM-specialized single kernel are not implemented (parse_agmm_variant says so).
+//   pull is not implemented (parse_agmm_variant says so): a GEMM reading A over NVLink reads each
+//   A tile once per n-block (remote loads are not cached in this GPU's L2), N / BN times the bytes.
 //
 // Contract:
 //  - Collective: every rank constructs the op with the same config and calls launch() with the
@@ -123,9 +128,9 @@ namespace taxfree {
 
 class Team;
 
-enum class AgmmVariant { bsp, bsp_own, decomposed, push, fused_ce, ksplit, nsplit, automatic };
-// "bsp", "bsp-own", "decomposed", "push", "fused-ce", "ksplit", "nsplit", "auto"; throws InvalidArgument for unknown names and
-// NotSupported for "pull" / "sm-specialized" (designed, not implemented).
+enum class AgmmVariant { bsp, bsp_own, decomposed, push, sm_specialized, fused_ce, ksplit, nsplit, automatic };
+// "bsp", "bsp-own", "decomposed", "push", "sm-specialized", "fused-ce", "ksplit", "nsplit", "auto";
+// throws InvalidArgument for unknown names and NotSupported for "pull" (designed, not implemented).
 AgmmVariant parse_agmm_variant(const std::string& name);
 const char* variant_name(AgmmVariant v);
 
@@ -188,6 +193,9 @@ struct PushPlan {
   agmm::PieceGrid grid;
 };
 PushPlan make_push_plan(const AgmmArgs& args, int world, const AgmmConfig& config, int num_sms);
+// sm-specialized: the push plan with push_ctas rounded up to whole clusters of the GEMM config
+// (the movers are CTAs of the GEMM kernel) and max_ctas the SMs left after them. Pure.
+PushPlan make_sm_specialized_plan(const AgmmArgs& args, int world, const AgmmConfig& config, int num_sms);
 
 // What fused-ce runs for a shape: our GEMM on every SM (whole tiles) and the row chunks the shards
 // travel in (one piece per chunk, all columns of the shard; kFusedCeRowChunks at most). Pure.
@@ -260,15 +268,16 @@ class AllGatherMatmul {
   // a NaN pattern, so a piece that never lands is caught). Call between launches, and make the
   // peers wait (a barrier) before their next launch: they write into these buffers.
   void fill_buffers(int byte, cudaStream_t stream);
-  // Fault injection for tests: this rank's ksplit and nsplit launches never raise the peers'
-  // partial / block flags (the peers' waits end at the deadline with a diagnostic naming this rank).
+  // Fault injection for tests: this rank's ksplit, nsplit, push and sm-specialized launches never
+  // raise the peers' partial / block / piece flags (the peers' waits end at the deadline with a
+  // diagnostic naming this rank).
   void set_skip_signal(bool skip) { skip_signal_ = skip; }
 
  private:
   struct Impl;
   GatheredA launch_bsp(const AgmmArgs& args, bool own_gemm, cudaStream_t stream);
   GatheredA launch_decomposed(const AgmmArgs& args, cudaStream_t stream);
-  GatheredA launch_push(const AgmmArgs& args, cudaStream_t stream);
+  GatheredA launch_push(const AgmmArgs& args, bool movers_in_gemm, cudaStream_t stream);
   GatheredA launch_fused_ce(const AgmmArgs& args, cudaStream_t stream);
   GatheredA launch_ksplit(const AgmmArgs& args, cudaStream_t stream);
   GatheredA launch_ksplit_skinny(const AgmmArgs& args, cudaStream_t stream);

@@ -52,6 +52,14 @@ void launch_gemm(const GemmArgs& args, const GemmConfig& cfg, const typename Ord
   detail::allow_dynamic_smem(reinterpret_cast<const void*>(kernel), kSmem);
   int64_t clusters = detail::resident_clusters(reinterpret_cast<const void*>(kernel), Shape::kThreads, kSmem,
                                                Shape::kCluster);
+  // Movers (policies.cuh) take whole clusters of the resident ones; the GEMM keeps at least one.
+  const int movers = mover_ctas<Ready>(ready);
+  TF_REQUIRE(movers >= 0 && movers % Shape::kCluster == 0 && movers / Shape::kCluster < clusters,
+             Status::InvalidArgument,
+             "GEMM config " << cfg.name() << ": " << movers << " mover CTAs must be a multiple of the cluster size "
+                            << Shape::kCluster << " and leave a cluster of the " << clusters
+                            << " resident ones to the GEMM");
+  clusters -= movers / Shape::kCluster;
   if (cfg.max_ctas > 0) clusters = std::max<int64_t>(1, std::min<int64_t>(clusters, cfg.max_ctas / Shape::kCluster));
 
   Params p{};
@@ -72,7 +80,7 @@ void launch_gemm(const GemmArgs& args, const GemmConfig& cfg, const typename Ord
   p.epi = epi;
 
   cudaLaunchConfig_t launch{};
-  launch.gridDim = dim3(unsigned(std::min<int64_t>(p.plan.units(), clusters) * Shape::kCluster));
+  launch.gridDim = dim3(unsigned(movers + std::min<int64_t>(p.plan.units(), clusters) * Shape::kCluster));
   launch.blockDim = dim3(Shape::kThreads);
   launch.dynamicSmemBytes = kSmem;
   launch.stream = stream;

@@ -135,10 +135,10 @@ class AgmmBench final : public OpBench {
   }
   std::string name() const override { return "all_gather_matmul"; }
   std::vector<std::string> variants() const override {
-    // push last: its multi-millisecond runs at M >= 2048 heat the GPUs, and the variant timed right
-    // after them read 1-8% slow in r25 (auto vs the decomposed it runs).
-    return {"bsp", "bsp-sym", "bsp-own", "decomposed", "decomposed-in-place", "fused-ce", "ksplit", "nsplit", "auto",
-            "push"};
+    // push and sm-specialized last: their multi-millisecond runs at M >= 2048 heat the GPUs, and the
+    // variant timed right after them read 1-8% slow in r25 (auto vs the decomposed it runs).
+    return {"bsp",    "bsp-sym", "bsp-own", "decomposed", "decomposed-in-place", "fused-ce", "ksplit", "nsplit",
+            "auto",   "push",    "sm-specialized"};
   }
   bool applies(const Case& c, const std::string& v) const override {
     if (v != "ksplit" && v != "nsplit" && v != "cublas-block") return true;
@@ -283,7 +283,8 @@ class AgmmBench final : public OpBench {
       args.a_shard = slot.ptr;
       args.lda_shard = slot.ld;
       last_ = plain_->launch(AgmmVariant::decomposed, args, s);
-    } else if (v == "decomposed" || v == "push" || v == "fused-ce" || v == "ksplit" || v == "nsplit") {
+    } else if (v == "decomposed" || v == "push" || v == "sm-specialized" || v == "fused-ce" || v == "ksplit" ||
+               v == "nsplit") {
       last_ = plain_->launch(parse_agmm_variant(v), args, s);
     } else if (v == "gemm-only") {
       gemm::launch(gathered_gemm(c_.p), s);

@@ -48,14 +48,15 @@ AgmmVariant parse_agmm_variant(const std::string& name) {
   if (name == "bsp-own") return AgmmVariant::bsp_own;
   if (name == "decomposed") return AgmmVariant::decomposed;
   if (name == "push") return AgmmVariant::push;
+  if (name == "sm-specialized") return AgmmVariant::sm_specialized;
   if (name == "fused-ce") return AgmmVariant::fused_ce;
   if (name == "ksplit") return AgmmVariant::ksplit;
   if (name == "nsplit") return AgmmVariant::nsplit;
   if (name == "auto") return AgmmVariant::automatic;
-  TF_REQUIRE(name != "pull" && name != "sm-specialized", Status::NotSupported,
+  TF_REQUIRE(name != "pull", Status::NotSupported,
              "all_gather_matmul variant '" << name << "' is designed but not implemented");
   TF_THROW(Status::InvalidArgument,
-           "unknown all_gather_matmul variant '" << name << "' (known: bsp, bsp-own, decomposed, push, fused-ce, ksplit, nsplit, auto)");
+           "unknown all_gather_matmul variant '" << name << "' (known: bsp, bsp-own, decomposed, push, sm-specialized, fused-ce, ksplit, nsplit, auto)");
 }
 
 const char* variant_name(AgmmVariant v) {
@@ -64,6 +65,7 @@ const char* variant_name(AgmmVariant v) {
     case AgmmVariant::bsp_own: return "bsp-own";
     case AgmmVariant::decomposed: return "decomposed";
     case AgmmVariant::push: return "push";
+    case AgmmVariant::sm_specialized: return "sm-specialized";
     case AgmmVariant::fused_ce: return "fused-ce";
     case AgmmVariant::ksplit: return "ksplit";
     case AgmmVariant::nsplit: return "nsplit";
@@ -167,6 +169,17 @@ PushPlan make_push_plan(const AgmmArgs& a, int world, const AgmmConfig& cfg, int
   // One GEMM wave covers about ctas / n_blocks m-blocks: send that many row chunks at a time.
   const gemm::TileGrid tiles = gemm::make_tile_grid(a.m, a.n, p.gemm.bm, p.gemm.bn, p.gemm.group_m);
   g.group_rows = std::max<int64_t>(1, ceil_div(std::min<int64_t>(tiles.tiles(), p.gemm.max_ctas), tiles.n_blocks));
+  return p;
+}
+
+PushPlan make_sm_specialized_plan(const AgmmArgs& a, int world, const AgmmConfig& cfg, int num_sms) {
+  PushPlan p = make_push_plan(a, world, cfg, num_sms);
+  const int cluster = std::max(1, p.gemm.cluster_m);
+  p.push_ctas = int(ceil_div(p.push_ctas, cluster) * cluster);
+  TF_REQUIRE(p.push_ctas < num_sms, Status::InvalidArgument,
+             "all_gather_matmul sm-specialized: " << p.push_ctas << " mover CTAs (whole clusters of " << cluster
+                                                  << ") leave no SM for the GEMM (" << num_sms << " SMs)");
+  p.gemm.max_ctas = num_sms - p.push_ctas;
   return p;
 }
 

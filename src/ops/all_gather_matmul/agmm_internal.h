@@ -7,6 +7,7 @@
 
 #include <vector_types.h>
 
+#include "push_pieces.cuh"
 #include "taxfree/device/fault.cuh"
 #include "taxfree/device/launch_sequence.cuh"
 #include "taxfree/device/symmetric_view.cuh"
@@ -52,6 +53,10 @@ struct ReadyGemmLaunch {
   // own launch counter, or finished == nullptr: counter holds this launch's epoch (piece_ready.cuh)
   dev::LaunchSequence seq;
   dev::FaultContext fault;
+  // sm-specialized: mover_ctas CTAs of the GEMM kernel run push_pieces(movers) instead of tiles
+  // (a multiple of the config's cluster size; 0: none, the pieces come from elsewhere).
+  PushWork movers;
+  int mover_ctas = 0;
 };
 // Enqueues the GEMM on `s`. launch_gemm checks the arguments again before it enqueues; callers
 // that enqueue other work first call validate_ready_gemm before any of it (nothing may throw
@@ -59,21 +64,11 @@ struct ReadyGemmLaunch {
 void enqueue_ready_gemm(const ReadyGemmLaunch& l, cudaStream_t s);
 void validate_ready_gemm(const ReadyGemmLaunch& l);
 
-// Everything the push variant enqueues for one launch.
+// Everything the push and sm-specialized variants enqueue for one launch.
 struct PushLaunch {
-  dev::SymmetricView view;
-  const char* src = nullptr;   // A_shard
-  int64_t src_ld = 0;          // bytes
-  char* gathered = nullptr;    // this rank's gathered A (heap; the same offset on every rank)
-  int64_t ld = 0;              // bytes
-  uint64_t* ready = nullptr;   // heap, [world]: slot p = epoch at which rank p's gathered A is free
-  uint64_t* flags = nullptr;   // heap, [PieceGrid::flags()]
-  PieceGrid grid;
-  bool copy_local = true;      // false: A_shard already is this rank's slot (in place)
-  dev::LaunchSequence push_seq;
-  dev::FaultContext fault;
-  int push_ctas = 0;
-  ReadyGemmLaunch gemm;        // its flags and grid are the ones above
+  PushWork work;
+  int push_ctas = 0;           // push: the push kernel's CTAs; sm-specialized: the GEMM kernel's movers
+  ReadyGemmLaunch gemm;        // its flags and grid are work's
 };
 
 // Everything the ksplit exchange kernel needs for one launch (the partial GEMM has run before it
@@ -182,6 +177,10 @@ void preload_block_gather_kernel();
 // validates everything that can throw first, then forks `side` off `main` (event `fork`),
 // enqueues both and joins `side` back into `main` (event `join`).
 void enqueue_push(const PushLaunch& l, cudaStream_t main, cudaStream_t side, cudaEvent_t fork, cudaEvent_t join);
+
+// sm-specialized: one kernel on `s`, l.push_ctas mover CTAs (a multiple of the GEMM config's
+// cluster size) and the waiting GEMM on the rest of its grid.
+void enqueue_sm_specialized(const PushLaunch& l, cudaStream_t s);
 
 // Loads the push kernel now: the GEMM of a peer waits for it, and a first launch that still needs
 // module loading waits for this device to go idle (lazy loading; see launcher.cc).

@@ -1,5 +1,5 @@
-// all_gather_matmul op object: buffers, flags and streams; validation; the bsp, decomposed, push
-// and fused-ce variants' host sides (ksplit and nsplit: agmm_op_split.cc).
+// all_gather_matmul op object: buffers, flags and streams; validation; the bsp, decomposed, push,
+// sm-specialized and fused-ce variants' host sides (ksplit and nsplit: agmm_op_split.cc).
 #include <nccl.h>
 
 #include <algorithm>
@@ -179,7 +179,8 @@ GatheredA AllGatherMatmul::launch(AgmmVariant variant, const AgmmArgs& args, cud
     case AgmmVariant::bsp: return launch_bsp(args, false, stream);
     case AgmmVariant::bsp_own: return launch_bsp(args, true, stream);
     case AgmmVariant::decomposed: return launch_decomposed(args, stream);
-    case AgmmVariant::push: return launch_push(args, stream);
+    case AgmmVariant::push: return launch_push(args, false, stream);
+    case AgmmVariant::sm_specialized: return launch_push(args, true, stream);
     case AgmmVariant::fused_ce: return launch_fused_ce(args, stream);
     case AgmmVariant::ksplit: return launch_ksplit(args, stream);
     case AgmmVariant::nsplit: return launch_nsplit(args, stream);
@@ -303,31 +304,38 @@ GatheredA AllGatherMatmul::launch_decomposed(const AgmmArgs& a, cudaStream_t s) 
   return {im.gathered, sh.ld};
 }
 
-GatheredA AllGatherMatmul::launch_push(const AgmmArgs& a, cudaStream_t s) {
-  const PushPlan plan = make_push_plan(a, team_.world(), config_, team_.sm_count());
+// push (movers_in_gemm false: a push kernel on the side stream) and sm-specialized (the movers are
+// CTAs of the GEMM kernel): the same pieces, flags, sequences and waiting GEMM.
+GatheredA AllGatherMatmul::launch_push(const AgmmArgs& a, bool movers_in_gemm, cudaStream_t s) {
+  const int w = team_.world(), sms = team_.sm_count();
+  const PushPlan plan =
+      movers_in_gemm ? make_sm_specialized_plan(a, w, config_, sms) : make_push_plan(a, w, config_, sms);
   Impl& im = *impl_;
   TF_REQUIRE(plan.grid.flags() <= im.flag_capacity, Status::Internal,
              "all_gather_matmul: " << plan.grid.flags() << " piece flags exceed the " << im.flag_capacity
                                    << " allocated");
   const GatheredA slot = local_slot(a.m, a.k, a.gather_dim);
   agmm::PushLaunch l;
-  l.view = team_.view();
-  l.src = static_cast<const char*>(a.a_shard);
-  l.src_ld = a.lda_shard * kElem;
-  l.gathered = im.gathered;
-  l.ld = slot.ld * kElem;
-  l.ready = im.push_ready;
-  l.flags = im.push_flags;
-  l.grid = plan.grid;
-  l.copy_local = !in_place(a, slot);
-  l.push_seq = im.push_seq;
-  l.fault = team_.fault();
+  agmm::PushWork& work = l.work;
+  work.view = team_.view();
+  work.src = static_cast<const char*>(a.a_shard);
+  work.src_ld = a.lda_shard * kElem;
+  work.gathered = im.gathered;
+  work.ld = slot.ld * kElem;
+  work.ready = im.push_ready;
+  work.flags = im.push_flags;
+  work.grid = plan.grid;
+  work.copy_local = !in_place(a, slot);
+  work.skip_signal = skip_signal_;
+  work.seq = im.push_seq;
+  work.fault = team_.fault();
   l.push_ctas = plan.push_ctas;
   l.gemm = ready_gemm(team_, im.gathered, a, plan.gemm, im.push_flags, plan.grid);
-  // In place: the push kernel raises no flag for this rank's own pieces.
-  l.gemm.present_source = l.copy_local ? -1 : team_.rank();
+  // In place: the movers raise no flag for this rank's own pieces.
+  l.gemm.present_source = work.copy_local ? -1 : team_.rank();
   l.gemm.seq = im.gemm_seq;
-  agmm::enqueue_push(l, s, im.side, im.fork, im.join);
+  if (movers_in_gemm) agmm::enqueue_sm_specialized(l, s);
+  else agmm::enqueue_push(l, s, im.side, im.fork, im.join);
   return {im.gathered, slot.ld};
 }
 

@@ -20,6 +20,7 @@
 
 #include <cstdint>
 
+#include "push_pieces.cuh"
 #include "taxfree/device/fault.cuh"
 #include "taxfree/device/launch_sequence.cuh"
 #include "taxfree/device/signal.cuh"
@@ -41,9 +42,22 @@ struct PieceReady {
     dev::LaunchSequence seq;          // own launch counter (`finished` counts tiles), or finished == nullptr:
                                       // counter holds this launch's epoch (see above)
     dev::FaultContext fault;
+    // sm-specialized: the GEMM kernel's first mover_ctas CTAs push this rank's pieces (movers.grid
+    // and movers.flags are the grid and flags above); 0: the pieces come from another kernel or the
+    // copy engine.
+    PushWork movers;
+    int mover_ctas = 0;
   };
 
+  // The engine's mover hook (policies.cuh).
+  TF_HOST_DEVICE static int movers(const Params& p) { return p.mover_ctas; }
 #ifdef __CUDACC__
+  __device__ __forceinline__ static void move(const Params& p, int block, int blocks, const dev::ThreadGroup& t) {
+    // 256 threads (a GEMM CTA's consumer warpgroups) x 6 x 16 B = 24 KiB of loads in flight; 8 made
+    // ptxas spill the consumers' registers of the 128 x 128 GEMM that shares the kernel.
+    push_pieces<6>(p.movers, block, blocks, t);
+  }
+
   __device__ static int first_k_block(const Params& p, gemm::TileCoord) { return p.k_first; }
 
   __device__ static void wait(const Params& p, gemm::TileCoord tile, int kb) {

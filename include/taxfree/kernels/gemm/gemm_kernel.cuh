@@ -38,6 +38,10 @@
 // no padding: TMA fills out-of-bounds elements (even whole boxes) with zeros, exact in K, and the
 // epilogue writes only rows < M and columns < N. C must not alias A or B.
 //
+// Movers (policies.cuh, optional): a Ready policy may add CTAs at the front of the grid whose
+// consumer warpgroups move data (e.g. all_gather_matmul's pieces) that the GEMM's producers wait
+// for: SM specialization in one kernel.
+//
 // No function calls (printf included) anywhere in the kernel: one makes ptxas serialise every
 // wgmma (C7510). Waits trap after their deadline without a message.
 #pragma once
@@ -49,6 +53,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "taxfree/device/thread_group.cuh"
 #include "taxfree/kernels/gemm/epilogue.cuh"
 #include "taxfree/kernels/gemm/pipeline.cuh"
 #include "taxfree/kernels/gemm/policies.cuh"
@@ -258,12 +263,20 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
   using namespace device;
   using L = SmemLayout<Shape>;
   extern __shared__ __align__(1024) uint8_t smem_raw[];
+  // Mover CTAs (policies.cuh) come first, whole clusters of them. They go through the same set-up
+  // and register split as GEMM CTAs and then move data on their consumer warpgroups (a mover path
+  // before the split made ptxas spill the consumers' registers).
+  constexpr bool kMovers = requires { Ready::move(p.ready, 0, 1, dev::ThreadGroup{}); };
+  const int movers = kMovers ? mover_ctas<Ready>(p.ready) : 0;
+  const bool mover = kMovers && int(blockIdx.x) < movers;
   const uint32_t raw = smem_addr(smem_raw);
   const uint32_t pad = ((raw + 1023) & ~1023u) - raw;  // the same in every CTA of a cluster
   const uint32_t base = raw + pad;
-  // 1-D grid of 1-D clusters: CTA rank r of cluster c is block c * kCluster + r.
-  const int rank = int(blockIdx.x) % Shape::kCluster;
-  const int cluster = int(blockIdx.x) / Shape::kCluster, clusters = int(gridDim.x) / Shape::kCluster;
+  // 1-D grid of 1-D clusters after the movers: CTA rank r of GEMM cluster c is block
+  // movers + c * kCluster + r (movers is a multiple of kCluster, so r is also the hardware rank).
+  const int block = int(blockIdx.x) - movers;
+  const int rank = block % Shape::kCluster;
+  const int cluster = block / Shape::kCluster, clusters = (int(gridDim.x) - movers) / Shape::kCluster;
 
   if (threadIdx.x == 0) {
     for (int s = 0; s < Shape::kStages; ++s) {
@@ -295,10 +308,14 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
                 "the consumers would wait forever for registers the producer does not give back");
   if (warpgroup == 0) {
     if constexpr (kRebalance) setmaxnreg_dec<kProducerRegs>();
-    if (threadIdx.x == 0) produce<Shape, kMajorB>(p, base, rank, cluster, clusters);
+    if (threadIdx.x == 0 && !mover) produce<Shape, kMajorB>(p, base, rank, cluster, clusters);
   } else {
     if constexpr (kRebalance) setmaxnreg_inc<kConsumerRegs>();
-    consume<Shape, T, kMajorB>(p, base, smem_raw + pad, warpgroup - 1, rank, cluster, clusters);
+    if (!mover)
+      consume<Shape, T, kMajorB>(p, base, smem_raw + pad, warpgroup - 1, rank, cluster, clusters);
+    else if constexpr (kMovers)
+      // Named barrier 1: a mover CTA runs no consumer, so none of theirs (1 + consumer) is in use.
+      Ready::move(p.ready, int(blockIdx.x), movers, dev::ThreadGroup{threadIdx.x - 128, 128u * Shape::kConsumers, 1});
   }
   // Peers may still arrive on this CTA's barriers (their last stage releases): stay until all are done.
   if constexpr (Shape::kCluster > 1) cluster_sync();

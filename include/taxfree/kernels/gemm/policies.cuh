@@ -22,6 +22,16 @@
 //             The k-block the producer loads first for `tile`; it then wraps around (k-blocks
 //             r, r+1, ..., last, 0, ..., r-1) and wait() sees that order. Whole tiles only (the
 //             Ready policies run without split-K); without the function, 0.
+//             Optional movers (SM specialization: data movement and the GEMM in one kernel):
+//             int movers(const Params&)                                          host + device
+//             void move(const Params&, int block, int blocks, const dev::ThreadGroup&)  device
+//             The launch adds movers(p) CTAs (a multiple of the cluster size, fewer than the GEMM
+//             CTAs that fit at once) at block indices [0, movers(p)), which the block scheduler
+//             dispatches first. Their consumer warpgroups run move(p, block, movers(p), group) (the
+//             group: those warps, on a named barrier; the producer warpgroup idles), and the GEMM
+//             runs on the CTAs after them. The GEMM's waits may depend on the movers (the movers
+//             are resident before the GEMM CTAs that wait, so this cannot deadlock while the kernel
+//             has the GPU to itself); the movers must not wait for the GEMM.
 //
 //   Epilogue  static void check(const Params&, int64_t m, int64_t n, int elem_bytes)   host
 //             Throws taxfree::Error (InvalidArgument) if the destination is unusable.
@@ -69,6 +79,13 @@ template <class Epi>
 constexpr bool float_out() {
   if constexpr (requires { Epi::kFloatOut; }) return Epi::kFloatOut;
   else return false;
+}
+
+// Mover CTAs of a launch: Ready::movers when the policy has movers, else 0.
+template <class Ready>
+TF_HOST_DEVICE int mover_ctas(const typename Ready::Params& p) {
+  if constexpr (requires { Ready::movers(p); }) return Ready::movers(p);
+  else return 0;
 }
 
 #ifdef __CUDACC__
