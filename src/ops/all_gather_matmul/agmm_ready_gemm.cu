@@ -25,6 +25,8 @@ void enqueue_ready_gemm(const ReadyGemmLaunch& l, cudaStream_t s) {
   ready.k_first = l.first_k;
   ready.seq = l.seq;
   ready.fault = l.fault;
+  ready.movers = l.movers;
+  ready.mover_ctas = l.mover_ctas;
   gemm::launch_gemm<gemm::RotatedOrder, PieceReady, gemm::StoreTo>(l.gemm, l.config, gemm::RotatedOrder::Params{l.first_m},
                                                                   ready, {l.gemm.c, l.gemm.ldc}, s);
 }
