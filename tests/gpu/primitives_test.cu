@@ -257,9 +257,11 @@ __global__ void bulk_kernel(dev::SymmetricView v, char* dst_local, const char* s
   extern __shared__ __align__(128) char smem[];
   __shared__ uint64_t bars[3];
   if (threadIdx.x == 0) {
-    dev::BulkStaging st = dev::make_bulk_staging(smem, 4096, 3, bars);
-    dev::bulk_copy(v.peer(dst_local, to), src, bytes, st);
-    dev::bulk_copy(v.peer(dst_local, to), src, bytes, st);  // phases carry over
+    for (int i = 0; i < 3; ++i) dev::mbar_init(dev::smem_addr(&bars[i]), 1);
+    dev::fence_mbar_init();
+    uint32_t phase = 0;
+    dev::bulk_copy(v.peer(dst_local, to), src, bytes, smem, 4096, 3, bars, phase);
+    dev::bulk_copy(v.peer(dst_local, to), src, bytes, smem, 4096, 3, bars, phase);  // phases carry over
   }
 }
 __global__ void pattern_kernel(char* p, uint64_t bytes, uint32_t salt) {

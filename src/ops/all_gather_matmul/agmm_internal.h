@@ -182,7 +182,7 @@ void enqueue_push(const PushLaunch& l, cudaStream_t main, cudaStream_t side, cud
 // cluster size) and the waiting GEMM on the rest of its grid.
 void enqueue_sm_specialized(const PushLaunch& l, cudaStream_t s);
 
-// Loads the push kernel now and allows it its shared memory: the GEMM of a peer waits for it, and a first launch that still needs
+// Loads the push kernel now: the GEMM of a peer waits for it, and a first launch that still needs
 // module loading waits for this device to go idle (lazy loading; see launcher.cc).
 void preload_push_kernel();
 void preload_ksplit_kernels();

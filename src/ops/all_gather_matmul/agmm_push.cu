@@ -13,8 +13,7 @@ namespace {
 constexpr int kPushThreads = 512, kPushUnroll = 8;
 
 __global__ void __launch_bounds__(kPushThreads, 1) push_kernel(PushWork a) {
-  extern __shared__ __align__(128) char smem[];
-  push_pieces<kPushUnroll>(a, int(blockIdx.x), int(gridDim.x), dev::ThreadGroup::block(), smem);
+  push_pieces<kPushUnroll>(a, int(blockIdx.x), int(gridDim.x), dev::ThreadGroup::block());
 }
 
 }  // namespace
@@ -28,7 +27,7 @@ void enqueue_push(const PushLaunch& l, cudaStream_t main, cudaStream_t side, cud
 
   TF_CUDA(cudaEventRecord(fork, main));
   TF_CUDA(cudaStreamWaitEvent(side, fork, 0));
-  push_kernel<<<l.push_ctas, kPushThreads, kPushSmemBytes, side>>>(l.work);
+  push_kernel<<<l.push_ctas, kPushThreads, 0, side>>>(l.work);
   TF_CUDA(cudaGetLastError());
   enqueue_ready_gemm(l.gemm, main);
   TF_CUDA(cudaEventRecord(join, side));
@@ -43,7 +42,8 @@ void enqueue_sm_specialized(const PushLaunch& l, cudaStream_t s) {
 }
 
 void preload_push_kernel() {
-  TF_CUDA(cudaFuncSetAttribute(push_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kPushSmemBytes)));
+  cudaFuncAttributes attr;
+  TF_CUDA(cudaFuncGetAttributes(&attr, push_kernel));
 }
 
 }  // namespace taxfree::agmm

@@ -52,12 +52,10 @@ struct PieceReady {
   // The engine's mover hook (policies.cuh).
   TF_HOST_DEVICE static int movers(const Params& p) { return p.mover_ctas; }
 #ifdef __CUDACC__
-  __device__ __forceinline__ static void move(const Params& p, int block, int blocks, const dev::ThreadGroup& t,
-                                              char* smem, uint32_t smem_bytes) {
-    // The plain-copy fallback (pieces not in 16-byte rows) keeps 4 x 16 B per thread in flight. With
-    // the bulk path inlined here, ptxas spills 8 registers (32 B, reloaded from L1 once per tile's
-    // epilogue) of the 128 x 128 waiting GEMM's consumers; a call instead would serialise its wgmma.
-    push_pieces<4>(p.movers, block, blocks, t, smem_bytes >= kPushSmemBytes ? smem : nullptr);
+  __device__ __forceinline__ static void move(const Params& p, int block, int blocks, const dev::ThreadGroup& t) {
+    // 256 threads (a GEMM CTA's consumer warpgroups) x 6 x 16 B = 24 KiB of loads in flight; 8 made
+    // ptxas spill the consumers' registers of the 128 x 128 GEMM that shares the kernel.
+    push_pieces<6>(p.movers, block, blocks, t);
   }
 
   __device__ static int first_k_block(const Params& p, gemm::TileCoord) { return p.k_first; }

@@ -3,15 +3,9 @@
 // shard into every target's gathered A (this rank's own too unless in place), raising the target's
 // flag for (this rank, piece) after each.
 //
-// A piece whose rows are whole 16-byte units moves by cp.async.bulk through shared memory, issued by
-// one thread (up to 4 x 32 KiB in flight: an SM's plain loads and stores keep far fewer bytes in
-// flight, and a copy over NVLink is bound by bytes in flight); other pieces (a shard's last
-// columns when K / world is not a multiple of 8) by all threads with 16-byte loads and stores.
-//
-// Memory order: the bulk copy's full completion (wait_group 0) and an async-proxy fence by the
-// issuing thread, then its signal_set (st.release.sys) of the piece's flag (pattern P3 of
-// device/signal.cuh); or all threads' stores, a group barrier, one thread's signal_set (P2). The
-// GEMM's producer acquires the flag before its TMA load (P4, piece_ready.cuh). Before its first piece for a peer, a
+// Memory order: a block's stores of a piece, a block barrier, then one thread's signal_set
+// (st.release.sys) of the piece's flag: pattern P2 of device/signal.cuh; the GEMM's producer
+// acquires the flag before its TMA load (P4, piece_ready.cuh). Before its first piece for a peer, a
 // block waits (bounded: the team's deadline) until that peer has started this launch, i.e. until the
 // peer's use of its previous gathered A is over.
 #pragma once
@@ -28,7 +22,6 @@
 #ifdef __CUDACC__
 #include "taxfree/device/copy_rows.cuh"
 #include "taxfree/device/signal.cuh"
-#include "taxfree/device/tile_copy.cuh"
 #endif
 
 namespace taxfree::agmm {
@@ -49,22 +42,12 @@ struct PushWork {
 };
 
 #ifdef __CUDACC__
-// Shared memory push_pieces stages bulk copies in: kPushBulkStages buffers after 128 bytes of
-// mbarriers.
-constexpr uint32_t kPushBulkChunk = 32 << 10, kPushBulkStages = 4;
-constexpr uint32_t kPushSmemBytes = 128 + kPushBulkStages * kPushBulkChunk;
-
 // Run by every thread of group `t` in each of `blocks` blocks; `block` in [0, blocks) picks work
-// items block, block + blocks, ... of push_item(). `smem`: kPushSmemBytes of shared memory, 128-byte
-// aligned, or nullptr (no bulk copies). Ends the push sequence for this block.
+// items block, block + blocks, ... of push_item(). Ends the push sequence for this block.
 template <int kUnroll>
-__device__ __forceinline__ void push_pieces(const PushWork& a, int block, int blocks, const dev::ThreadGroup& t,
-                                            char* smem) {
+__device__ __forceinline__ void push_pieces(const PushWork& a, int block, int blocks, const dev::ThreadGroup& t) {
   const auto& v = a.view;
   const uint64_t epoch = dev::sequence_begin(a.seq);
-  dev::BulkStaging st{};
-  if (smem && t.tid == 0)
-    st = dev::make_bulk_staging(smem + 128, kPushBulkChunk, kPushBulkStages, reinterpret_cast<uint64_t*>(smem));
   // P1 (the flag publishes nothing else): this rank's gathered A is free from now on.
   if (block == 0)
     for (int p = int(t.tid); p < v.world; p += int(t.count))
@@ -86,14 +69,8 @@ __device__ __forceinline__ void push_pieces(const PushWork& a, int block, int bl
     const Piece pc = g.piece_in_order(item.t);
     char* dst = a.gathered + (g.row0(v.rank) + pc.r0) * a.ld + (g.col0(v.rank) + pc.c0) * 2;
     if (item.target != v.rank) dst = v.peer(dst, item.target);
-    const char* src = a.src + pc.r0 * a.src_ld + pc.c0 * 2;
-    const uint64_t row_bytes = uint64_t(pc.cols) * 2;
-    const bool bulk = smem && row_bytes <= kPushBulkChunk &&
-                      (reinterpret_cast<uintptr_t>(dst) | reinterpret_cast<uintptr_t>(src) | uint64_t(a.ld) |
-                       uint64_t(a.src_ld) | row_bytes) % 16 == 0;
-    if (!bulk) dev::copy_rows_vec16<kUnroll>(dst, a.ld, src, a.src_ld, pc.rows, int64_t(row_bytes), t.tid, t.count);
-    else if (t.tid == 0)  // P3; quiet waits: the GEMM kernel's movers run this beside wgmma
-      dev::bulk_copy_rows<false>(dst, a.ld, src, a.src_ld, pc.rows, uint32_t(row_bytes), st);
+    dev::copy_rows_vec16<kUnroll>(dst, a.ld, a.src + pc.r0 * a.src_ld + pc.c0 * 2, a.src_ld, pc.rows, pc.cols * 2,
+                                  t.tid, t.count);
     t.sync();  // P2: the group's stores, then one release
     if (t.tid == 0 && !(a.skip_signal && item.target != v.rank)) {
       uint64_t* flag = a.flags + g.flag_index(v.rank, pc.i, pc.j);

@@ -47,8 +47,11 @@ __global__ void bulk_put_kernel(dev::SymmetricView v, char* dst, const char* src
   const uint64_t b = uint64_t(blockIdx.x) * slice;
   if (b >= bytes) return;
   if (threadIdx.x == 0) {
-    dev::BulkStaging st = dev::make_bulk_staging(smem, kBulkChunk, kBulkStages, bars);
-    dev::bulk_copy(v.peer(dst + b, peer), src + b, std::min(slice, bytes - b), st);
+    for (uint32_t i = 0; i < kBulkStages; ++i) dev::mbar_init(dev::smem_addr(&bars[i]), 1);
+    dev::fence_mbar_init();
+    uint32_t phase = 0;
+    dev::bulk_copy(v.peer(dst + b, peer), src + b, std::min(slice, bytes - b), smem, kBulkChunk, kBulkStages, bars,
+                   phase);
   }
 }
 

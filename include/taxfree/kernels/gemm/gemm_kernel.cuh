@@ -266,7 +266,7 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
   // Mover CTAs (policies.cuh) come first, whole clusters of them. They go through the same set-up
   // and register split as GEMM CTAs and then move data on their consumer warpgroups (a mover path
   // before the split made ptxas spill the consumers' registers).
-  constexpr bool kMovers = requires(char* s) { Ready::move(p.ready, 0, 1, dev::ThreadGroup{}, s, 0u); };
+  constexpr bool kMovers = requires { Ready::move(p.ready, 0, 1, dev::ThreadGroup{}); };
   const int movers = kMovers ? mover_ctas<Ready>(p.ready) : 0;
   const bool mover = kMovers && int(blockIdx.x) < movers;
   const uint32_t raw = smem_addr(smem_raw);
@@ -314,10 +314,8 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
     if (!mover)
       consume<Shape, T, kMajorB>(p, base, smem_raw + pad, warpgroup - 1, rank, cluster, clusters);
     else if constexpr (kMovers)
-      // Named barrier 1: a mover CTA runs no consumer, so none of theirs (1 + consumer) is in use;
-      // the stage buffers are the mover's (no producer fills them).
-      Ready::move(p.ready, int(blockIdx.x), movers, dev::ThreadGroup{threadIdx.x - 128, 128u * Shape::kConsumers, 1},
-                  reinterpret_cast<char*>(smem_raw + pad), L::kEpiOffset);
+      // Named barrier 1: a mover CTA runs no consumer, so none of theirs (1 + consumer) is in use.
+      Ready::move(p.ready, int(blockIdx.x), movers, dev::ThreadGroup{threadIdx.x - 128, 128u * Shape::kConsumers, 1});
   }
   // Peers may still arrive on this CTA's barriers (their last stage releases): stay until all are done.
   if constexpr (Shape::kCluster > 1) cluster_sync();

@@ -24,13 +24,11 @@
 //             Ready policies run without split-K); without the function, 0.
 //             Optional movers (SM specialization: data movement and the GEMM in one kernel):
 //             int movers(const Params&)                                          host + device
-//             void move(const Params&, int block, int blocks, const dev::ThreadGroup&,
-//                       char* smem, uint32_t smem_bytes)                                device
+//             void move(const Params&, int block, int blocks, const dev::ThreadGroup&)  device
 //             The launch adds movers(p) CTAs (a multiple of the cluster size, fewer than the GEMM
 //             CTAs that fit at once) at block indices [0, movers(p)), which the block scheduler
-//             dispatches first. Their consumer warpgroups run move(p, block, movers(p), group, smem,
-//             bytes) (the group: those warps, on a named barrier; the producer warpgroup idles;
-//             smem: the CTA's stage buffers, 1024-byte aligned, free for the mover), and the GEMM
+//             dispatches first. Their consumer warpgroups run move(p, block, movers(p), group) (the
+//             group: those warps, on a named barrier; the producer warpgroup idles), and the GEMM
 //             runs on the CTAs after them. The GEMM's waits may depend on the movers (the movers
 //             are resident before the GEMM CTAs that wait, so this cannot deadlock while the kernel
 //             has the GPU to itself); the movers must not wait for the GEMM.
