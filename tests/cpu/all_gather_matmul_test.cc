@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "expect_error.h"
+#include "taxfree/kernels/gemm/tile_scheduler.cuh"
 #include "taxfree/ops/all_gather_matmul.h"
 #include "taxfree/runtime/error.h"
 
@@ -246,6 +247,41 @@ TEST(AgmmPlan, PushLeavesTheGemmItsWavesAndNamesItsSms) {
   cfg.push_ctas = 0;
   cfg.col_chunk = 100;
   expect_error([&] { make_push_plan(a, 2, cfg, 132); }, Status::InvalidArgument, "multiple of 64");
+}
+
+// The waiting GEMM's tile order (push, sm-specialized, fused-ce) at gather_dim 0: its first tile
+// holds this rank's first shard row, counted in the cluster tiles the GEMM's order walks (2 x 128
+// rows for the large-M configs), and its first rasterisation group stays inside the shard.
+TEST(AgmmPlan, WaitingGemmStartsOnItsOwnShardInClusterTiles) {
+  for (int w : kWorlds) {
+    std::vector<GridCase> cases = grid_cases(w);
+    cases.push_back({int64_t(w) * 1024, 4096, 8192, 0});
+    for (const GridCase& c : cases) {
+      if (c.gather_dim != 0) continue;
+      const AgmmArgs a = args_for(c);
+      for (const gemm::GemmConfig& cfg : {make_push_plan(a, w, AgmmConfig{}, 132).gemm, make_fused_ce_plan(a, w, 132).gemm}) {
+        const int64_t tile_rows = int64_t(cfg.bm) * cfg.cluster_m, shard_rows = c.m / w;
+        for (int r = 0; r < w; ++r) {
+          const WaitingGemmOrder o = waiting_gemm_order(a, cfg, r, w);
+          const gemm::TileGrid g = gemm::make_tile_grid(c.m, c.n, int(tile_rows), cfg.bn, o.group_m);
+          const std::string what = "world " + std::to_string(w) + " M=" + std::to_string(c.m) + " " + cfg.name() +
+                                   " rank " + std::to_string(r);
+          EXPECT_EQ(gemm::RotatedOrder::at({o.first_m}, g, 0).m, r * shard_rows / tile_rows) << what;
+          EXPECT_GE(o.group_m, 1) << what;
+          EXPECT_LE(o.group_m, std::max(1, cfg.group_m)) << what;
+          if (shard_rows % tile_rows != 0) continue;  // tiles straddle shards: no group can stay inside
+          for (int64_t t = 0; t < int64_t(o.group_m) * g.n_blocks; ++t) {
+            const int64_t row = gemm::RotatedOrder::at({o.first_m}, g, t).m * tile_rows;
+            EXPECT_TRUE(row >= r * shard_rows && row < (r + 1) * shard_rows) << what << " order index " << t;
+          }
+        }
+      }
+    }
+  }
+  const AgmmArgs cols = args_for({1024, 3584, 8192, 1});
+  const gemm::GemmConfig cfg = make_fused_ce_plan(cols, 2, 132).gemm;
+  EXPECT_EQ(waiting_gemm_order(cols, cfg, 1, 2).first_m, 0);
+  EXPECT_EQ(waiting_gemm_order(cols, cfg, 1, 2).group_m, cfg.group_m);
 }
 
 // sm-specialized: the movers are CTAs of the GEMM kernel, so they come in whole clusters of its

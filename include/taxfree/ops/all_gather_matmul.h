@@ -197,6 +197,18 @@ PushPlan make_push_plan(const AgmmArgs& args, int world, const AgmmConfig& confi
 // (the movers are CTAs of the GEMM kernel) and max_ctas the SMs left after them. Pure.
 PushPlan make_sm_specialized_plan(const AgmmArgs& args, int world, const AgmmConfig& config, int num_sms);
 
+// The tile order of the GEMM that waits for pieces (push, sm-specialized, fused-ce) on `rank`:
+// gather_dim 0 starts RotatedOrder at this rank's shard, in m-blocks of the config's cluster tiles
+// (bm x cluster_m rows, what the GEMM's order walks), and keeps the rasterisation group inside one
+// shard (at most the shard's whole cluster tiles), so the first wave multiplies rows this rank
+// already holds instead of waiting for a peer's; gather_dim 1: no rotation, the config's group.
+// Pure.
+struct WaitingGemmOrder {
+  int first_m = 0;
+  int group_m = 1;
+};
+WaitingGemmOrder waiting_gemm_order(const AgmmArgs& args, const gemm::GemmConfig& cfg, int rank, int world);
+
 // What fused-ce runs for a shape: our GEMM on every SM (whole tiles) and the row chunks the shards
 // travel in (one piece per chunk, all columns of the shard; kFusedCeRowChunks at most). Pure.
 inline constexpr int kFusedCeRowChunks = 4;

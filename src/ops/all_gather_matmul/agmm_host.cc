@@ -172,6 +172,14 @@ PushPlan make_push_plan(const AgmmArgs& a, int world, const AgmmConfig& cfg, int
   return p;
 }
 
+WaitingGemmOrder waiting_gemm_order(const AgmmArgs& a, const gemm::GemmConfig& cfg, int rank, int world) {
+  if (a.gather_dim != 0) return {0, cfg.group_m};
+  const int64_t tile_rows = int64_t(cfg.bm) * std::max(1, cfg.cluster_m);
+  const int64_t shard_tiles = agmm_shard_shape(a.m, a.k, 0, world).rows / tile_rows;
+  return {gemm::rank_first_m_block(a.m, int(tile_rows), rank, world),
+          int(std::clamp<int64_t>(shard_tiles, 1, std::max(1, cfg.group_m)))};
+}
+
 PushPlan make_sm_specialized_plan(const AgmmArgs& a, int world, const AgmmConfig& cfg, int num_sms) {
   PushPlan p = make_push_plan(a, world, cfg, num_sms);
   const int cluster = std::max(1, p.gemm.cluster_m);

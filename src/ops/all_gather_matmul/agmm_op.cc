@@ -196,7 +196,9 @@ agmm::ReadyGemmLaunch ready_gemm(const Team& team, const char* gathered, const A
   agmm::ReadyGemmLaunch g;
   g.gemm = gemm_args(a, gathered, agmm_shard_shape(a.m, a.k, a.gather_dim, team.world()).ld);
   g.config = cfg;
-  g.first_m = a.gather_dim == 0 ? gemm::rank_first_m_block(a.m, cfg.bm, team.rank(), team.world()) : 0;
+  const WaitingGemmOrder order = waiting_gemm_order(a, cfg, team.rank(), team.world());
+  g.first_m = order.first_m;
+  g.config.group_m = order.group_m;
   g.flags = flags;
   g.grid = grid;
   g.fault = team.fault();
