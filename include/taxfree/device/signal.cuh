@@ -63,7 +63,9 @@ inline __device__ __noinline__ void report_wait_timeout(const FaultContext& fc, 
 // the team is aborting; see the contract above. `peer` names who should have signalled.
 // Every poll is an acquire load: polling relaxed and acquiring once with fence.acq_rel.sys after
 // the value is seen measured slower (one-way latency 1.2 -> 2.0 us), because that fence also waits
-// for this thread's outstanding remote stores.
+// for this thread's outstanding remote stores. kSleepNs > 0: sleep that long between polls (many
+// waiters on one GPU polling at full rate can slow the traffic they wait for).
+template <uint32_t kSleepNs = 0>
 __device__ __forceinline__ bool wait_geq(const uint64_t* flag, uint64_t expected, const FaultContext& fc,
                                          WaitSite site, int peer) {
   uint64_t v = load<Sem::acquire, Scope::sys>(flag);
@@ -72,6 +74,7 @@ __device__ __forceinline__ bool wait_geq(const uint64_t* flag, uint64_t expected
   for (uint32_t i = 1;; ++i) {
     v = load<Sem::acquire, Scope::sys>(flag);
     if (v >= expected) return true;
+    if constexpr (kSleepNs > 0) __nanosleep(kSleepNs);
     if ((i & 127u) == 0u) {  // the abort flag is host memory: poll it sparingly
       if (abort_requested(fc)) return false;
       const uint64_t waited = global_timer_ns() - start;

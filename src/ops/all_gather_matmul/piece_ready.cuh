@@ -80,7 +80,7 @@ struct PieceReady {
         if (source == p.present_source) return;  // written before the launch (stream order)
         // P4: acquire the piece's flag; a false return (deadline, abort) is recorded for the host,
         // and the GEMM finishes on whatever A holds.
-        dev::wait_geq(p.flags + flag, current(), p.fault, dev::WaitSite::gemm_a_ready, source);
+        dev::wait_geq<200>(p.flags + flag, current(), p.fault, dev::WaitSite::gemm_a_ready, source);
         waited = true;
       });
       if (waited) dev::fence_proxy_async_global();  // P4: generic-proxy writes -> TMA reads
