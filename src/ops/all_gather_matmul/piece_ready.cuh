@@ -79,7 +79,8 @@ struct PieceReady {
       for_each_piece(p.pieces, r_lo, r_hi, c_lo, c_hi, [&](int source, int64_t flag) {
         if (source == p.present_source) return;  // written before the launch (stream order)
         // P4: acquire the piece's flag; a false return (deadline, abort) is recorded for the host,
-        // and the GEMM finishes on whatever A holds.
+        // and the GEMM finishes on whatever A holds. 200 ns between polls: up to one producer per
+        // SM polling at full rate slowed the movers they wait for 2-7x (PERFORMANCE.md, r71).
         dev::wait_geq<200>(p.flags + flag, current(), p.fault, dev::WaitSite::gemm_a_ready, source);
         waited = true;
       });
