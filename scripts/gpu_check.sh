@@ -8,7 +8,9 @@
 # BENCH_OPS="op ..." limits the bench step to those ops (default: every op, with the summary);
 # TESTS_FILTER limits the GPU tests (gtest filter syntax).
 # agmm (only when named): all_gather_matmul against PyTorch's fused op in one call -- our bench,
-# scripts/torch_fused_agmm.py on the same shapes, and scripts/agmm_compare.py over both JSONs.
+# scripts/torch_fused_agmm.py on the same shapes, and scripts/agmm_compare.py over both JSONs, on
+# GPUS ranks (default: every visible GPU, as the tests and the bench step use). The fault checks
+# always run on 2 ranks.
 #
 # Exit code: 0 if every step passed, else the number of failed steps.
 set -u -o pipefail
@@ -16,7 +18,7 @@ out=${1:?usage: scripts/gpu_check.sh OUT_DIR [tests|sanitize|faults|bench|all|ag
 shift
 steps=${*:-all}
 mkdir -p "$out"
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 bin=build/taxfree
 tests=build/tests/taxfree_gpu_tests
 
@@ -119,8 +121,11 @@ if want bench; then
 fi
 
 if [[ " $steps " == *" agmm "* ]]; then
-  step "all_gather_matmul bench" agmm.log 420 "$bin" bench all_gather_matmul -g 2 --json "$out/agmm.json"
-  step "PyTorch fused_all_gather_matmul" torch_agmm.log 420 python3 scripts/torch_fused_agmm.py --json "$out/torch_agmm.json"
+  gpus=${GPUS:-$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')}
+  [ "$gpus" -ge 2 ] || gpus=2  # nvidia-smi missing: the ops' minimum, as before
+  step "all_gather_matmul bench" agmm.log 420 "$bin" bench all_gather_matmul -g "$gpus" --json "$out/agmm.json"
+  step "PyTorch fused_all_gather_matmul" torch_agmm.log 420 python3 scripts/torch_fused_agmm.py --nproc "$gpus" \
+    --json "$out/torch_agmm.json"
   python3 scripts/agmm_compare.py "$out/agmm.json" "$out/torch_agmm.json" | tee "$out/agmm_compare.txt"
 fi
 
