@@ -15,9 +15,8 @@
 #include "taxfree/device/fault.cuh"
 #include "taxfree/device/launch_sequence.cuh"
 #include "taxfree/device/symmetric_view.cuh"
-#include "taxfree/ops/all_gather_matmul_plan.h"
-
 #include "taxfree/device/thread_group.cuh"
+#include "taxfree/ops/all_gather_matmul_plan.h"
 
 #ifdef __CUDACC__
 #include "taxfree/device/copy_rows.cuh"
