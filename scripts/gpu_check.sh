@@ -6,7 +6,7 @@
 #   scripts/gpu_check.sh OUT_DIR [tests|sanitize|faults|bench|all|agmm]...     (default: all)
 #
 # BENCH_OPS="op ..." limits the bench step to those ops (default: every op, with the summary);
-# TESTS_FILTER limits the GPU tests (gtest filter syntax).
+# TESTS_FILTER limits the GPU tests (gtest filter syntax); TESTS_LIMIT is their time limit in s (400).
 # agmm (only when named): all_gather_matmul against PyTorch's fused op in one call -- our bench,
 # scripts/torch_fused_agmm.py on the same shapes, and scripts/agmm_compare.py over both JSONs, on
 # GPUS ranks (default: every visible GPU, as the tests and the bench step use). The fault checks
@@ -71,7 +71,7 @@ want() { [[ " $steps " == *" all "* || " $steps " == *" $1 "* ]]; }
 tail -3 "$out/env.log"
 
 if want tests; then
-  step "gpu tests" gpu_tests.log 400 "$tests" --gtest_output=json:"$out/gpu_tests.json" --gtest_filter="${TESTS_FILTER:-*}"
+  step "gpu tests" gpu_tests.log "${TESTS_LIMIT:-400}" "$tests" --gtest_output=json:"$out/gpu_tests.json" --gtest_filter="${TESTS_FILTER:-*}"
   grep -E '^\[  (PASSED|FAILED|SKIPPED) |tests ran|FAILED TEST' "$out/gpu_tests.log" | tail -20
 fi
 
