@@ -53,7 +53,8 @@ TEST(FlashDecodeDistPlan, BufferSizesForWorld2348) {
   for (int world : {2, 3, 4, 8}) {
     SCOPED_TRACE(world);
     const FlashDecodeBuffers b = flash_decode_buffers(c, world, 132);
-    EXPECT_EQ(b.fused_inbox_bytes, uint64_t(2 * world * 4 * 96 * 65 * 16));  // 128/2 + 1 lines a row
+    EXPECT_EQ(b.fused_parity_lines, uint64_t(world * 4 * 96 * 65));  // 128/2 + 1 lines a row
+    EXPECT_EQ(b.fused_inbox_bytes, 2 * b.fused_parity_lines * 16);
     EXPECT_EQ(b.bsp_gather_bytes, uint64_t(world * block));
     EXPECT_GT(b.workspace_bytes, 0u);
   }
@@ -61,6 +62,37 @@ TEST(FlashDecodeDistPlan, BufferSizesForWorld2348) {
   FlashDecodeConfig one = c;
   one.num_splits = 1;
   EXPECT_EQ(flash_decode_buffers(one, 2, 132).workspace_bytes, 0u);
+}
+
+// Consecutive fused launches of different shapes use disjoint inbox lines (a sender may write its
+// lines of e + 1 while a receiver still reads those of e), every launch stays inside the inbox, and
+// e + 2 reuses e's parity from the same line. A base taken from the launch's own shape failed this
+// (a small launch's parity 1 inside a large one's parity 0).
+TEST(FlashDecodeDistPlan, FusedInboxParitiesNeverOverlapAcrossShapes) {
+  const FlashDecodeConfig c = config(4, 96, 12);
+  struct Shape {
+    int64_t rows;
+    int head_dim;
+  };
+  const Shape shapes[] = {{4 * 96, 128}, {1 * 96, 128}, {4 * 16, 128}, {3 * 8, 64}, {1, 64}, {4 * 96, 64}};
+  for (int world : {2, 3, 4, 8}) {
+    const FlashDecodeBuffers b = flash_decode_buffers(c, world, 132);
+    const auto lines = int64_t(b.fused_parity_lines);
+    for (uint64_t e : {1ull, 2ull, 7ull, (1ull << 32) + 3})
+      for (const Shape& x : shapes)
+        for (const Shape& y : shapes) {
+          SCOPED_TRACE(testing::Message() << "world " << world << " epoch " << e << " rows " << x.rows << "/"
+                                          << y.rows << " head_dim " << x.head_dim << "/" << y.head_dim);
+          const at::LineSpan now = at::fused_inbox_span(e, lines, world, x.rows, x.head_dim);
+          const at::LineSpan next = at::fused_inbox_span(e + 1, lines, world, y.rows, y.head_dim);
+          EXPECT_TRUE(now.end <= next.begin || next.end <= now.begin);
+          for (const at::LineSpan& s : {now, next}) {
+            EXPECT_GE(s.begin, 0);
+            EXPECT_LE(s.end * 16, int64_t(b.fused_inbox_bytes));
+          }
+          EXPECT_EQ(at::fused_inbox_span(e + 2, lines, world, y.rows, y.head_dim).begin, now.begin);
+        }
+  }
 }
 
 // Every plan a launch within the maxima can make fits the workspace sized at construction.

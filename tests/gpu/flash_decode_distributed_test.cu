@@ -511,6 +511,38 @@ TEST(FlashDecodeDist, LlThousandStepsChangingShapesAndInputs) {
   }
 }
 
+// One rank reads its peers' lines late (set_combine_delay_ns, after sending its own) while the
+// peers run a launch ahead into another shape, on both inbox parities: the parities must never
+// overlap, whatever the two shapes (r73 found them overlapping on 4 ranks; this provokes it on any
+// world). The host collective comes after the loop, so nothing else holds the peers back.
+TEST(FlashDecodeDist, LateReaderWhilePeersRunAheadIntoAnotherShape) {
+  TF_REQUIRE_GPUS(2);
+  auto& t = team();
+  const int world = t.world();
+  Problem ps[2];
+  ps[0].q_heads = 96, ps[0].kv_heads = 12, ps[0].batch = 4, ps[0].lens = same_lens(world, {300, 77, 1, 512});
+  ps[1].q_heads = 8, ps[1].kv_heads = 4, ps[1].head_dim = 64, ps[1].batch = 3;
+  ps[1].lens = same_lens(world, {17, 900, 5});
+  Op op(ps[0]);  // maxima: ps[0]'s, head_dim 128
+  const Global gs[2] = {make_global(ps[0], 3100), make_global(ps[1], 3200)};
+  Local ls[2];
+  for (int i = 0; i < 2; ++i) upload_local(gs[i], ls[i]);
+  if (t.rank() == world - 1) op->set_combine_delay_ns(2'000'000);  // >> a peer's host time between steps
+  t.host_barrier("fdd.late_reader");
+  std::vector<uint16_t> out;
+  std::string what;
+  for (int step = 0; step < 16; ++step) {
+    const int i = (step / 2) % 2;  // big, big, small, small, ...: each change on both parities
+    TF_CUDA(cudaMemsetAsync(ls[i].out_d.p, 0xFF, ls[i].out_d.n * 2, t.stream()));
+    op->launch(Variant::fused, ls[i].args(ps[i]), t.stream());
+    out = download_out(ls[i]);
+    what = "step " + std::to_string(step) + " " + name(ps[i]);
+    EXPECT_EQ(count_wrong(gs[i], out, what), 0) << what;
+  }
+  op->set_combine_delay_ns(0);
+  expect_same_on_all_ranks(out, what);
+}
+
 TEST(FlashDecodeDist, ThousandFusedStepsWithoutResetFreshInputs) {
   TF_REQUIRE_GPUS(2);
   auto& t = team();

@@ -9,7 +9,9 @@
 //
 // Staging-slot reuse (epoch parity e & 1) is safe when every receiver also sends to every sender
 // in each launch (all-gather, all-to-all): a sender at epoch e has received the receiver's lines of
-// e-1, which the receiver wrote after finishing epoch e-2, the last reader of this slot.
+// e-1, which the receiver wrote after finishing epoch e-2, the last reader of this slot. The two
+// parities' slots must not overlap whatever each launch's size: a sender may write its lines of
+// e+1 while the receiver still reads those of e.
 #pragma once
 
 #include <cstdint>

@@ -166,6 +166,11 @@ __device__ __forceinline__ uint64_t global_timer_ns() {
   return t;
 }
 
+// Sleeps about `ns` nanoseconds (fault injection and tests: never on a fast path).
+__device__ __forceinline__ void sleep_for_ns(uint64_t ns) {
+  for (const uint64_t start = global_timer_ns(); global_timer_ns() - start < ns;) __nanosleep(1000);
+}
+
 // The SM this thread runs on (diagnostics: where a scheduler placed a CTA).
 __device__ __forceinline__ uint32_t sm_id() {
   uint32_t s;

@@ -223,7 +223,8 @@ GatherLayout gather_layout(int batch, int q_heads, int head_dim);
 
 // Per-rank memory of a FlashDecode on a GPU of `num_sms` SMs.
 struct FlashDecodeBuffers {
-  uint64_t fused_inbox_bytes = 0;   // symmetric heap: [2 parities][world][rows][head_dim/2 + 1] 16-byte lines
+  uint64_t fused_inbox_bytes = 0;   // symmetric heap: 2 parities of fused_parity_lines 16-byte lines
+  uint64_t fused_parity_lines = 0;  // world x max rows x (max_head_dim/2 + 1): attention::fused_inbox_span
   uint64_t bsp_gather_bytes = 0;    // heap (symmetric) or device memory (plain): [world] blocks
   uint64_t workspace_bytes = 0;     // device memory: split partials of the largest plan
 };
@@ -270,6 +271,9 @@ class FlashDecode {
   const FlashDecodeConfig& config() const { return cfg_; }
   // Fault injection for tests: this rank's fused launches never send their partials to peers.
   void set_skip_signal(bool skip) { skip_signal_ = skip; }
+  // Fault injection for tests: this rank's fused CTAs sleep `ns` between sending their partial and
+  // reading their peers', so the peers run up to a launch ahead (0: off, the default).
+  void set_combine_delay_ns(uint32_t ns) { combine_delay_ns_ = ns; }
   // Diagnostics: fused launches record their timeline into `trace` (device memory of
   // fused_plan(args).grid * taxfree::attention::kFusedTraceEvents uint64, FusedDecodeParams::trace), or
   // nothing when null (the default).
@@ -283,7 +287,8 @@ class FlashDecode {
 
   Team& team_;
   FlashDecodeConfig cfg_;
-  uint4* inbox_ = nullptr;         // heap: fused LL lines
+  uint4* inbox_ = nullptr;         // heap: fused LL lines, 2 parities of parity_lines_
+  int64_t parity_lines_ = 0;
   float* bsp_gather_ = nullptr;    // heap or device memory (plain)
   void* workspace_ = nullptr;      // device memory
   size_t workspace_bytes_ = 0;
@@ -291,6 +296,7 @@ class FlashDecode {
   int occupancy_[8] = {};          // fused_ctas_per_sm cache, 0 = not queried yet
   std::map<int, int> max_clusters_;  // fused_max_clusters cache
   bool skip_signal_ = false;
+  uint32_t combine_delay_ns_ = 0;
   uint64_t* trace_ = nullptr;
 };
 

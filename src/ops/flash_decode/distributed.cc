@@ -28,6 +28,7 @@ FlashDecode::FlashDecode(Team& team, const FlashDecodeConfig& cfg) : team_(team)
   // Collective and ordered: the same allocations on every rank (same config, same world).
   auto& heap = team.heap();
   inbox_ = static_cast<uint4*>(heap.allocate(bytes.fused_inbox_bytes, 256, "flash_decode.fused_inbox"));
+  parity_lines_ = int64_t(bytes.fused_parity_lines);
   if (cfg.bsp_buffers == BspBuffers::symmetric)
     bsp_gather_ = static_cast<float*>(heap.allocate(bytes.bsp_gather_bytes, 256, "flash_decode.bsp_gather"));
   else
@@ -121,12 +122,14 @@ void FlashDecode::launch_fused(const DecodeArgs& a, cudaStream_t stream) {
   p.d = detail::make_decode_params(a, fp.num_splits, workspace_);
   p.view = team_.view();
   p.ll = inbox_;
+  p.parity_lines = parity_lines_;
   p.rows = int64_t(a.batch) * a.q_heads;
   p.seq = seq_;
   p.fault = team_.fault();
   p.items = int(fp.items);
   p.cluster = fp.cluster;
   p.skip_signal = skip_signal_ ? 1 : 0;
+  p.combine_delay_ns = combine_delay_ns_;
   p.trace = trace_;
   const bool paged = is_paged(a.layout);
   detail::dispatch(a.dtype, a.head_dim,

@@ -55,8 +55,9 @@ FlashDecodeBuffers flash_decode_buffers(const FlashDecodeConfig& cfg, int world,
   const uint64_t block = uint64_t(gather_layout(cfg.max_batch, cfg.max_q_heads, cfg.max_head_dim).block_floats) * 4;
   const uint64_t rows = uint64_t(cfg.max_batch) * cfg.max_q_heads;
   FlashDecodeBuffers b;
-  // A launch with smaller rows or head_dim packs its lines from the start: this bounds them all.
-  b.fused_inbox_bytes = 2 * uint64_t(world) * rows * attention::ll_lines_per_row(cfg.max_head_dim) * 16;
+  // Each parity holds the largest launch's lines; a smaller launch uses the start of its parity.
+  b.fused_parity_lines = world * rows * attention::ll_lines_per_row(cfg.max_head_dim);
+  b.fused_inbox_bytes = 2 * b.fused_parity_lines * 16;
   b.bsp_gather_bytes = uint64_t(world) * block;
   b.workspace_bytes = max_workspace_bytes(cfg, num_sms);
   return b;

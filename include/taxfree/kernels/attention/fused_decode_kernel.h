@@ -13,7 +13,9 @@
 //
 // Epochs, buffers, reuse (no host reset between launches, CUDA-graph safe):
 //  * epoch e = dev::sequence_begin(seq), +1 per launch of the op; lines carry uint32(e).
-//  * Launch e uses inbox parity e & 1. A receiver reads parity e & 1 only during its launch e,
+//  * Launch e uses inbox parity e & 1, at a line fixed by the op's maxima whatever the launch's
+//    shape (fused_inbox_span): a sender may write its lines of e + 1 while a receiver still reads
+//    those of e, so the two parities must not overlap. A receiver reads parity e & 1 only during its launch e,
 //    and accepts a line only when it carries exactly e (a stale line of this parity carries
 //    e - 2 or less, or 0 from the initial zeroing, which no epoch is).
 //  * A sender at launch e + 2 overwrites the lines a receiver R reads at e. It got there only
@@ -56,7 +58,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) fused_decode_kernel(cons
   const dev::SymmetricView& v = p.view;
   const uint64_t epoch = dev::sequence_begin(p.seq);
   const int64_t sender_lines = p.rows * kRow;
-  uint4* const inbox = p.ll + int64_t(epoch & 1) * v.world * sender_lines;  // this launch's parity
+  uint4* const inbox = p.ll + fused_inbox_span(epoch, p.parity_lines, v.world, p.rows, D).begin;  // this parity
   uint64_t* const trace = p.trace != nullptr && threadIdx.x == 0 ? p.trace + blockIdx.x * kFusedTraceEvents : nullptr;
   const auto mark = [&](int event) {
     if (trace != nullptr) trace[event] = dev::global_timer_ns();
@@ -72,6 +74,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) fused_decode_kernel(cons
     mark(kTraceMerged);
     if (!p.skip_signal) cta_push_partial_ll<D>(part, rows, inbox + v.rank * sender_lines + row * kRow, v, uint32_t(epoch));
     mark(kTracePushed);
+    if (p.combine_delay_ns != 0) dev::sleep_for_ns(p.combine_delay_ns);
     if (!cta_wait_ll<D>(inbox + row * kRow, sender_lines, rows, v.rank, v.world, uint32_t(epoch), p.fault)) return false;
     mark(kTraceArrived);
     if (!cta_combine_ll<T, D>(part, rows, inbox + row * kRow, sender_lines, v.rank, v.world, uint32_t(epoch), p.fault,

@@ -61,6 +61,22 @@ TF_HD inline RowBlock cluster_rows(int group, int ctas, int k) {
   return {begin, begin + per < group ? begin + per : group};
 }
 
+// The lines of one rank's inbox (partial_exchange.h layout) that launch `epoch` of `rows` query rows
+// and head_dim `head_dim` uses, [begin, end), for a `world`-rank team whose op fixed
+// `parity_lines` = world x its largest rows x ll_lines_per_row(its largest head_dim)
+// (FlashDecodeBuffers::fused_parity_lines). Parity epoch & 1 starts at a fixed line whatever the
+// shape, because a sender may start launch e + 1 while a receiver still reads its lines of e (the
+// sender needed the receiver's lines of e, not that the receiver had read the sender's): the
+// parities must never overlap. A base computed from the launch's own shape put a smaller launch's
+// parity 1 inside a larger one's parity 0 (4 ranks, r73: a receiver's wait timed out).
+struct LineSpan {
+  int64_t begin, end;
+};
+TF_HD inline LineSpan fused_inbox_span(uint64_t epoch, int64_t parity_lines, int world, int64_t rows, int head_dim) {
+  const int64_t begin = int64_t(epoch & 1) * parity_lines;
+  return {begin, begin + int64_t(world) * rows * ll_lines_per_row(head_dim)};
+}
+
 // CTAs of the fused kernel: one per item, at most one per resident slot (the co-residency that
 // the argument above needs). resident >= 1.
 TF_HD inline int fused_grid(int64_t items, int resident) {

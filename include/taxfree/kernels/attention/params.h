@@ -62,7 +62,8 @@ struct CombineParams {
 struct FusedDecodeParams {
   DecodeParams d;           // this rank's slices and split workspace; d.out = the final output
   dev::SymmetricView view;  // rank, world, peer translation
-  uint4* ll;                // heap: [2 parities][world][rows][ll_lines_per_row(D)]; epoch e uses e & 1
+  uint4* ll;                // heap: 2 parities of parity_lines lines; epoch e uses fused_inbox_span(e, ..)
+  int64_t parity_lines;     // world x the op's largest rows x ll_lines_per_row(its largest head_dim)
   int64_t rows;             // batch * q_heads
   dev::LaunchSequence seq;  // epochs
   dev::FaultContext fault;  // deadline, abort flag, wait record
@@ -72,6 +73,9 @@ struct FusedDecodeParams {
   // C = d.num_splits CTAs, splits merged in distributed shared memory (fused_schedule.h).
   int cluster;
   int skip_signal;          // fault injection: never send partials to peers (tests the timeout path)
+  // Fault injection: every CTA sleeps this long between sending its partial and reading its
+  // peers' (0: never), so peers run a launch ahead: exposes inbox reuse races.
+  uint32_t combine_delay_ns;
   // Diagnostics, normally null: [gridDim.x][kFusedTraceEvents] %globaltimer ns per CTA of its last
   // item (FusedTraceEvent order; 0 = not reached), written by thread 0.
   uint64_t* trace;
