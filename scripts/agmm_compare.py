@@ -13,7 +13,7 @@ report, not a gate).
 import json
 import sys
 
-FUSED = ("bsp-own", "decomposed", "push", "sm-specialized", "fused-ce", "ksplit", "nsplit")
+FUSED = ("bsp-own", "decomposed", "pull", "push", "sm-specialized", "fused-ce", "ksplit", "nsplit")
 
 
 def key(params):

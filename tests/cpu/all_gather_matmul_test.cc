@@ -284,6 +284,32 @@ TEST(AgmmPlan, WaitingGemmStartsOnItsOwnShardInClusterTiles) {
   EXPECT_EQ(waiting_gemm_order(cols, cfg, 1, 2).group_m, cfg.group_m);
 }
 
+// pull: every GEMM tile reads A from one rank only, so a shard must span whole m-blocks (gather_dim
+// 0) or k-blocks (gather_dim 1); the source of m-block / k-block u is u / source_unit. Other
+// shapes, and more ranks than tensor maps, are NotSupported (not InvalidArgument: the shape is
+// valid, this variant does not run it).
+TEST(AgmmPlan, PullTilesReadOneRankEach) {
+  for (int w : {2, 3, 4, 8})
+    for (int64_t m : {int64_t(w) * 128, int64_t(w) * 1024, int64_t(w) * 4096}) {
+      SCOPED_TRACE(testing::Message() << "world " << w << " M " << m);
+      const AgmmArgs a = args_for({m, 4096, 8192, 0});
+      const PullPlan p = make_pull_plan(a, w, 132);
+      ASSERT_EQ(m / w % p.gemm.bm, 0);
+      EXPECT_FALSE(p.gemm.splits_k());
+      EXPECT_EQ(int64_t(p.source_unit) * p.gemm.bm, m / w);  // m-block u is rank u / source_unit's
+      const AgmmArgs b = args_for({m, 3584, int64_t(w) * 1024, 1});
+      EXPECT_EQ(make_pull_plan(b, w, 132).source_unit, 1024 / 64);
+    }
+  expect_error([] { make_pull_plan(args_for({2 * 100, 4096, 8192, 0}), 2, 132); }, Status::NotSupported,
+               "whole tiles per shard");
+  expect_error([] { make_pull_plan(args_for({64, 3584, 2 * 1000, 1}), 2, 132); }, Status::NotSupported,
+               "whole k-blocks per shard");
+  expect_error([] { make_pull_plan(args_for({16 * 128, 4096, 16 * 64, 1}), 16, 132); }, Status::NotSupported,
+               "at most 8 ranks");
+  expect_error([] { make_pull_plan(args_for({3 * 128 + 1, 4096, 8192, 0}), 3, 132); }, Status::InvalidArgument,
+               "divisible");
+}
+
 // sm-specialized: the movers are CTAs of the GEMM kernel, so they come in whole clusters of its
 // config, and the GEMM gets exactly the SMs after them.
 TEST(AgmmPlan, SmSpecializedMoversAreWholeClustersOfTheGemm) {
@@ -345,12 +371,11 @@ TEST(AgmmValidation, RejectsBadArgumentsNamingThem) {
   bad("gather_dim", [](AgmmArgs& a) { a.gather_dim = 2; });
 }
 
-TEST(AgmmVariants, NamesRoundTripAndUnbuiltOnesAreNotSupported) {
-  for (AgmmVariant v : {AgmmVariant::bsp, AgmmVariant::bsp_own, AgmmVariant::decomposed, AgmmVariant::push,
-                        AgmmVariant::sm_specialized, AgmmVariant::fused_ce, AgmmVariant::ksplit, AgmmVariant::nsplit,
-                        AgmmVariant::automatic})
+TEST(AgmmVariants, NamesRoundTripAndAutoPicksAVariant) {
+  for (AgmmVariant v : {AgmmVariant::bsp, AgmmVariant::bsp_own, AgmmVariant::decomposed, AgmmVariant::pull,
+                        AgmmVariant::push, AgmmVariant::sm_specialized, AgmmVariant::fused_ce, AgmmVariant::ksplit,
+                        AgmmVariant::nsplit, AgmmVariant::automatic})
     EXPECT_EQ(parse_agmm_variant(variant_name(v)), v);
-  expect_error([] { parse_agmm_variant("pull"); }, Status::NotSupported, "not implemented");
   expect_error([] { parse_agmm_variant("bogus"); }, Status::InvalidArgument, "unknown");
   for (int gd : {0, 1})
     for (int64_t m : {1, 1024, 16384})

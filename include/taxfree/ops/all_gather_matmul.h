@@ -21,6 +21,16 @@
 //              waits for every shard and runs one cuBLASLt. gather_dim 0: this rank's own slot of
 //              the gathered A (unless in place) is read back over NVLink from the first peer's copy,
 //              after the peer copies, so no local copy competes with cuBLASLt for HBM.
+//   pull       the shard goes into this rank's own slot of its gathered A (unless in place), a
+//              begin barrier, then our GEMM's producer loads every A tile straight from the
+//              gathered A of the rank holding it (TMA over NVLink: one tensor map per rank), tiles
+//              of this rank's shard first (gather_dim 0) or each k-loop from this rank's columns on
+//              (gather_dim 1); meanwhile the copy engine copies the peers' shards into this rank's
+//              gathered A (the one returned). An end barrier: no peer still reads this rank's slot
+//              when the launch ends. Remote loads are not cached in this GPU's L2, so each A tile
+//              crosses NVLink once per n-block (N / BN times the shard bytes): correct everywhere
+//              it runs, slow wherever N spans many n-blocks. NotSupported unless every tile reads
+//              one rank (make_pull_plan) and for more than agmm::kPullMaxWorld ranks.
 //   push       a push kernel on a few SMs copies the shard into this rank's gathered A and every
 //              peer's, piece by piece, raising a per-(source, piece) epoch flag after each; our GEMM
 //              runs on the other SMs at the same time, its producer waiting for a piece's flag
@@ -87,8 +97,6 @@
 //              shards plus M x N 16-bit values per rank (ksplit moves M x N fp32 partials); C is
 //              the same bits on every rank. Shares ksplit's launch sequence and "free" flags.
 //   auto       one of the above per shape, from a table of measurements (choose_agmm_variant).
-//   pull is not implemented (parse_agmm_variant says so): a GEMM reading A over NVLink reads each
-//   A tile once per n-block (remote loads are not cached in this GPU's L2), N / BN times the bytes.
 //
 // Contract:
 //  - Collective: every rank constructs the op with the same config and calls launch() with the
@@ -128,9 +136,9 @@ namespace taxfree {
 
 class Team;
 
-enum class AgmmVariant { bsp, bsp_own, decomposed, push, sm_specialized, fused_ce, ksplit, nsplit, automatic };
-// "bsp", "bsp-own", "decomposed", "push", "sm-specialized", "fused-ce", "ksplit", "nsplit", "auto";
-// throws InvalidArgument for unknown names and NotSupported for "pull" (designed, not implemented).
+enum class AgmmVariant { bsp, bsp_own, decomposed, pull, push, sm_specialized, fused_ce, ksplit, nsplit, automatic };
+// "bsp", "bsp-own", "decomposed", "pull", "push", "sm-specialized", "fused-ce", "ksplit", "nsplit",
+// "auto"; throws InvalidArgument for unknown names.
 AgmmVariant parse_agmm_variant(const std::string& name);
 const char* variant_name(AgmmVariant v);
 
@@ -218,6 +226,18 @@ struct FusedCePlan {
 };
 FusedCePlan make_fused_ce_plan(const AgmmArgs& args, int world, int num_sms);
 
+// What pull runs for a shape: our GEMM (whole tiles, the waiting GEMMs' config and order) whose
+// producer reads each A tile from the rank holding it, and how many m-blocks (gather_dim 0) or
+// k-blocks (gather_dim 1) each shard spans. Throws NotSupported when a tile would read two ranks
+// (gather_dim 0: M / world not a multiple of the config's bm; gather_dim 1: K / world not a
+// multiple of 64) and for more than agmm::kPullMaxWorld ranks (after agmm_shard_shape's checks).
+// Pure.
+struct PullPlan {
+  gemm::GemmConfig gemm;
+  int source_unit = 1;
+};
+PullPlan make_pull_plan(const AgmmArgs& args, int world, int num_sms);
+
 // What ksplit runs for a shape: the slices of its exchange kernel (one CTA each, at most `num_sms`).
 // Throws NotSupported for gather_dim 0, InvalidArgument naming b_replicated when it is false and
 // naming ksplit_max_m / ksplit_max_n for a shape over the op's capacity (after the checks of
@@ -289,6 +309,7 @@ class AllGatherMatmul {
   struct Impl;
   GatheredA launch_bsp(const AgmmArgs& args, bool own_gemm, cudaStream_t stream);
   GatheredA launch_decomposed(const AgmmArgs& args, cudaStream_t stream);
+  GatheredA launch_pull(const AgmmArgs& args, cudaStream_t stream);
   GatheredA launch_push(const AgmmArgs& args, bool movers_in_gemm, cudaStream_t stream);
   GatheredA launch_fused_ce(const AgmmArgs& args, cudaStream_t stream);
   GatheredA launch_ksplit(const AgmmArgs& args, cudaStream_t stream);

@@ -205,6 +205,8 @@ constexpr int64_t kNsplitMinM = 512;
 // 1024-2048 107-109 / 197-198 us against 112-118 / 202-203; at M = 8192-16384 10-30 us slower,
 // the barrier and copies then wait behind the GEMM's CTAs; M = 4096 mixed).
 constexpr int64_t kDecEarlyGemmMaxRows = 1024;
+// pull: the most ranks its GEMM reads A from (one tensor map each in the kernel's parameters).
+constexpr int kPullMaxWorld = 8;
 constexpr int kSkinnySliceCols = 32;
 constexpr int kSkinnyLinesPerRow = kSkinnySliceCols / 2;
 

@@ -77,6 +77,10 @@ void launch_gemm(const GemmArgs& args, const GemmConfig& cfg, const typename Ord
   }
   p.order = order;
   p.ready = ready;
+  if constexpr (requires { Ready::kATensors; })  // A in several tensors of A's shape (policies.cuh)
+    for (int i = 0; i < Ready::kATensors; ++i)
+      if (p.ready.a_bases[i] != nullptr)
+        p.ready.a_maps[i] = detail::make_tensor_map(p.ready.a_bases[i], args.dtype, args.k, args.m, args.lda, 64, Shape::BM);
   p.epi = epi;
 
   cudaLaunchConfig_t launch{};

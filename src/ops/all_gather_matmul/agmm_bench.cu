@@ -137,10 +137,24 @@ class AgmmBench final : public OpBench {
   std::vector<std::string> variants() const override {
     // push and sm-specialized last: their multi-millisecond runs at M >= 2048 heat the GPUs, and the
     // variant timed right after them read 1-8% slow in r25 (auto vs the decomposed it runs).
-    return {"bsp",    "bsp-sym", "bsp-own", "decomposed", "decomposed-in-place", "fused-ce", "ksplit", "nsplit",
-            "auto",   "push",    "sm-specialized"};
+    return {"bsp",  "bsp-sym", "bsp-own", "decomposed",    "decomposed-in-place", "fused-ce", "ksplit", "nsplit",
+            "auto", "pull",    "push",    "sm-specialized"};
   }
   bool applies(const Case& c, const std::string& v) const override {
+    if (v == "pull") {  // where every tile reads one rank (make_pull_plan)
+      AgmmArgs a;
+      a.m = c.params.at("M").get<int64_t>(), a.n = c.params.at("N").get<int64_t>(), a.k = c.params.at("K").get<int64_t>();
+      a.gather_dim = c.params.at("gather_dim").get<int>();
+      a.dtype = c.type == "fp16" ? DType::fp16 : DType::bf16;
+      a.b_layout = c.params.at("layout").get<std::string>() == "kn" ? BLayout::KN : BLayout::NK;
+      try {
+        make_pull_plan(a, world_, sms_);
+        return true;
+      } catch (const Error& e) {
+        if (e.status() == Status::NotSupported) return false;
+        throw;
+      }
+    }
     if (v != "ksplit" && v != "nsplit" && v != "cublas-block") return true;
     const AgmmConfig cfg;  // the plain op's ksplit capacity
     return c.params.at("gather_dim").get<int>() == 1 && c.params.at("M").get<int64_t>() <= cfg.ksplit_max_m &&
@@ -179,6 +193,7 @@ class AgmmBench final : public OpBench {
         }
         shapes.push_back(s);
       }
+    world_ = team.world(), sms_ = team.sm_count();
     std::vector<Case> out;
     for (const Shape& s : shapes) {
       const int64_t bytes = s.m * s.n * 2;
@@ -283,8 +298,8 @@ class AgmmBench final : public OpBench {
       args.a_shard = slot.ptr;
       args.lda_shard = slot.ld;
       last_ = plain_->launch(AgmmVariant::decomposed, args, s);
-    } else if (v == "decomposed" || v == "push" || v == "sm-specialized" || v == "fused-ce" || v == "ksplit" ||
-               v == "nsplit") {
+    } else if (v == "decomposed" || v == "pull" || v == "push" || v == "sm-specialized" || v == "fused-ce" ||
+               v == "ksplit" || v == "nsplit") {
       last_ = plain_->launch(parse_agmm_variant(v), args, s);
     } else if (v == "gemm-only") {
       gemm::launch(gathered_gemm(c_.p), s);
@@ -388,6 +403,7 @@ class AgmmBench final : public OpBench {
 
   Team* team_ = nullptr;
   mutable int64_t max_m_ = 0, max_k_ = 0;
+  mutable int world_ = 2, sms_ = 132;  // the run's, for applies()
   std::unique_ptr<AllGatherMatmul> plain_, sym_;
   double gemm_rate_ = 0;
   AgmmArgs a_;

@@ -47,16 +47,17 @@ AgmmVariant parse_agmm_variant(const std::string& name) {
   if (name == "bsp") return AgmmVariant::bsp;
   if (name == "bsp-own") return AgmmVariant::bsp_own;
   if (name == "decomposed") return AgmmVariant::decomposed;
+  if (name == "pull") return AgmmVariant::pull;
   if (name == "push") return AgmmVariant::push;
   if (name == "sm-specialized") return AgmmVariant::sm_specialized;
   if (name == "fused-ce") return AgmmVariant::fused_ce;
   if (name == "ksplit") return AgmmVariant::ksplit;
   if (name == "nsplit") return AgmmVariant::nsplit;
   if (name == "auto") return AgmmVariant::automatic;
-  TF_REQUIRE(name != "pull", Status::NotSupported,
-             "all_gather_matmul variant '" << name << "' is designed but not implemented");
-  TF_THROW(Status::InvalidArgument,
-           "unknown all_gather_matmul variant '" << name << "' (known: bsp, bsp-own, decomposed, push, sm-specialized, fused-ce, ksplit, nsplit, auto)");
+  TF_THROW(Status::InvalidArgument, "unknown all_gather_matmul variant '"
+                                        << name
+                                        << "' (known: bsp, bsp-own, decomposed, pull, push, sm-specialized, "
+                                           "fused-ce, ksplit, nsplit, auto)");
 }
 
 const char* variant_name(AgmmVariant v) {
@@ -64,6 +65,7 @@ const char* variant_name(AgmmVariant v) {
     case AgmmVariant::bsp: return "bsp";
     case AgmmVariant::bsp_own: return "bsp-own";
     case AgmmVariant::decomposed: return "decomposed";
+    case AgmmVariant::pull: return "pull";
     case AgmmVariant::push: return "push";
     case AgmmVariant::sm_specialized: return "sm-specialized";
     case AgmmVariant::fused_ce: return "fused-ce";
@@ -178,6 +180,26 @@ WaitingGemmOrder waiting_gemm_order(const AgmmArgs& a, const gemm::GemmConfig& c
   const int64_t shard_tiles = agmm_shard_shape(a.m, a.k, 0, world).rows / tile_rows;
   return {gemm::rank_first_m_block(a.m, int(tile_rows), rank, world),
           int(std::clamp<int64_t>(shard_tiles, 1, std::max(1, cfg.group_m)))};
+}
+
+PullPlan make_pull_plan(const AgmmArgs& a, int world, int num_sms) {
+  const ShardShape s = agmm_shard_shape(a.m, a.k, a.gather_dim, world);
+  TF_REQUIRE(world <= agmm::kPullMaxWorld, Status::NotSupported,
+             "all_gather_matmul pull reads A from at most " << agmm::kPullMaxWorld << " ranks, not " << world);
+  PullPlan p;
+  p.gemm = make_fused_ce_plan(a, world, num_sms).gemm;
+  if (a.gather_dim == 0) {
+    TF_REQUIRE(s.rows % p.gemm.bm == 0, Status::NotSupported,
+               "all_gather_matmul pull at gather_dim 0 needs whole tiles per shard: M / world = "
+                   << s.rows << " is not a multiple of the GEMM's " << p.gemm.bm << " rows");
+    p.source_unit = int(s.rows / p.gemm.bm);
+  } else {
+    TF_REQUIRE(s.cols % 64 == 0, Status::NotSupported,
+               "all_gather_matmul pull at gather_dim 1 needs whole k-blocks per shard: K / world = " << s.cols
+                   << " is not a multiple of 64");
+    p.source_unit = int(s.cols / 64);
+  }
+  return p;
 }
 
 PushPlan make_sm_specialized_plan(const AgmmArgs& a, int world, const AgmmConfig& cfg, int num_sms) {

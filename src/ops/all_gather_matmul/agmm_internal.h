@@ -59,10 +59,24 @@ struct ReadyGemmLaunch {
   int mover_ctas = 0;
 };
 // Enqueues the GEMM on `s`. launch_gemm checks the arguments again before it enqueues; callers
-// that enqueue other work first call validate_ready_gemm before any of it (nothing may throw
+// that enqueue other work first call validate_whole_tile_gemm before any of it (nothing may throw
 // half-way through a launch: the ranks' sequences must advance together).
 void enqueue_ready_gemm(const ReadyGemmLaunch& l, cudaStream_t s);
-void validate_ready_gemm(const ReadyGemmLaunch& l);
+void validate_whole_tile_gemm(const gemm::GemmArgs& g, const gemm::GemmConfig& cfg);
+
+// pull's GEMM (pull_ready.cuh): our GEMM over the gathered A whose producer loads each A tile from
+// the gathered A of the rank holding it (`sources[q]`: rank q's, in this process; every shard in
+// place before the GEMM starts). Whole tiles, the order and k-loop rotation of the waiting GEMMs.
+struct PullGemmLaunch {
+  gemm::GemmArgs gemm;      // A = this rank's gathered A (its shape and stride)
+  gemm::GemmConfig config;  // make_pull_plan's
+  int first_m = 0;
+  int first_k = 0;
+  int source_unit = 1;      // m-blocks (gather_dim 0) or k-blocks (gather_dim 1) per shard
+  int gather_dim = 0;
+  const void* sources[kPullMaxWorld] = {};
+};
+void enqueue_pull_gemm(const PullGemmLaunch& l, cudaStream_t s);  // validate_whole_tile_gemm first
 
 // Everything the push and sm-specialized variants enqueue for one launch.
 struct PushLaunch {
@@ -195,6 +209,10 @@ void preload_small_kernels();
 // begin: epoch += 1, then a barrier of all ranks (nobody still uses the previous gathered A).
 void enqueue_begin(uint64_t* epoch, const dev::SymmetricView& view, uint64_t* barrier_slots,
                    const dev::FaultContext& fault, cudaStream_t s);
+// barrier: a barrier of all ranks at the current epoch (no advance), on slots no other barrier of
+// that epoch uses (pull's end: no peer still reads this rank's shard).
+void enqueue_barrier(const uint64_t* epoch, const dev::SymmetricView& view, uint64_t* barrier_slots,
+                     const dev::FaultContext& fault, cudaStream_t s);
 // wait: flag >= epoch (bounded: the team's deadline), naming `peer` and `site` if it gives up.
 void enqueue_wait(const uint64_t* flag, const uint64_t* epoch, const dev::FaultContext& fault, dev::WaitSite site,
                   int peer, cudaStream_t s);

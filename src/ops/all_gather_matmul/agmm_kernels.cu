@@ -1,5 +1,5 @@
-// Small kernels of all_gather_matmul: the decomposed variant's one-warp begin / wait kernels, its
-// copy-engine flag writes, and the gather_dim 1 BSP interleave.
+// Small kernels of all_gather_matmul: the one-warp barrier (decomposed's begin, pull's end) and wait
+// kernels, the copy-engine flag writes, and the gather_dim 1 BSP interleave.
 #include <algorithm>
 
 #include "agmm_internal.h"
@@ -11,15 +11,18 @@ namespace taxfree::agmm {
 
 namespace {
 
-__global__ void begin_kernel(uint64_t* epoch, dev::SymmetricView v, uint64_t* barrier_slots, dev::FaultContext fault) {
+// advance (begin): e = epoch + 1 is stored for the rest of the launch, and after the barrier every
+// rank has started launch e: the previous launch, and every use of its gathered A, is over
+// everywhere. Otherwise (pull's end) the barrier is at the current epoch. A false return is
+// recorded for the host; the launch then runs on.
+__global__ void barrier_kernel(uint64_t* epoch, bool advance, dev::SymmetricView v, uint64_t* barrier_slots,
+                               dev::FaultContext fault) {
   __shared__ uint64_t e;
   if (threadIdx.x == 0) {
-    e = *epoch + 1;  // the next operations of this launch read it after this kernel (stream order)
-    *epoch = e;
+    e = *epoch + (advance ? 1 : 0);  // the next operations of this launch read it after this kernel (stream order)
+    if (advance) *epoch = e;
   }
   __syncthreads();
-  // Every rank has started launch e: the previous launch, and every use of its gathered A, is over
-  // everywhere. A false return is recorded for the host; the launch then runs on.
   dev::block_barrier(v, barrier_slots, e, fault);
 }
 
@@ -43,7 +46,13 @@ __global__ void interleave_kernel(const uint4* src, uint4* dst, int64_t dst_ld, 
 
 void enqueue_begin(uint64_t* epoch, const dev::SymmetricView& view, uint64_t* barrier_slots,
                    const dev::FaultContext& fault, cudaStream_t s) {
-  begin_kernel<<<1, 32, 0, s>>>(epoch, view, barrier_slots, fault);
+  barrier_kernel<<<1, 32, 0, s>>>(epoch, true, view, barrier_slots, fault);
+  TF_CUDA(cudaGetLastError());
+}
+
+void enqueue_barrier(const uint64_t* epoch, const dev::SymmetricView& view, uint64_t* barrier_slots,
+                     const dev::FaultContext& fault, cudaStream_t s) {
+  barrier_kernel<<<1, 32, 0, s>>>(const_cast<uint64_t*>(epoch), false, view, barrier_slots, fault);
   TF_CUDA(cudaGetLastError());
 }
 
@@ -69,7 +78,7 @@ void enqueue_interleave(const void* src, void* dst, int64_t dst_ld, int world, i
 
 void preload_small_kernels() {
   cudaFuncAttributes attr;
-  TF_CUDA(cudaFuncGetAttributes(&attr, begin_kernel));
+  TF_CUDA(cudaFuncGetAttributes(&attr, barrier_kernel));
   TF_CUDA(cudaFuncGetAttributes(&attr, wait_kernel));
   TF_CUDA(cudaFuncGetAttributes(&attr, interleave_kernel));
 }

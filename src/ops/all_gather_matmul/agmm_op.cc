@@ -78,6 +78,8 @@ AllGatherMatmul::AllGatherMatmul(Team& team, AgmmConfig config)
   TF_CUDA(cudaMemset(im.dec_barrier, 0, w * sizeof(uint64_t)));
   TF_CUDA(cudaMemset(im.dec_arrived, 0, w * sizeof(uint64_t)));
   TF_CUDA(cudaMemset(im.ce_flags, 0, uint64_t(im.ce_flag_capacity) * sizeof(uint64_t)));
+  im.pull_end = heap.allocate_array<uint64_t>(w, "all_gather_matmul.pull_end");
+  TF_CUDA(cudaMemset(im.pull_end, 0, w * sizeof(uint64_t)));
   im.ksplit_sizes = ksplit_heap(config_, team.world());
   im.ksplit_slot_floats = im.ksplit_sizes.partial_floats;
   if (im.ksplit_slot_floats > 0) {
@@ -179,6 +181,7 @@ GatheredA AllGatherMatmul::launch(AgmmVariant variant, const AgmmArgs& args, cud
     case AgmmVariant::bsp: return launch_bsp(args, false, stream);
     case AgmmVariant::bsp_own: return launch_bsp(args, true, stream);
     case AgmmVariant::decomposed: return launch_decomposed(args, stream);
+    case AgmmVariant::pull: return launch_pull(args, stream);
     case AgmmVariant::push: return launch_push(args, false, stream);
     case AgmmVariant::sm_specialized: return launch_push(args, true, stream);
     case AgmmVariant::fused_ce: return launch_fused_ce(args, stream);
@@ -306,6 +309,51 @@ GatheredA AllGatherMatmul::launch_decomposed(const AgmmArgs& a, cudaStream_t s) 
   return {im.gathered, sh.ld};
 }
 
+// Every rank puts its shard in its own slot (unless in place), and a begin barrier makes every slot
+// readable. Our GEMM then loads each A tile from the gathered A of the rank holding it (TMA over
+// NVLink, pull_ready.cuh), while the copy engine brings the peers' shards into this rank's gathered
+// A on the side stream (the gathered A the launch returns). An end barrier keeps every shard in
+// place until no peer reads it: once the launch ends, the caller may overwrite A_shard, or the
+// slot in place.
+GatheredA AllGatherMatmul::launch_pull(const AgmmArgs& a, cudaStream_t s) {
+  const int w = team_.world(), rank = team_.rank();
+  const PullPlan plan = make_pull_plan(a, w, team_.sm_count());
+  const ShardShape sh = agmm_shard_shape(a.m, a.k, a.gather_dim, w);
+  Impl& im = *impl_;
+  const auto& view = team_.view();
+  const GatheredA slot = local_slot(a.m, a.k, a.gather_dim);
+  // Rank q's slot in this rank's gathered A.
+  const auto slot_of = [&](int q) {
+    return im.gathered + (a.gather_dim == 0 ? q * sh.rows * sh.ld : q * sh.cols) * kElem;
+  };
+  agmm::PullGemmLaunch g;
+  g.gemm = gemm_args(a, im.gathered, sh.ld);
+  g.config = plan.gemm;
+  const WaitingGemmOrder order = waiting_gemm_order(a, plan.gemm, rank, w);
+  g.first_m = order.first_m;
+  g.config.group_m = order.group_m;
+  g.first_k = a.gather_dim == 1 ? int(rank * plan.source_unit) : 0;  // this rank's columns first
+  g.source_unit = plan.source_unit;
+  g.gather_dim = a.gather_dim;
+  for (int q = 0; q < w; ++q) g.sources[q] = view.peer(im.gathered, q);
+  agmm::validate_whole_tile_gemm(g.gemm, g.config);  // before anything is enqueued
+
+  uint64_t* epoch = im.dec_seq.counter;
+  if (!in_place(a, slot)) copy_rows(const_cast<void*>(slot.ptr), slot.ld, a.a_shard, a.lda_shard, sh.rows, sh.cols, s);
+  agmm::enqueue_begin(epoch, view, im.dec_barrier, team_.fault(), s);
+  TF_CUDA(cudaEventRecord(im.fork, s));
+  TF_CUDA(cudaStreamWaitEvent(im.side, im.fork, 0));
+  for (int i = 1; i < w; ++i) {
+    const int q = (rank + i) % w;
+    copy_rows(slot_of(q), sh.ld, view.peer(slot_of(q), q), sh.ld, sh.rows, sh.cols, im.side);
+  }
+  TF_CUDA(cudaEventRecord(im.join, im.side));
+  agmm::enqueue_pull_gemm(g, s);
+  TF_CUDA(cudaStreamWaitEvent(s, im.join, 0));
+  agmm::enqueue_barrier(epoch, view, im.pull_end, team_.fault(), s);
+  return {im.gathered, slot.ld};
+}
+
 // push (movers_in_gemm false: a push kernel on the side stream) and sm-specialized (the movers are
 // CTAs of the GEMM kernel): the same pieces, flags, sequences and waiting GEMM.
 GatheredA AllGatherMatmul::launch_push(const AgmmArgs& a, bool movers_in_gemm, cudaStream_t s) {
@@ -364,7 +412,7 @@ GatheredA AllGatherMatmul::launch_fused_ce(const AgmmArgs& a, cudaStream_t s) {
   g.present_source = rank;
   g.first_k = agmm::first_k_block(plan.grid, rank);
   g.seq = {epoch, nullptr};  // the begin kernel below advances the epoch for this launch
-  agmm::validate_ready_gemm(g);  // before anything is enqueued
+  agmm::validate_whole_tile_gemm(g.gemm, g.config);  // before anything is enqueued
 
   agmm::enqueue_begin(epoch, view, im.dec_barrier, team_.fault(), s);
   TF_CUDA(cudaEventRecord(im.fork, s));

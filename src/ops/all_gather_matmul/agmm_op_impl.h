@@ -78,10 +78,11 @@ struct AllGatherMatmul::Impl {
   int64_t flag_capacity = 0;
   uint64_t* push_ready = nullptr;    // heap [world]
   uint64_t* push_flags = nullptr;    // heap [flag_capacity]
-  uint64_t* dec_barrier = nullptr;   // heap [world]: the begin barrier's slots (decomposed, fused-ce)
+  uint64_t* dec_barrier = nullptr;   // heap [world]: the begin barrier's slots (decomposed, fused-ce, pull)
   uint64_t* dec_arrived = nullptr;   // heap [world]: slot s = epoch of source s's shard
   int64_t ce_flag_capacity = 0;
   uint64_t* ce_flags = nullptr;      // heap [ce_flag_capacity]: fused-ce's row-chunk flags (dec_seq epochs)
+  uint64_t* pull_end = nullptr;      // heap [world]: pull's end barrier slots (dec_seq epochs)
   int64_t ksplit_slot_floats = 0;    // one partial: ksplit_max_m x ksplit_max_n rounded up to 8
   float* ksplit_own = nullptr;       // heap [slot]: this rank's partial (the GEMM's output); nsplit: the
                                      // peers' C blocks (16-bit), written by them once this rank is in the launch
@@ -95,7 +96,7 @@ struct AllGatherMatmul::Impl {
   uint64_t* side_flags = nullptr;         // heap [world * kKsplitMaxCtas]: its arrival flags
   KsplitHeap ksplit_sizes;           // the skinny path's inbox geometry among them
   uint4* skinny_inbox = nullptr;     // heap [2][world - 1][skinny lines]: LL lines by launch parity
-  // dec_seq.counter: decomposed's and fused-ce's epoch
+  // dec_seq.counter: decomposed's, fused-ce's and pull's epoch
   dev::LaunchSequence push_seq{}, gemm_seq{}, dec_seq{}, ksplit_seq{}, side_seq{};
   cudaStream_t side = nullptr;       // the op's second stream (push kernel, copy-engine copies)
   cudaEvent_t fork = nullptr, join = nullptr;

@@ -7,10 +7,10 @@
 
 namespace taxfree::agmm {
 
-void validate_ready_gemm(const ReadyGemmLaunch& l) {
-  gemm::validate_inputs(l.gemm, l.config);
-  gemm::StoreTo::check({l.gemm.c, l.gemm.ldc}, l.gemm.m, l.gemm.n, 2);
-  TF_REQUIRE(!l.config.splits_k(), Status::Internal, "a GEMM waiting for A pieces runs whole tiles, got " << l.config.name());
+void validate_whole_tile_gemm(const gemm::GemmArgs& g, const gemm::GemmConfig& cfg) {
+  gemm::validate_inputs(g, cfg);
+  gemm::StoreTo::check({g.c, g.ldc}, g.m, g.n, 2);
+  TF_REQUIRE(!cfg.splits_k(), Status::Internal, "a GEMM with an A policy runs whole tiles, got " << cfg.name());
 }
 
 void enqueue_ready_gemm(const ReadyGemmLaunch& l, cudaStream_t s) {

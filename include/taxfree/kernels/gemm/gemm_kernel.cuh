@@ -158,7 +158,7 @@ __device__ __forceinline__ void produce(const GemmParams<Order, Ready, Epi>& p, 
         }
       }
       Ready::wait(p.ready, tile, kb);  // B is already in flight while A's producer catches up
-      tma_load_2d(a_dst, &p.a, kb * 64, m0, full);
+      tma_load_2d(a_dst, a_map<Ready>(p.ready, &p.a, tile, kb), kb * 64, m0, full);
       if (++stage == Shape::kStages) stage = 0, phase ^= 1;
     }
   }

@@ -22,6 +22,13 @@
 //             The k-block the producer loads first for `tile`; it then wraps around (k-blocks
 //             r, r+1, ..., last, 0, ..., r-1) and wait() sees that order. Whole tiles only (the
 //             Ready policies run without split-K); without the function, 0.
+//             Optional A in several tensors (all_gather_matmul pull: each shard read where it lies):
+//             static constexpr int kATensors; Params members `const void* a_bases[kATensors]`
+//             (host: tensors of A's shape and stride; null entries are skipped) and
+//             `CUtensorMap a_maps[kATensors]` (launch_gemm builds them as it builds A's map), and
+//             const CUtensorMap* a_map(const Params&, TileCoord tile, int k_block)        device
+//             The map the producer loads A's k-block of `tile` from (a member of a_maps, or
+//             nullptr for A's own); called right after wait() for the same k-block.
 //             Optional movers (SM specialization: data movement and the GEMM in one kernel):
 //             int movers(const Params&)                                          host + device
 //             void move(const Params&, int block, int blocks, const dev::ThreadGroup&)  device
@@ -55,6 +62,7 @@
 //             covers them). Bands wholly past M are never written and never done.
 #pragma once
 
+#include <cuda.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -94,6 +102,19 @@ template <class Ready>
 __device__ __forceinline__ int first_k_block(const typename Ready::Params& p, TileCoord tile) {
   if constexpr (requires { Ready::first_k_block(p, tile); }) return Ready::first_k_block(p, tile);
   else return 0;
+}
+
+// The tensor map A's k-block `kb` of `tile` loads from: Ready::a_map's when the policy has one and
+// gives one, else `own` (the GEMM's A).
+template <class Ready>
+__device__ __forceinline__ const CUtensorMap* a_map(const typename Ready::Params& p, const CUtensorMap* own,
+                                                    TileCoord tile, int kb) {
+  if constexpr (requires { Ready::a_map(p, tile, kb); }) {
+    const CUtensorMap* m = Ready::a_map(p, tile, kb);
+    return m != nullptr ? m : own;
+  } else {
+    return own;
+  }
 }
 #endif
 

@@ -1,0 +1,23 @@
+// all_gather_matmul `pull`: our GEMM with the PullReady policy (pull_ready.cuh), the one
+// translation unit that instantiates it (every compiled tile, both dtypes and B layouts).
+#include "agmm_internal.h"
+#include "pull_ready.cuh"
+#include "taxfree/ops/gemm_launch.cuh"
+#include "taxfree/runtime/error.h"
+
+namespace taxfree::agmm {
+
+void enqueue_pull_gemm(const PullGemmLaunch& l, cudaStream_t s) {
+  TF_REQUIRE(!l.config.splits_k() && l.source_unit >= 1, Status::Internal,
+             "pull's GEMM runs whole tiles of one source each, got " << l.config.name() << ", source unit "
+                                                                     << l.source_unit);
+  PullReady::Params ready;
+  for (int q = 0; q < kPullMaxWorld; ++q) ready.a_bases[q] = l.sources[q];
+  ready.gather_dim = l.gather_dim;
+  ready.source_unit = l.source_unit;
+  ready.k_first = l.first_k;
+  gemm::launch_gemm<gemm::RotatedOrder, PullReady, gemm::StoreTo>(l.gemm, l.config, gemm::RotatedOrder::Params{l.first_m},
+                                                                 ready, {l.gemm.c, l.gemm.ldc}, s);
+}
+
+}  // namespace taxfree::agmm

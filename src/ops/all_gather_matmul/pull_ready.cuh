@@ -1,0 +1,40 @@
+// The GEMM's A policy of all_gather_matmul `pull` (kernels/gemm/policies.cuh, "A in several
+// tensors"): the producer loads each A tile from the rank that holds it, through a tensor map of
+// that rank's gathered A (its own shard's slot, read over NVLink), so no A byte is staged before
+// the GEMM. Every shard is in place before the GEMM starts (a barrier on the stream, agmm_op.cc),
+// so nothing waits here.
+//
+// A tile reads one source only: gather_dim 0 shards are whole m-blocks (source = m-block /
+// source_unit), gather_dim 1 shards whole k-blocks (source = k-block / source_unit); make_pull_plan
+// refuses other shapes. The k-loop starts at this rank's own columns (gather_dim 1), so the ranks
+// read different peers at the same time.
+#pragma once
+
+#include <cuda.h>
+
+#include "taxfree/kernels/gemm/tile_scheduler.cuh"  // TileCoord
+#include "taxfree/ops/all_gather_matmul_plan.h"
+
+namespace taxfree::agmm {
+
+struct PullReady {
+  static constexpr int kATensors = kPullMaxWorld;
+  struct Params {
+    const void* a_bases[kATensors] = {};  // rank q's gathered A in this process (a peer address), q < world
+    CUtensorMap a_maps[kATensors];        // built by launch_gemm from a_bases
+    int gather_dim = 0;
+    int source_unit = 1;  // m-blocks (gather_dim 0) or k-blocks (gather_dim 1) per shard
+    int k_first = 0;      // first k-block of every tile's k-loop
+  };
+
+#ifdef __CUDACC__
+  __device__ static void wait(const Params&, gemm::TileCoord, int) {}
+  __device__ static int first_k_block(const Params& p, gemm::TileCoord) { return p.k_first; }
+  __device__ static const CUtensorMap* a_map(const Params& p, gemm::TileCoord tile, int kb) {
+    const unsigned unit = p.gather_dim == 0 ? unsigned(tile.m) : unsigned(kb);
+    return &p.a_maps[unit / unsigned(p.source_unit)];
+  }
+#endif
+};
+
+}  // namespace taxfree::agmm
