@@ -295,11 +295,15 @@ TEST(AgmmPlan, PullTilesReadOneRankEach) {
       const AgmmArgs a = args_for({m, 4096, 8192, 0});
       const PullPlan p = make_pull_plan(a, w, 132);
       ASSERT_EQ(m / w % p.gemm.bm, 0);
-      EXPECT_FALSE(p.gemm.splits_k());
       EXPECT_EQ(int64_t(p.source_unit) * p.gemm.bm, m / w);  // m-block u is rank u / source_unit's
       const AgmmArgs b = args_for({m, 3584, int64_t(w) * 1024, 1});
       EXPECT_EQ(make_pull_plan(b, w, 132).source_unit, 1024 / 64);
     }
+  // Small M: the heuristic splits K (many CTAs per tile, few remote loads each), as for any GEMM.
+  const AgmmArgs skinny = args_for({4, 3584, 8192, 1});
+  EXPECT_EQ(make_pull_plan(skinny, 2, 132).gemm.name(),
+            gemm::choose_gemm_config(4, 3584, 8192, skinny.dtype, skinny.b_layout, 132).name());
+  EXPECT_TRUE(make_pull_plan(skinny, 2, 132).gemm.splits_k());
   expect_error([] { make_pull_plan(args_for({2 * 100, 4096, 8192, 0}), 2, 132); }, Status::NotSupported,
                "whole tiles per shard");
   expect_error([] { make_pull_plan(args_for({64, 3584, 2 * 1000, 1}), 2, 132); }, Status::NotSupported,

@@ -226,8 +226,8 @@ struct FusedCePlan {
 };
 FusedCePlan make_fused_ce_plan(const AgmmArgs& args, int world, int num_sms);
 
-// What pull runs for a shape: our GEMM (whole tiles, the waiting GEMMs' config and order) whose
-// producer reads each A tile from the rank holding it, and how many m-blocks (gather_dim 0) or
+// What pull runs for a shape: our GEMM (the heuristic's config, split-K included; the waiting
+// GEMMs' tile order) whose producer reads each A tile from the rank holding it, and how many m-blocks (gather_dim 0) or
 // k-blocks (gather_dim 1) each shard spans. Throws NotSupported when a tile would read two ranks
 // (gather_dim 0: M / world not a multiple of the config's bm; gather_dim 1: K / world not a
 // multiple of 64) and for more than agmm::kPullMaxWorld ranks (after agmm_shard_shape's checks).

@@ -6,7 +6,8 @@
 //       any compiled tile shape, dtype and B layout, chosen at run time from cfg and args.
 // Both validate first (validate_inputs + Epi::check), then build the tensor maps and the work plan
 // and launch on `stream`. args.c / args.ldc are not used: the epilogue params say where C goes.
-// Split-K (cfg.splits_k()) needs Ready = AlwaysReady and uses the stream's workspace (ops/gemm.h).
+// Split-K (cfg.splits_k()) needs a Ready policy that allows it (split_k_safe) and uses the stream's
+// workspace (ops/gemm.h).
 // fp32 epilogues (policies.cuh: kFloatOut) need configs without swap-AB.
 #pragma once
 
@@ -41,9 +42,8 @@ void launch_gemm(const GemmArgs& args, const GemmConfig& cfg, const typename Ord
                       << dtype_name(kDType) << ", " << layout_name(kLayout) << ")");
   // A split tile's K ranges run on different CTAs in any order; a Ready policy sees only the
   // k-blocks of its own range and may not assume it sees k-block 0 first.
-  constexpr bool kAlwaysReady = std::is_same_v<Ready, AlwaysReady>;
-  TF_REQUIRE(!cfg.splits_k() || kAlwaysReady, Status::NotSupported,
-             "GEMM config " << cfg.name() << ": split-K needs the AlwaysReady policy");
+  TF_REQUIRE(!cfg.splits_k() || split_k_safe<Ready>(), Status::NotSupported,
+             "GEMM config " << cfg.name() << ": split-K needs an A policy that allows it (policies.cuh)");
   Epi::check(epi, args.m, args.n, 2);
 
   using Params = GemmParams<Order, Ready, Epi>;

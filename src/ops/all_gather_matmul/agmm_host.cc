@@ -187,7 +187,9 @@ PullPlan make_pull_plan(const AgmmArgs& a, int world, int num_sms) {
   TF_REQUIRE(world <= agmm::kPullMaxWorld, Status::NotSupported,
              "all_gather_matmul pull reads A from at most " << agmm::kPullMaxWorld << " ranks, not " << world);
   PullPlan p;
-  p.gemm = make_fused_ce_plan(a, world, num_sms).gemm;
+  // Split-K where the heuristic wants it: at small M a whole tile's k-loop would wait out ~100
+  // remote loads in a row (r77: 214-233 us at M <= 8 on whole tiles).
+  p.gemm = gemm::choose_gemm_config(a.m, a.n, a.k, a.dtype, a.b_layout, num_sms, true);
   if (a.gather_dim == 0) {
     TF_REQUIRE(s.rows % p.gemm.bm == 0, Status::NotSupported,
                "all_gather_matmul pull at gather_dim 0 needs whole tiles per shard: M / world = "

@@ -59,24 +59,25 @@ struct ReadyGemmLaunch {
   int mover_ctas = 0;
 };
 // Enqueues the GEMM on `s`. launch_gemm checks the arguments again before it enqueues; callers
-// that enqueue other work first call validate_whole_tile_gemm before any of it (nothing may throw
-// half-way through a launch: the ranks' sequences must advance together).
+// that enqueue other work first call validate_policy_gemm before any of it (nothing may throw
+// half-way through a launch: the ranks' sequences must advance together). split_k_ok: the policy
+// allows split-K (pull); the piece waits do not.
 void enqueue_ready_gemm(const ReadyGemmLaunch& l, cudaStream_t s);
-void validate_whole_tile_gemm(const gemm::GemmArgs& g, const gemm::GemmConfig& cfg);
+void validate_policy_gemm(const gemm::GemmArgs& g, const gemm::GemmConfig& cfg, bool split_k_ok);
 
 // pull's GEMM (pull_ready.cuh): our GEMM over the gathered A whose producer loads each A tile from
 // the gathered A of the rank holding it (`sources[q]`: rank q's, in this process; every shard in
-// place before the GEMM starts). Whole tiles, the order and k-loop rotation of the waiting GEMMs.
+// place before the GEMM starts). The order of the waiting GEMMs; their k-loop rotation on whole tiles.
 struct PullGemmLaunch {
   gemm::GemmArgs gemm;      // A = this rank's gathered A (its shape and stride)
-  gemm::GemmConfig config;  // make_pull_plan's
+  gemm::GemmConfig config;  // make_pull_plan's (split-K allowed)
   int first_m = 0;
   int first_k = 0;
   int source_unit = 1;      // m-blocks (gather_dim 0) or k-blocks (gather_dim 1) per shard
   int gather_dim = 0;
   const void* sources[kPullMaxWorld] = {};
 };
-void enqueue_pull_gemm(const PullGemmLaunch& l, cudaStream_t s);  // validate_whole_tile_gemm first
+void enqueue_pull_gemm(const PullGemmLaunch& l, cudaStream_t s);  // validate_policy_gemm first
 
 // Everything the push and sm-specialized variants enqueue for one launch.
 struct PushLaunch {

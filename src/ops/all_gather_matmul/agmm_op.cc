@@ -332,11 +332,12 @@ GatheredA AllGatherMatmul::launch_pull(const AgmmArgs& a, cudaStream_t s) {
   const WaitingGemmOrder order = waiting_gemm_order(a, plan.gemm, rank, w);
   g.first_m = order.first_m;
   g.config.group_m = order.group_m;
-  g.first_k = a.gather_dim == 1 ? int(rank * plan.source_unit) : 0;  // this rank's columns first
+  // This rank's columns first (whole tiles only: policies.cuh).
+  g.first_k = a.gather_dim == 1 && !plan.gemm.splits_k() ? int(rank * plan.source_unit) : 0;
   g.source_unit = plan.source_unit;
   g.gather_dim = a.gather_dim;
   for (int q = 0; q < w; ++q) g.sources[q] = view.peer(im.gathered, q);
-  agmm::validate_whole_tile_gemm(g.gemm, g.config);  // before anything is enqueued
+  agmm::validate_policy_gemm(g.gemm, g.config, true);  // before anything is enqueued
 
   uint64_t* epoch = im.dec_seq.counter;
   if (!in_place(a, slot)) copy_rows(const_cast<void*>(slot.ptr), slot.ld, a.a_shard, a.lda_shard, sh.rows, sh.cols, s);
@@ -412,7 +413,7 @@ GatheredA AllGatherMatmul::launch_fused_ce(const AgmmArgs& a, cudaStream_t s) {
   g.present_source = rank;
   g.first_k = agmm::first_k_block(plan.grid, rank);
   g.seq = {epoch, nullptr};  // the begin kernel below advances the epoch for this launch
-  agmm::validate_whole_tile_gemm(g.gemm, g.config);  // before anything is enqueued
+  agmm::validate_policy_gemm(g.gemm, g.config, false);  // before anything is enqueued
 
   agmm::enqueue_begin(epoch, view, im.dec_barrier, team_.fault(), s);
   TF_CUDA(cudaEventRecord(im.fork, s));

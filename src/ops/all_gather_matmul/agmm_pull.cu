@@ -8,9 +8,9 @@
 namespace taxfree::agmm {
 
 void enqueue_pull_gemm(const PullGemmLaunch& l, cudaStream_t s) {
-  TF_REQUIRE(!l.config.splits_k() && l.source_unit >= 1, Status::Internal,
-             "pull's GEMM runs whole tiles of one source each, got " << l.config.name() << ", source unit "
-                                                                     << l.source_unit);
+  TF_REQUIRE(l.source_unit >= 1 && (l.first_k == 0 || !l.config.splits_k()), Status::Internal,
+             "pull's GEMM: source unit " << l.source_unit << ", k-loop start " << l.first_k << " with config "
+                                         << l.config.name());
   PullReady::Params ready;
   for (int q = 0; q < kPullMaxWorld; ++q) ready.a_bases[q] = l.sources[q];
   ready.gather_dim = l.gather_dim;

@@ -21,7 +21,7 @@ __global__ void __launch_bounds__(kPushThreads, 1) push_kernel(PushWork a) {
 void enqueue_push(const PushLaunch& l, cudaStream_t main, cudaStream_t side, cudaEvent_t fork, cudaEvent_t join) {
   // Everything that can throw is checked before the first kernel goes out: the two sequences
   // must advance together.
-  validate_whole_tile_gemm(l.gemm.gemm, l.gemm.config);
+  validate_policy_gemm(l.gemm.gemm, l.gemm.config, false);
   TF_REQUIRE(l.push_ctas >= 1 && l.gemm.mover_ctas == 0, Status::Internal,
              "push kernel with " << l.push_ctas << " CTAs beside a GEMM with " << l.gemm.mover_ctas << " movers");
 

@@ -7,10 +7,11 @@
 
 namespace taxfree::agmm {
 
-void validate_whole_tile_gemm(const gemm::GemmArgs& g, const gemm::GemmConfig& cfg) {
+void validate_policy_gemm(const gemm::GemmArgs& g, const gemm::GemmConfig& cfg, bool split_k_ok) {
   gemm::validate_inputs(g, cfg);
   gemm::StoreTo::check({g.c, g.ldc}, g.m, g.n, 2);
-  TF_REQUIRE(!cfg.splits_k(), Status::Internal, "a GEMM with an A policy runs whole tiles, got " << cfg.name());
+  TF_REQUIRE(split_k_ok || !cfg.splits_k(), Status::Internal,
+             "a GEMM waiting for A pieces runs whole tiles, got " << cfg.name());
 }
 
 void enqueue_ready_gemm(const ReadyGemmLaunch& l, cudaStream_t s) {

@@ -6,8 +6,9 @@
 //
 // A tile reads one source only: gather_dim 0 shards are whole m-blocks (source = m-block /
 // source_unit), gather_dim 1 shards whole k-blocks (source = k-block / source_unit); make_pull_plan
-// refuses other shapes. The k-loop starts at this rank's own columns (gather_dim 1), so the ranks
-// read different peers at the same time.
+// refuses other shapes. Whole tiles start their k-loop at this rank's own columns (gather_dim 1), so
+// the ranks read different peers at the same time; split-K configs (small M: many CTAs per tile,
+// few remote loads each, so their latency overlaps) start at 0.
 #pragma once
 
 #include <cuda.h>
@@ -19,12 +20,14 @@ namespace taxfree::agmm {
 
 struct PullReady {
   static constexpr int kATensors = kPullMaxWorld;
+  static constexpr bool kSplitKSafe = true;     // a_map depends on (tile, k-block) only, wait is empty
+  static constexpr bool kLightProducer = true;  // one division per k-block
   struct Params {
     const void* a_bases[kATensors] = {};  // rank q's gathered A in this process (a peer address), q < world
     CUtensorMap a_maps[kATensors];        // built by launch_gemm from a_bases
     int gather_dim = 0;
     int source_unit = 1;  // m-blocks (gather_dim 0) or k-blocks (gather_dim 1) per shard
-    int k_first = 0;      // first k-block of every tile's k-loop
+    int k_first = 0;      // first k-block of every tile's k-loop (0 with split-K)
   };
 
 #ifdef __CUDACC__

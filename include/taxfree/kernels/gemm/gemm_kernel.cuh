@@ -299,10 +299,10 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
   // (e.g. the all-gather piece waits) does not spill under a 40-register cap. setmaxnreg.inc waits
   // until the CTA's own pool (168 per thread at launch) has the registers, so the consumers may
   // take exactly what the producer gives back (a 64 / 224 split deadlocked).
-  // A Ready policy that waits (not AlwaysReady) spills about 210 B under 40 registers, reloaded on
-  // the producer's path: it keeps 64 and the consumers 216 (of the 168 x 384 the CTA launched with).
+  // A Ready policy that waits spills about 210 B under 40 registers, reloaded on the producer's
+  // path: it keeps 64 and the consumers 216 (of the 168 x 384 the CTA launched with).
   constexpr bool kRebalance = Shape::kConsumers > 1 && !Shape::kSwapAB;
-  constexpr bool kPlainProducer = std::is_same_v<Ready, AlwaysReady>;
+  constexpr bool kPlainProducer = light_producer<Ready>();
   constexpr int kProducerRegs = kPlainProducer ? 40 : 64, kConsumerRegs = kPlainProducer ? 232 : 216;
   static_assert(!kRebalance || 128 * kProducerRegs + 128 * Shape::kConsumers * kConsumerRegs <= 168 * Shape::kThreads,
                 "the consumers would wait forever for registers the producer does not give back");

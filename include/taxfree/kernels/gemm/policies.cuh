@@ -12,7 +12,7 @@
 //             A's k-block `k_block` (K columns [64 k_block, 64 k_block + 64)) of `tile` (this CTA's
 //             m-block and n-block); B of that k-block is already in flight. It may block. Split-K
 //             configs run a tile's K ranges on different CTAs, so launch_gemm accepts them only
-//             with AlwaysReady. On return, A data released by the writer must be
+//             with a policy that allows it (split_k_safe, below). On return, A data released by the writer must be
 //             visible to TMA: acquire the flag (device/signal.cuh: dev::wait_geq, pattern P4), then
 //             dev::fence_proxy_async_global(). Per-tile policies return at once for k_block > 0.
 //             A wait must have a deadline (the engine has none); when it gives up it returns
@@ -81,6 +81,24 @@ struct AlwaysReady {
   __device__ static __forceinline__ void wait(const Params&, TileCoord, int) {}
 #endif
 };
+
+// Whether launch_gemm may run split-K configs with a Ready policy (a tile's K ranges on different
+// CTAs, in any order): AlwaysReady, or a policy declaring `static constexpr bool kSplitKSafe = true`
+// (its wait and a_map depend on nothing but their arguments; first_k_block, if any, returns 0).
+template <class Ready>
+constexpr bool split_k_safe() {
+  if constexpr (requires { Ready::kSplitKSafe; }) return Ready::kSplitKSafe;
+  else return std::is_same_v<Ready, AlwaysReady>;
+}
+
+// Whether the producer's Ready policy fits the plain producer's 40 registers, so the consumers keep
+// 232 (gemm_kernel.cuh): AlwaysReady, or a policy declaring `static constexpr bool kLightProducer =
+// true` (no waits: a few integer operations per k-block).
+template <class Ready>
+constexpr bool light_producer() {
+  if constexpr (requires { Ready::kLightProducer; }) return Ready::kLightProducer;
+  else return std::is_same_v<Ready, AlwaysReady>;
+}
 
 // Whether an Epilogue writes fp32 accumulators (kFloatOut, above) rather than T.
 template <class Epi>
