@@ -12,16 +12,16 @@
 //             A's k-block `k_block` (K columns [64 k_block, 64 k_block + 64)) of `tile` (this CTA's
 //             m-block and n-block); B of that k-block is already in flight. It may block. Split-K
 //             configs run a tile's K ranges on different CTAs, so launch_gemm accepts them only
-//             with a policy that allows it (split_k_safe, below). On return, A data released by the writer must be
-//             visible to TMA: acquire the flag (device/signal.cuh: dev::wait_geq, pattern P4), then
+//             with a policy that allows it (split_k_safe, below). On return, A data released by
+//             the writer must be visible to TMA: acquire the flag (device/signal.cuh: dev::wait_geq, pattern P4), then
 //             dev::fence_proxy_async_global(). Per-tile policies return at once for k_block > 0.
 //             A wait must have a deadline (the engine has none); when it gives up it returns
 //             anyway: the GEMM then finishes on whatever A holds, in bounded time, and the host
 //             reports the wait record.
 //             Optional: int first_k_block(const Params&, TileCoord tile)                device
 //             The k-block the producer loads first for `tile`; it then wraps around (k-blocks
-//             r, r+1, ..., last, 0, ..., r-1) and wait() sees that order. Whole tiles only (the
-//             Ready policies run without split-K); without the function, 0.
+//             r, r+1, ..., last, 0, ..., r-1) and wait() sees that order. Whole tiles only (a
+//             policy that allows split-K returns 0 under a split config); without the function, 0.
 //             Optional A in several tensors (all_gather_matmul pull: each shard read where it lies):
 //             static constexpr int kATensors; Params members `const void* a_bases[kATensors]`
 //             (host: tensors of A's shape and stride; null entries are skipped) and
