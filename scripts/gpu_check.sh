@@ -7,6 +7,7 @@
 #
 # BENCH_OPS="op ..." limits the bench step to those ops (default: every op, with the summary);
 # TESTS_FILTER limits the GPU tests (gtest filter syntax); TESTS_LIMIT is their time limit in s (400).
+# When they fail, the tests after the first failure run once more (NO_RETRY=1: not).
 # agmm (only when named): all_gather_matmul against PyTorch's fused op in one call -- our bench,
 # scripts/torch_fused_agmm.py on the same shapes, and scripts/agmm_compare.py over both JSONs, on
 # GPUS ranks (default: every visible GPU, as the tests and the bench step use). The fault checks
@@ -72,7 +73,19 @@ tail -3 "$out/env.log"
 
 if want tests; then
   step "gpu tests" gpu_tests.log "${TESTS_LIMIT:-400}" "$tests" --gtest_output=json:"$out/gpu_tests.json" --gtest_filter="${TESTS_FILTER:-*}"
+  rc=$?
   grep -E '^\[  (PASSED|FAILED|SKIPPED) |tests ran|FAILED TEST' "$out/gpu_tests.log" | tail -20
+  # One failure can stop every rank (a wait that gives up ends the job): run the tests it took
+  # with it once more, so the run still says how each of them fares (scripts/gtest_retry.py).
+  if [ $rc -ne 0 ] && [ -z "${NO_RETRY:-}" ]; then
+    "$tests" --gtest_list_tests --gtest_filter="${TESTS_FILTER:-*}" >"$out/gpu_tests.list" 2>/dev/null
+    retry=$(python3 scripts/gtest_retry.py "$out/gpu_tests.log" "$out/gpu_tests.list")
+    if [ -n "$retry" ]; then
+      step "gpu tests after the first failure, again" gpu_tests_retry.log "${TESTS_LIMIT:-400}" "$tests" \
+        --gtest_output=json:"$out/gpu_tests_retry.json" --gtest_filter="$retry"
+      grep -E '^\[  (PASSED|FAILED|SKIPPED) |tests ran|FAILED TEST' "$out/gpu_tests_retry.log" | tail -20
+    fi
+  fi
 fi
 
 if want sanitize; then
