@@ -1,0 +1,62 @@
+#!/usr/bin/env python3
+"""scripts/gtest_retry.py on a log shaped like a multi-rank run's: ranks interleaved, the summary's
+FAILED lines (no duration), parameterized names, a list printed once per rank."""
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+SCRIPT = os.path.join(os.path.dirname(__file__), "..", "..", "scripts", "gtest_retry.py")
+
+LOG = """[==========] Running 6 tests from 3 test suites.
+[ RUN      ] Dist.First
+[       OK ] Dist.First (10 ms)
+[ RUN      ] Dist.Root
+[rank 2] /x.cu:215: failure
+[  FAILED  ] Dist.Root (11793 ms)
+[ RUN      ] Dist.Cascade
+[rank 1] ?:-1: failure
+[  FAILED  ] Dist.Cascade (180 ms)
+[ RUN      ] Shapes/P.Case/gd0
+[  FAILED  ] Shapes/P.Case/gd0 (0 ms)
+[  FAILED  ] 3 tests, listed below:
+[  FAILED  ] Dist.Root
+[  FAILED  ] Shapes/P.Case/gd0, where GetParam() = 0
+"""
+
+LIST = """Dist.
+  First
+  Root
+  Cascade
+Shapes/P.
+  Case/gd0  # GetParam() = 0
+  Case/gd1  # GetParam() = 1
+Later.
+  Never
+Dist.
+  First
+"""
+
+
+class GtestRetry(unittest.TestCase):
+    def run_script(self, log, listing):
+        with tempfile.TemporaryDirectory() as d:
+            paths = []
+            for name, text in (("log", log), ("list", listing)):
+                paths.append(os.path.join(d, name))
+                with open(paths[-1], "w") as f:
+                    f.write(text)
+            out = subprocess.run([sys.executable, SCRIPT] + paths, capture_output=True, text=True, check=True)
+            return out.stdout.strip()
+
+    def test_failures_after_the_first_and_tests_never_started(self):
+        self.assertEqual(self.run_script(LOG, LIST), "Dist.Cascade:Shapes/P.Case/gd0:Shapes/P.Case/gd1:Later.Never")
+
+    def test_nothing_when_only_one_test_failed_and_all_ran(self):
+        log = "[ RUN      ] A.x\n[  FAILED  ] A.x (1 ms)\n[ RUN      ] A.y\n[       OK ] A.y (1 ms)\n"
+        self.assertEqual(self.run_script(log, "A.\n  x\n  y\n"), "")
+
+
+if __name__ == "__main__":
+    unittest.main()
