@@ -6,6 +6,7 @@
 #   scripts/gpu_check.sh OUT_DIR [tests|sanitize|faults|bench|all|agmm]...     (default: all)
 #
 # BENCH_OPS="op ..." limits the bench step to those ops (default: every op, with the summary);
+# sanitize (only when named): compute-sanitizer's four tools over the single-GPU tests, ~5 min.
 # TESTS_FILTER limits the GPU tests (gtest filter syntax); TESTS_LIMIT is their time limit in s (400).
 # When they fail, the tests after the first failure run once more (NO_RETRY=1: not).
 # agmm (only when named): all_gather_matmul against PyTorch's fused op in one call -- our bench,
@@ -88,14 +89,22 @@ if want tests; then
   fi
 fi
 
-if want sanitize; then
-  # compute-sanitizer on small single-GPU cases (one rank: the tool follows the launcher's child).
-  filter='FlashDecodeGpu.EmptyEverywhere:FlashDecodeGpu.SimulatedRanksOddSlices:FlashDecodeGpu.ForcedSplitCountsAgree:GemmHooks.StoreIntoASecondBuffer:Primitives.WaitGivesUpAtDeadlineWithDiagnostic'
-  for tool in memcheck racecheck; do
-    step "compute-sanitizer $tool" sanitize.log 240 \
-      env TAXFREE_TEST_RANKS=1 compute-sanitizer --tool "$tool" --target-processes all --report-api-errors no --error-exitcode 97 "$tests" --gtest_filter="$filter"
-  done
-  grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|=== compute' "$out/sanitize.log" | tail -6
+if [[ " $steps " == *" sanitize "* ]]; then  # only when named: ~5 minutes
+  # compute-sanitizer at one rank (the tool follows the launcher's child): memcheck over every test
+  # one GPU runs (the others skip), racecheck and synccheck over the decode merges and the GEMM
+  # engine's schedules (tiles, splits, swap-AB, 2-CTA clusters, hooks), initcheck over small ones.
+  # r81/r82 (1x H200): 0 errors, 0 hazards; about 5 minutes in all.
+  heavy='FlashDecodeGpu.ForcedSplitCounts:FlashDecodeGpu.PagedMatchesContiguousBitwise:FlashDecodeGpu.SimulatedRanksOddSlices:Shapes/GemmAllConfigs.MatchesReference/M127_N3590_K1001_bf16_nk:Shapes/GemmSplit.*M127_N3590_K1001_nk:Shapes/GemmSwap.*M7_N1000_K8200_bf16_nk:GemmHooks.*:GemmSplit.StreamKAddsEachElementOnce'
+  small='FlashDecodeGpu.EmptyEverywhere:FlashDecodeGpu.PeakedSoftmaxAndCustomScale:FlashDecodeGpu.SimulatedRanksHeadDim64OddRows:Shapes/GemmSwap.*M33_N1000_K72_bf16_nk:Shapes/GemmSplit.*M300_N1000_K100_nk:GemmHooks.StoreIntoASecondBuffer:GemmSwapHooks.AddIntoASecondBuffer'
+  sanitize() {  # TOOL LIMIT FILTER
+    step "compute-sanitizer $1" sanitize.log "$2" \
+      env TAXFREE_TEST_RANKS=1 compute-sanitizer --tool "$1" --target-processes all --report-api-errors no --error-exitcode 97 "$tests" --gtest_filter="$3"
+  }
+  sanitize memcheck 400 '*'
+  sanitize racecheck 300 "$heavy"
+  sanitize synccheck 200 "$heavy"
+  sanitize initcheck 150 "$small"
+  grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|=== compute' "$out/sanitize.log" | tail -12
 fi
 
 if want faults; then
