@@ -59,7 +59,7 @@ struct PathEnv {
 class AgmmKsplit : public ::testing::TestWithParam<std::tuple<DType, BLayout, AgmmVariant>> {};
 
 TEST_P(AgmmKsplit, MatchesReferenceIdenticallyOnEveryRank) {
-  TF_REQUIRE_GPUS(2);
+  TF_REQUIRE_GPUS(1);
   const auto [dtype, layout, v] = GetParam();
   const std::string name = std::string(" ") + variant_name(v);
   Ops ops({}, team().world() * 4104);
@@ -93,7 +93,7 @@ INSTANTIATE_TEST_SUITE_P(Types, AgmmKsplit,
 class AgmmKsplitPathsAgree : public ::testing::TestWithParam<std::tuple<DType, BLayout>> {};
 
 TEST_P(AgmmKsplitPathsAgree, MatchesReferenceAndTheTwoKernelPath) {
-  TF_REQUIRE_GPUS(2);
+  TF_REQUIRE_GPUS(1);
   const auto [dtype, layout] = GetParam();
   Ops ops({}, team().world() * 4104);
   for (int64_t n : {3592, 1000})
@@ -142,7 +142,7 @@ INSTANTIATE_TEST_SUITE_P(Types, AgmmKsplitPathsAgree,
 // (forced) the band path by turns, so all three paths share the epochs; checked and refreshed every
 // 250.
 TEST(AgmmKsplitSkinnyMany, ThousandLaunchesAcrossBothPaths) {
-  TF_REQUIRE_GPUS(2);
+  TF_REQUIRE_GPUS(1);
   auto& t = team();
   Ops ops({}, t.world() * 4104);
   Problem small(ksplit_shape(3, 3592, DType::bf16, BLayout::NK), 110, true);
@@ -177,7 +177,7 @@ TEST(AgmmKsplitSkinnyMany, ThousandLaunchesAcrossBothPaths) {
 // slices and CTA counts change from launch to launch), new inputs every 250 launches (each rank
 // changes its own inputs once its stream is idle; peers may already be ahead), checked there.
 TEST(AgmmKsplitMany, ThousandLaunchesAlternatingShapes) {
-  TF_REQUIRE_GPUS(2);
+  TF_REQUIRE_GPUS(1);
   auto& t = team();
   Ops ops({}, t.world() * 4104);
   for (AgmmVariant v : {AgmmVariant::ksplit, AgmmVariant::nsplit}) {
@@ -208,7 +208,7 @@ TEST(AgmmKsplitMany, ThousandLaunchesAlternatingShapes) {
 // reduce-scatter + all-gather from it) alternating launch by launch with no host work between, one
 // rank 50 ms late at the start, new inputs and a check every 200 launches.
 TEST(AgmmKsplitMany, BothExchangeProtocolsAlternating) {
-  TF_REQUIRE_GPUS(2);
+  TF_REQUIRE_GPUS(1);
   auto& t = team();
   Ops ops({}, t.world() * 4104);
   Problem a2a(ksplit_shape(200, 1003, DType::bf16, BLayout::NK), 64, true);
@@ -269,7 +269,7 @@ TEST_P(AgmmKsplitPaths, RankSkew) {
 }
 
 TEST_P(AgmmKsplitPaths, CudaGraphCaptureAndReplay) {
-  TF_REQUIRE_GPUS(2);
+  TF_REQUIRE_GPUS(1);
   auto& t = team();
   Ops ops({}, t.world() * 4104);
   std::optional<PathEnv> path;
@@ -310,7 +310,7 @@ INSTANTIATE_TEST_SUITE_P(M, AgmmKsplitPaths,
 // auto takes ksplit (nsplit from kNsplitMinM) for a replicated B within capacity, something else
 // otherwise; all right.
 TEST(AgmmKsplitMany, AutoPicksKsplitOnlyWithReplicatedB) {
-  TF_REQUIRE_GPUS(2);
+  TF_REQUIRE_GPUS(1);
   Ops ops({}, team().world() * 4104);
   Problem p(ksplit_shape(7, 1003, DType::bf16, BLayout::NK), 90, true);
   const VariantRun automatic{"auto", false, AgmmVariant::automatic};
@@ -326,7 +326,7 @@ TEST(AgmmKsplitMany, AutoPicksKsplitOnlyWithReplicatedB) {
 }
 
 TEST(AgmmKsplitMany, RejectsBeforeLaunchNamingTheLimit) {
-  TF_REQUIRE_GPUS(2);
+  TF_REQUIRE_GPUS(1);
   auto& t = team();
   AgmmConfig small;
   small.ksplit_max_m = 64;

@@ -63,7 +63,7 @@ AllGatherConfig direct_only() {
 }
 
 TEST(AllGather, EveryVariantOddSizesGuardsAndInPlace) {
-  TF_REQUIRE_GPUS(2);
+  TF_REQUIRE_GPUS(1);
   auto& t = team();
   AllGather op(t), direct(t, direct_only());
   auto s = t.stream();
@@ -121,7 +121,7 @@ TEST(AllGather, ThousandLaunchesWithoutResetAndRankSkew) {
 class AllGatherGraph : public ::testing::TestWithParam<uint64_t> {};
 
 TEST_P(AllGatherGraph, CudaGraphReplay) {
-  TF_REQUIRE_GPUS(2);
+  TF_REQUIRE_GPUS(1);
   auto& t = team();
   AllGather op(t);
   auto s = t.stream();

@@ -242,7 +242,7 @@ constexpr Variant kVariants[] = {Variant::bsp, Variant::fused};
 // ---------------------------------------------------------------------------------------------
 
 TEST(FlashDecodeDist, OddSlicesEveryGqaRatioBothHeadDimsBothDtypes) {
-  TF_REQUIRE_GPUS(2);
+  TF_REQUIRE_GPUS(1);
   const int world = team().world();
   struct Cfg {
     DType dt;
@@ -266,7 +266,7 @@ TEST(FlashDecodeDist, OddSlicesEveryGqaRatioBothHeadDimsBothDtypes) {
 }
 
 TEST(FlashDecodeDist, PlainBspBuffersAndBothVariantsOnOneOp) {
-  TF_REQUIRE_GPUS(2);
+  TF_REQUIRE_GPUS(1);
   Problem p;
   p.q_heads = 64, p.kv_heads = 8, p.batch = 3, p.lens = same_lens(team().world(), {4000, 17, 0});
   const Global g = make_global(p, 7);
@@ -279,7 +279,7 @@ TEST(FlashDecodeDist, PlainBspBuffersAndBothVariantsOnOneOp) {
 }
 
 TEST(FlashDecodeDist, PagedMatchesContiguousBitwise) {
-  TF_REQUIRE_GPUS(2);
+  TF_REQUIRE_GPUS(1);
   Problem p;
   p.q_heads = 32, p.kv_heads = 4, p.batch = 4, p.lens = odd_lens(team().world()), p.num_splits = 5;
   const Global g = make_global(p, 21);
@@ -304,7 +304,7 @@ TEST(FlashDecodeDist, PagedMatchesContiguousBitwise) {
 }
 
 TEST(FlashDecodeDist, ForcedSplitCountsAndPersistentGrid) {
-  TF_REQUIRE_GPUS(2);
+  TF_REQUIRE_GPUS(1);
   const int world = team().world();
   // Forced splits, including 64 x 64 groups = 4096 work items: a persistent grid (items > resident
   // CTAs), where CTAs wait on a group and then go on to later items.
@@ -340,7 +340,7 @@ TEST(FlashDecodeDist, ForcedSplitCountsAndPersistentGrid) {
 // output (partials exchanged as LL lines, combined from the lines) bitwise equal to bsp's (the
 // same partials through NCCL and the combine kernel: same weights, same order).
 TEST(FlashDecodeDist, SmallBatchAutoPlanFusedMatchesBspBitwise) {
-  TF_REQUIRE_GPUS(2);
+  TF_REQUIRE_GPUS(1);
   const int world = team().world();
   for (auto [q, kv, d] : {std::tuple{96, 12, 128}, std::tuple{64, 8, 128}, std::tuple{8, 1, 64}}) {
     Problem p;
@@ -374,7 +374,7 @@ TEST(FlashDecodeDist, SmallBatchAutoPlanFusedMatchesBspBitwise) {
 // of 6, 6, 4 rows), GQA 1 over 7 forced splits (one CTA with a row), head_dim 64, an empty
 // sequence, a sequence too short for more than one split.
 TEST(FlashDecodeDist, ClusterSplitMergeMatchesGlobalMergeBitwise) {
-  TF_REQUIRE_GPUS(2);
+  TF_REQUIRE_GPUS(1);
   const int world = team().world(), rank = team().rank();
   struct Case {
     int q, kv, d, batch, splits;
@@ -469,7 +469,7 @@ TEST(FlashDecodeDist, LargeBatchManyGroupsRepeatedSkewedSteps) {
 // random rank delayed now and then. Every step is checked against its float64 reference, and
 // every 50th across ranks.
 TEST(FlashDecodeDist, LlThousandStepsChangingShapesAndInputs) {
-  TF_REQUIRE_GPUS(2);
+  TF_REQUIRE_GPUS(1);
   auto& t = team();
   const int world = t.world();
   Problem ps[3];
@@ -544,7 +544,7 @@ TEST(FlashDecodeDist, LateReaderWhilePeersRunAheadIntoAnotherShape) {
 }
 
 TEST(FlashDecodeDist, ThousandFusedStepsWithoutResetFreshInputs) {
-  TF_REQUIRE_GPUS(2);
+  TF_REQUIRE_GPUS(1);
   auto& t = team();
   Problem p;
   p.q_heads = 16, p.kv_heads = 2, p.batch = 2, p.lens = odd_lens(t.world());
@@ -596,7 +596,7 @@ TEST(FlashDecodeDist, RankSkew) {
 }
 
 TEST(FlashDecodeDist, CudaGraphReplayOfFusedSteps) {
-  TF_REQUIRE_GPUS(2);
+  TF_REQUIRE_GPUS(1);
   auto& t = team();
   Problem p;
   p.q_heads = 96, p.kv_heads = 12, p.batch = 2, p.lens = same_lens(t.world(), {2500, 1});

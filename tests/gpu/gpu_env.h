@@ -2,7 +2,10 @@
 //
 // The test binary starts one rank per visible GPU (TAXFREE_TEST_RANKS to choose fewer) with
 // taxfree's launcher; every rank runs every test. Tests that need GPUs are reported SKIPPED (never
-// passed) where fewer are present. Collective calls inside tests must be made by every rank
+// passed) where fewer are present. The ops' tests that are generic over the team size need one GPU:
+// on one rank they check the degenerate team every op must serve (tensor parallelism of 1); the
+// tests whose point is what ranks do to each other (skew, peers' memory, ordering across ranks)
+// need two. Collective calls inside tests must be made by every rank
 // unconditionally (use EXPECT_*, not ASSERT_*, around them) so a failing rank never strands peers;
 // device waits end at their deadlines regardless.
 #pragma once
