@@ -1,11 +1,15 @@
 #!/usr/bin/env python3
 """Markdown tables from a `taxfree bench --json` file, one per op, for docs/PERFORMANCE.md.
 
-    scripts/perf_tables.py bench.json [--ops all_gather,gemm] [--every N]
+    scripts/perf_tables.py bench.json [--ops all_gather,gemm] [--every N] [--taxes]
 
 Each row is one case; each variant gets its median time (us) and the op's throughput figure
 (busbw GB/s for collectives, TFLOP/s for GEMMs, GB/s for memory-bound kernels); the last columns
 are the best non-baseline variant's speedup over the fastest baseline and time over the floor.
+--taxes: instead, per op, the bench summary's three-tax breakdown of the BSP baseline (DESIGN.md:
+bulk-synchronous = BSP - max(compute-only, communication-only); data locality = intermediates'
+HBM round trip at the measured rate; launch = BSP's extra kernels x the measured launch cost)
+beside the baseline, the best variant and the floor.
 """
 import argparse
 import json
@@ -25,6 +29,7 @@ def main():
     ap.add_argument("json")
     ap.add_argument("--ops", default="")
     ap.add_argument("--every", type=int, default=1, help="keep every N-th case")
+    ap.add_argument("--taxes", action="store_true", help="the three-tax breakdown per case")
     a = ap.parse_args()
     d = json.load(open(a.json))
     ops = [o for o in a.ops.split(",") if o] or list(OrderedDict.fromkeys(r["op"] for r in d["results"]))
@@ -35,6 +40,10 @@ def main():
     print(f"Measured in the same run: HBM copy {r['hbm_gbs']:.0f} GB/s, NVLink copy engine "
           f"{r['nvlink_ce_gbs']:.0f} GB/s{lat}, launch {r['launch_us']:.2f} us (graph {r['graph_launch_us']:.2f} us); "
           f"{d['config']['ranks']} ranks, {d['device']}, NCCL {v // 10000}.{v // 100 % 100}.{v % 100}.\n")
+    if a.taxes:
+        for op in ops:
+            tax_table(op, [x for x in d["summary"] if x["op"] == op][:: a.every])
+        return
     for op in ops:
         rows = [x for x in d["results"] if x["op"] == op]
         if not rows:
@@ -63,6 +72,24 @@ def main():
             cells.append(f"{best / fl:.2f}" if fl and best else "-")
             print("| " + " | ".join(cells) + " |")
         print()
+
+
+def tax_table(op, rows):
+    """One op's three-tax table from the bench summary rows (us; '-' where a tax does not apply)."""
+    if not rows:
+        return
+    head = ["case", "BSP us", "best us", "best vs BSP", "floor us", "bulk-synchronous tax us",
+            "data-locality tax us", "launch tax us"]
+    print(f"### {op}: three-tax breakdown of the BSP baseline\n")
+    print("| " + " | ".join(head) + " |")
+    print("|" + "---|" * len(head))
+    for s in rows:
+        tax = [fmt(s.get(k), 2) for k in ("tax_bulk_synchronous_us", "tax_data_locality_us", "tax_launch_us")]
+        best = f"{fmt(s.get('best_us'), 2)} ({s['best']})" if s.get("best") else "-"
+        speed = f"{s['speedup']:.2f}x" if s.get("speedup") else "-"
+        print("| " + " | ".join([s["case"], f"{fmt(s.get('baseline_us'), 2)} ({s['baseline']})", best, speed,
+                                 fmt(s.get("floor_us"), 2)] + tax) + " |")
+    print()
 
 
 if __name__ == "__main__":
