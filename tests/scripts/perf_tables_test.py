@@ -1,0 +1,60 @@
+#!/usr/bin/env python3
+"""scripts/perf_tables.py on a small bench JSON: the variant table's speedup and floor ratio, and
+--taxes' three-tax rows ('-' where a tax does not apply)."""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+SCRIPT = os.path.join(os.path.dirname(__file__), "..", "..", "scripts", "perf_tables.py")
+
+BENCH = {
+    "config": {"ranks": 2}, "device": "NVIDIA H200", "nccl_version": 22809,
+    "rates": {"hbm_gbs": 4200.0, "nvlink_ce_gbs": 390.0, "flag_latency_us": 1.0, "launch_us": 3.5,
+              "graph_launch_us": 0.5},
+    "results": [
+        {"op": "flash_decode", "case": "b=1", "size": 100, "variant": "bsp", "time_us": {"median": 34.0}, "algbw_gbs": 1.0},
+        {"op": "flash_decode", "case": "b=1", "size": 100, "variant": "fused", "time_us": {"median": 27.0}, "algbw_gbs": 2.0},
+    ],
+    "summary": [
+        {"op": "flash_decode", "case": "b=1", "size": 100, "baseline": "bsp", "baseline_us": 34.0, "best": "fused",
+         "best_us": 27.0, "speedup": 34.0 / 27.0, "floor_us": 13.5, "tax_bulk_synchronous_us": 11.0,
+         "tax_data_locality_us": 0.05, "tax_launch_us": -1.0},
+    ],
+}
+
+
+def run(*args):
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        json.dump(BENCH, f)
+    try:
+        return subprocess.run([sys.executable, SCRIPT, f.name, *args], check=True, capture_output=True,
+                              text=True).stdout
+    finally:
+        os.unlink(f.name)
+
+
+def rows(text):
+    return [[c.strip() for c in line.strip("|").split("|")] for line in text.splitlines()
+            if line.startswith("| ") and not line.startswith("| case")]
+
+
+class PerfTables(unittest.TestCase):
+    def test_variant_table(self):
+        (r,) = rows(run())
+        self.assertEqual(r[0], "b=1")
+        self.assertEqual(r[2:6], ["34.00", "1.0", "27.00", "2.0"])
+        self.assertEqual(r[6], "1.26x (fused)")
+        self.assertEqual(r[7], "2.00")  # best / floor = 27 / 13.5
+
+    def test_taxes(self):
+        out = run("--taxes")
+        self.assertIn("three-tax", out)
+        (r,) = rows(out)
+        self.assertEqual(r, ["b=1", "34.00 (bsp)", "27.00 (fused)", "1.26x", "13.50", "11.00", "0.05", "-"])
+
+
+if __name__ == "__main__":
+    unittest.main()
