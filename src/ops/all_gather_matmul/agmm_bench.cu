@@ -341,14 +341,17 @@ class AgmmBench final : public OpBench {
   }
 
   // The largest of: the FLOPs at cuBLASLt's measured 8192^3 rate; the peers' shards over NVLink;
-  // and what this rank's GEMM must move through its HBM whatever the scheme (B read, C written,
-  // its own shard read; at small M, reading B is the whole floor: 59 MB at N = 3584, ~14 us).
+  // and what this rank must move through its HBM whatever the scheme: C written, its own shard
+  // read, and its share of B. The bench's B is replicated (b_replicated, the paper's setting), so
+  // the ranks may split reading it (ksplit does): K x N / world per rank. At small M that share
+  // is the whole floor (29 MB at N = 3584 on 2 ranks, ~7 us).
   Floor floor(const Case& c, const MachineRates& r) const override {
     const auto [m, n, k] = mnk(c);
     const double compute = gemm_rate_ > 0 ? 2.0 * m * n * k / gemm_rate_ : 0;
     const double recv = m * k * 2.0 * (world_ - 1) / world_;
     const double comm = r.nvlink_bytes_per_s > 0 ? recv / r.nvlink_bytes_per_s : 0;
-    const double hbm = r.hbm_bytes_per_s > 0 ? (k * n + m * n + m * k / world_) * 2.0 / r.hbm_bytes_per_s : 0;
+    const double hbm_bytes = (k * n / world_ + m * n + m * k / world_) * 2.0;
+    const double hbm = r.hbm_bytes_per_s > 0 ? hbm_bytes / r.hbm_bytes_per_s : 0;
     if (hbm >= compute && hbm >= comm) return {hbm, "hbm"};
     return compute >= comm ? Floor{compute, "compute"} : Floor{comm, "nvlink"};
   }
