@@ -40,7 +40,7 @@ TEST(FlashDecodeBench, DistributedVariantsPartsAndTaxes) {
   EXPECT_EQ(b->name(), "flash_decode");
   EXPECT_EQ(b->variants(), (std::vector<std::string>{"bsp", "bsp-plain", "fused", "fused-global"}));
   EXPECT_EQ(b->baseline_count(), 2);
-  EXPECT_EQ(b->min_ranks(), 2);
+  EXPECT_EQ(b->min_ranks(), 1);
   EXPECT_EQ(b->parts(), (std::vector<std::string>{"decode-only", "comm-only"}));
   EXPECT_EQ(b->launches("bsp"), 3);
   EXPECT_EQ(b->launches("fused"), 1);

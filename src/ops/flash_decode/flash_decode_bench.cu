@@ -56,7 +56,9 @@ class FlashDecodeBench final : public bench::OpBench {
   std::string name() const override { return "flash_decode"; }
   std::vector<std::string> variants() const override { return {"bsp", "bsp-plain", "fused", "fused-global"}; }
   int baseline_count() const override { return 2; }
-  int min_ranks() const override { return 2; }
+  // One rank is the degenerate team (tensor parallelism of 1): bsp is the decode, a one-rank
+  // all-gather and the combine; fused is the decode with its combine in the same kernel.
+  int min_ranks() const override { return 1; }
   std::vector<std::string> parts() const override { return {"decode-only", "comm-only"}; }
   int launches(const std::string& v) const override { return v == "bsp" || v == "bsp-plain" ? 3 : 1; }
 
