@@ -12,6 +12,10 @@
 // as long as the global merge (r54: 2.9 us from the barrier to the merged rows for 8 partials of
 // one row), while remote stores are fire-and-forget and their completion overlaps the barrier.
 //
+// Start: no CTA stores into another's shared memory before that one runs (the CUDA programming
+// guide's rule for distributed shared memory): a barrier phase arrived at with
+// cluster_arrive_relaxed at the kernel's start and waited for just before the first remote store.
+//
 // Memory order: cluster_arrive (barrier.cluster.arrive.release) after a CTA's remote stores and
 // cluster_wait (barrier.cluster.wait.acquire) before the merge's local reads: the release/acquire
 // pair at cluster scope makes the stores visible. The inbox is written only by the cluster's CTAs
@@ -29,6 +33,8 @@ namespace taxfree::attention {
 // Halves of a cluster barrier phase. Every thread of every CTA of the cluster calls cluster_arrive
 // then cluster_wait once per phase (.aligned: warp-uniform, no thread of a warp skips it).
 __device__ inline void cluster_arrive() { asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory"); }
+// An arrival that orders nothing (a phase that only says "this CTA runs").
+__device__ inline void cluster_arrive_relaxed() { asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory"); }
 __device__ inline void cluster_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory"); }
 
 // One merging CTA's rows: slot p*per + r (kClusterSlots, config.h) holds row r of its block of

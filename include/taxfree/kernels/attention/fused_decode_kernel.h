@@ -98,10 +98,14 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) fused_decode_kernel(cons
     const SplitRange sr = split_range(slice, d.num_splits, it.split);
     const RowBlock rb = cluster_rows(d.group, d.num_splits, it.split);
     const int per = cluster_rows_per_cta(d.group, d.num_splits);
-    if (it.split < sr.splits) {
-      attend(it, slice, sr);  // into smem.post.tile
-      cta_scatter_rows<D>(smem.post.tile, d.group, per, it.split, cluster_inbox);
-    }
+    // A CTA's shared memory may be written by the others only once it runs (CUDA's rule for
+    // distributed shared memory; racecheck, r87, flagged the row stores otherwise): a first barrier
+    // phase, arrived at the start and waited for after attending, when every CTA arrived long ago.
+    cluster_arrive_relaxed();
+    const bool attends = it.split < sr.splits;
+    if (attends) attend(it, slice, sr);  // into smem.post.tile
+    cluster_wait();  // every CTA of the cluster has started
+    if (attends) cta_scatter_rows<D>(smem.post.tile, d.group, per, it.split, cluster_inbox);
     cluster_arrive();
     cluster_wait();  // every split's rows are in their merging CTA's inbox
     mark(kTraceSynced);
