@@ -29,6 +29,7 @@ __global__ void __launch_bounds__(512) all_gather_direct_kernel(AllGatherPushArg
   char* mine = a.recv + uint64_t(v.rank) * a.bytes;
   __shared__ int ok;
   if (threadIdx.x == 0) ok = 1;
+  __syncthreads();  // on one rank no wait's barrier follows before the final loop reads `ok` (racecheck, r89)
   for (int i = 1; i <= v.world; ++i) {
     const int p = (v.rank + i) % v.world;
     if (p != v.rank) {
