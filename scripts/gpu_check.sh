@@ -93,11 +93,12 @@ if [[ " $steps " == *" sanitize "* ]]; then  # only when named: ~5 minutes
   # compute-sanitizer at one rank (the tool follows the launcher's child): memcheck over every test
   # one rank runs (every op at world 1; the cross-rank tests skip), racecheck and synccheck over the
   # decode merges and the GEMM engine's schedules (tiles, splits, swap-AB, 2-CTA clusters, hooks),
-  # initcheck over small ones, and racecheck/synccheck over every all_gather_matmul variant,
+  # initcheck over small ones, and racecheck/synccheck over every all_gather_matmul variant (both
+  # gather dims),
   # all_gather's protocols and the fused decode kernel's schedules at world 1 (r87 found remote
   # shared-memory stores before their CTA ran, r89 an unsynchronised flag in all_gather direct).
   # r85 (1x H200): 0 errors, 0 hazards, 4.9 minutes; the fused decode tests add ~2.
-  heavy='Shapes/AgmmEveryVariant.*gd1_bf16_kn:Agmm.PushWithTinyPiecesOneCtaAndDecodeShapes:Types/AgmmKsplit.*bf16_nk_ksplit:AllGather.EveryVariantOddSizesGuardsAndInPlace:FlashDecodeDist.ClusterSplitMergeMatchesGlobalMergeBitwise:FlashDecodeDist.ForcedSplitCountsAndPersistentGrid:FlashDecodeDist.SmallBatchAutoPlanFusedMatchesBspBitwise:FlashDecodeGpu.ForcedSplitCounts:FlashDecodeGpu.PagedMatchesContiguousBitwise:FlashDecodeGpu.SimulatedRanksOddSlices:Shapes/GemmAllConfigs.MatchesReference/M127_N3590_K1001_bf16_nk:Shapes/GemmSplit.*M127_N3590_K1001_nk:Shapes/GemmSwap.*M7_N1000_K8200_bf16_nk:GemmHooks.*:GemmSplit.StreamKAddsEachElementOnce'
+  heavy='Shapes/AgmmEveryVariant.*gd1_bf16_kn:Shapes/AgmmEveryVariant.*gd0_bf16_nk:Agmm.PushWithTinyPiecesOneCtaAndDecodeShapes:Types/AgmmKsplit.*bf16_nk_ksplit:AllGather.EveryVariantOddSizesGuardsAndInPlace:FlashDecodeDist.ClusterSplitMergeMatchesGlobalMergeBitwise:FlashDecodeDist.ForcedSplitCountsAndPersistentGrid:FlashDecodeDist.SmallBatchAutoPlanFusedMatchesBspBitwise:FlashDecodeGpu.ForcedSplitCounts:FlashDecodeGpu.PagedMatchesContiguousBitwise:FlashDecodeGpu.SimulatedRanksOddSlices:Shapes/GemmAllConfigs.MatchesReference/M127_N3590_K1001_bf16_nk:Shapes/GemmSplit.*M127_N3590_K1001_nk:Shapes/GemmSwap.*M7_N1000_K8200_bf16_nk:GemmHooks.*:GemmSplit.StreamKAddsEachElementOnce'
   small='FlashDecodeGpu.EmptyEverywhere:FlashDecodeGpu.PeakedSoftmaxAndCustomScale:FlashDecodeGpu.SimulatedRanksHeadDim64OddRows:Shapes/GemmSwap.*M33_N1000_K72_bf16_nk:Shapes/GemmSplit.*M300_N1000_K100_nk:GemmHooks.StoreIntoASecondBuffer:GemmSwapHooks.AddIntoASecondBuffer'
   sanitize() {  # TOOL LIMIT FILTER
     step "compute-sanitizer $1" sanitize.log "$2" \
