@@ -6,7 +6,7 @@
 #   scripts/gpu_check.sh OUT_DIR [tests|sanitize|faults|bench|all|agmm]...     (default: all)
 #
 # BENCH_OPS="op ..." limits the bench step to those ops (default: every op, with the summary);
-# sanitize (only when named): compute-sanitizer's four tools over the one-rank tests, ~7 min.
+# sanitize (only when named): compute-sanitizer's four tools over the one-rank tests, ~8 min.
 # TESTS_FILTER limits the GPU tests (gtest filter syntax); TESTS_LIMIT is their time limit in s (400).
 # When they fail, the tests after the first failure run once more (NO_RETRY=1: not).
 # agmm (only when named): all_gather_matmul against PyTorch's fused op in one call -- our bench,
@@ -89,15 +89,13 @@ if want tests; then
   fi
 fi
 
-if [[ " $steps " == *" sanitize "* ]]; then  # only when named: ~5 minutes
-  # compute-sanitizer at one rank (the tool follows the launcher's child): memcheck over every test
-  # one rank runs (every op at world 1; the cross-rank tests skip), racecheck and synccheck over the
-  # decode merges and the GEMM engine's schedules (tiles, splits, swap-AB, 2-CTA clusters, hooks),
-  # initcheck over small ones, and racecheck/synccheck over every all_gather_matmul variant (both
-  # gather dims),
-  # all_gather's protocols and the fused decode kernel's schedules at world 1 (r87 found remote
-  # shared-memory stores before their CTA ran, r89 an unsynchronised flag in all_gather direct).
-  # r85 (1x H200): 0 errors, 0 hazards, 4.9 minutes; the fused decode tests add ~2.
+if [[ " $steps " == *" sanitize "* ]]; then  # only when named: ~8 minutes
+  # compute-sanitizer at one rank (the tool follows the launcher's child). memcheck: every test one
+  # rank runs (every op at world 1; the cross-rank tests skip). racecheck and synccheck: the decode
+  # merges, the GEMM engine's schedules (tiles, splits, swap-AB, 2-CTA clusters, hooks), every
+  # all_gather_matmul variant at both gather dims, all_gather's protocols and the fused decode
+  # kernel's two schedules (r87 found remote shared-memory stores before their CTA ran, r89 an
+  # unsynchronised flag in all_gather direct). initcheck: small decode and GEMM tests.
   heavy='Shapes/AgmmEveryVariant.*gd1_bf16_kn:Shapes/AgmmEveryVariant.*gd0_bf16_nk:Agmm.PushWithTinyPiecesOneCtaAndDecodeShapes:Types/AgmmKsplit.*bf16_nk_ksplit:AllGather.EveryVariantOddSizesGuardsAndInPlace:FlashDecodeDist.ClusterSplitMergeMatchesGlobalMergeBitwise:FlashDecodeDist.ForcedSplitCountsAndPersistentGrid:FlashDecodeDist.SmallBatchAutoPlanFusedMatchesBspBitwise:FlashDecodeGpu.ForcedSplitCounts:FlashDecodeGpu.PagedMatchesContiguousBitwise:FlashDecodeGpu.SimulatedRanksOddSlices:Shapes/GemmAllConfigs.MatchesReference/M127_N3590_K1001_bf16_nk:Shapes/GemmSplit.*M127_N3590_K1001_nk:Shapes/GemmSwap.*M7_N1000_K8200_bf16_nk:GemmHooks.*:GemmSplit.StreamKAddsEachElementOnce'
   small='FlashDecodeGpu.EmptyEverywhere:FlashDecodeGpu.PeakedSoftmaxAndCustomScale:FlashDecodeGpu.SimulatedRanksHeadDim64OddRows:Shapes/GemmSwap.*M33_N1000_K72_bf16_nk:Shapes/GemmSplit.*M300_N1000_K100_nk:GemmHooks.StoreIntoASecondBuffer:GemmSwapHooks.AddIntoASecondBuffer'
   sanitize() {  # TOOL LIMIT FILTER
@@ -105,7 +103,7 @@ if [[ " $steps " == *" sanitize "* ]]; then  # only when named: ~5 minutes
       env TAXFREE_TEST_RANKS=1 compute-sanitizer --tool "$1" --target-processes all --report-api-errors no --error-exitcode 97 "$tests" --gtest_filter="$3"
   }
   sanitize memcheck 400 '*'
-  sanitize racecheck 300 "$heavy"
+  sanitize racecheck 480 "$heavy"
   sanitize synccheck 200 "$heavy"
   sanitize initcheck 150 "$small"
   grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|=== compute' "$out/sanitize.log" | tail -12
