@@ -68,8 +68,8 @@ struct Row {
 };
 
 void print_header(const std::string& op, const Team& team, const Options& o) {
-  std::printf("#\n# taxfree bench %s   ranks %d   iters %d   warmup %d   check %d   cold-L2 %d\n", op.c_str(),
-              team.world(), o.iters, o.warmup, o.check, int(o.cold_l2));
+  std::printf("#\n# taxfree bench %s   ranks %d   iters %d   warmup %d   check %d   cold-L2 %d   sample %g us\n",
+              op.c_str(), team.world(), o.iters, o.warmup, o.check, int(o.cold_l2), o.sample_us);
   std::printf("#%12s %12s %6s %-12s %10s %10s %10s %8s %8s %7s %8s %7s %9s  %s\n", "size(B)", "count", "type",
               "variant", "time(us)", "min(us)", "max(us)", "algbw", "busbw", "#wrong", "TFLOP/s", "vs-bsp",
               "floor(us)", "case");
@@ -297,14 +297,15 @@ int run(Team& team, const RunRequest& req) {
           team.device_barrier(s);
           bench->run(v, s);
         }
-        // Runs per timed sample: enough back-to-back runs for ~20 us, so event resolution and
-        // launch gaps of tiny ops do not dominate (nccl-tests also times back-to-back runs).
+        // Runs per timed sample: enough back-to-back runs for ~sample_us (default 20 us), so event
+        // resolution and launch gaps of tiny ops do not dominate (nccl-tests also times back-to-back
+        // runs).
         team.device_barrier(s);
         TF_CUDA(cudaEventRecord(ev0.e, s));
         bench->run(v, s);
         TF_CUDA(cudaEventRecord(ev1.e, s));
         team.sync(s);
-        const int reps = int(std::clamp(std::ceil(20e-6 / std::max(elapsed_s(ev0, ev1), 1e-7)), 1.0, 32.0));
+        const int reps = int(std::clamp(std::ceil(opt.sample_us * 1e-6 / std::max(elapsed_s(ev0, ev1), 1e-7)), 1.0, 32.0));
         row.reps = int(max_over_ranks(team, "reps-" + std::to_string(seq++), reps));
         pending.push_back(std::move(row));
       }
@@ -421,7 +422,7 @@ int run(Team& team, const RunRequest& req) {
     nlohmann::json doc = {
         {"config",
          {{"ops", ops}, {"iters", opt.iters}, {"warmup", opt.warmup}, {"check", opt.check}, {"cold_l2", opt.cold_l2},
-          {"dtype", opt.dtype}, {"ranks", team.world()}, {"min_bytes", opt.min_bytes}, {"max_bytes", opt.max_bytes},
+          {"sample_us", opt.sample_us}, {"dtype", opt.dtype}, {"ranks", team.world()}, {"min_bytes", opt.min_bytes}, {"max_bytes", opt.max_bytes},
           {"step_factor", opt.step_factor}}},
         {"env", env},
         {"nccl_version", nccl},

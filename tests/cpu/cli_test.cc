@@ -25,6 +25,7 @@ TEST(Cli, RejectsBadBenchArguments) {
   expect_usage_error({"bench", "all_gather", "-g", "1"}, "needs at least 2 GPUs");
   expect_usage_error({"bench", "--inject", "melt:1"}, "unknown fault 'melt'");
   expect_usage_error({"bench", "--dtype", "fp64"}, "fp64");
+  expect_usage_error({"bench", "decode", "--sample-us", "0"}, "--sample-us");
   expect_usage_error({"frobnicate"}, "A subcommand is required");
   expect_usage_error({"bench", "gemm", "--shape", "M=1,tile=1x1"}, "tile=1x1 is not one of");
   expect_usage_error({"bench", "gemm", "--shape", "Q=1"}, "unknown key 'Q'");

@@ -30,6 +30,9 @@ struct Options {
   int warmup = 5;          // -w
   int check = 1;           // -c: checked runs per case and variant (0 = no check)
   bool cold_l2 = false;    // --cold: flush L2 before every timed iteration
+  // --sample-us: each timed sample runs the op back to back until about this long (1-32 runs);
+  // CUDA events tick in ~1 us steps here, so ops near 20-100 us resolve better with more.
+  double sample_us = 20;
   std::string dtype = "bf16";
   std::vector<std::string> variants;  // --variant; empty = all of the op's
   std::vector<std::string> shapes;    // --shape NAME=V,...; op-specific filters
