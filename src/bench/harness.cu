@@ -422,8 +422,8 @@ int run(Team& team, const RunRequest& req) {
     nlohmann::json doc = {
         {"config",
          {{"ops", ops}, {"iters", opt.iters}, {"warmup", opt.warmup}, {"check", opt.check}, {"cold_l2", opt.cold_l2},
-          {"sample_us", opt.sample_us}, {"dtype", opt.dtype}, {"ranks", team.world()}, {"min_bytes", opt.min_bytes}, {"max_bytes", opt.max_bytes},
-          {"step_factor", opt.step_factor}}},
+          {"sample_us", opt.sample_us}, {"dtype", opt.dtype}, {"ranks", team.world()}, {"min_bytes", opt.min_bytes},
+          {"max_bytes", opt.max_bytes}, {"step_factor", opt.step_factor}}},
         {"env", env},
         {"nccl_version", nccl},
         {"device", p.name},

@@ -352,8 +352,10 @@ class AgmmBench final : public OpBench {
     const double comm = r.nvlink_bytes_per_s > 0 ? recv / r.nvlink_bytes_per_s : 0;
     const double hbm_bytes = (k * n / world_ + m * n + m * k / world_) * 2.0;
     const double hbm = r.hbm_bytes_per_s > 0 ? hbm_bytes / r.hbm_bytes_per_s : 0;
-    if (hbm >= compute && hbm >= comm) return {hbm, "hbm"};
-    return compute >= comm ? Floor{compute, "compute"} : Floor{comm, "nvlink"};
+    Floor f{compute, "compute"};
+    if (comm > f.seconds) f = {comm, "nvlink"};
+    if (hbm >= f.seconds) f = {hbm, "hbm"};
+    return f;
   }
 
   // DESIGN.md: bulk-synchronous = BSP - max(compute-only, comm-only), both at NCCL's / cuBLASLt's
