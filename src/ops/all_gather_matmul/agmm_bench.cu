@@ -161,7 +161,7 @@ class AgmmBench final : public OpBench {
            c.params.at("N").get<int64_t>() <= cfg.ksplit_max_n;
   }
   int baseline_count() const override { return 2; }
-  int min_ranks() const override { return 2; }
+  int min_ranks() const override { return 1; }
   std::vector<std::string> parts() const override {
     return {"gemm-only", "cublas-only", "cublas-block", "comm-only", "comm-only-sym"};
   }
