@@ -69,6 +69,15 @@ __device__ __forceinline__ void get(const SymmetricView& view, void* dst, const 
 
 // ---- bulk copies (cp.async.bulk), one issuing thread per block -------------------------------
 
+// One 1-D bulk load (cp.async.bulk, no tensor map) of `bytes` (multiple of 16, both addresses
+// 16-byte aligned) from global `src` into shared `dst`, completing its bytes on mbarrier `bar`
+// (armed by the caller with mbar_arrive_expect_tx). The bytes land in order, unswizzled.
+__device__ __forceinline__ void bulk_load(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(dst),
+               "l"(src), "r"(bytes), "r"(bar)
+               : "memory");
+}
+
 // Copy `bytes` (multiple of 16, both addresses 16-byte aligned) from global `src` to global `dst`
 // (local or a peer's) through `stages` shared-memory buffers of `chunk` bytes each, with
 // cp.async.bulk in both directions. Called by one thread; `bars` are `stages` mbarriers
@@ -82,11 +91,8 @@ __device__ __forceinline__ void bulk_copy(void* dst, const void* src, uint64_t b
   auto load_chunk = [&](uint64_t i) {
     const uint32_t s = uint32_t(i % stages);
     mbar_arrive_expect_tx(smem_addr(&bars[s]), chunk_bytes(i));
-    asm volatile(
-        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-            smem_addr(smem + size_t(s) * chunk)),
-        "l"(static_cast<const char*>(src) + i * chunk), "r"(chunk_bytes(i)), "r"(smem_addr(&bars[s]))
-        : "memory");
+    bulk_load(smem_addr(smem + size_t(s) * chunk), static_cast<const char*>(src) + i * chunk, chunk_bytes(i),
+              smem_addr(&bars[s]));
   };
   for (uint64_t i = 0; i < nchunks && i < stages; ++i) load_chunk(i);
   for (uint64_t i = 0; i < nchunks; ++i) {
