@@ -11,8 +11,8 @@
 // docs/PERFORMANCE.md (twelfth session) has what it measured and what followed from it.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdio>
-#include <cstdlib>
 #include <vector>
 
 #include "taxfree/device/mbarrier.cuh"
@@ -20,6 +20,7 @@
 #include "taxfree/kernels/attention/impl/ptx.h"
 #include "taxfree/kernels/gemm/pipeline.cuh"
 #include "taxfree/ops/gemm_detail.h"
+#include "taxfree/runtime/error.h"
 
 namespace {
 
@@ -97,20 +98,16 @@ __global__ void __launch_bounds__(kWarps * 32) stream_tiles(const __grid_constan
   if (acc == 0x9e3779b9u) a.sink[0] = acc;  // keeps the loads; never true for the memset bytes
 }
 
-void check(cudaError_t e, const char* what) {
-  if (e == cudaSuccess) return;
-  std::fprintf(stderr, "load_probe: %s: %s\n", what, cudaGetErrorString(e));
-  std::exit(1);
-}
-
 template <Method M>
 double time_us(Args a, const char* buf, int64_t half, int64_t span, int grid) {
   const int smem = kWarps * kStages * 2 * kTile + 1024;
-  check(cudaFuncSetAttribute(stream_tiles<M>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem), "smem attribute");
-  const int rot = int(span / (2 * half));
+  TF_CUDA(cudaFuncSetAttribute(stream_tiles<M>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  constexpr int kWarm = 20, kRuns = 200;
+  // Buffer positions the launches rotate through: as many as fit the span, at most one per launch.
+  const int rot = int(std::min<int64_t>(span / (2 * half), kWarm + kRuns));
   cudaEvent_t e0, e1;
-  check(cudaEventCreate(&e0), "event");
-  check(cudaEventCreate(&e1), "event");
+  TF_CUDA(cudaEventCreate(&e0));
+  TF_CUDA(cudaEventCreate(&e1));
   std::vector<Args> slots(size_t(rot), a);  // one per rotated position, maps encoded before timing
   for (int r = 0; r < rot; ++r) {
     Args& x = slots[size_t(r)];
@@ -121,15 +118,14 @@ double time_us(Args a, const char* buf, int64_t half, int64_t span, int grid) {
     }
   }
   const auto launch = [&](int i) { stream_tiles<M><<<grid, kWarps * 32, smem>>>(slots[size_t(i % rot)]); };
-  for (int i = 0; i < 20; ++i) launch(i);
-  constexpr int kRuns = 200;
-  check(cudaEventRecord(e0), "record");
+  for (int i = 0; i < kWarm; ++i) launch(i);
+  TF_CUDA(cudaEventRecord(e0));
   for (int i = 0; i < kRuns; ++i) launch(i);
-  check(cudaEventRecord(e1), "record");
-  check(cudaEventSynchronize(e1), "sync");
+  TF_CUDA(cudaEventRecord(e1));
+  TF_CUDA(cudaEventSynchronize(e1));
   float ms = 0;
-  check(cudaEventElapsedTime(&ms, e0, e1), "elapsed");
-  check(cudaGetLastError(), "launch");
+  TF_CUDA(cudaEventElapsedTime(&ms, e0, e1));
+  TF_CUDA(cudaGetLastError());
   cudaEventDestroy(e0);
   cudaEventDestroy(e1);
   return ms * 1e3 / kRuns;
@@ -137,15 +133,15 @@ double time_us(Args a, const char* buf, int64_t half, int64_t span, int grid) {
 
 }  // namespace
 
-int main() {
+int main() try {
   int sms = 0;
-  check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), "device");
+  TF_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   const int64_t span = int64_t(3600) << 20;
   char* buf = nullptr;
-  check(cudaMalloc(&buf, span), "cudaMalloc");
-  check(cudaMemset(buf, 1, span), "cudaMemset");
+  TF_CUDA(cudaMalloc(&buf, span));
+  TF_CUDA(cudaMemset(buf, 1, span));
   Args a{};
-  check(cudaMalloc(&a.sink, 16), "cudaMalloc");
+  TF_CUDA(cudaMalloc(&a.sink, 16));
   std::printf("empty kernel, grid %d x %d, back to back: %.2f us\n", sms, kWarps * 32,
               time_us<Method::empty>(a, buf, kTile, span, sms));
   std::printf("%10s %12s %12s %12s   (us back to back, GB/s)\n", "K+V MB", "cp.async", "tiled", "bulk");
@@ -159,4 +155,7 @@ int main() {
     std::printf("\n");
   }
   return 0;
+} catch (const taxfree::Error& e) {
+  std::fprintf(stderr, "load_probe: %s\n", e.what());
+  return 1;
 }

@@ -30,8 +30,8 @@
 // combines. No deadlock: a cluster is launched as a whole, and the host takes this schedule only
 // when every cluster is resident at once (cudaOccupancyMaxActiveClusters); both barrier phases need
 // only the cluster's own CTAs, which attend without waiting; every rank sends each row's partial
-// before it waits on anything remote, so
-// every remote wait is answered whatever schedule the peers run, this one or the persistent one.
+// before it waits on anything remote, so every remote wait is answered whatever schedule the peers
+// run, this one or the persistent one.
 #pragma once
 
 #include <cstdint>
