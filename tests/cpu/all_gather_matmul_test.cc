@@ -498,6 +498,25 @@ TEST(AgmmNsplit, BlocksCoverEveryColumnOnceForEveryWorld) {
   }
 }
 
+// nsplit's fp32 partial (device memory sized by nsplit_partial_floats) holds the widest block of
+// every shape within the op's capacity, rows at the block's width as the launch lays them out.
+TEST(AgmmNsplit, PartialHoldsEveryBlockWithinCapacity) {
+  for (int w : {1, 2, 3, 4, 8})
+    for (int64_t max_n : {16384, 1003}) {
+      AgmmConfig cfg;
+      cfg.ksplit_max_n = max_n;
+      for (int64_t n : {int64_t(1), int64_t(9), int64_t(1003), max_n - 1, max_n}) {
+        if (n > max_n) continue;
+        const agmm::BlockGatherPlan p = make_nsplit_plan(ksplit_args(cfg.ksplit_max_m, n, 8 * w), w, cfg, 132);
+        for (int r = 0; r < w; ++r) EXPECT_LE(p.blocks.cols(r), p.blocks.width);
+        EXPECT_LE(p.m * p.blocks.width, nsplit_partial_floats(cfg, w)) << "world " << w << " n " << n;
+      }
+    }
+  AgmmConfig off;
+  off.ksplit_max_m = 0;
+  EXPECT_EQ(nsplit_partial_floats(off, 2), 0);
+}
+
 // The A shards as a block all-gather (nsplit, and ksplit's side-stream gather on at most
 // kSideGatherCtas SMs): rank r's shard at columns r * shard_cols, every row once, in order, no idle
 // CTA, for every world.
@@ -639,9 +658,9 @@ TEST(AgmmKsplitSkinny, HeapHoldsTheLargestLaunchForEveryWorld) {
                                                           gemm::BLayout::NK, 132, true, gemm::SwapAB::never);
       EXPECT_FALSE(g.swap_ab);
       EXPECT_GE(g.bn, 64);
-      // Flags: two-kernel path (ready, partial and sum flags per slice), nsplit's two all-gathers,
-      // the side gather (ready, CTAs), the bands.
-      const int64_t flags = w + 2 * w * agmm::kKsplitMaxCtas + 2 * w * agmm::kKsplitMaxCtas +
+      // Flags: two-kernel path (partial and sum flags per slice), nsplit's C all-gather, the side
+      // gather (ready, CTAs), the bands.
+      const int64_t flags = 2 * w * agmm::kKsplitMaxCtas + w * agmm::kKsplitMaxCtas +
                             (w + w * agmm::kKsplitMaxCtas) + w * h.band_flags;
       EXPECT_EQ(h.bytes, (1 + 2 * int64_t(w - 1)) * h.partial_floats * 4 + flags * 8 +
                              2 * int64_t(w - 1) * (h.skinny_partial_lines + h.skinny_a_lines) * 16);

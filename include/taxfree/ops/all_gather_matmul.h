@@ -88,14 +88,16 @@
 //   nsplit     gather_dim 1 only (NotSupported for 0), B replicated and within ksplit's capacity
 //              (InvalidArgument otherwise, as ksplit): C's columns are cut into world blocks
 //              (make_nsplit_plan) and rank r computes block r over the whole K, then the blocks
-//              are all-gathered. Three kernels: an all-gather of the A shards (SM stores into every
-//              peer's gathered A once that peer raised its "free" flag for the launch, one epoch
-//              flag per (source, CTA)), one cuBLASLt for this rank's block of C over the gathered A,
-//              straight into C, and an all-gather of the C blocks (a programmatic dependent launch:
-//              SM stores of this rank's block into every peer's receive buffer -- ksplit's own
-//              partial buffer -- flags, then each peer's block from there into C). Moves the
-//              shards plus M x N 16-bit values per rank (ksplit moves M x N fp32 partials); C is
-//              the same bits on every rank. Shares ksplit's launch sequence and "free" flags.
+//              are all-gathered. The copy engine sends A_shard into every peer's gathered A after a
+//              begin barrier, each copy followed by its arrival flag (as decomposed), while
+//              cuBLASLt multiplies this rank's own shard by B's matching K rows and block columns
+//              into an fp32 block (nsplit_partial_floats, device memory); each peer's shard, once
+//              arrived, adds its K rows to it in fp32 (cuBLASLt again, in the order rank+1,
+//              rank+2, ...). Then one kernel (a programmatic dependent launch) rounds the block into
+//              C once, stores it into every peer's receive buffer (ksplit's own partial buffer)
+//              with one epoch flag per (source, CTA), and copies each peer's block from there into
+//              C. Moves the shards plus M x N 16-bit values per rank (ksplit moves M x N fp32
+//              partials); C is the same bits on every rank. Shares ksplit's launch sequence.
 //   auto       one of the above per shape, from a table of measurements (choose_agmm_variant).
 //
 // Contract:
@@ -153,8 +155,9 @@ struct AgmmConfig {
   // ksplit: capacity of the fp32 partials, (2 * (world - 1) + 1) * ksplit_max_m * ksplit_max_n * 4
   // bytes of heap, plus the skinny path's line inboxes (ksplit_heap: 18 MiB per peer at the
   // defaults and world 2); 210 MiB for 2 ranks at the defaults, about 1.05 GiB for 8 (the default
-  // heap is max(4, world + 2) GiB). 0 in either: no ksplit buffers; ksplit launches are rejected and
-  // auto never picks it.
+  // heap is max(4, world + 2) GiB). nsplit's fp32 block of C takes nsplit_partial_floats * 4 bytes
+  // of device memory beside it (32 MiB for 2 ranks at the defaults, 64 MiB for 1). 0 in either: no
+  // ksplit or nsplit buffers; ksplit and nsplit launches are rejected and auto never picks them.
   int64_t ksplit_max_m = 1024;
   int64_t ksplit_max_n = 16384;
 };
@@ -271,6 +274,11 @@ struct KsplitHeap {
   int64_t bytes = 0;                 // everything
 };
 KsplitHeap ksplit_heap(const AgmmConfig& config, int world);
+
+// nsplit's fp32 partial, in floats: ksplit_max_m rows of the widest column block make_nsplit_plan
+// cuts at ksplit_max_n (device memory, not heap: only this rank reads and writes it). 0 when ksplit
+// is disabled. Pure.
+int64_t nsplit_partial_floats(const AgmmConfig& config, int world);
 
 // The variant `auto` runs for a launch on `world` ranks (a table filled from measurements), among
 // those the arguments and the op's config allow (ksplit only with b_replicated, within capacity).

@@ -1,6 +1,8 @@
 // The cuBLASLt baseline GEMM, with taxfree::gemm's row-major semantics (ops/gemm.h): C[M, N] =
-// A[M, K] * B for B as [N, K] or [K, N], bf16/fp16 in, fp32 accumulation, C in the input type or
-// (OutType::fp32) as the unrounded fp32 sums, for partials that are summed later (split-K).
+// A[M, K] * B for B as [N, K] or [K, N], bf16/fp16 in, fp32 accumulation, C in the input type, or
+// (OutType::fp32) as the unrounded fp32 sums, for partials that are summed later (split-K), or
+// (OutType::fp32_accumulate) added in fp32 to the fp32 C already there (C += A * B: a product over
+// K in several calls, rounded once at the end by the caller).
 //
 // One cuBLASLt handle and a 32 MiB workspace per device, created on first use and kept for the
 // process; the plan (descriptors + heuristic's algorithm) is cached per shape, strides and pointer
@@ -16,7 +18,7 @@
 
 namespace taxfree::gemm {
 
-enum class OutType { same, fp32 };
+enum class OutType { same, fp32, fp32_accumulate };
 
 // Validates, then enqueues. Throws InvalidArgument (validation) or NotSupported (no cuBLASLt
 // algorithm for the shape) before enqueueing anything.

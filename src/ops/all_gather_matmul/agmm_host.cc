@@ -303,12 +303,17 @@ KsplitHeap ksplit_heap(const AgmmConfig& cfg, int world) {
   h.skinny_partial_lines = ceil_div(cfg.ksplit_max_n, agmm::kSkinnySliceCols) * rows * agmm::kSkinnyLinesPerRow;
   h.skinny_a_lines = rows * ceil_div(ceil_div(cfg.max_k, world), 4);
   h.band_flags = ceil_div(cfg.ksplit_max_m, 64) * ceil_div(cfg.ksplit_max_n, 64);
-  // ready + per-slice partial and sum flags (two-kernel path) + per-band flags (band path) +
-  // nsplit's two all-gathers + the two-kernel path's side gather (its ready and its flags)
-  const int64_t flags = 2 * int64_t(world) + int64_t(world) * (5 * agmm::kKsplitMaxCtas + h.band_flags);
+  // per-slice partial and sum flags (two-kernel path) + per-band flags (band path) + nsplit's C
+  // all-gather + the two-kernel path's side gather (its ready and its flags)
+  const int64_t flags = int64_t(world) + int64_t(world) * (4 * agmm::kKsplitMaxCtas + h.band_flags);
   const int64_t inbox = 2 * int64_t(world - 1) * (h.skinny_partial_lines + h.skinny_a_lines) * 16;
   h.bytes = (1 + 2 * int64_t(world - 1)) * h.partial_floats * 4 + flags * 8 + inbox;
   return h;
+}
+
+int64_t nsplit_partial_floats(const AgmmConfig& cfg, int world) {
+  if (cfg.ksplit_max_m <= 0 || cfg.ksplit_max_n <= 0) return 0;
+  return cfg.ksplit_max_m * ceil_div(ceil_div(cfg.ksplit_max_n, world), 8) * 8;
 }
 
 // `auto`, from the 2xH200 benches (docs/PERFORMANCE.md: r19-r22 at N = 3584 / 4096 / 7168,

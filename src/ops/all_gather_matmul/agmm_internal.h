@@ -164,16 +164,20 @@ void enqueue_ksplit_skinny(const KsplitSkinnyLaunch& l, cudaStream_t s);
 // One block all-gather (agmm_block_gather.cu): rank r's block -- rows x plan.blocks.cols(r)
 // 16-bit elements at src -- into columns plan.blocks.begin(r) of every peer's dst (and of this
 // rank's own with copy_local), one flag per (source, CTA); with `out`, the peers' blocks are then
-// copied from dst into out at the same columns. nsplit's two all-gathers, ksplit's A gather.
+// copied from dst into out at the same columns. nsplit's C blocks (from its fp32 partial), ksplit's
+// A gather.
 struct BlockGather {
   dev::SymmetricView view;
   BlockGatherPlan plan;         // A: blocks of the shard width; C: the plan's column blocks of C
-  const char* src = nullptr;    // this rank's block
+  const char* src = nullptr;    // this rank's block (unused with `partial`)
   int64_t src_ld = 0;           // bytes
   char* dst = nullptr;          // heap (the same offset on every rank)
   int64_t dst_ld = 0;           // bytes
   char* out = nullptr;          // C, or nullptr (A: dst is where the shards belong)
   int64_t out_ld = 0;           // bytes
+  const float* partial = nullptr;  // C: this rank's block as fp32 sums [m][partial_ld], rounded into
+  int64_t partial_ld = 0;          // out's block first, which is then the block sent (needs out)
+  gemm::DType dtype = gemm::DType::bf16;  // of out, when rounding the partial
   bool copy_local = false;      // also this rank's block into its own dst
   uint64_t* ready = nullptr;    // A: heap [world], slot p = epoch at which rank p's buffers are free (raised on
                                 // every peer, waited for before storing into one); C: nullptr
@@ -182,7 +186,7 @@ struct BlockGather {
   bool end_sequence = false;    // the launch's last kernel on `seq`: ends it
   bool skip_signal = false;     // fault injection: raise no flag on any peer
   dev::WaitSite site = dev::WaitSite::all_gather_data;
-  dev::LaunchSequence seq;      // nsplit: ksplit's (epoch e shared by both kernels); ksplit: its own
+  dev::LaunchSequence seq;      // nsplit: ksplit's; ksplit's side gather: its own
   dev::FaultContext fault;
 };
 void enqueue_block_gather(const BlockGather& g, cudaStream_t s);

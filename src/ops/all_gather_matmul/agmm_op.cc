@@ -40,6 +40,7 @@ void copy_own_shard(const dev::SymmetricView& view, const GatheredA& slot, const
   if (view.world > 1) src = view.peer(slot.ptr, (view.rank - 1 + view.world) % view.world), src_ld = slot.ld;
   copy_rows(const_cast<void*>(slot.ptr), slot.ld, src, src_ld, rows, cols, s);
 }
+
 }  // namespace
 
 AllGatherMatmul::AllGatherMatmul(Team& team, AgmmConfig config)
@@ -92,17 +93,17 @@ AllGatherMatmul::AllGatherMatmul(Team& team, AgmmConfig config)
       // Zero carries no epoch (epochs start at 1): no line is current before its sender stores it.
       TF_CUDA(cudaMemset(im.skinny_inbox, 0, lines * sizeof(uint4)));
     }
-    im.ksplit_ready = heap.allocate_array<uint64_t>(w, "all_gather_matmul.ksplit_ready");
     im.ksplit_flags = heap.allocate_array<uint64_t>(w * agmm::kKsplitMaxCtas, "all_gather_matmul.ksplit_flags");
-    TF_CUDA(cudaMemset(im.ksplit_ready, 0, w * sizeof(uint64_t)));
     TF_CUDA(cudaMemset(im.ksplit_flags, 0, w * agmm::kKsplitMaxCtas * sizeof(uint64_t)));
     im.ksplit_sum_flags = heap.allocate_array<uint64_t>(w * agmm::kKsplitMaxCtas, "all_gather_matmul.ksplit_sum_flags");
     TF_CUDA(cudaMemset(im.ksplit_sum_flags, 0, w * agmm::kKsplitMaxCtas * sizeof(uint64_t)));
     const uint64_t bands = w * uint64_t(im.ksplit_sizes.band_flags);
     im.ksplit_band_flags = heap.allocate_array<uint64_t>(bands, "all_gather_matmul.ksplit_band_flags");
     TF_CUDA(cudaMemset(im.ksplit_band_flags, 0, bands * sizeof(uint64_t)));
-    im.nsplit_flags = heap.allocate_array<uint64_t>(2 * w * agmm::kKsplitMaxCtas, "all_gather_matmul.nsplit_flags");
-    TF_CUDA(cudaMemset(im.nsplit_flags, 0, 2 * w * agmm::kKsplitMaxCtas * sizeof(uint64_t)));
+    im.nsplit_flags = heap.allocate_array<uint64_t>(w * agmm::kKsplitMaxCtas, "all_gather_matmul.nsplit_flags");
+    TF_CUDA(cudaMemset(im.nsplit_flags, 0, w * agmm::kKsplitMaxCtas * sizeof(uint64_t)));
+    im.nsplit_partial_floats = nsplit_partial_floats(config_, team.world());
+    TF_CUDA(cudaMalloc(&im.nsplit_partial, size_t(im.nsplit_partial_floats) * 4));
     im.side_ready = heap.allocate_array<uint64_t>(w, "all_gather_matmul.ksplit_side_ready");
     im.side_flags = heap.allocate_array<uint64_t>(w * agmm::kKsplitMaxCtas, "all_gather_matmul.ksplit_side_flags");
     TF_CUDA(cudaMemset(im.side_ready, 0, w * sizeof(uint64_t)));
@@ -143,6 +144,7 @@ AllGatherMatmul::~AllGatherMatmul() {
   if (im.begun) cudaEventDestroy(im.begun);
   if (im.side) cudaStreamDestroy(im.side);
   if (im.gathered_plain) cudaFree(im.gathered_plain);
+  if (im.nsplit_partial) cudaFree(im.nsplit_partial);
   if (im.staging_plain) cudaFree(im.staging_plain);
 }
 

@@ -85,18 +85,19 @@ struct AllGatherMatmul::Impl {
   uint64_t* pull_end = nullptr;      // heap [world]: pull's end barrier slots (dec_seq epochs)
   int64_t ksplit_slot_floats = 0;    // one partial: ksplit_max_m x ksplit_max_n rounded up to 8
   float* ksplit_own = nullptr;       // heap [slot]: this rank's partial (the GEMM's output); nsplit: the
-                                     // peers' C blocks (16-bit), written by them once this rank is in the launch
+                                     // peers' C blocks (16-bit), written by them once every rank is in the launch
   float* ksplit_recv = nullptr;      // heap [2][world - 1][slot]: peers' partials by launch parity
-  uint64_t* ksplit_ready = nullptr;  // heap [world]: nsplit's "free" flags (ksplit_seq epochs)
   uint64_t* ksplit_flags = nullptr;  // heap [world * kKsplitMaxCtas]: two-kernel path, partials arrived
   uint64_t* ksplit_sum_flags = nullptr;  // heap [world * kKsplitMaxCtas]: two-kernel path, summed slices arrived
   uint64_t* ksplit_band_flags = nullptr;  // heap [world][ksplit_sizes.band_flags]
-  uint64_t* nsplit_flags = nullptr;       // heap [2][world * kKsplitMaxCtas]: nsplit's A and C all-gathers
+  uint64_t* nsplit_flags = nullptr;       // heap [world * kKsplitMaxCtas]: nsplit's C all-gather
+  float* nsplit_partial = nullptr;        // device memory [nsplit_partial_floats]: nsplit's fp32 block of C
+  int64_t nsplit_partial_floats = 0;      // ksplit_max_m x its widest column block
   uint64_t* side_ready = nullptr;         // heap [world]: ksplit's side-stream A gather ("free", side_seq epochs)
   uint64_t* side_flags = nullptr;         // heap [world * kKsplitMaxCtas]: its arrival flags
   KsplitHeap ksplit_sizes;           // the skinny path's inbox geometry among them
   uint4* skinny_inbox = nullptr;     // heap [2][world - 1][skinny lines]: LL lines by launch parity
-  // dec_seq.counter: decomposed's, fused-ce's and pull's epoch
+  // dec_seq.counter: decomposed's, fused-ce's, pull's, ksplit bands' and nsplit's begin-barrier epoch
   dev::LaunchSequence push_seq{}, gemm_seq{}, dec_seq{}, ksplit_seq{}, side_seq{};
   cudaStream_t side = nullptr;       // the op's second stream (push kernel, copy-engine copies)
   cudaEvent_t fork = nullptr, join = nullptr;
@@ -110,6 +111,7 @@ struct AllGatherMatmul::Impl {
       if (buf) out.push_back({buf, capacity_bytes});
     if (ksplit_own) out.push_back({ksplit_own, ksplit_slot_floats * 4});
     if (ksplit_recv) out.push_back({ksplit_recv, 2 * (world - 1) * ksplit_slot_floats * 4});
+    if (nsplit_partial) out.push_back({nsplit_partial, nsplit_partial_floats * 4});
     if (skinny_inbox) out.push_back({skinny_inbox, 2 * (world - 1) * skinny_slot_lines() * 16});
     return out;
   }

@@ -164,42 +164,78 @@ GatheredA AllGatherMatmul::launch_ksplit_bands(const AgmmArgs& a, cudaStream_t s
   return {im.gathered, slot.ld};
 }
 
-// Three kernels on the stream: the all-gather of the A shards, cuBLASLt for this rank's column
-// block of C over the gathered A (straight into C), the all-gather of the C blocks through the
-// peers' receive buffers (agmm_block_gather.cu).
+// This rank's column block of C, summed over K in fp32 as the shards arrive, then the all-gather
+// of the C blocks. Side stream: the begin barrier, then the copy engine moves A_shard into every
+// peer's gathered A, each copy followed by its arrival flag (decomposed's scheme), then into this
+// rank's own slot. Main stream: cuBLASLt on this rank's K rows straight from A_shard (it reads and
+// writes only this rank's buffers, so it starts before the barrier and overlaps the copies), then,
+// per arriving shard (rank+1, rank+2, ...: the order they are sent in), its K rows added in fp32;
+// then the C kernel rounds the block into C and all-gathers it (a programmatic dependent launch).
 GatheredA AllGatherMatmul::launch_nsplit(const AgmmArgs& a, cudaStream_t s) {
   const agmm::BlockGatherPlan plan = make_nsplit_plan(a, team_.world(), config_, team_.sm_count());  // validates
   const ShardShape sh = agmm_shard_shape(a.m, a.k, a.gather_dim, team_.world());
   Impl& im = *impl_;
+  const auto& view = team_.view();
   const int w = team_.world(), rank = team_.rank();
   const GatheredA slot = local_slot(a.m, a.k, a.gather_dim);
   const int64_t c0 = plan.blocks.begin(rank), cols = plan.blocks.cols(rank);
-  gemm::GemmArgs g = gemm_args(a, im.gathered, sh.ld);
-  g.n = cols;
-  g.b = static_cast<const char*>(a.b) + (a.b_layout == gemm::BLayout::KN ? c0 : c0 * a.ldb) * kElem;
-  g.c = static_cast<char*>(a.c) + c0 * kElem;
-  if (cols > 0) gemm::cublaslt_prepare(g);  // all that can throw, first
+  uint64_t* epoch = im.dec_seq.counter;
+  const dev::FaultContext fault = team_.fault();
+  // Source src's K rows of B times its shard (this rank's from A_shard, the others' from the
+  // gathered A), for this rank's columns, into (the first) or onto the fp32 block.
+  auto source_gemm = [&](int src) {
+    gemm::GemmArgs g = src == rank ? gemm_args(a, a.a_shard, a.lda_shard)
+                                   : gemm_args(a, im.gathered + src * sh.cols * kElem, sh.ld);
+    g.b = b_from_k(a, src * sh.cols) + (a.b_layout == gemm::BLayout::KN ? c0 : c0 * a.ldb) * kElem;
+    g.n = cols, g.k = sh.cols;
+    g.c = im.nsplit_partial, g.ldc = plan.blocks.width;
+    return g;
+  };
+  auto out_type = [&](int src) {
+    return src == rank ? gemm::OutType::fp32 : gemm::OutType::fp32_accumulate;
+  };
+  if (cols > 0)  // all that can throw, first
+    for (int src = 0; src < w; ++src) gemm::cublaslt_prepare(source_gemm(src), out_type(src));
 
-  agmm::BlockGather ga = shard_gather(team_, a, slot, im.gathered, plan.ctas);
-  ga.ready = im.ksplit_ready;
-  ga.flags = im.nsplit_flags;
-  ga.seq = im.ksplit_seq;
-  agmm::BlockGather gc = ga;  // the C blocks, through the receive buffer (ksplit's own partial)
+  agmm::BlockGather gc;
+  gc.view = view;
   gc.plan = plan;
-  gc.src = static_cast<const char*>(g.c), gc.src_ld = a.ldc * kElem;
-  gc.dst = reinterpret_cast<char*>(im.ksplit_own), gc.dst_ld = ceil_div(a.n, 8) * 8 * kElem;
+  gc.partial = im.nsplit_partial, gc.partial_ld = plan.blocks.width;
+  gc.dtype = a.dtype;
+  gc.dst = reinterpret_cast<char*>(im.ksplit_own), gc.dst_ld = ceil_div(a.n, 8) * 8 * kElem;  // receive buffer
   gc.out = static_cast<char*>(a.c), gc.out_ld = a.ldc * kElem;
-  gc.copy_local = false;
-  gc.ready = nullptr;
-  gc.flags = im.nsplit_flags + w * agmm::kKsplitMaxCtas;
+  gc.flags = im.nsplit_flags;
   gc.after_gemm = true;
   gc.end_sequence = true;
   gc.skip_signal = skip_signal_;
   gc.site = dev::WaitSite::nsplit_block;
+  gc.seq = im.ksplit_seq;
+  gc.fault = fault;
 
-  agmm::enqueue_block_gather(ga, s);
-  if (cols > 0) gemm::cublaslt_launch(g, s);
+  TF_CUDA(cudaEventRecord(im.fork, s));
+  TF_CUDA(cudaStreamWaitEvent(im.side, im.fork, 0));
+  agmm::enqueue_begin(epoch, view, im.dec_barrier, fault, im.side);
+  TF_CUDA(cudaEventRecord(im.begun, im.side));
+  for (int i = 1; i < w; ++i) {
+    const int q = (rank - i + w) % w;  // the peer that consumes this shard soonest first
+    copy_rows(view.peer(const_cast<void*>(slot.ptr), q), slot.ld, a.a_shard, a.lda_shard, sh.rows, sh.cols, im.side);
+    agmm::enqueue_signal_copy(view.peer(im.dec_arrived, q) + rank, epoch, im.side);
+  }
+  // This rank's own slot from A_shard, locally: a read-back from a peer (copy_own_shard) could still
+  // run when that peer, done with this launch, writes its gathered A in a ksplit-skinny launch.
+  if (!in_place(a, slot))
+    copy_rows(const_cast<void*>(slot.ptr), slot.ld, a.a_shard, a.lda_shard, sh.rows, sh.cols, im.side);
+  TF_CUDA(cudaEventRecord(im.join, im.side));
+
+  if (cols > 0) gemm::cublaslt_launch(source_gemm(rank), s, out_type(rank));
+  TF_CUDA(cudaStreamWaitEvent(s, im.begun, 0));  // the arrival waits read the begin barrier's epoch
+  for (int i = 1; i < w; ++i) {
+    const int src = (rank + i) % w;
+    agmm::enqueue_wait(im.dec_arrived + src, epoch, fault, dev::WaitSite::all_gather_data, src, s);
+    if (cols > 0) gemm::cublaslt_launch(source_gemm(src), s, out_type(src));
+  }
   agmm::enqueue_block_gather(gc, s);
+  TF_CUDA(cudaStreamWaitEvent(s, im.join, 0));
   return {im.gathered, slot.ld};
 }
 

@@ -70,7 +70,7 @@ std::unique_ptr<Plan> make_plan(cublasLtHandle_t handle, const GemmArgs& g, OutT
   TF_CUBLAS(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)));
   TF_CUBLAS(cublasLtMatrixLayoutCreate(&p->a, type, nk ? g.k : g.n, nk ? g.n : g.k, g.ldb));
   TF_CUBLAS(cublasLtMatrixLayoutCreate(&p->b, type, g.k, g.m, g.lda));
-  TF_CUBLAS(cublasLtMatrixLayoutCreate(&p->c, out == OutType::fp32 ? CUDA_R_32F : type, g.n, g.m, g.ldc));
+  TF_CUBLAS(cublasLtMatrixLayoutCreate(&p->c, out != OutType::same ? CUDA_R_32F : type, g.n, g.m, g.ldc));
 
   cublasLtMatmulPreference_t pref = nullptr;
   TF_CUBLAS(cublasLtMatmulPreferenceCreate(&pref));
@@ -95,7 +95,7 @@ std::unique_ptr<Plan> make_plan(cublasLtHandle_t handle, const GemmArgs& g, OutT
   TF_REQUIRE(found > 0, Status::NotSupported,
              "cuBLASLt has no algorithm for M=" << g.m << " N=" << g.n << " K=" << g.k << " " << dtype_name(g.dtype)
                                                 << " B " << layout_name(g.b_layout)
-                                                << (out == OutType::fp32 ? " fp32 C" : ""));
+                                                << (out != OutType::same ? " fp32 C" : ""));
   p->algo = result.algo;
   return p;
 }
@@ -161,7 +161,7 @@ void cublaslt_prepare(const GemmArgs& args, OutType out) {
 void cublaslt_launch(const GemmArgs& args, cudaStream_t stream, OutType out) {
   std::lock_guard<std::mutex> lock(state_mutex());
   const Prepared p = prepare(args, out);
-  const float alpha = 1.0f, beta = 0.0f;
+  const float alpha = 1.0f, beta = out == OutType::fp32_accumulate ? 1.0f : 0.0f;
   TF_CUBLAS(cublasLtMatmul(p.device.handle, p.plan.op, &alpha, args.b, p.plan.a, args.a, p.plan.b, &beta, args.c,
                            p.plan.c, args.c, p.plan.c, &p.plan.algo, p.device.workspace, kWorkspaceBytes, stream));
 }
