@@ -229,9 +229,9 @@ TEST(GemmHooks, AddIntoABuffer) {
   expect_add_into<TileShape<64, 64, 13>, __half, Major::MN>(DType::fp16, BLayout::KN);
 }
 
-// cuBLASLt's fp32 outputs: a product over K in three calls (fp32, then fp32_accumulate twice, K
-// slices not multiples of 8 so A and B start misaligned) equals the whole product in fp32, and
-// nothing beyond each row's N columns is written.
+// cuBLASLt's fp32 outputs: a product over K in three calls (fp32, then fp32_accumulate twice; the
+// slices start at multiples of 8, the operands' alignment rule, but not of 64, and the last is
+// odd) equals the whole product in fp32, and nothing beyond each row's N columns is written.
 TEST(CublasLt, Fp32SumsOverKSlicesEqualTheProduct) {
   TF_REQUIRE_GPUS(1);
   for (BLayout layout : {BLayout::NK, BLayout::KN})
@@ -242,7 +242,7 @@ TEST(CublasLt, Fp32SumsOverKSlicesEqualTheProduct) {
       DevBuf c(size_t(p.m * ldp) * 4);
       StreamGuard st;
       TF_CUDA(cudaMemsetAsync(c.p, 0xFF, size_t(p.m * ldp) * 4, st.s));  // NaN
-      const int64_t cuts[] = {0, 333, 667, p.k};
+      const int64_t cuts[] = {0, 336, 664, p.k};
       for (int i = 0; i < 3; ++i) {
         GemmArgs g = p.args(c.p);
         g.ldc = ldp;

@@ -60,35 +60,43 @@ __device__ __forceinline__ void copy_rows_vec16(char* dst, int64_t dst_ld, const
 
 // dst[r][c] = T(src[r][c]) (round to nearest even) for rows [0, rows) of `cols` fp32 sums (src row
 // stride src_ld floats; dst row stride dst_ld bytes); T is __nv_bfloat16 or __half. Threads tid =
-// 0..nthreads-1 of the block all call. Four columns per step, kUnroll steps (float4 loads) in flight
-// per thread, when src, src_ld and dst, dst_ld allow 16- and 8-byte accesses; else one column per step.
+// 0..nthreads-1 of the block all call. Four columns per step (a float4 load, an 8-byte store) when
+// src, src_ld and dst, dst_ld allow it, else one; as copy_rows_vec16, a fixed thread -> (row,
+// column) assignment with kUnroll rows' loads in flight per thread, and no division in the loop.
 template <typename T, int kUnroll = 4>
 __device__ __forceinline__ void round_rows_f32(char* dst, int64_t dst_ld, const float* src, int64_t src_ld,
                                                int64_t rows, int64_t cols, uint32_t tid, uint32_t nthreads) {
   const bool vec = reinterpret_cast<uintptr_t>(src) % 16 == 0 && src_ld % 4 == 0 &&
                    reinterpret_cast<uintptr_t>(dst) % 8 == 0 && dst_ld % 8 == 0;
-  const int64_t groups = vec ? cols / 4 : 0, done = groups * 4;  // 4-column groups per row
-  const int64_t total = rows * groups;
-  for (int64_t i = tid; i < total; i += int64_t(nthreads) * kUnroll) {
-    float4 x[kUnroll];
+  const int64_t groups = vec ? cols / 4 : 0;  // 4-column groups per row
+  auto put = [](char* d, const float4& x) {
+    alignas(8) T y[4] = {T(x.x), T(x.y), T(x.z), T(x.w)};
+    *reinterpret_cast<uint2*>(d) = *reinterpret_cast<const uint2*>(y);
+  };
+  if (groups > nthreads) {  // wide rows: one row at a time
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t g = tid; g < groups; g += nthreads)
+        put(dst + r * dst_ld + g * 8, *reinterpret_cast<const float4*>(src + r * src_ld + g * 4));
+  } else if (groups > 0) {  // narrow rows: nthreads / groups rows per pass, kUnroll passes in flight
+    const uint32_t per_pass = nthreads / uint32_t(groups);
+    if (tid < per_pass * uint32_t(groups)) {
+      const int64_t r0 = tid / uint32_t(groups), g = tid % uint32_t(groups);
+      for (int64_t r = r0; r < rows; r += int64_t(per_pass) * kUnroll) {
+        float4 x[kUnroll];
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int64_t g = i + u * int64_t(nthreads);
-      if (g < total) x[u] = *reinterpret_cast<const float4*>(src + (g / groups) * src_ld + (g % groups) * 4);
-    }
+        for (int u = 0; u < kUnroll; ++u)
+          if (r + u * int64_t(per_pass) < rows)
+            x[u] = *reinterpret_cast<const float4*>(src + (r + u * int64_t(per_pass)) * src_ld + g * 4);
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int64_t g = i + u * int64_t(nthreads);
-      if (g >= total) continue;
-      alignas(8) T y[4] = {T(x[u].x), T(x[u].y), T(x[u].z), T(x[u].w)};
-      *reinterpret_cast<uint2*>(dst + (g / groups) * dst_ld + (g % groups) * 8) = *reinterpret_cast<const uint2*>(y);
+        for (int u = 0; u < kUnroll; ++u)
+          if (r + u * int64_t(per_pass) < rows) put(dst + (r + u * int64_t(per_pass)) * dst_ld + g * 8, x[u]);
+      }
     }
   }
-  const int64_t tail = cols - done;  // columns after the last group (all of them when not vectorized)
-  for (int64_t x = tid; x < rows * tail; x += nthreads) {
-    const int64_t r = x / tail, c = done + x % tail;
-    *reinterpret_cast<T*>(dst + r * dst_ld + c * 2) = T(src[r * src_ld + c]);
-  }
+  // The columns after the last group (all of them when not vectorized), one per thread and step.
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = groups * 4 + tid; c < cols; c += nthreads)
+      *reinterpret_cast<T*>(dst + r * dst_ld + c * 2) = T(src[r * src_ld + c]);
 }
 
 }  // namespace taxfree::dev
