@@ -8,6 +8,7 @@
 
 #include "gpu_env.h"
 #include "taxfree/device/barrier.cuh"
+#include "taxfree/device/launch_sequence.cuh"
 #include "taxfree/device/signal.cuh"
 #include "taxfree/device/tile_copy.cuh"
 #include "taxfree/runtime/error.h"
@@ -321,6 +322,56 @@ TEST(Primitives, PutGetAndBulkCopyMoveExactBytes) {
     cudaFree(got);
     t.heap().release(mark);
   }
+}
+
+// ---- launch sequences ------------------------------------------------------------------------
+
+// Each block records the epoch it took; begin / end, or enter / entered with the ticket turned
+// into the epoch at the block's start or (every third block) after a delay at its end.
+__global__ void sequence_kernel(dev::LaunchSequence seq, bool enter, uint64_t* epochs) {
+  uint64_t e = 0;
+  if (enter) {
+    if (threadIdx.x == 0) {
+      const uint64_t ticket = dev::sequence_enter(seq);
+      if (blockIdx.x % 3 == 0) __nanosleep(2000);
+      e = dev::sequence_entered(seq, ticket, gridDim.x);
+    }
+  } else {
+    e = dev::sequence_begin(seq);
+    dev::sequence_end(seq, e);
+  }
+  if (threadIdx.x == 0) epochs[blockIdx.x] = e;
+}
+
+// Both ways give every block of launch i the epoch i + 1 (from a fresh counter), for grids of 1 to
+// 4096 blocks (more than fit at once: blocks enter while others have finished) over 120 launches,
+// and leave the counter ready for the next launch.
+TEST(LaunchSequence, BothWaysGiveEveryBlockTheLaunchsEpoch) {
+  TF_REQUIRE_GPUS(1);
+  constexpr int kLaunches = 120;
+  for (bool enter : {false, true})
+    for (int grid : {1, 2, 131, 4096}) {
+      uint64_t* d = nullptr;
+      TF_CUDA(cudaMalloc(&d, sizeof(uint64_t) * (2 + size_t(kLaunches) * grid)));
+      TF_CUDA(cudaMemset(d, 0, 2 * sizeof(uint64_t)));
+      TF_CUDA(cudaMemset(d + 2, 0xFF, sizeof(uint64_t) * size_t(kLaunches) * grid));  // poison
+      const dev::LaunchSequence seq{d, reinterpret_cast<uint32_t*>(d + 1)};
+      for (int i = 0; i < kLaunches; ++i) sequence_kernel<<<grid, 64, 0, team().stream()>>>(seq, enter, d + 2 + i * grid);
+      TF_CUDA(cudaGetLastError());
+      std::vector<uint64_t> h(2 + size_t(kLaunches) * grid);
+      TF_CUDA(cudaMemcpyAsync(h.data(), d, h.size() * sizeof(uint64_t), cudaMemcpyDeviceToHost, team().stream()));
+      TF_CUDA(cudaStreamSynchronize(team().stream()));
+      TF_CUDA(cudaFree(d));
+      const std::string what = std::string(enter ? "enter" : "begin") + " grid " + std::to_string(grid);
+      int64_t bad = 0;
+      for (int i = 0; i < kLaunches; ++i)
+        for (int b = 0; b < grid; ++b)
+          if (h[2 + size_t(i) * grid + b] != uint64_t(i + 1) && bad++ < 5)
+            ADD_FAILURE() << what << ": launch " << i << " block " << b << " took epoch " << h[2 + size_t(i) * grid + b];
+      EXPECT_EQ(bad, 0) << what;
+      EXPECT_EQ(h[0], enter ? uint64_t(kLaunches) << 32 : uint64_t(kLaunches)) << what << ": counter";
+      EXPECT_EQ(h[1] & 0xFFFFFFFFu, 0u) << what << ": finished count";
+    }
 }
 
 TEST(Heap, CheckModeNamesMismatchedAllocations) {

@@ -1,9 +1,19 @@
 // Per-op launch sequence numbers kept on the device, so epochs advance without the host (CUDA
-// graph replay, back-to-back launches).
+// graph replay, back-to-back launches). Two ways to use one; a sequence keeps to one way (the
+// counter's meaning differs), and launches on it are stream-ordered (no programmatic overlap of
+// two launches of one sequence).
 //
-// Every block reads the same `seq = *counter + 1` at start; the last block to finish stores
-// `seq` into the counter. The counter changes only after every block of the launch has read it,
-// and the next launch on the stream starts after this one ends, so all blocks agree.
+// begin / end: every block reads the same `seq = *counter + 1` at start; the last block to finish
+// stores `seq` into the counter. The counter changes only after every block of the launch has read
+// it, and the next launch on the stream starts after this one ends, so all blocks agree. The
+// finishing block's fenced read-modify-write sits in the launch's tail.
+//
+// enter / entered: the counter holds (launches << 32) | blocks entered in the current launch
+// (`finished` unused). One thread per block takes a ticket at its start (a relaxed fetch_add, whose
+// round trip can overlap the block's work) and later turns it into the epoch (launches + 1, the
+// same numbering as begin / end); the block whose ticket completes the count advances the counter
+// to (launches + 1) << 32 for the next launch. Nothing in the launch's tail. At most 2^32 - 1
+// blocks per launch.
 #pragma once
 
 #include <cstdint>
@@ -41,6 +51,19 @@ __device__ __forceinline__ void sequence_end(const LaunchSequence& s, uint64_t s
   __syncthreads();
   if (threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0)
     sequence_arrive(s, seq, gridDim.x * gridDim.y * gridDim.z);
+}
+
+// One thread per block, at its start. The returned ticket goes to sequence_entered.
+__device__ __forceinline__ uint64_t sequence_enter(const LaunchSequence& s) {
+  return fetch_add<Sem::relaxed, Scope::gpu>(s.counter, uint64_t(1));
+}
+
+// The same thread, once per block, any time after sequence_enter (before the block needs the
+// epoch, or at its end if it never does). `blocks`: every block of the launch enters.
+__device__ __forceinline__ uint64_t sequence_entered(const LaunchSequence& s, uint64_t ticket, uint32_t blocks) {
+  // The last block in: every block of the launch has taken its ticket; no later launch has started.
+  if (uint32_t(ticket) == blocks - 1) fetch_add<Sem::relaxed, Scope::gpu>(s.counter, (uint64_t(1) << 32) - blocks);
+  return (ticket >> 32) + 1;
 }
 
 #endif  // __CUDACC__

@@ -67,6 +67,7 @@ struct AttendSmem {
     Merge merge;
     PartialTile<D> tile;     // the CTA's result
     CombineScratch scratch;  // for cta_combine_partials by the caller
+    uint64_t word;           // free for the caller: one value to share with the CTA
   };
   union {
     Stage pipe[kWarps][kStages];

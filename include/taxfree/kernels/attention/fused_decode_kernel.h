@@ -12,7 +12,11 @@
 // schedules and why neither can deadlock.
 //
 // Epochs, buffers, reuse (no host reset between launches, CUDA-graph safe):
-//  * epoch e = dev::sequence_begin(seq), +1 per launch of the op; lines carry uint32(e).
+//  * epoch e from the op's sequence, entered way (launch_sequence.cuh), +1 per launch of the op;
+//    lines carry uint32(e). Thread 0 takes the ticket at the CTA's start and turns it into the
+//    epoch only when the first partial is ready (shared with the CTA through post.word), so the
+//    atomic's round trip hides behind the attention, and the launch's tail holds no fenced atomic
+//    waiting for the output stores.
 //  * Launch e uses inbox parity e & 1, at a line fixed by the op's maxima whatever the launch's
 //    shape (fused_inbox_span): a sender may write its lines of e + 1 while a receiver still reads
 //    those of e, so the two parities must not overlap. A receiver reads parity e & 1 only during its launch e,
@@ -56,9 +60,9 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) fused_decode_kernel(cons
   auto& smem = *reinterpret_cast<AttendSmem<D, kStages>*>(smem_raw);
   const DecodeParams& d = p.d;
   const dev::SymmetricView& v = p.view;
-  const uint64_t epoch = dev::sequence_begin(p.seq);
+  const uint64_t ticket = threadIdx.x == 0 ? dev::sequence_enter(p.seq) : 0;
+  uint64_t epoch = 0;  // 0: not known yet (epochs start at 1)
   const int64_t sender_lines = p.rows * kRow;
-  uint4* const inbox = p.ll + fused_inbox_span(epoch, p.parity_lines, v.world, p.rows, D).begin;  // this parity
   uint64_t* const trace = p.trace != nullptr && threadIdx.x == 0 ? p.trace + blockIdx.x * kFusedTraceEvents : nullptr;
   const auto mark = [&](int event) {
     if (trace != nullptr) trace[event] = dev::global_timer_ns();
@@ -67,10 +71,21 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) fused_decode_kernel(cons
     for (int e = 0; e < kFusedTraceEvents; ++e)
       trace[e] = e == kTraceStart ? dev::global_timer_ns() : e == kTraceSm ? dev::sm_id() : 0;
 
+  // Every thread, once the CTA's partial is ready: the epoch, through post.word (the ring it aliases
+  // is idle until the next attend, which every thread reaches after a barrier); ends with a barrier.
+  const auto share_epoch = [&] {
+    if (threadIdx.x == 0) {
+      if (epoch == 0) epoch = dev::sequence_entered(p.seq, ticket, gridDim.x);
+      smem.post.word = epoch;
+    }
+    __syncthreads();
+    epoch = smem.post.word;
+  };
   // This rank's partial of `rows` rows from query row `row` on, in `part`: send it, then combine
-  // as the peers' lines arrive (no barrier between: the push only reads `part`). False: a wait
-  // gave up (the fault record names it); the CTA must stop.
+  // as the peers' lines arrive (no barrier between: the push only reads `part`). After
+  // share_epoch. False: a wait gave up (the fault record names it); the CTA must stop.
   const auto exchange = [&](const PartialTile<D>& part, int rows, int64_t row) {
+    uint4* const inbox = p.ll + fused_inbox_span(epoch, p.parity_lines, v.world, p.rows, D).begin;  // this parity
     mark(kTraceMerged);
     if (!p.skip_signal) cta_push_partial_ll<D>(part, rows, inbox + v.rank * sender_lines + row * kRow, v, uint32_t(epoch));
     mark(kTracePushed);
@@ -109,6 +124,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) fused_decode_kernel(cons
     cluster_arrive();
     cluster_wait();  // every split's rows are in their merging CTA's inbox
     mark(kTraceSynced);
+    share_epoch();
     if (rb.begin < rb.end) {
       cta_merge_inbox_rows<D>(cluster_inbox, sr.splits, per, rb.end - rb.begin, smem.post.scratch, smem.post.tile);
       exchange(smem.post.tile, rb.end - rb.begin, int64_t(it.group) * d.group + rb.begin);
@@ -132,10 +148,12 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) fused_decode_kernel(cons
                                 sr.splits, group, smem.post.scratch, tile);
       }
       // The group's partial is in `tile` (both paths end with a CTA barrier).
+      share_epoch();
       if (!exchange(tile, group, int64_t(it.group) * group)) break;
     }
   }
-  dev::sequence_end(p.seq, epoch);
+  // A CTA that sent nothing still counts as entered (it may be the last one in).
+  if (threadIdx.x == 0 && epoch == 0) dev::sequence_entered(p.seq, ticket, gridDim.x);
   mark(kTraceEnd);
 }
 
