@@ -44,6 +44,25 @@ inline void copy_rows(void* dst, int64_t dst_ld, const void* src, int64_t src_ld
                             size_t(rows), cudaMemcpyDeviceToDevice, s));
 }
 
+// This rank's shard into its own slot of the gathered A, enqueued on `s` after the copies into the
+// peers' slots: read back over NVLink from the slot of the peer it went to first, (rank - 1) % world,
+// not copied locally from A_shard. A local device-to-device copy beside cuBLASLt slowed the GEMM by
+// about as long as the copy takes alone; the copies over NVLink (a tenth of the HBM rate) cost it
+// little. r44, decomposed, N = 4096: M = 8192 751-772 against 787-810 us, M = 16384 1489-1530 against
+// 1585-1621, the same as with A_shard already in place. Not for ksplit's bands, whose epilogue sends
+// the partials over NVLink at the same time (r44: M = 512 76 against 65-68 us). Safe: the peer's
+// slot for this rank holds exactly the shard (stream order), and whatever writes it later, in any
+// variant, writes data this rank sends in a later launch (its copies, its lines, its part of an
+// NCCL all-gather), which this rank starts only after this launch, side stream included, ended.
+// One rank: the local copy. decomposed (gather_dim 0) and nsplit.
+inline void copy_own_shard(const dev::SymmetricView& view, const GatheredA& slot, const AgmmArgs& a,
+                           int64_t rows, int64_t cols, cudaStream_t s) {
+  const void* src = a.a_shard;
+  int64_t src_ld = a.lda_shard;
+  if (view.world > 1) src = view.peer(slot.ptr, (view.rank - 1 + view.world) % view.world), src_ld = slot.ld;
+  copy_rows(const_cast<void*>(slot.ptr), slot.ld, src, src_ld, rows, cols, s);
+}
+
 // The whole product's GEMM arguments with A at `gathered` (row stride ld elements).
 inline gemm::GemmArgs gemm_args(const AgmmArgs& a, const void* gathered, int64_t ld) {
   gemm::GemmArgs g;

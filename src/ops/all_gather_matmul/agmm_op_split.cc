@@ -221,10 +221,7 @@ GatheredA AllGatherMatmul::launch_nsplit(const AgmmArgs& a, cudaStream_t s) {
     copy_rows(view.peer(const_cast<void*>(slot.ptr), q), slot.ld, a.a_shard, a.lda_shard, sh.rows, sh.cols, im.side);
     agmm::enqueue_signal_copy(view.peer(im.dec_arrived, q) + rank, epoch, im.side);
   }
-  // This rank's own slot from A_shard, locally: a read-back from a peer (copy_own_shard) could still
-  // run when that peer, done with this launch, writes its gathered A in a ksplit-skinny launch.
-  if (!in_place(a, slot))
-    copy_rows(const_cast<void*>(slot.ptr), slot.ld, a.a_shard, a.lda_shard, sh.rows, sh.cols, im.side);
+  if (!in_place(a, slot)) copy_own_shard(view, slot, a, sh.rows, sh.cols, im.side);  // read back from a peer
   TF_CUDA(cudaEventRecord(im.join, im.side));
 
   if (cols > 0) gemm::cublaslt_launch(source_gemm(rank), s, out_type(rank));
