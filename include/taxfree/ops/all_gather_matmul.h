@@ -93,10 +93,10 @@
 //              cuBLASLt multiplies this rank's own shard by B's matching K rows and block columns
 //              into an fp32 block (nsplit_partial_floats, device memory); each peer's shard, once
 //              arrived, adds its K rows to it in fp32 (cuBLASLt again, in the order rank+1,
-//              rank+2, ...). Then one kernel (a programmatic dependent launch) rounds the block into
-//              C once, stores it into every peer's receive buffer (ksplit's own partial buffer)
-//              with one epoch flag per (source, CTA), and copies each peer's block from there into
-//              C. Moves the shards plus M x N 16-bit values per rank (ksplit moves M x N fp32
+//              rank+2, ...; one rank: its one product straight into C). Then one kernel (a
+//              programmatic dependent launch) rounds the block into C once, stores it into every
+//              peer's receive buffer (ksplit's own partial buffer) with one epoch flag per (source,
+//              CTA), and copies each peer's block from there into C. Moves the shards plus M x N 16-bit values per rank (ksplit moves M x N fp32
 //              partials); C is the same bits on every rank. Shares ksplit's launch sequence.
 //   auto       one of the above per shape, from a table of measurements (choose_agmm_variant).
 //

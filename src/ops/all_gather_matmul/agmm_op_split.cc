@@ -182,16 +182,21 @@ GatheredA AllGatherMatmul::launch_nsplit(const AgmmArgs& a, cudaStream_t s) {
   uint64_t* epoch = im.dec_seq.counter;
   const dev::FaultContext fault = team_.fault();
   // Source src's K rows of B times its shard (this rank's from A_shard, the others' from the
-  // gathered A), for this rank's columns, into (the first) or onto the fp32 block.
+  // gathered A), for this rank's columns, into (the first) or onto the fp32 block; one rank has a
+  // single source: straight into C, rounded by cuBLASLt.
+  const bool one_source = w == 1;
+  char* const c_block = static_cast<char*>(a.c) + c0 * kElem;
   auto source_gemm = [&](int src) {
     gemm::GemmArgs g = src == rank ? gemm_args(a, a.a_shard, a.lda_shard)
                                    : gemm_args(a, im.gathered + src * sh.cols * kElem, sh.ld);
     g.b = b_from_k(a, src * sh.cols) + (a.b_layout == gemm::BLayout::KN ? c0 : c0 * a.ldb) * kElem;
     g.n = cols, g.k = sh.cols;
-    g.c = im.nsplit_partial, g.ldc = plan.blocks.width;
+    if (one_source) g.c = c_block, g.ldc = a.ldc;
+    else g.c = im.nsplit_partial, g.ldc = plan.blocks.width;
     return g;
   };
   auto out_type = [&](int src) {
+    if (one_source) return gemm::OutType::same;
     return src == rank ? gemm::OutType::fp32 : gemm::OutType::fp32_accumulate;
   };
   if (cols > 0)  // all that can throw, first
@@ -200,7 +205,8 @@ GatheredA AllGatherMatmul::launch_nsplit(const AgmmArgs& a, cudaStream_t s) {
   agmm::BlockGather gc;
   gc.view = view;
   gc.plan = plan;
-  gc.partial = im.nsplit_partial, gc.partial_ld = plan.blocks.width;
+  if (one_source) gc.src = c_block, gc.src_ld = a.ldc * kElem;
+  else gc.partial = im.nsplit_partial, gc.partial_ld = plan.blocks.width;
   gc.dtype = a.dtype;
   gc.dst = reinterpret_cast<char*>(im.ksplit_own), gc.dst_ld = ceil_div(a.n, 8) * 8 * kElem;  // receive buffer
   gc.out = static_cast<char*>(a.c), gc.out_ld = a.ldc * kElem;
