@@ -231,40 +231,47 @@ TEST(GemmHooks, AddIntoABuffer) {
 
 // cuBLASLt's fp32 outputs: a product over K in three calls (fp32, then fp32_accumulate twice; the
 // slices start at multiples of 8, the operands' alignment rule, but not of 64, and the last is
-// odd) equals the whole product in fp32, and nothing beyond each row's N columns is written.
+// odd) equals the whole product in fp32, and nothing beyond each row's N columns is written. Two
+// shapes: one cuBLASLt tiles, and a skinny one with long slices (M = 3) where it splits K.
 TEST(CublasLt, Fp32SumsOverKSlicesEqualTheProduct) {
   TF_REQUIRE_GPUS(1);
-  for (BLayout layout : {BLayout::NK, BLayout::KN})
-    for (DType dtype : {DType::bf16, DType::fp16}) {
-      const Problem p = make_problem(127, 1003, 1001, dtype, layout, 4242 + int(layout) * 3 + int(dtype));
-      const int64_t ldp = (p.n + 7) / 8 * 8 + 8;
-      const std::string what = std::string("fp32 sums ") + dtype_name(dtype) + " " + layout_name(layout);
-      DevBuf c(size_t(p.m * ldp) * 4);
-      StreamGuard st;
-      TF_CUDA(cudaMemsetAsync(c.p, 0xFF, size_t(p.m * ldp) * 4, st.s));  // NaN
-      const int64_t cuts[] = {0, 336, 664, p.k};
-      for (int i = 0; i < 3; ++i) {
-        GemmArgs g = p.args(c.p);
-        g.ldc = ldp;
-        g.k = cuts[i + 1] - cuts[i];
-        g.a = static_cast<const uint16_t*>(p.da->p) + cuts[i];
-        g.b = static_cast<const uint16_t*>(p.db->p) + (layout == BLayout::NK ? cuts[i] : cuts[i] * p.ldb);
-        cublaslt_launch(g, st.s, i == 0 ? OutType::fp32 : OutType::fp32_accumulate);
-      }
-      std::vector<float> got(size_t(p.m * ldp));
-      TF_CUDA(cudaMemcpyAsync(got.data(), c.p, got.size() * 4, cudaMemcpyDeviceToHost, st.s));
-      TF_CUDA(cudaStreamSynchronize(st.s));
-      for (int64_t i = 0; i < p.m; ++i)
-        for (int64_t j = p.n; j < ldp; ++j) ASSERT_TRUE(std::isnan(got[i * ldp + j])) << what << ": padding written";
-      int64_t bad = 0;
-      for (size_t r = 0; r < p.rows.size(); ++r)
-        for (int64_t j = 0; j < p.n; ++j) {
-          const double want = p.ref[r * p.n + j], x = got[p.rows[r] * ldp + j];
-          if (!(std::fabs(x - want) <= 1e-4 * std::sqrt(double(p.k))) && bad++ < 5)
-            ADD_FAILURE() << what << ": C[" << p.rows[r] << ", " << j << "] = " << x << ", want " << want;
+  struct Case {
+    ShapeCase shape;
+    int64_t cuts[4];
+  };
+  const Case cases[] = {{{127, 1003, 1001}, {0, 336, 664, 1001}}, {{3, 1003, 8200}, {0, 4104, 6152, 8200}}};
+  for (const Case& cs : cases)
+    for (BLayout layout : {BLayout::NK, BLayout::KN})
+      for (DType dtype : {DType::bf16, DType::fp16}) {
+        const Problem p = make_problem(cs.shape.m, cs.shape.n, cs.shape.k, dtype, layout,
+                                       4242 + int(layout) * 3 + int(dtype) + cs.shape.m);
+        const int64_t ldp = (p.n + 7) / 8 * 8 + 8;
+        const std::string what = "fp32 sums " + label(cs.shape, dtype, layout);
+        DevBuf c(size_t(p.m * ldp) * 4);
+        StreamGuard st;
+        TF_CUDA(cudaMemsetAsync(c.p, 0xFF, size_t(p.m * ldp) * 4, st.s));  // NaN
+        for (int i = 0; i < 3; ++i) {
+          GemmArgs g = p.args(c.p);
+          g.ldc = ldp;
+          g.k = cs.cuts[i + 1] - cs.cuts[i];
+          g.a = static_cast<const uint16_t*>(p.da->p) + cs.cuts[i];
+          g.b = static_cast<const uint16_t*>(p.db->p) + (layout == BLayout::NK ? cs.cuts[i] : cs.cuts[i] * p.ldb);
+          cublaslt_launch(g, st.s, i == 0 ? OutType::fp32 : OutType::fp32_accumulate);
         }
-      EXPECT_EQ(bad, 0) << what;
-    }
+        std::vector<float> got(size_t(p.m * ldp));
+        TF_CUDA(cudaMemcpyAsync(got.data(), c.p, got.size() * 4, cudaMemcpyDeviceToHost, st.s));
+        TF_CUDA(cudaStreamSynchronize(st.s));
+        for (int64_t i = 0; i < p.m; ++i)
+          for (int64_t j = p.n; j < ldp; ++j) ASSERT_TRUE(std::isnan(got[i * ldp + j])) << what << ": padding written";
+        int64_t bad = 0;
+        for (size_t r = 0; r < p.rows.size(); ++r)
+          for (int64_t j = 0; j < p.n; ++j) {
+            const double want = p.ref[r * p.n + j], x = got[p.rows[r] * ldp + j];
+            if (!(std::fabs(x - want) <= 1e-4 * std::sqrt(double(p.k))) && bad++ < 5)
+              ADD_FAILURE() << what << ": C[" << p.rows[r] << ", " << j << "] = " << x << ", want " << want;
+          }
+        EXPECT_EQ(bad, 0) << what;
+      }
 }
 
 }  // namespace
