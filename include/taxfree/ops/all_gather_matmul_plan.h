@@ -243,7 +243,7 @@ struct ColumnBlocks {
 // A block all-gather (agmm_block_gather.cu): rank r's block (all m rows, columns
 // [blocks.begin(r), blocks.begin(r) + blocks.cols(r))) goes to every rank; CTA j of every rank
 // moves rows [rows(j)) of its block and its flag (source, j) tells the peers that part arrived.
-// nsplit's C blocks (make_nsplit_plan) and the A shards of nsplit and ksplit (shard_gather_plan).
+// nsplit's C blocks (make_nsplit_plan) and ksplit's A shards on its side stream (shard_gather_plan).
 // ctas in [1, kKsplitMaxCtas]; the kernel's waits are on peers, never on CTAs of its own rank.
 struct BlockGatherPlan {
   ColumnBlocks blocks;

@@ -71,8 +71,8 @@ inline gemm::GemmArgs gemm_args(const AgmmArgs& a, const void* gathered, int64_t
   return g;
 }
 
-// The A shards as a block all-gather into every rank's gathered A (nsplit; ksplit's two-kernel
-// path); the caller sets ready, flags and the sequence.
+// The A shards as a block all-gather into every rank's gathered A (ksplit's two-kernel path, on
+// its side stream); the caller sets ready, flags and the sequence.
 inline BlockGather shard_gather(const Team& team, const AgmmArgs& a, const GatheredA& slot, char* gathered,
                                 int max_ctas) {
   BlockGather g;
