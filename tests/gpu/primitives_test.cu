@@ -2,12 +2,16 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
 #include <cstring>
 #include <random>
 #include <vector>
 
 #include "gpu_env.h"
 #include "taxfree/device/barrier.cuh"
+#include "taxfree/device/copy_rows.cuh"
 #include "taxfree/device/launch_sequence.cuh"
 #include "taxfree/device/signal.cuh"
 #include "taxfree/device/tile_copy.cuh"
@@ -322,6 +326,66 @@ TEST(Primitives, PutGetAndBulkCopyMoveExactBytes) {
     cudaFree(got);
     t.heap().release(mark);
   }
+}
+
+// ---- rounding fp32 rows into 16-bit rows ------------------------------------------------------
+
+template <class T>
+__global__ void round_rows_kernel(char* dst, int64_t dst_ld, const float* src, int64_t src_ld, int64_t rows,
+                                  int64_t cols) {
+  dev::round_rows_f32<T>(dst, dst_ld, src, src_ld, rows, cols, threadIdx.x, blockDim.x);
+}
+
+// dev::round_rows_f32 against the host's round-to-nearest-even, bit for bit: rows 1-9, columns on
+// both sides of a 4-column group and of the block's width in groups (narrow and wide rows), strides
+// that allow the vector path and ones that do not (odd dst stride, src stride not a multiple of 4),
+// both types; nothing outside the block written.
+TEST(CopyRows, RoundRowsF32MatchesHostRoundingBitForBit) {
+  TF_REQUIRE_GPUS(1);
+  constexpr uint16_t kGuard = 0xA5A5;
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> u(-300.f, 300.f);
+  for (bool bf16 : {true, false})
+    for (int64_t rows : {1, 3, 9})
+      for (int64_t cols : {1, 3, 4, 5, 448, 1003, 2100})
+        for (bool aligned : {true, false}) {
+          // Aligned: both strides allow float4 loads and 8-byte stores. Not: an odd number of elements
+          // per row on both sides, so neither does (every column takes the one-column path).
+          const int64_t src_ld = aligned ? (cols + 3) / 4 * 4 + 4 : cols | 1;          // floats
+          const int64_t dst_ld = aligned ? ((cols + 3) / 4 * 4 + 8) * 2 : (cols | 1) * 2;  // bytes
+          std::vector<float> h_src(size_t(rows * src_ld));
+          for (float& x : h_src) x = u(rng) * (rng() % 7 == 0 ? 1e-30f : 1.f);  // subnormal-range values too
+          const size_t dst_bytes = size_t(rows * dst_ld);
+          float* d_src = nullptr;
+          char* d_dst = nullptr;
+          TF_CUDA(cudaMalloc(&d_src, h_src.size() * 4));
+          TF_CUDA(cudaMalloc(&d_dst, dst_bytes));
+          TF_CUDA(cudaMemcpy(d_src, h_src.data(), h_src.size() * 4, cudaMemcpyHostToDevice));
+          std::vector<uint16_t> fill(dst_bytes / 2, kGuard);
+          TF_CUDA(cudaMemcpy(d_dst, fill.data(), dst_bytes, cudaMemcpyHostToDevice));
+          if (bf16) round_rows_kernel<__nv_bfloat16><<<1, 512>>>(d_dst, dst_ld, d_src, src_ld, rows, cols);
+          else round_rows_kernel<__half><<<1, 512>>>(d_dst, dst_ld, d_src, src_ld, rows, cols);
+          TF_CUDA(cudaGetLastError());
+          std::vector<uint16_t> got(dst_bytes / 2);
+          TF_CUDA(cudaMemcpy(got.data(), d_dst, dst_bytes, cudaMemcpyDeviceToHost));
+          cudaFree(d_src);
+          cudaFree(d_dst);
+          const std::string what = std::string(bf16 ? "bf16" : "fp16") + " rows " + std::to_string(rows) + " cols " +
+                                   std::to_string(cols) + (aligned ? " vector" : " scalar");
+          int64_t bad = 0;
+          for (int64_t r = 0; r < rows; ++r)
+            for (int64_t c = 0; c < dst_ld / 2; ++c) {
+              uint16_t want = kGuard;
+              if (c < cols) {
+                const float x = h_src[size_t(r * src_ld + c)];
+                want = bf16 ? __nv_bfloat16_raw(__float2bfloat16_rn(x)).x : __half_raw(__float2half_rn(x)).x;
+              }
+              if (got[size_t(r * dst_ld / 2 + c)] != want && bad++ < 5)
+                ADD_FAILURE() << what << ": [" << r << ", " << c << "] = " << got[size_t(r * dst_ld / 2 + c)]
+                              << ", want " << want;
+            }
+          EXPECT_EQ(bad, 0) << what;
+        }
 }
 
 // ---- launch sequences ------------------------------------------------------------------------
