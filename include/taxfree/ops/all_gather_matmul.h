@@ -156,7 +156,7 @@ struct AgmmConfig {
   // bytes of heap, plus the skinny path's line inboxes (ksplit_heap: 18 MiB per peer at the
   // defaults and world 2); 210 MiB for 2 ranks at the defaults, about 1.05 GiB for 8 (the default
   // heap is max(4, world + 2) GiB). nsplit's fp32 block of C takes nsplit_partial_floats * 4 bytes
-  // of device memory beside it (32 MiB for 2 ranks at the defaults, 64 MiB for 1). 0 in either: no
+  // of device memory beside it (32 MiB for 2 ranks at the defaults; none for 1). 0 in either: no
   // ksplit or nsplit buffers; ksplit and nsplit launches are rejected and auto never picks them.
   int64_t ksplit_max_m = 1024;
   int64_t ksplit_max_n = 16384;
@@ -276,8 +276,8 @@ struct KsplitHeap {
 KsplitHeap ksplit_heap(const AgmmConfig& config, int world);
 
 // nsplit's fp32 partial, in floats: ksplit_max_m rows of the widest column block make_nsplit_plan
-// cuts at ksplit_max_n (device memory, not heap: only this rank reads and writes it). 0 when ksplit
-// is disabled. Pure.
+// cuts at ksplit_max_n (device memory, not heap: only this rank reads and writes it; allocated only
+// for two ranks or more). 0 when ksplit is disabled. Pure.
 int64_t nsplit_partial_floats(const AgmmConfig& config, int world);
 
 // The variant `auto` runs for a launch on `world` ranks (a table filled from measurements), among

@@ -85,8 +85,10 @@ AllGatherMatmul::AllGatherMatmul(Team& team, AgmmConfig config)
     TF_CUDA(cudaMemset(im.ksplit_band_flags, 0, bands * sizeof(uint64_t)));
     im.nsplit_flags = heap.allocate_array<uint64_t>(w * agmm::kKsplitMaxCtas, "all_gather_matmul.nsplit_flags");
     TF_CUDA(cudaMemset(im.nsplit_flags, 0, w * agmm::kKsplitMaxCtas * sizeof(uint64_t)));
-    im.nsplit_partial_floats = nsplit_partial_floats(config_, team.world());
-    TF_CUDA(cudaMalloc(&im.nsplit_partial, size_t(im.nsplit_partial_floats) * 4));
+    if (w > 1) {  // one rank's nsplit multiplies straight into C
+      im.nsplit_partial_floats = nsplit_partial_floats(config_, team.world());
+      TF_CUDA(cudaMalloc(&im.nsplit_partial, size_t(im.nsplit_partial_floats) * 4));
+    }
     im.side_ready = heap.allocate_array<uint64_t>(w, "all_gather_matmul.ksplit_side_ready");
     im.side_flags = heap.allocate_array<uint64_t>(w * agmm::kKsplitMaxCtas, "all_gather_matmul.ksplit_side_flags");
     TF_CUDA(cudaMemset(im.side_ready, 0, w * sizeof(uint64_t)));

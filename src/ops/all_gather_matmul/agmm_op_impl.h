@@ -110,7 +110,7 @@ struct AllGatherMatmul::Impl {
   uint64_t* ksplit_sum_flags = nullptr;  // heap [world * kKsplitMaxCtas]: two-kernel path, summed slices arrived
   uint64_t* ksplit_band_flags = nullptr;  // heap [world][ksplit_sizes.band_flags]
   uint64_t* nsplit_flags = nullptr;       // heap [world * kKsplitMaxCtas]: nsplit's C all-gather
-  float* nsplit_partial = nullptr;        // device memory [nsplit_partial_floats]: nsplit's fp32 block of C
+  float* nsplit_partial = nullptr;        // device memory [nsplit_partial_floats], two ranks or more: nsplit's fp32 block
   int64_t nsplit_partial_floats = 0;      // ksplit_max_m x its widest column block
   uint64_t* side_ready = nullptr;         // heap [world]: ksplit's side-stream A gather ("free", side_seq epochs)
   uint64_t* side_flags = nullptr;         // heap [world * kKsplitMaxCtas]: its arrival flags

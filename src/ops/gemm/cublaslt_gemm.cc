@@ -137,9 +137,10 @@ Prepared prepare(const GemmArgs& args, OutType out) {
     TF_CUBLAS(cublasLtCreate(&d.handle));
     TF_CUDA(cudaMalloc(&d.workspace, kWorkspaceBytes));
   }
+  // fp32 and fp32_accumulate share a plan (the same C type; beta is given at launch).
   const PlanKey key{args.m,         args.n,          args.k,
                     args.lda,       args.ldb,        args.ldc,
-                    int(args.dtype), int(args.b_layout), int(out),
+                    int(args.dtype), int(args.b_layout), int(out != OutType::same),
                     alignment(args.a), alignment(args.b), alignment(args.c)};
   auto it = d.plans.find(key);
   if (it == d.plans.end()) it = d.plans.emplace(key, make_plan(d.handle, args, out)).first;
