@@ -38,7 +38,7 @@ TEST(FlashDecodeBench, FiguresAreKvBytesPerSecond) {
 TEST(FlashDecodeBench, DistributedVariantsPartsAndTaxes) {
   const auto b = make_bench("flash_decode");
   EXPECT_EQ(b->name(), "flash_decode");
-  EXPECT_EQ(b->variants(), (std::vector<std::string>{"bsp", "bsp-plain", "fused", "fused-global"}));
+  EXPECT_EQ(b->variants(), (std::vector<std::string>{"bsp", "bsp-plain", "fused", "fused-global", "fused-direct"}));
   EXPECT_EQ(b->baseline_count(), 2);
   EXPECT_EQ(b->min_ranks(), 1);
   EXPECT_EQ(b->parts(), (std::vector<std::string>{"decode-only", "comm-only"}));

@@ -95,6 +95,80 @@ TEST(FlashDecodeDistPlan, FusedInboxParitiesNeverOverlapAcrossShapes) {
   }
 }
 
+// The direct split merge's region: after the merged layout's in each parity, sized for 16 splits
+// of min(max rows, 128) rows; a direct launch's lines (every sender, split < 16 and row of every
+// shape within its limit) stay inside it, never meet the merged layout's lines of the same parity
+// or any line of the other parity, and are distinct per (sender, split, row).
+TEST(FlashDecodeDistPlan, DirectRegionHoldsEverySplitOfEveryDirectShape) {
+  FlashDecodeConfig c = config(4, 96, 12);
+  EXPECT_EQ(flash_decode_buffers(c, 2, 132).fused_direct_sender_lines, 0u) << "only when configured";
+  c.split_merge = FlashDecodeConfig::SplitMerge::direct;
+  struct Shape {
+    int64_t rows;
+    int head_dim;
+  };
+  const Shape shapes[] = {{128, 128}, {96, 128}, {16, 128}, {24, 64}, {1, 64}, {128, 64}};
+  for (int world : {1, 2, 3, 4, 8}) {
+    const FlashDecodeBuffers b = flash_decode_buffers(c, world, 132);
+    EXPECT_EQ(b.fused_direct_begin, uint64_t(world) * 4 * 96 * 65);
+    EXPECT_EQ(b.fused_direct_rows, 128u);
+    EXPECT_EQ(b.fused_direct_sender_lines, 16u * 128 * 65);
+    EXPECT_EQ(b.fused_parity_lines, b.fused_direct_begin + world * b.fused_direct_sender_lines);
+    EXPECT_EQ(b.fused_inbox_bytes, 2 * b.fused_parity_lines * 16);
+    const auto parity = int64_t(b.fused_parity_lines), begin = int64_t(b.fused_direct_begin),
+               sender = int64_t(b.fused_direct_sender_lines);
+    for (uint64_t e : {1ull, 2ull, (1ull << 32) + 3})
+      for (const Shape& x : shapes) {
+        SCOPED_TRACE(testing::Message() << "world " << world << " epoch " << e << " rows " << x.rows << " head_dim "
+                                        << x.head_dim);
+        const int64_t row = at::ll_lines_per_row(x.head_dim), lo = int64_t(e & 1) * parity + begin;
+        const at::LineSpan merged = at::fused_inbox_span(e, parity, world, 4 * 96, 128);
+        EXPECT_LE(merged.end, lo) << "the merged layout's largest launch ends before the direct region";
+        int64_t expect_next = lo;  // row-major in (sender, split, row): each row right after the last
+        for (int p = 0; p < world; ++p)
+          for (int s = 0; s < at::kMaxDirectSplits; ++s)
+            for (int64_t r = 0; r < x.rows; ++r) {
+              const int64_t l = at::direct_line(e, parity, begin, sender, x.rows, x.head_dim, p, s, r);
+              if (r == 0 && s == 0) expect_next = l;  // senders start at fixed offsets
+              ASSERT_EQ(l, expect_next);
+              expect_next = l + row;
+              ASSERT_GE(l, lo);
+              ASSERT_LE(l + row, int64_t(e & 1) * parity + parity);
+              ASSERT_LE(l + row, lo + (p + 1) * sender) << "inside sender " << p << "'s block";
+            }
+      }
+  }
+  // A small op: 96 rows at most, so 16 x 96 rows per sender.
+  const FlashDecodeBuffers small = flash_decode_buffers([&] {
+    FlashDecodeConfig one = config(1, 96, 12);
+    one.split_merge = FlashDecodeConfig::SplitMerge::direct;
+    return one;
+  }(), 2, 132);
+  EXPECT_EQ(small.fused_direct_rows, 96u);
+  EXPECT_EQ(small.fused_direct_sender_lines, 16u * 96 * 65);
+}
+
+// The direct merge's conditions: configured, rows within the op's direct rows, groups <= SMs,
+// world <= 8, world x group within the shared-memory stage (80 rows at head_dim 128, 81 at 64).
+TEST(FlashDecodeDistPlan, DirectMergeAppliesOnlyWithinItsLimits) {
+  FlashDecodeConfig c = config(4, 96, 12);
+  const FlashDecodeBuffers none = flash_decode_buffers(c, 2, 132);
+  EXPECT_FALSE(direct_merge_applies(none, 2, 132, 1, 96, 12, 128)) << "not configured";
+  c.split_merge = FlashDecodeConfig::SplitMerge::direct;
+  const FlashDecodeBuffers b = flash_decode_buffers(c, 2, 132);
+  EXPECT_TRUE(direct_merge_applies(b, 2, 132, 1, 96, 12, 128));
+  EXPECT_FALSE(direct_merge_applies(b, 2, 132, 2, 96, 12, 128)) << "192 rows > 128";
+  EXPECT_TRUE(direct_merge_applies(b, 2, 132, 2, 64, 8, 128)) << "128 rows";
+  EXPECT_FALSE(direct_merge_applies(b, 2, 8, 1, 96, 12, 128)) << "12 groups > 8 SMs";
+  EXPECT_TRUE(direct_merge_applies(b, 8, 132, 1, 96, 12, 128)) << "8 ranks x 8 heads = 64 staged rows";
+  EXPECT_FALSE(direct_merge_applies(b, 9, 132, 1, 96, 12, 128)) << "9 ranks";
+  EXPECT_TRUE(direct_merge_applies(b, 5, 132, 1, 16, 1, 128)) << "5 x 16 = 80 rows";
+  EXPECT_FALSE(direct_merge_applies(b, 6, 132, 1, 16, 1, 128)) << "6 x 16 = 96 rows";
+  EXPECT_TRUE(direct_merge_applies(b, 5, 132, 1, 16, 1, 64));
+  EXPECT_EQ(at::direct_stage_rows(128), 80);
+  EXPECT_EQ(at::direct_stage_rows(64), 81);
+}
+
 // Every plan a launch within the maxima can make fits the workspace sized at construction.
 TEST(FlashDecodeDistPlan, WorkspaceBoundCoversEveryPlan) {
   for (int forced : {0, 3, 64})
@@ -130,6 +204,9 @@ TEST(FlashDecodeDistPlan, ConfigValidation) {
   c = config(1, 8, 1);
   c.bsp_buffers = BspBuffers(7);
   expect_invalid([&] { validate_flash_decode_config(c, 2); }, "bsp_buffers=7");
+  c = config(1, 8, 1);
+  c.split_merge = FlashDecodeConfig::SplitMerge(5);
+  expect_invalid([&] { validate_flash_decode_config(c, 2); }, "split_merge=5");
   expect_invalid([&] { flash_decode_buffers(config(1, 8, 1), 2, 0); }, "num_sms=0");
 }
 

@@ -174,11 +174,12 @@ void upload_local(const Global& g, Local& l) {
 struct Op {
   uint64_t mark;
   std::unique_ptr<FlashDecode> op;
-  Op(const Problem& p, BspBuffers bsp = BspBuffers::symmetric, bool cluster_split_merge = true)
+  using SplitMerge = FlashDecodeConfig::SplitMerge;
+  Op(const Problem& p, BspBuffers bsp = BspBuffers::symmetric, SplitMerge merge = SplitMerge::cluster)
       : mark(team().heap().mark()) {
     FlashDecodeConfig c;
     c.max_batch = p.batch, c.max_q_heads = p.q_heads, c.max_kv_heads = p.kv_heads, c.max_head_dim = p.head_dim;
-    c.num_splits = p.num_splits, c.bsp_buffers = bsp, c.cluster_split_merge = cluster_split_merge;
+    c.num_splits = p.num_splits, c.bsp_buffers = bsp, c.split_merge = merge;
     op = std::make_unique<FlashDecode>(team(), c);
   }
   ~Op() {
@@ -408,7 +409,7 @@ TEST(FlashDecodeDist, ClusterSplitMergeMatchesGlobalMergeBitwise) {
     }
     Problem same = p;  // the persistent schedule at the clustered plan's split count
     same.num_splits = cp.num_splits;
-    Op global(same, BspBuffers::symmetric, false);
+    Op global(same, BspBuffers::symmetric, Op::SplitMerge::global);
     EXPECT_EQ(global->fused_plan(l.args(same)).cluster, 0);
     for (int round = 0; round < 3; ++round) {
       const std::string what = name(p) + " round " + std::to_string(round);
@@ -418,6 +419,62 @@ TEST(FlashDecodeDist, ClusterSplitMergeMatchesGlobalMergeBitwise) {
       check(g, b, what + " global");
       EXPECT_TRUE(a == b) << what << ": the clustered merge differs from the global one";
       if (round == 0) EXPECT_TRUE(a == run_checked(global, Variant::bsp, same, l)) << what << ": differs from bsp";
+    }
+  }
+}
+
+// The direct split merge (raw split partials to every rank, splits and ranks merged in one step by
+// the rows' owners) against bsp at the direct plan's split count: the same bits, right, launch
+// after launch on one op (both inbox parities), with ranks at different split counts (rank 1 holds
+// one token of each sequence: one split, its lines say so), an empty sequence, GQA 16 (one CTA
+// merging all 16 rows when a rank has one split), head_dim 64, forced splits (7, and 24 capped at
+// 16). A shape past the direct limits (192 rows) falls back to the clustered schedule on every
+// rank.
+TEST(FlashDecodeDist, DirectSplitMergeMatchesBspBitwise) {
+  TF_REQUIRE_GPUS(1);
+  const int world = team().world(), rank = team().rank();
+  struct Case {
+    int q, kv, d, batch, splits;
+    std::vector<int32_t> lens;  // rank 0's; rank 1 holds 1 token of each non-empty sequence, others 3000
+    bool direct;
+  };
+  const Case cases[] = {{96, 12, 128, 1, 0, {12345}, true},       {64, 8, 128, 1, 0, {5000}, true},
+                        {16, 1, 64, 3, 0, {700, 0, 600}, true},   {4, 4, 128, 2, 7, {3000, 17}, true},
+                        {32, 2, 128, 1, 24, {9000}, true},        {64, 8, 128, 3, 0, {2000, 5, 0}, false}};
+  uint64_t seed = 5100;
+  for (const Case& c : cases) {
+    Problem p;
+    p.q_heads = c.q, p.kv_heads = c.kv, p.head_dim = c.d, p.batch = c.batch, p.num_splits = c.splits;
+    for (int r = 0; r < world; ++r) {
+      std::vector<int32_t> l = c.lens;
+      if (r > 0)
+        for (int32_t& x : l) x = x == 0 ? 0 : r == 1 ? 1 : 3000;
+      p.lens.push_back(l);
+    }
+    const Global g = make_global(p, ++seed);
+    Local l;
+    upload_local(g, l);
+    Op direct(p, BspBuffers::symmetric, Op::SplitMerge::direct);
+    const FusedPlan dp = direct->fused_plan(l.args(p));
+    std::printf("[rank %d] %s: splits %d, direct %d, cluster %d, grid %d\n", rank, name(p).c_str(), dp.num_splits,
+                int(dp.direct), dp.cluster, dp.grid);
+    EXPECT_EQ(dp.direct, c.direct) << name(p);
+    if (dp.direct) {
+      EXPECT_EQ(dp.cluster, 0);
+      EXPECT_EQ(dp.grid, dp.items);
+      EXPECT_LE(dp.grid, dp.resident);
+      EXPECT_LE(dp.num_splits, 16);
+      if (rank == 0 && c.splits == 7) EXPECT_EQ(dp.num_splits, 7) << "a forced split count is kept";
+      if (rank == 0 && c.splits == 24) EXPECT_EQ(dp.num_splits, 16) << "capped at 16 splits";
+    }
+    Problem same = p;  // bsp at the direct plan's split count
+    same.num_splits = dp.num_splits;
+    Op forced(same);
+    for (int round = 0; round < 3; ++round) {
+      const std::string what = name(p) + " direct round " + std::to_string(round);
+      const auto a = run_checked(direct, Variant::fused, p, l);
+      check(g, a, what);
+      if (round != 1) EXPECT_TRUE(a == run_checked(forced, Variant::bsp, same, l)) << what << ": differs from bsp";
     }
   }
 }
@@ -467,7 +524,7 @@ TEST(FlashDecodeDist, LargeBatchManyGroupsRepeatedSkewedSteps) {
 // another step's lines of other rows were) with one of two q, in a pattern that changes the
 // inputs at every step; odd slices with empty ones on some ranks; no barrier between steps and a
 // random rank delayed now and then. Every step is checked against its float64 reference, and
-// every 50th across ranks.
+// every 50th across ranks. Both with the clustered and with the direct split merge.
 TEST(FlashDecodeDist, LlThousandStepsChangingShapesAndInputs) {
   TF_REQUIRE_GPUS(1);
   auto& t = team();
@@ -480,7 +537,6 @@ TEST(FlashDecodeDist, LlThousandStepsChangingShapesAndInputs) {
   ps[2].lens = same_lens(world, {0, 17, 900});
   Problem big;  // maxima of the three
   big.q_heads = 96, big.kv_heads = 12, big.batch = 4, big.lens = ps[0].lens;
-  Op op(big);
   std::vector<Global> gs[3];
   Local ls[3];
   for (int i = 0; i < 3; ++i) {
@@ -491,23 +547,29 @@ TEST(FlashDecodeDist, LlThousandStepsChangingShapesAndInputs) {
     gs[i].push_back(std::move(other));
     upload_local(gs[i][0], ls[i]);
   }
-  Rng rng{4242};  // the same on every rank: the same problem sequence everywhere
-  Rng delay{uint64_t(t.rank()) + 17};
-  int version[3] = {0, 0, 0};
-  t.host_barrier("fdd.ll1000");
-  for (int step = 0; step < 1000; ++step) {
-    const int i = int(rng.below(3));
-    Local& l = ls[i];
-    version[i] ^= 1;  // the other q than this problem's last step
-    const Global& g = gs[i][size_t(version[i])];
-    TF_CUDA(cudaMemcpyAsync(l.q_d.p, g.q.data(), g.q.size() * 2, cudaMemcpyHostToDevice, t.stream()));
-    TF_CUDA(cudaMemsetAsync(l.out_d.p, 0xFF, l.out_d.n * 2, t.stream()));
-    if (step % 97 == int(delay.below(97))) usleep(2000 + delay.below(20'000));  // skew
-    op->launch(Variant::fused, l.args(ps[i]), t.stream());
-    const auto out = download_out(l);
-    const std::string what = "step " + std::to_string(step) + " problem " + std::to_string(i);
-    EXPECT_EQ(count_wrong(g, out, what), 0) << what;  // no early exit: the peers would wait for this rank
-    if (step % 50 == 49) expect_same_on_all_ranks(out, what);
+  for (auto merge : {Op::SplitMerge::cluster, Op::SplitMerge::direct}) {
+    Op op(big, BspBuffers::symmetric, merge);
+    if (merge == Op::SplitMerge::direct)
+      for (int i = 0; i < 3; ++i) EXPECT_TRUE(op->fused_plan(ls[i].args(ps[i])).direct) << "problem " << i;
+    Rng rng{4242};  // the same on every rank: the same problem sequence everywhere
+    Rng delay{uint64_t(t.rank()) + 17};
+    int version[3] = {0, 0, 0};
+    t.host_barrier("fdd.ll1000");
+    for (int step = 0; step < 1000; ++step) {
+      const int i = int(rng.below(3));
+      Local& l = ls[i];
+      version[i] ^= 1;  // the other q than this problem's last step
+      const Global& g = gs[i][size_t(version[i])];
+      TF_CUDA(cudaMemcpyAsync(l.q_d.p, g.q.data(), g.q.size() * 2, cudaMemcpyHostToDevice, t.stream()));
+      TF_CUDA(cudaMemsetAsync(l.out_d.p, 0xFF, l.out_d.n * 2, t.stream()));
+      if (step % 97 == int(delay.below(97))) usleep(2000 + delay.below(20'000));  // skew
+      op->launch(Variant::fused, l.args(ps[i]), t.stream());
+      const auto out = download_out(l);
+      const std::string what = std::string(merge == Op::SplitMerge::direct ? "direct" : "cluster") + " step " +
+                               std::to_string(step) + " problem " + std::to_string(i);
+      EXPECT_EQ(count_wrong(g, out, what), 0) << what;  // no early exit: the peers would wait for this rank
+      if (step % 50 == 49) expect_same_on_all_ranks(out, what);
+    }
   }
 }
 
@@ -523,24 +585,28 @@ TEST(FlashDecodeDist, LateReaderWhilePeersRunAheadIntoAnotherShape) {
   ps[0].q_heads = 96, ps[0].kv_heads = 12, ps[0].batch = 4, ps[0].lens = same_lens(world, {300, 77, 1, 512});
   ps[1].q_heads = 8, ps[1].kv_heads = 4, ps[1].head_dim = 64, ps[1].batch = 3;
   ps[1].lens = same_lens(world, {17, 900, 5});
-  Op op(ps[0]);  // maxima: ps[0]'s, head_dim 128
   const Global gs[2] = {make_global(ps[0], 3100), make_global(ps[1], 3200)};
   Local ls[2];
   for (int i = 0; i < 2; ++i) upload_local(gs[i], ls[i]);
-  if (t.rank() == world - 1) op->set_combine_delay_ns(2'000'000);  // >> a peer's host time between steps
-  t.host_barrier("fdd.late_reader");
-  std::vector<uint16_t> out;
-  std::string what;
-  for (int step = 0; step < 16; ++step) {
-    const int i = (step / 2) % 2;  // big, big, small, small, ...: each change on both parities
-    TF_CUDA(cudaMemsetAsync(ls[i].out_d.p, 0xFF, ls[i].out_d.n * 2, t.stream()));
-    op->launch(Variant::fused, ls[i].args(ps[i]), t.stream());
-    out = download_out(ls[i]);
-    what = "step " + std::to_string(step) + " " + name(ps[i]);
-    EXPECT_EQ(count_wrong(gs[i], out, what), 0) << what;
+  // Direct: ps[0] (384 rows) is past its limits and runs clustered, ps[1] direct: the peers also
+  // switch between the two layouts.
+  for (auto merge : {Op::SplitMerge::cluster, Op::SplitMerge::direct}) {
+    Op op(ps[0], BspBuffers::symmetric, merge);  // maxima: ps[0]'s, head_dim 128
+    if (t.rank() == world - 1) op->set_combine_delay_ns(2'000'000);  // >> a peer's host time between steps
+    t.host_barrier("fdd.late_reader");
+    std::vector<uint16_t> out;
+    std::string what;
+    for (int step = 0; step < 16; ++step) {
+      const int i = (step / 2) % 2;  // big, big, small, small, ...: each change on both parities
+      TF_CUDA(cudaMemsetAsync(ls[i].out_d.p, 0xFF, ls[i].out_d.n * 2, t.stream()));
+      op->launch(Variant::fused, ls[i].args(ps[i]), t.stream());
+      out = download_out(ls[i]);
+      what = "step " + std::to_string(step) + " " + name(ps[i]) + (merge == Op::SplitMerge::direct ? " direct" : "");
+      EXPECT_EQ(count_wrong(gs[i], out, what), 0) << what;
+    }
+    op->set_combine_delay_ns(0);
+    expect_same_on_all_ranks(out, what);
   }
-  op->set_combine_delay_ns(0);
-  expect_same_on_all_ranks(out, what);
 }
 
 TEST(FlashDecodeDist, ThousandFusedStepsWithoutResetFreshInputs) {
@@ -581,17 +647,17 @@ TEST(FlashDecodeDist, RankSkew) {
   const Global g = make_global(p, 600);
   Local l;
   upload_local(g, l);
-  Op op(p);
+  Op op(p), direct(p, BspBuffers::symmetric, Op::SplitMerge::direct);
   Rng rng{uint64_t(t.rank()) + 9};
   for (int round = 0; round < 2 * t.world(); ++round)
-    for (Variant v : kVariants) {
+    for (int v = 0; v < 3; ++v) {  // bsp, fused, fused with the direct split merge
       TF_CUDA(cudaMemsetAsync(l.out_d.p, 0xFF, l.out_d.n * 2, t.stream()));
       t.sync(t.stream());
       t.host_barrier("fdd.skew");
       if (t.rank() == round % t.world()) usleep(50'000 + rng.below(100'000));  // this rank starts late
-      for (int k = 0; k < 3; ++k) op->launch(v, l.args(p), t.stream());
+      for (int k = 0; k < 3; ++k) (v == 2 ? direct : op)->launch(kVariants[v % 2], l.args(p), t.stream());
       t.sync(t.stream());
-      check(g, download_out(l), "skew round " + std::to_string(round) + " " + variant_name(v));
+      check(g, download_out(l), "skew round " + std::to_string(round) + " " + std::to_string(v));
     }
 }
 
@@ -603,14 +669,16 @@ TEST(FlashDecodeDist, CudaGraphReplayOfFusedSteps) {
   Global g = make_global(p, 700);
   Local l;
   upload_local(g, l);
-  Op op(p);
+  Op cluster(p), direct(p, BspBuffers::symmetric, Op::SplitMerge::direct);
+  EXPECT_TRUE(direct->fused_plan(l.args(p)).direct);
   cudaGraph_t graph;
   cudaGraphExec_t exec;
   TF_CUDA(cudaStreamBeginCapture(t.stream(), cudaStreamCaptureModeThreadLocal));
-  for (int i = 0; i < 3; ++i) op->launch(Variant::fused, l.args(p), t.stream());
+  for (int i = 0; i < 4; ++i) (i % 2 ? direct : cluster)->launch(Variant::fused, l.args(p), t.stream());
   TF_CUDA(cudaStreamEndCapture(t.stream(), &graph));
   TF_CUDA(cudaGraphInstantiate(&exec, graph, 0));
   for (int rep = 0; rep < 4; ++rep) {
+    Op& op = rep % 2 ? cluster : direct;
     draw_q(g, 800 + rep);  // fresh inputs in the buffers the graph captured
     draw_kv(g, 900 + rep);
     compute_reference(g);

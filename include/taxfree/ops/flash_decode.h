@@ -183,7 +183,9 @@ std::vector<std::vector<Slice>> partition(std::span<const int32_t> lens, int wor
 // Preconditions (collective, not checked across ranks): every rank constructs the op with the same
 // maxima and bsp_buffers, and calls launch with the same variant, batch, heads, head_dim, dtype,
 // softmax_scale and q, in the same order. A rank's slices, lengths, layout, cache, num_splits and
-// cluster_split_merge may differ from its peers' (each rank plans its own splits).
+// split_merge may differ from its peers' (each rank plans its own splits), except that
+// SplitMerge::direct must be every rank's or none's (its lines have their own layout: a rank
+// configured otherwise never sees them, and the waits give up at the deadline, naming the rank).
 // Launches of one FlashDecode are ordered on one stream per rank (the epochs depend on it). A fused
 // launch needs every CTA of its grid resident at once (it sizes the grid by the kernel's
 // occupancy): do not run it beside kernels that hold SMs until it finishes.
@@ -204,12 +206,21 @@ struct FlashDecodeConfig {
   int max_head_dim = 128;  // 64 or 128
   int num_splits = 0;      // splits per (sequence, KV head) inside a rank; 0: heuristic
   BspBuffers bsp_buffers = BspBuffers::symmetric;
-  // fused: merge a group's splits inside a thread-block cluster (distributed shared memory) when
-  // one cluster of 2..16 splits per (sequence, KV head) fits at once on this GPU, one CTA per SM
-  // (for slices up to 32K tokens the heuristic's split count may shrink to fit, to no less than half
-  // of it; FusedPlan says what a launch gets); false: always through global memory (the persistent
-  // grid). At the same split count both give the same bits.
-  bool cluster_split_merge = true;
+  // fused: where a group's splits are merged (FusedPlan says what a launch gets; at the same split
+  // count all three give the same bits, and bsp's):
+  //   cluster  inside a thread-block cluster (distributed shared memory) when one cluster of 2..16
+  //            splits per (sequence, KV head) fits at once on this GPU, one CTA per SM (for slices
+  //            up to 32K tokens the heuristic's split count may shrink to fit, to no less than half
+  //            of it); otherwise as `global`;
+  //   global   through global memory, by the last split to finish (the persistent grid);
+  //   direct   not before the exchange: every split sends its raw partial to every rank, and the
+  //            rows' owners merge splits and ranks in one step (up to 16 splits). Taken when the
+  //            launch has at most min(max rows, 128) rows, at most batch x kv_heads <= SMs groups,
+  //            world <= 8 and world x (q_heads / kv_heads) <= 80 (head_dim 128; 81 for 64), the same
+  //            answer on every rank; otherwise as `cluster`. Its inbox region takes world x 16 x
+  //            min(max rows, 128) x (max_head_dim/2 + 1) x 16 bytes per parity more.
+  enum class SplitMerge { cluster, global, direct };
+  SplitMerge split_merge = SplitMerge::cluster;
 };
 
 // One rank's partial block in bsp's gather buffer (fp32): [O: rows*head_dim | LSE: rows | pad to
@@ -224,12 +235,20 @@ GatherLayout gather_layout(int batch, int q_heads, int head_dim);
 // Per-rank memory of a FlashDecode on a GPU of `num_sms` SMs.
 struct FlashDecodeBuffers {
   uint64_t fused_inbox_bytes = 0;   // symmetric heap: 2 parities of fused_parity_lines 16-byte lines
-  uint64_t fused_parity_lines = 0;  // world x max rows x (max_head_dim/2 + 1): attention::fused_inbox_span
+  uint64_t fused_parity_lines = 0;  // the merged layout (attention::fused_inbox_span), then the direct one's
+  uint64_t fused_direct_begin = 0;  // world x max rows x (max_head_dim/2 + 1): where the direct region starts
+  uint64_t fused_direct_sender_lines = 0;  // 16 x min(max rows, 128) x (max_head_dim/2 + 1); 0 unless direct
+  uint64_t fused_direct_rows = 0;   // most rows of a direct launch: min(max rows, 128); 0 unless direct
   uint64_t bsp_gather_bytes = 0;    // heap (symmetric) or device memory (plain): [world] blocks
   uint64_t workspace_bytes = 0;     // device memory: split partials of the largest plan
 };
 FlashDecodeBuffers flash_decode_buffers(const FlashDecodeConfig& cfg, int world, int num_sms);
 
+// Whether a fused launch of this shape takes the direct split merge, given the op's buffers (sized
+// for it only under SplitMerge::direct): a function of values every rank shares (the shape, the
+// op's maxima, the world, the GPU's SM count), so every rank gives the same answer.
+bool direct_merge_applies(const FlashDecodeBuffers& b, int world, int num_sms, int batch, int q_heads, int kv_heads,
+                          int head_dim);
 // The checks FlashDecode's constructor and launch() make first (InvalidArgument naming the value).
 void validate_flash_decode_config(const FlashDecodeConfig& cfg, int world);
 // `a` is this rank's DecodeArgs: all of validate_decode_args, plus `out` set, o_part and lse_part
@@ -237,7 +256,8 @@ void validate_flash_decode_config(const FlashDecodeConfig& cfg, int world);
 void validate_flash_decode_args(const DecodeArgs& a, const FlashDecodeConfig& cfg);
 
 // How a fused launch splits its work (fused_schedule.h): `items` = num_splits x batch x kv_heads
-// work items over `grid` = min(items, resident) persistent CTAs, or, when `cluster` is not 0,
+// work items over `grid` = min(items, resident) persistent CTAs, or, when `direct`, over `items`
+// resident CTAs that send raw split partials, or, when `cluster` is not 0,
 // over `items` CTAs in clusters of `cluster` = num_splits (one cluster per group, splits merged in
 // distributed shared memory).
 struct FusedPlan {
@@ -246,6 +266,7 @@ struct FusedPlan {
   int resident = 0;  // resident CTAs of the fused kernel on this GPU
   int grid = 0;
   int cluster = 0;   // CTAs per cluster; 0: persistent grid
+  bool direct = false;  // the direct split merge (FlashDecodeConfig::split_merge)
 };
 
 class FlashDecode {
@@ -280,7 +301,7 @@ class FlashDecode {
   void set_trace(uint64_t* trace) { trace_ = trace; }
 
  private:
-  int fused_ctas_per_sm(DType dtype, int head_dim, bool paged);
+  int fused_ctas_per_sm(DType dtype, int head_dim, bool paged, bool direct);
   int fused_max_clusters(DType dtype, int head_dim, bool paged, int cluster);
   DecodeConfig split_config() const;
   void launch_fused(const DecodeArgs& args, cudaStream_t stream);
@@ -288,12 +309,12 @@ class FlashDecode {
   Team& team_;
   FlashDecodeConfig cfg_;
   uint4* inbox_ = nullptr;         // heap: fused LL lines, 2 parities of parity_lines_
-  int64_t parity_lines_ = 0;
+  FlashDecodeBuffers sizes_{};
   float* bsp_gather_ = nullptr;    // heap or device memory (plain)
   void* workspace_ = nullptr;      // device memory
   size_t workspace_bytes_ = 0;
   dev::LaunchSequence seq_{};
-  int occupancy_[8] = {};          // fused_ctas_per_sm cache, 0 = not queried yet
+  int occupancy_[16] = {};         // fused_ctas_per_sm cache, 0 = not queried yet
   std::map<int, int> max_clusters_;  // fused_max_clusters cache
   bool skip_signal_ = false;
   uint32_t combine_delay_ns_ = 0;

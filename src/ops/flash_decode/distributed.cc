@@ -28,7 +28,7 @@ FlashDecode::FlashDecode(Team& team, const FlashDecodeConfig& cfg) : team_(team)
   // Collective and ordered: the same allocations on every rank (same config, same world).
   auto& heap = team.heap();
   inbox_ = static_cast<uint4*>(heap.allocate(bytes.fused_inbox_bytes, 256, "flash_decode.fused_inbox"));
-  parity_lines_ = int64_t(bytes.fused_parity_lines);
+  sizes_ = bytes;
   if (cfg.bsp_buffers == BspBuffers::symmetric)
     bsp_gather_ = static_cast<float*>(heap.allocate(bytes.bsp_gather_bytes, 256, "flash_decode.bsp_gather"));
   else
@@ -51,10 +51,11 @@ FlashDecode::~FlashDecode() {
   // Heap buffers go back with the heap's release(mark) (stack discipline).
 }
 
-int FlashDecode::fused_ctas_per_sm(DType dtype, int head_dim, bool paged) {
-  int& n = occupancy_[instance_index(dtype, head_dim, paged)];
+int FlashDecode::fused_ctas_per_sm(DType dtype, int head_dim, bool paged, bool direct) {
+  int& n = occupancy_[instance_index(dtype, head_dim, paged) * 2 + (direct ? 1 : 0)];
   if (n == 0)
-    n = detail::dispatch(dtype, head_dim, [&]<class T, int D>() { return detail::fused_ctas_per_sm_t<T, D>(paged); });
+    n = detail::dispatch(dtype, head_dim,
+                         [&]<class T, int D>() { return detail::fused_ctas_per_sm_t<T, D>(paged, direct); });
   return n;
 }
 
@@ -84,17 +85,31 @@ FusedPlan FlashDecode::fused_plan(const DecodeArgs& a) {
   FusedPlan fp;
   fp.num_splits = plan.num_splits;
   fp.items = int64_t(plan.num_splits) * a.batch * a.kv_heads;
-  fp.resident = team_.sm_count() * fused_ctas_per_sm(a.dtype, a.head_dim, is_paged(a.layout));
+  const int64_t groups = int64_t(a.batch) * a.kv_heads;
+  using M = FlashDecodeConfig::SplitMerge;
+  if (cfg_.split_merge == M::direct && direct_merge_applies(sizes_, team_.world(), team_.sm_count(), a.batch,
+                                                             a.q_heads, a.kv_heads, a.head_dim)) {
+    // One resident CTA per (group, split): as many of the plan's splits as fit, up to 16 (a rank's
+    // count may differ from its peers'; its lines say it). groups <= SMs: one split always fits.
+    fp.resident = team_.sm_count() * fused_ctas_per_sm(a.dtype, a.head_dim, is_paged(a.layout), true);
+    const int64_t c = std::min<int64_t>({plan.num_splits, attention::kMaxDirectSplits, fp.resident / groups});
+    TF_REQUIRE(c >= 1, Status::NotSupported,
+               "the direct fused decode needs " << groups << " resident CTAs; this device holds " << fp.resident);
+    fp.direct = true;
+    fp.num_splits = int(c);
+    fp.items = fp.grid = int(c * groups);
+    return fp;
+  }
+  fp.resident = team_.sm_count() * fused_ctas_per_sm(a.dtype, a.head_dim, is_paged(a.layout), false);
   TF_REQUIRE(fp.resident >= 1, Status::NotSupported, "the fused decode kernel does not fit on an SM of this device");
   fp.grid = attention::fused_grid(fp.items, fp.resident);
-  if (!cfg_.cluster_split_merge || plan.num_splits < 2) return fp;
+  if (cfg_.split_merge == M::global || plan.num_splits < 2) return fp;
   // The clustered schedule (fused_schedule.h): one cluster of C splits per group, at one CTA per SM,
   // when all of them fit at once (its no-deadlock condition). A forced split count is kept or not
   // clustered. The heuristic's may shrink to the largest C that fits, down to half of it, while
   // slices are short: the merge saves ~3 us, fewer CTAs stream KV slower (r55, 96/12 heads, batch
   // 1, 8 clustered splits against 11 in global memory: 26 vs 35 us at 8K tokens, 66 vs 69 at 32K,
   // 222 vs 213 at 128K, 824 vs 777 at 512K).
-  const int64_t groups = int64_t(a.batch) * a.kv_heads;
   const int hi = std::min(plan.num_splits, attention::kMaxClusterCtas);
   const bool shrink = cfg_.num_splits == 0 && a.max_len <= kClusterShrinkMaxTokens;
   const int lo = shrink ? std::max(2, (plan.num_splits + 1) / 2) : plan.num_splits;
@@ -122,12 +137,15 @@ void FlashDecode::launch_fused(const DecodeArgs& a, cudaStream_t stream) {
   p.d = detail::make_decode_params(a, fp.num_splits, workspace_);
   p.view = team_.view();
   p.ll = inbox_;
-  p.parity_lines = parity_lines_;
+  p.parity_lines = int64_t(sizes_.fused_parity_lines);
   p.rows = int64_t(a.batch) * a.q_heads;
   p.seq = seq_;
   p.fault = team_.fault();
   p.items = int(fp.items);
   p.cluster = fp.cluster;
+  p.direct = fp.direct ? 1 : 0;
+  p.direct_begin = int64_t(sizes_.fused_direct_begin);
+  p.direct_sender_lines = int64_t(sizes_.fused_direct_sender_lines);
   p.skip_signal = skip_signal_ ? 1 : 0;
   p.combine_delay_ns = combine_delay_ns_;
   p.trace = trace_;

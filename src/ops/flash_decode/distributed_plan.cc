@@ -55,12 +55,27 @@ FlashDecodeBuffers flash_decode_buffers(const FlashDecodeConfig& cfg, int world,
   const uint64_t block = uint64_t(gather_layout(cfg.max_batch, cfg.max_q_heads, cfg.max_head_dim).block_floats) * 4;
   const uint64_t rows = uint64_t(cfg.max_batch) * cfg.max_q_heads;
   FlashDecodeBuffers b;
-  // Each parity holds the largest launch's lines; a smaller launch uses the start of its parity.
-  b.fused_parity_lines = world * rows * attention::ll_lines_per_row(cfg.max_head_dim);
+  // Each parity holds the largest launch's lines; a smaller launch uses the start of its parity
+  // (and of the direct region, which follows).
+  const uint64_t row_lines = uint64_t(attention::ll_lines_per_row(cfg.max_head_dim));
+  b.fused_direct_begin = world * rows * row_lines;
+  if (cfg.split_merge == FlashDecodeConfig::SplitMerge::direct) {
+    b.fused_direct_rows = std::min<uint64_t>(rows, attention::kDirectMaxRows);
+    b.fused_direct_sender_lines = attention::kMaxDirectSplits * b.fused_direct_rows * row_lines;
+  }
+  b.fused_parity_lines = b.fused_direct_begin + world * b.fused_direct_sender_lines;
   b.fused_inbox_bytes = 2 * b.fused_parity_lines * 16;
   b.bsp_gather_bytes = uint64_t(world) * block;
   b.workspace_bytes = max_workspace_bytes(cfg, num_sms);
   return b;
+}
+
+bool direct_merge_applies(const FlashDecodeBuffers& b, int world, int num_sms, int batch, int q_heads, int kv_heads,
+                          int head_dim) {
+  const int64_t rows = int64_t(batch) * q_heads, groups = int64_t(batch) * kv_heads;
+  return b.fused_direct_rows > 0 && rows <= int64_t(b.fused_direct_rows) && groups <= num_sms &&
+         world <= attention::kDirectMaxWorld &&
+         int64_t(world) * (q_heads / kv_heads) <= attention::direct_stage_rows(head_dim);
 }
 
 void validate_flash_decode_config(const FlashDecodeConfig& c, int world) {
@@ -79,6 +94,9 @@ void validate_flash_decode_config(const FlashDecodeConfig& c, int world) {
              "num_splits=" << c.num_splits << " must be 0 (auto) or in [1, " << kMaxSplits << "]");
   TF_REQUIRE(c.bsp_buffers == BspBuffers::symmetric || c.bsp_buffers == BspBuffers::plain, S::InvalidArgument,
              "bsp_buffers=" << int(c.bsp_buffers) << " is not a BspBuffers value");
+  using M = FlashDecodeConfig::SplitMerge;
+  TF_REQUIRE(c.split_merge == M::cluster || c.split_merge == M::global || c.split_merge == M::direct,
+             S::InvalidArgument, "split_merge=" << int(c.split_merge) << " is not a SplitMerge value");
   // Fused work items (splits x batch x kv_heads) are int32.
   TF_REQUIRE(int64_t(c.max_batch) * c.max_kv_heads <= INT32_MAX / kMaxSplits, S::InvalidArgument,
              "max_batch*max_kv_heads=" << int64_t(c.max_batch) * c.max_kv_heads << " must be <= "

@@ -4,7 +4,9 @@
 // Variants: bsp (decode -> ncclAllGather from the symmetric window -> combine), bsp-plain (same,
 // plain buffers; NCCL at its best is the faster of the two baselines), fused (one kernel; splits
 // merged in a thread-block cluster where the plan allows), fused-global (the same kernel with the
-// splits always merged through global memory: FlashDecodeConfig::cluster_split_merge = false).
+// splits always merged through global memory: FlashDecodeConfig::SplitMerge::global), fused-direct
+// (raw split partials to every rank, merged once at the receiver where the shape allows:
+// SplitMerge::direct).
 // Parts for the tax breakdown: decode-only (bsp's decode kernel alone; its algbw column is the KV
 // read rate, to compare with the measured HBM rate) and comm-only (the all-gather alone).
 // --shape entries as for `bench decode` (bench_inputs::shapes_of: batch, kv, heads, head_dim, and
@@ -54,7 +56,9 @@ class FlashDecodeBench final : public bench::OpBench {
  public:
   ~FlashDecodeBench() override { teardown(); }
   std::string name() const override { return "flash_decode"; }
-  std::vector<std::string> variants() const override { return {"bsp", "bsp-plain", "fused", "fused-global"}; }
+  std::vector<std::string> variants() const override {
+    return {"bsp", "bsp-plain", "fused", "fused-global", "fused-direct"};
+  }
   int baseline_count() const override { return 2; }
   // One rank is the degenerate team (tensor parallelism of 1): bsp is the decode, a one-rank
   // all-gather and the combine; fused is the decode with its combine in the same kernel.
@@ -108,25 +112,24 @@ class FlashDecodeBench final : public bench::OpBench {
     cfg.max_head_dim = s_.head_dim;
     cfg.num_splits = s_.splits;
     op_ = std::make_unique<FlashDecode>(team, cfg);
-    const FusedPlan fp = op_->fused_plan(a_);
+    cfg.split_merge = FlashDecodeConfig::SplitMerge::direct;
+    direct_ = std::make_unique<FlashDecode>(team, cfg);
+    const FusedPlan fp = op_->fused_plan(a_), dp = direct_->fused_plan(a_);
     if (team.rank() == 0)
-      std::printf("# plan: %s -> fused splits=%d grid=%d cluster=%d\n", c.label.c_str(), fp.num_splits, fp.grid,
-                  fp.cluster);
+      std::printf("# plan: %s -> fused splits=%d grid=%d cluster=%d; fused-direct splits=%d grid=%d direct=%d\n",
+                  c.label.c_str(), fp.num_splits, fp.grid, fp.cluster, dp.num_splits, dp.grid, int(dp.direct));
     if (const char* prefix = std::getenv("TAXFREE_FD_TRACE"); prefix != nullptr && *prefix != '\0') {
-      trace_path_ = std::string(prefix) + "." + std::to_string(s_.batch) + "x" + std::to_string(s_.kv) + "x" +
-                    std::to_string(s_.q_heads) + "-" + std::to_string(s_.kv_heads) + ".rank" +
-                    std::to_string(team.rank()) + ".txt";
-      trace_ctas_ = fp.grid;
-      TF_CUDA(cudaMalloc(&trace_, size_t(fp.grid) * taxfree::attention::kFusedTraceEvents * 8));
-      TF_CUDA(cudaMemset(trace_, 0, size_t(fp.grid) * taxfree::attention::kFusedTraceEvents * 8));
-      op_->set_trace(trace_);
+      const std::string tail = "." + std::to_string(s_.batch) + "x" + std::to_string(s_.kv) + "x" +
+                               std::to_string(s_.q_heads) + "-" + std::to_string(s_.kv_heads) + ".rank" +
+                               std::to_string(team.rank()) + ".txt";
+      traces_[0].start(*op_, fp.grid, prefix + tail);
+      traces_[1].start(*direct_, dp.grid, prefix + std::string(".direct") + tail);
     }
-    cfg.cluster_split_merge = false;
+    cfg.split_merge = FlashDecodeConfig::SplitMerge::global;
     global_ = std::make_unique<FlashDecode>(team, cfg);
     cfg.bsp_buffers = BspBuffers::plain;
     plain_ = std::make_unique<FlashDecode>(team, cfg);
-    op_->set_skip_signal(opt.skip_signal_rank == team.rank());
-    global_->set_skip_signal(opt.skip_signal_rank == team.rank());
+    for (FlashDecode* f : {op_.get(), global_.get(), direct_.get()}) f->set_skip_signal(opt.skip_signal_rank == team.rank());
     reference_.clear();
     team.sync(team.stream());
   }
@@ -140,6 +143,7 @@ class FlashDecodeBench final : public bench::OpBench {
     else if (v == "bsp-plain") plain_->launch(Variant::bsp, a_, stream);
     else if (v == "fused") op_->launch(Variant::fused, a_, stream);
     else if (v == "fused-global") global_->launch(Variant::fused, a_, stream);
+    else if (v == "fused-direct") direct_->launch(Variant::fused, a_, stream);
     else if (v == "decode-only") op_->launch_bsp_stage(FlashDecode::Stage::decode, a_, stream);
     else if (v == "comm-only") op_->launch_bsp_stage(FlashDecode::Stage::gather, a_, stream);
     else TF_THROW(Status::InvalidArgument, "flash_decode has no variant or part '" << v << "'");
@@ -200,8 +204,9 @@ class FlashDecodeBench final : public bench::OpBench {
   }
 
   void teardown() override {
-    write_trace();
+    for (Trace& t : traces_) t.write();
     op_.reset();
+    direct_.reset();
     global_.reset();
     plain_.reset();
     if (team_ != nullptr) team_->heap().release(mark_);
@@ -213,27 +218,38 @@ class FlashDecodeBench final : public bench::OpBench {
   }
 
  private:
-  // TAXFREE_FD_TRACE=PREFIX: the last fused launch's timeline (FusedDecodeParams::trace), one line
-  // per CTA: "cta t_start t_attended t_merged t_pushed t_arrived t_combined t_end" (%globaltimer ns, 0 = not
-  // reached), into PREFIX.<batch>x<kv>x<q_heads>-<kv_heads>.rank<r>.txt.
-  void write_trace() {
-    if (trace_ == nullptr) return;
-    const size_t n = size_t(trace_ctas_) * taxfree::attention::kFusedTraceEvents;
-    std::vector<uint64_t> t(n);
-    const bool ok = cudaDeviceSynchronize() == cudaSuccess &&
-                    cudaMemcpy(t.data(), trace_, n * 8, cudaMemcpyDeviceToHost) == cudaSuccess;
-    cudaFree(trace_);
-    trace_ = nullptr;
-    if (std::FILE* f = ok ? std::fopen(trace_path_.c_str(), "w") : nullptr) {
-      for (int c = 0; c < trace_ctas_; ++c) {
-        std::fprintf(f, "%d", c);
-        for (int e = 0; e < taxfree::attention::kFusedTraceEvents; ++e)
-          std::fprintf(f, " %llu", static_cast<unsigned long long>(t[size_t(c) * taxfree::attention::kFusedTraceEvents + e]));
-        std::fprintf(f, "\n");
-      }
-      std::fclose(f);
+  // TAXFREE_FD_TRACE=PREFIX: the last launch's timeline (FusedDecodeParams::trace) of `fused` and
+  // of `fused-direct`, one line per CTA: "cta" then the FusedTraceEvent values (%globaltimer ns, 0 =
+  // not reached; the SM last), into PREFIX[.direct].<batch>x<kv>x<q_heads>-<kv_heads>.rank<r>.txt.
+  struct Trace {
+    uint64_t* buf = nullptr;
+    int ctas = 0;
+    std::string path;
+    void start(FlashDecode& op, int grid, std::string to) {
+      ctas = grid, path = std::move(to);
+      TF_CUDA(cudaMalloc(&buf, size_t(grid) * taxfree::attention::kFusedTraceEvents * 8));
+      TF_CUDA(cudaMemset(buf, 0, size_t(grid) * taxfree::attention::kFusedTraceEvents * 8));
+      op.set_trace(buf);
     }
-  }
+    void write() {
+      if (buf == nullptr) return;
+      const size_t n = size_t(ctas) * taxfree::attention::kFusedTraceEvents;
+      std::vector<uint64_t> t(n);
+      const bool ok = cudaDeviceSynchronize() == cudaSuccess &&
+                      cudaMemcpy(t.data(), buf, n * 8, cudaMemcpyDeviceToHost) == cudaSuccess;
+      cudaFree(buf);
+      buf = nullptr;
+      if (std::FILE* f = ok ? std::fopen(path.c_str(), "w") : nullptr) {
+        for (int c = 0; c < ctas; ++c) {
+          std::fprintf(f, "%d", c);
+          for (int e = 0; e < taxfree::attention::kFusedTraceEvents; ++e)
+            std::fprintf(f, " %llu", static_cast<unsigned long long>(t[size_t(c) * taxfree::attention::kFusedTraceEvents + e]));
+          std::fprintf(f, "\n");
+        }
+        std::fclose(f);
+      }
+    }
+  };
 
   std::vector<int> checked_groups() const {
     const int groups = s_.batch * s_.kv_heads, world = team_->world();
@@ -285,11 +301,9 @@ class FlashDecodeBench final : public bench::OpBench {
   void *q_ = nullptr, *k_ = nullptr, *v_ = nullptr, *out_ = nullptr, *all_out_ = nullptr;
   int32_t* lens_ = nullptr;
   DecodeArgs a_;
-  std::unique_ptr<FlashDecode> op_, global_, plain_;
+  std::unique_ptr<FlashDecode> op_, global_, plain_, direct_;
   std::map<int, std::vector<double>> reference_;
-  uint64_t* trace_ = nullptr;  // TAXFREE_FD_TRACE only
-  int trace_ctas_ = 0;
-  std::string trace_path_;
+  Trace traces_[2];  // TAXFREE_FD_TRACE only: fused, fused-direct
 };
 
 }  // namespace

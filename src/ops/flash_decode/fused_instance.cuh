@@ -8,10 +8,11 @@
 namespace taxfree::ops::flash_decode::detail {
 
 namespace {
-template <class T, int D, bool kClustered>
+using attention::FusedSchedule;
+template <class T, int D, FusedSchedule kSchedule>
 constexpr auto fused_kernel(bool paged) {
-  return paged ? &attention::fused_decode_kernel<T, D, true, kClustered>
-               : &attention::fused_decode_kernel<T, D, false, kClustered>;
+  return paged ? &attention::fused_decode_kernel<T, D, true, kSchedule>
+               : &attention::fused_decode_kernel<T, D, false, kSchedule>;
 }
 
 // Dynamic shared memory of clustered launches: the device's per-CTA maximum, so that one CTA fits
@@ -33,8 +34,8 @@ int cluster_launch_smem() {
 template <class T, int D>
 struct Clustered {
   static void prepare() {
-    static const bool done[2] = {opt_in(reinterpret_cast<const void*>(fused_kernel<T, D, true>(false))),
-                                 opt_in(reinterpret_cast<const void*>(fused_kernel<T, D, true>(true)))};
+    static const bool done[2] = {opt_in(reinterpret_cast<const void*>(fused_kernel<T, D, FusedSchedule::clustered>(false))),
+                                 opt_in(reinterpret_cast<const void*>(fused_kernel<T, D, FusedSchedule::clustered>(true)))};
     (void)done;
   }
   static bool opt_in(const void* k) {
@@ -63,13 +64,13 @@ struct Clustered {
     }
   };
   static void launch(bool paged, const attention::FusedDecodeParams& p, int grid, cudaStream_t stream) {
-    const auto k = fused_kernel<T, D, true>(paged);
+    const auto k = fused_kernel<T, D, FusedSchedule::clustered>(paged);
     prepare();
     Config c(grid, p.cluster, stream);
     TF_CUDA(cudaLaunchKernelEx(&c.cfg, k, p));
   }
   static int max_active(bool paged, int cluster) {
-    const auto k = fused_kernel<T, D, true>(paged);
+    const auto k = fused_kernel<T, D, FusedSchedule::clustered>(paged);
     prepare();
     Config c(cluster, cluster, nullptr);
     int n = 0;
@@ -77,20 +78,32 @@ struct Clustered {
     return n;
   }
 };
+
+// The persistent and direct schedules: decode_smem_bytes, no clusters.
+template <class T, int D, FusedSchedule kSchedule>
+void launch_plain(bool paged, const attention::FusedDecodeParams& p, int grid, cudaStream_t stream) {
+  if (paged) launch_prepared<&attention::fused_decode_kernel<T, D, true, kSchedule>, D>(p, grid, stream);
+  else launch_prepared<&attention::fused_decode_kernel<T, D, false, kSchedule>, D>(p, grid, stream);
+}
+template <class T, int D, FusedSchedule kSchedule>
+int plain_ctas_per_sm(bool paged) {
+  constexpr int kSmem = attention::decode_smem_bytes<D>();
+  return paged ? ctas_per_sm<&attention::fused_decode_kernel<T, D, true, kSchedule>, kSmem>()
+               : ctas_per_sm<&attention::fused_decode_kernel<T, D, false, kSchedule>, kSmem>();
+}
 }  // namespace
 
 template <class T, int D>
 void launch_fused_t(bool paged, const attention::FusedDecodeParams& p, int grid, cudaStream_t stream) {
   if (p.cluster != 0) Clustered<T, D>::launch(paged, p, grid, stream);
-  else if (paged) launch_prepared<&attention::fused_decode_kernel<T, D, true, false>, D>(p, grid, stream);
-  else launch_prepared<&attention::fused_decode_kernel<T, D, false, false>, D>(p, grid, stream);
+  else if (p.direct != 0) launch_plain<T, D, FusedSchedule::direct>(paged, p, grid, stream);
+  else launch_plain<T, D, FusedSchedule::persistent>(paged, p, grid, stream);
 }
 
 template <class T, int D>
-int fused_ctas_per_sm_t(bool paged) {
-  constexpr int kSmem = attention::decode_smem_bytes<D>();
-  return paged ? ctas_per_sm<&attention::fused_decode_kernel<T, D, true, false>, kSmem>()
-               : ctas_per_sm<&attention::fused_decode_kernel<T, D, false, false>, kSmem>();
+int fused_ctas_per_sm_t(bool paged, bool direct) {
+  return direct ? plain_ctas_per_sm<T, D, FusedSchedule::direct>(paged)
+                : plain_ctas_per_sm<T, D, FusedSchedule::persistent>(paged);
 }
 
 template <class T, int D>
@@ -100,7 +113,7 @@ int fused_max_clusters_t(bool paged, int cluster) {
 
 #define TF_FLASH_DECODE_FUSED_INSTANTIATE(T, D)                                                 \
   template void launch_fused_t<T, D>(bool, const attention::FusedDecodeParams&, int, cudaStream_t); \
-  template int fused_ctas_per_sm_t<T, D>(bool);                                                 \
+  template int fused_ctas_per_sm_t<T, D>(bool, bool);                                               \
   template int fused_max_clusters_t<T, D>(bool, int);
 
 }  // namespace taxfree::ops::flash_decode::detail

@@ -20,13 +20,14 @@ void launch_decode_t(bool paged, const attention::DecodeParams& p, dim3 grid, cu
 template <class T, int D>
 void launch_combine_t(const attention::CombineParams& p, cudaStream_t stream);
 
-// fused_decode_kernel<T, D, paged> with `grid` CTAs (fused_schedule.h: <= resident slots, or in
-// clusters of p.cluster when it is not 0), its resident CTAs per SM on the current device (after
-// its attributes are set), and how many clusters of `cluster` CTAs the device holds at once.
+// fused_decode_kernel<T, D, paged, schedule> with `grid` CTAs (fused_schedule.h: <= resident
+// slots, or in clusters of p.cluster when it is not 0; the direct schedule when p.direct), the
+// persistent (or direct) kernel's resident CTAs per SM on the current device (after its attributes
+// are set), and how many clusters of `cluster` CTAs the device holds at once.
 template <class T, int D>
 void launch_fused_t(bool paged, const attention::FusedDecodeParams& p, int grid, cudaStream_t stream);
 template <class T, int D>
-int fused_ctas_per_sm_t(bool paged);
+int fused_ctas_per_sm_t(bool paged, bool direct);
 template <class T, int D>
 int fused_max_clusters_t(bool paged, int cluster);
 

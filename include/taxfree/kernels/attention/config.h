@@ -42,6 +42,21 @@ inline constexpr int kCombineRows = 4;
 // Fewest tiles a split gets on the device (one per warp); shorter sequences get fewer splits.
 inline constexpr int kMinTilesPerSplit = kWarps;
 
+// Direct split merge (direct_merge.h): the most splits per (sequence, KV head) a rank sends raw
+// (one waiting thread per (rank, split) of a 128-thread CTA: kDirectMaxWorld x kMaxDirectSplits),
+// and the most ranks.
+inline constexpr int kMaxDirectSplits = 16;
+inline constexpr int kDirectMaxWorld = 8;
+// Rows (query heads) of one launch up to which a FlashDecode configured for the direct merge sizes
+// its inbox for it: the split partials of small batches only (their lines grow with the splits).
+inline constexpr int kDirectMaxRows = 128;
+// Per-rank merged rows (D + 1 fp32 each) the direct merge stages in the decode CTA's shared memory,
+// in the attention's per-warp accumulators and result tile, idle by then (AttendSmem::Post before
+// `scratch`): ranks x the rows a CTA merges must not exceed it (direct_merge.h asserts the bound).
+TF_HD constexpr int direct_stage_rows(int head_dim) {
+  return (kWarps * kMaxRows * (head_dim + 3) + kMaxRows * (head_dim + 1)) / (head_dim + 1);
+}
+
 // 16-byte low-latency lines per partial row in the fused kernel's exchange (partial_exchange.h):
 // D/2 lines of two fp32 o values, one line for the LSE.
 TF_HD constexpr int ll_lines_per_row(int head_dim) { return head_dim / 2 + 1; }

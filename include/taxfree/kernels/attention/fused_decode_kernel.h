@@ -6,10 +6,11 @@
 // it that still decodes). Every rank ends with the full output; the combine sums the ranks'
 // partials in rank order from identical bits, so the output is bitwise identical on every rank.
 //
-// kClustered false: grid fused_grid(items, resident slots) persistent CTAs, kThreads threads,
-// decode_smem_bytes<D>() dynamic shared memory. true: `items` CTAs in clusters of num_splits
-// (FusedDecodeParams::cluster), at least fused_cluster_smem_bytes<D>(). fused_schedule.h: both
-// schedules and why neither can deadlock.
+// kSchedule persistent: grid fused_grid(items, resident slots) persistent CTAs, kThreads threads,
+// decode_smem_bytes<D>() dynamic shared memory. clustered: `items` CTAs in clusters of num_splits
+// (FusedDecodeParams::cluster), at least fused_cluster_smem_bytes<D>(). direct: `items` CTAs, all
+// resident, decode_smem_bytes<D>(); raw split partials to every rank, splits and ranks merged in one
+// step (direct_merge.h). fused_schedule.h: the schedules and why none can deadlock.
 //
 // Epochs, buffers, reuse (no host reset between launches, CUDA-graph safe):
 //  * epoch e from the op's sequence, entered way (launch_sequence.cuh), +1 per launch of the op;
@@ -40,6 +41,7 @@
 #include "taxfree/kernels/attention/cluster_merge.h"
 #include "taxfree/kernels/attention/combine.h"
 #include "taxfree/kernels/attention/decode_kernel.h"
+#include "taxfree/kernels/attention/direct_merge.h"
 #include "taxfree/kernels/attention/fused_schedule.h"
 #include "taxfree/kernels/attention/params.h"
 #include "taxfree/kernels/attention/partial_exchange.h"
@@ -52,7 +54,7 @@ constexpr int fused_cluster_smem_bytes() {
   return decode_smem_bytes<D>() + int(sizeof(ClusterInbox<D>));
 }
 
-template <class T, int D, bool kPaged, bool kClustered>
+template <class T, int D, bool kPaged, FusedSchedule kSchedule>
 __global__ void __launch_bounds__(kThreads, kCtasPerSm) fused_decode_kernel(const __grid_constant__ FusedDecodeParams p) {
   constexpr int kStages = stages_for(D);
   constexpr int kRow = ll_lines_per_row(D);
@@ -106,7 +108,40 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) fused_decode_kernel(cons
     mark(kTraceAttended);
   };
 
-  if constexpr (kClustered) {  // one item per CTA; the cluster holds the group's splits
+  if constexpr (kSchedule == FusedSchedule::direct) {  // one item per CTA, every CTA resident
+    using Post = typename AttendSmem<D, kStages>::Post;
+    static_assert(sizeof(float) * direct_stage_rows(D) * (D + 1) <= offsetof(Post, scratch),
+                  "the direct merge's stage must not reach the scratch its merges use");
+    __shared__ int counts[kDirectMaxWorld];
+    const FusedItem it = fused_item(blockIdx.x, d.num_splits);
+    const TokenRange slice = slice_of(d.kv, it.group / d.kv_heads);
+    const SplitRange sr = split_range(slice, d.num_splits, it.split);
+    const int64_t row0 = int64_t(it.group) * d.group;
+    const bool attends = it.split < sr.splits;
+    if (attends) attend(it, slice, sr);  // into smem.post.tile
+    share_epoch();
+    const auto line = [&](int sender, int split, int64_t row) {
+      return p.ll + direct_line(epoch, p.parity_lines, p.direct_begin, p.direct_sender_lines, p.rows, D, sender, split, row);
+    };
+    if (attends)  // to every rank, this one last (only to itself under skip_signal)
+      cta_push_partial_ll<D>(smem.post.tile, d.group, line(v.rank, it.split, row0), v, uint32_t(epoch), true,
+                             uint32_t(sr.splits), !p.skip_signal);
+    mark(kTracePushed);
+    const RowBlock rb = cluster_rows(d.group, d.num_splits, it.split);
+    if (rb.begin < rb.end) {
+      if (p.combine_delay_ns != 0) dev::sleep_for_ns(p.combine_delay_ns);
+      const int rows = rb.end - rb.begin;
+      const uint4* const base = line(0, 0, row0 + rb.begin);
+      const int64_t split_lines = p.rows * kRow;
+      if (cta_wait_direct<D>(base, p.direct_sender_lines, split_lines, rows, v.world, uint32_t(epoch), p.fault, counts)) {
+        mark(kTraceArrived);  // the wait's barriers also end the push's reads of the tile the stage overwrites
+        cta_merge_direct<T, D>(base, p.direct_sender_lines, split_lines, rows, v.world, counts, uint32_t(epoch), p.fault,
+                               smem.post.scratch, DirectStage<D>(smem_raw, v.world * rows),
+                               static_cast<T*>(d.out) + (row0 + rb.begin) * D);
+        mark(kTraceCombined);
+      }
+    }
+  } else if constexpr (kSchedule == FusedSchedule::clustered) {  // one item per CTA; the cluster holds the group's splits
     auto& cluster_inbox = *reinterpret_cast<ClusterInbox<D>*>(smem_raw + sizeof(AttendSmem<D, kStages>));
     const FusedItem it = fused_item(blockIdx.x, d.num_splits);
     const TokenRange slice = slice_of(d.kv, it.group / d.kv_heads);

@@ -32,6 +32,14 @@
 // only the cluster's own CTAs, which attend without waiting; every rank sends each row's partial
 // before it waits on anything remote, so every remote wait is answered whatever schedule the peers
 // run, this one or the persistent one.
+//
+// Direct schedule (FusedDecodeParams::direct, direct_merge.h): the grid is the `items` CTAs, all
+// resident at once (items <= resident slots, checked on the host), no clusters. CTA i attends item
+// i (split s of group g), sends its raw partial of all the group's rows to every rank, this one
+// included, and then merges the rows cluster_rows(group, num_splits, s) over every rank's splits.
+// No deadlock: every CTA sends before it waits on anything, and every CTA of every rank runs (all
+// resident), so every line a CTA waits for is sent. Every rank in the direct schedule or none: the
+// layout differs (FlashDecodeConfig::split_merge).
 #pragma once
 
 #include <cstdint>
@@ -76,6 +84,19 @@ struct LineSpan {
 TF_HD inline LineSpan fused_inbox_span(uint64_t epoch, int64_t parity_lines, int world, int64_t rows, int head_dim) {
   const int64_t begin = int64_t(epoch & 1) * parity_lines;
   return {begin, begin + int64_t(world) * rows * ll_lines_per_row(head_dim)};
+}
+
+// Which schedule a fused launch runs (fused_decode_kernel's template argument).
+enum class FusedSchedule { persistent, clustered, direct };
+
+// Line of (sender, split, row) in the direct schedule's layout: the region starts `direct_begin`
+// lines into parity epoch & 1 (fused_inbox_span's parity), senders `sender_lines` apart (fixed by
+// the op's maxima: kMaxDirectSplits x its largest direct rows x ll_lines_per_row of its largest
+// head_dim), splits `rows` rows apart (the launch's rows, the same on every rank).
+TF_HD inline int64_t direct_line(uint64_t epoch, int64_t parity_lines, int64_t direct_begin, int64_t sender_lines,
+                                 int64_t rows, int head_dim, int sender, int split, int64_t row) {
+  return int64_t(epoch & 1) * parity_lines + direct_begin + sender * sender_lines +
+         (split * rows + row) * ll_lines_per_row(head_dim);
 }
 
 // CTAs of the fused kernel: one per item, at most one per resident slot (the co-residency that

@@ -72,6 +72,11 @@ struct FusedDecodeParams {
   // C >= 2: clustered schedule (fused_decode_kernel<.., true>), grid = items in clusters of
   // C = d.num_splits CTAs, splits merged in distributed shared memory (fused_schedule.h).
   int cluster;
+  // Direct schedule (cluster 0, grid = items, all resident; fused_schedule.h): its region of each
+  // parity starts direct_begin lines in, senders direct_sender_lines apart (direct_line).
+  int direct;
+  int64_t direct_begin;
+  int64_t direct_sender_lines;
   int skip_signal;          // fault injection: never send partials to peers (tests the timeout path)
   // Fault injection: every CTA sleeps this long between sending its partial and reading its
   // peers' (0: never), so peers run a launch ahead: exposes inbox reuse races.

@@ -17,8 +17,10 @@
 //
 // Line layout of one rank's inbox (symmetric heap), for one parity:
 //   [sender][row][ll_lines_per_row(D)] lines, row = b*q_heads + h (all rows of the launch);
-//   line j < D/2 of a row holds o[2j], o[2j+1]; line D/2 holds the LSE (twice).
-// A rank never sends to itself: its own partial stays in shared memory.
+//   line j < D/2 of a row holds o[2j], o[2j+1]; line D/2 holds the LSE and the number of partials
+//   the sender sends for that row (1 here; a split count in the direct merge's layout,
+//   direct_merge.h, which reuses these functions). A rank sends itself nothing here: its own
+//   partial stays in shared memory.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -34,17 +36,21 @@
 
 namespace taxfree::attention {
 
-// Store rows [0, rows) of `t` as LL lines of epoch `flag` into every peer's inbox: `slot` is the
-// local address of this rank's lines for row 0 ([me][row0] of the launch's parity); peers get the
-// same offset in their heap. Peers in the order rank+1, rank+2, ... No waiting, no fence.
+// Store rows [0, rows) of `t` as LL lines of epoch `flag` into every peer's inbox (unless
+// !to_peers), and into this rank's own when `to_self`: `slot` is the local address of this rank's
+// lines for row 0; every rank gets the same offset in its heap. The LSE lines carry `count` (the
+// partials the sender sends per row). Ranks in the order rank+1, rank+2, ..., this rank last. No
+// waiting, no fence.
 template <int D>
 __device__ inline void cta_push_partial_ll(const PartialTile<D>& t, int rows, uint4* slot, const dev::SymmetricView& v,
-                                           uint32_t flag) {
+                                           uint32_t flag, bool to_self = false, uint32_t count = 1,
+                                           bool to_peers = true) {
   constexpr int kRow = ll_lines_per_row(D);
+  const int first = to_peers ? 1 : v.world, last = v.world - (to_self ? 0 : 1);  // k: rank + k
   for (int i = threadIdx.x; i < rows * kRow; i += blockDim.x) {
     const int r = i / kRow, j = i % kRow;
-    const float2 d = j < D / 2 ? reinterpret_cast<const float2*>(t.o[r])[j] : make_float2(t.lse[r], t.lse[r]);
-    for (int k = 1; k < v.world; ++k)
+    const float2 d = j < D / 2 ? reinterpret_cast<const float2*>(t.o[r])[j] : make_float2(t.lse[r], __uint_as_float(count));
+    for (int k = first; k <= last; ++k)
       dev::ll_store(v.peer(slot, (v.rank + k) % v.world) + i, __float_as_uint(d.x), __float_as_uint(d.y), flag);
   }
 }
@@ -71,38 +77,42 @@ __device__ inline bool cta_wait_ll(const uint4* inbox, int64_t sender_lines, int
   return __syncthreads_and(ok) != 0;
 }
 
-// The partials of one group for cta_combine_ll's warp_merge_rows: partial `rank` is `mine` (shared
-// memory); partial p != rank of row r is read from the LL lines at inbox[p*sender_lines +
-// r*ll_lines_per_row(D) + j]. Lane `col` of a row's segment reads lines col and col + kLanes (o
-// values 2col, 2col+1 and 2col + D/2, 2col + D/2 + 1: each load instruction covers 512 contiguous
-// bytes) and the first half of the LSE line (lanes col < n). Only the lines of partials that exist
-// and are not this rank's are read. kLines o lines per lane in flight (64 registers): every peer of
-// a 2-4 rank team for all of a warp's rows (up to 4) in one round trip.
+// LL-line partials for warp_merge_rows. Partial p of the warp's row i is at lines base[i] +
+// p*stride + j (j < ll_lines_per_row(D)), or, for p == own, row r[i] of *mine (shared memory);
+// row i has n[i] partials, and the merge's later ones read as empty (LSE -inf: exact, see
+// segment_lse_weights). Lane `col` of a row's segment reads lines col and col + kLanes (o values
+// 2col, 2col+1 and 2col + D/2, 2col + D/2 + 1: each load instruction covers 512 contiguous bytes)
+// and the first half of the LSE line (lanes col < n). Only lines of partials that exist and are not
+// `own` are read. kLines o lines per lane in flight (64 registers): every peer of a 2-4 rank team
+// for all of a warp's rows (up to 4) in one round trip. A line still stale at the deadline is
+// reported as waited for from rank peer[i], or from rank p where peer[i] < 0 (partial p is rank
+// p's).
 template <int D, int kR>
 struct LlPartials {
   static constexpr int kLines = 16;
   static constexpr int kParts = kLines / (2 * kR);
   using L = MergeLayout<D>;
-  const PartialTile<D>& mine;
-  const uint4* inbox;
-  int64_t sender_lines;
-  int rank, n;
+  const PartialTile<D>* mine;  // null when own < 0
+  const int (&r)[kR];
+  int own;
+  const uint4* base[kR];
+  int64_t stride;
+  int n[kR];
+  int peer[kR];
   uint32_t flag;
   const dev::FaultContext& fc;
   int col;
-  const int (&r)[kR];
   int p0 = 0;
   uint2 l[kR][L::kLse];
   uint4 lo[kR][kParts], hi[kR][kParts];
 
-  __device__ bool needs(int p) const { return p < n && p != rank; }
-  __device__ const uint4* line(int i, int p, int j) const {
-    return inbox + p * sender_lines + int64_t(r[i]) * ll_lines_per_row(D) + j;
-  }
+  __device__ bool needs(int i, int p) const { return p < n[i] && p != own; }
+  __device__ const uint4* line(int i, int p, int j) const { return base[i] + p * stride + j; }
 
   // Every line of the batch starts stale, so the first pass reads all of them before checking any
   // (one round trip); a later pass re-reads only the lines still stale (in flight: lines land in
-  // any order, so after cta_wait_ll this is rare and short), bounded by ll_poll_expired.
+  // any order, so after a wait for the last line this is rare and short), bounded by
+  // ll_poll_expired.
   __device__ bool fetch(int first) {
     p0 = first;
     const bool with_lse = first == 0;
@@ -122,22 +132,22 @@ struct LlPartials {
 #pragma unroll
           for (int k = 0; k < L::kLse; ++k) {
             const int p = col + k * L::kLanes;
-            if (needs(p) && !dev::ll_half_current(l[i][k], flag)) l[i][k] = dev::ll_peek_half(line(i, p, D / 2));
+            if (needs(i, p) && !dev::ll_half_current(l[i][k], flag)) l[i][k] = dev::ll_peek_half(line(i, p, D / 2));
           }
 #pragma unroll
         for (int u = 0; u < kParts; ++u) {
           const int p = p0 + u;
-          if (!needs(p)) continue;
+          if (!needs(i, p)) continue;
           if (!dev::ll_current(lo[i][u], flag)) lo[i][u] = dev::ll_peek(line(i, p, col));
           if (!dev::ll_current(hi[i][u], flag)) hi[i][u] = dev::ll_peek(line(i, p, col + L::kLanes));
         }
       }
       // The checks wait for the reads; remember one stale line for the timeout report.
       const uint4* stale = nullptr;
-      int stale_p = 0;
+      int stale_peer = 0;
       uint32_t seen = 0;
-      const auto check = [&](bool current, int p, const uint4* at, uint32_t got) {
-        if (!current && stale == nullptr) stale = at, stale_p = p, seen = got;
+      const auto check = [&](bool current, int i, int p, const uint4* at, uint32_t got) {
+        if (!current && stale == nullptr) stale = at, stale_peer = peer[i] >= 0 ? peer[i] : p, seen = got;
       };
 #pragma unroll
       for (int i = 0; i < kR; ++i) {
@@ -145,37 +155,46 @@ struct LlPartials {
 #pragma unroll
           for (int k = 0; k < L::kLse; ++k) {
             const int p = col + k * L::kLanes;
-            if (needs(p)) check(dev::ll_half_current(l[i][k], flag), p, line(i, p, D / 2), l[i][k].y);
+            if (needs(i, p)) check(dev::ll_half_current(l[i][k], flag), i, p, line(i, p, D / 2), l[i][k].y);
           }
 #pragma unroll
         for (int u = 0; u < kParts; ++u) {
           const int p = p0 + u;
-          if (!needs(p)) continue;
-          check(dev::ll_current(lo[i][u], flag), p, line(i, p, col), lo[i][u].y != flag ? lo[i][u].y : lo[i][u].w);
-          check(dev::ll_current(hi[i][u], flag), p, line(i, p, col + L::kLanes),
+          if (!needs(i, p)) continue;
+          check(dev::ll_current(lo[i][u], flag), i, p, line(i, p, col), lo[i][u].y != flag ? lo[i][u].y : lo[i][u].w);
+          check(dev::ll_current(hi[i][u], flag), i, p, line(i, p, col + L::kLanes),
                 hi[i][u].y != flag ? hi[i][u].y : hi[i][u].w);
         }
       }
       if (stale == nullptr) return true;
       if (dev::ll_poll_expired(it, start, fc, waited)) {
-        if (waited != 0) dev::report_wait_timeout(fc, dev::WaitSite::decode_partial, stale_p, stale, flag, seen, waited);
+        if (waited != 0) dev::report_wait_timeout(fc, dev::WaitSite::decode_partial, stale_peer, stale, flag, seen, waited);
         return false;
       }
     }
   }
   __device__ float lse_of(int i, int k) const {
-    return col + k * L::kLanes == rank ? mine.lse[r[i]] : __uint_as_float(l[i][k].x);
+    const int p = col + k * L::kLanes;
+    return p == own ? mine->lse[r[i]] : p < n[i] ? __uint_as_float(l[i][k].x) : -INFINITY;
   }
   __device__ float4 o_of(int i, int u) const {
-    if (p0 + u == rank) {
-      const float2 a = reinterpret_cast<const float2*>(mine.o[r[i]])[col];
-      const float2 b = reinterpret_cast<const float2*>(mine.o[r[i]])[col + L::kLanes];
+    if (p0 + u == own) {
+      const float2 a = reinterpret_cast<const float2*>(mine->o[r[i]])[col];
+      const float2 b = reinterpret_cast<const float2*>(mine->o[r[i]])[col + L::kLanes];
       return make_float4(a.x, a.y, b.x, b.y);
     }
     return make_float4(__uint_as_float(lo[i][u].x), __uint_as_float(lo[i][u].z), __uint_as_float(hi[i][u].x),
                        __uint_as_float(hi[i][u].z));
   }
 };
+
+// Lane `col`'s 4 values of a merged row, converted to T, into `row` (D values; 4-byte stores).
+template <class T, int D>
+__device__ inline void store_row_as(T* row, int col, float4 acc) {
+  uint32_t* const w = reinterpret_cast<uint32_t*>(row);
+  w[col] = ptx::pack2<T>(acc.x, acc.y);
+  w[col + MergeLayout<D>::kLanes] = ptx::pack2<T>(acc.z, acc.w);
+}
 
 // Merge the `world` partials of rows [0, rows) of one group, in rank order, and store the result
 // converted to T at out[r*D + d] (4-byte stores). Partial `rank` is `mine` (shared memory); partial
@@ -197,18 +216,16 @@ __device__ inline bool cta_combine_ll(const PartialTile<D>& mine, int rows, cons
   bool ok = true;
   for_warp_rows<D>(rows, [&]<int kR>(std::integral_constant<int, kR>, const int (&r)[kR], const bool (&owner)[kR]) {
     const int col = (threadIdx.x & 31) % MergeLayout<D>::kLanes;
-    LlPartials<D, kR> src{mine, inbox, sender_lines, rank, world, flag, fc, col, r};
+    LlPartials<D, kR> src{&mine, r, rank, {}, sender_lines, {}, {}, flag, fc, col};
+#pragma unroll
+    for (int i = 0; i < kR; ++i) src.base[i] = inbox + int64_t(r[i]) * ll_lines_per_row(D), src.n[i] = world, src.peer[i] = -1;
     float4 acc[kR];
     float lse[kR];
     ok = warp_merge_rows<D>(src, world, r, owner, scratch, acc, lse);
     if (ok)
 #pragma unroll
       for (int i = 0; i < kR; ++i)
-        if (owner[i]) {
-          uint32_t* const row = reinterpret_cast<uint32_t*>(out + int64_t(r[i]) * D);
-          row[col] = ptx::pack2<T>(acc[i].x, acc[i].y);
-          row[col + MergeLayout<D>::kLanes] = ptx::pack2<T>(acc[i].z, acc[i].w);
-        }
+        if (owner[i]) store_row_as<T, D>(out + int64_t(r[i]) * D, col, acc[i]);
   });
   return __syncthreads_and(ok) != 0;
 }
