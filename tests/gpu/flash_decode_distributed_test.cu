@@ -661,11 +661,13 @@ TEST(FlashDecodeDist, RankSkew) {
     }
 }
 
+// Fused steps of the clustered and of the direct split merge, alternating, captured into one graph
+// and replayed with fresh inputs, eager steps between replays: all share the op's epochs.
 TEST(FlashDecodeDist, CudaGraphReplayOfFusedSteps) {
   TF_REQUIRE_GPUS(1);
   auto& t = team();
   Problem p;
-  p.q_heads = 96, p.kv_heads = 12, p.batch = 2, p.lens = same_lens(t.world(), {2500, 1});
+  p.q_heads = 64, p.kv_heads = 8, p.batch = 2, p.lens = same_lens(t.world(), {2500, 1});  // 128 rows: direct too
   Global g = make_global(p, 700);
   Local l;
   upload_local(g, l);

@@ -38,6 +38,12 @@ struct DirectStage {
       : o(static_cast<float*>(base)), lse(static_cast<float*>(base) + int64_t(ranks_x_rows) * D) {}
 };
 
+// The stage's per-rank rows for level 2: at most kDirectMaxWorld partials, so a warp's loads of them
+// stay a short unrolled loop (the merge runs in the launch's tail, where its code is fetched cold).
+struct StagedRanks : StridedPartials {
+  static constexpr int kMaxPartials = kDirectMaxWorld;
+};
+
 // Wait until every rank's lines for this CTA's rows [0, rows) carry `flag`, as far as each split's
 // LSE line of the last row: first thread p < world reads rank p's split count from split 0's (into
 // counts[p]), then thread p*kMaxDirectSplits + s polls split s < counts[p] (backoff: the CTA beside
@@ -117,8 +123,8 @@ __device__ inline bool cta_merge_direct(const uint4* rows_base, int64_t sender_l
   if (__syncthreads_and(ok) == 0) return false;  // the stage is complete
   for_warp_rows<D>(rows, [&]<int kR>(std::integral_constant<int, kR>, const int (&r)[kR], const bool (&owner)[kR]) {
     const int col = (threadIdx.x & 31) % MergeLayout<D>::kLanes;
-    const StridedPartials ranks{stage.o, int64_t(rows) * D, stage.lse, rows};
-    LoadedPartials<D, kR, StridedPartials> src{ranks, world, col, r};
+    const StagedRanks ranks{{stage.o, int64_t(rows) * D, stage.lse, rows}};
+    LoadedPartials<D, kR, StagedRanks> src{ranks, world, col, r};
     float4 acc[kR];
     float lse[kR];
     warp_merge_rows<D>(src, world, r, owner, scratch, acc, lse);
