@@ -366,6 +366,33 @@ TEST(FlashDecodeDist, SmallBatchAutoPlanFusedMatchesBspBitwise) {
   }
 }
 
+// c's q/kv heads, head_dim, batch and forced splits; rank 0 holds c.lens, rank 1 one token of each
+// non-empty sequence, the others 3000: ranks get different split counts.
+struct SkewCase {
+  int q, kv, d, batch, splits;
+  std::vector<int32_t> lens;  // rank 0's (rank1_short)
+  bool direct = true;         // whether the direct split merge applies
+};
+Problem rank1_short(const SkewCase& c) {
+  Problem p;
+  p.q_heads = c.q, p.kv_heads = c.kv, p.head_dim = c.d, p.batch = c.batch, p.num_splits = c.splits;
+  for (int r = 0; r < team().world(); ++r) {
+    std::vector<int32_t> l = c.lens;
+    if (r > 0)
+      for (int32_t& x : l) x = x == 0 ? 0 : r == 1 ? 1 : 3000;
+    p.lens.push_back(l);
+  }
+  return p;
+}
+// The heuristic's plan at 96/12 and 64/8 heads (one or two rows per CTA), GQA 16 over 3 splits,
+// GQA 1 over 7 forced splits (one CTA with a row), head_dim 64, an empty sequence, a sequence too
+// short for more than one split.
+const std::vector<SkewCase>& skew_cases() {
+  static const std::vector<SkewCase> cases = {
+      {96, 12, 128, 1, 0, {12345}}, {64, 8, 128, 1, 0, {5000}}, {16, 1, 64, 3, 0, {700, 0, 600}}, {4, 4, 128, 2, 7, {3000, 17}}};
+  return cases;
+}
+
 // The clustered schedule (splits merged through the cluster's shared memory, rows spread over the
 // cluster's CTAs) against the persistent one (global-memory merge) at the same split count, on
 // the same inputs: the same bits, both right, launch after launch on the same ops (epochs of both
@@ -376,25 +403,10 @@ TEST(FlashDecodeDist, SmallBatchAutoPlanFusedMatchesBspBitwise) {
 // sequence, a sequence too short for more than one split.
 TEST(FlashDecodeDist, ClusterSplitMergeMatchesGlobalMergeBitwise) {
   TF_REQUIRE_GPUS(1);
-  const int world = team().world(), rank = team().rank();
-  struct Case {
-    int q, kv, d, batch, splits;
-    std::vector<int32_t> lens;  // rank 0's; rank 1 holds 1 token of each non-empty sequence, others 3000
-  };
-  const Case cases[] = {{96, 12, 128, 1, 0, {12345}},
-                        {64, 8, 128, 1, 0, {5000}},
-                        {16, 1, 64, 3, 0, {700, 0, 600}},
-                        {4, 4, 128, 2, 7, {3000, 17}}};
+  const int rank = team().rank();
   uint64_t seed = 3100;
-  for (const Case& c : cases) {
-    Problem p;
-    p.q_heads = c.q, p.kv_heads = c.kv, p.head_dim = c.d, p.batch = c.batch, p.num_splits = c.splits;
-    for (int r = 0; r < world; ++r) {
-      std::vector<int32_t> l = c.lens;
-      if (r > 0)
-        for (int32_t& x : l) x = x == 0 ? 0 : r == 1 ? 1 : 3000;
-      p.lens.push_back(l);
-    }
+  for (const SkewCase& c : skew_cases()) {
+    const Problem p = rank1_short(c);
     const Global g = make_global(p, ++seed);
     Local l;
     upload_local(g, l);
@@ -432,25 +444,13 @@ TEST(FlashDecodeDist, ClusterSplitMergeMatchesGlobalMergeBitwise) {
 // rank.
 TEST(FlashDecodeDist, DirectSplitMergeMatchesBspBitwise) {
   TF_REQUIRE_GPUS(1);
-  const int world = team().world(), rank = team().rank();
-  struct Case {
-    int q, kv, d, batch, splits;
-    std::vector<int32_t> lens;  // rank 0's; rank 1 holds 1 token of each non-empty sequence, others 3000
-    bool direct;
-  };
-  const Case cases[] = {{96, 12, 128, 1, 0, {12345}, true},       {64, 8, 128, 1, 0, {5000}, true},
-                        {16, 1, 64, 3, 0, {700, 0, 600}, true},   {4, 4, 128, 2, 7, {3000, 17}, true},
-                        {32, 2, 128, 1, 24, {9000}, true},        {64, 8, 128, 3, 0, {2000, 5, 0}, false}};
+  const int rank = team().rank();
+  std::vector<SkewCase> cases = skew_cases();
+  cases.push_back({32, 2, 128, 1, 24, {9000}});
+  cases.push_back({64, 8, 128, 3, 0, {2000, 5, 0}, false});
   uint64_t seed = 5100;
-  for (const Case& c : cases) {
-    Problem p;
-    p.q_heads = c.q, p.kv_heads = c.kv, p.head_dim = c.d, p.batch = c.batch, p.num_splits = c.splits;
-    for (int r = 0; r < world; ++r) {
-      std::vector<int32_t> l = c.lens;
-      if (r > 0)
-        for (int32_t& x : l) x = x == 0 ? 0 : r == 1 ? 1 : 3000;
-      p.lens.push_back(l);
-    }
+  for (const SkewCase& c : cases) {
+    const Problem p = rank1_short(c);
     const Global g = make_global(p, ++seed);
     Local l;
     upload_local(g, l);

@@ -261,6 +261,23 @@ struct LoadedPartials {
   __device__ float4 o_of(int i, int u) const { return x[i][u]; }
 };
 
+// The merge of n partials of rows [0, rows) located by `where`, read with LoadedPartials: each
+// merged row goes to emit(r, col, acc, lse) on the lanes that own it (lane `col` of the row's
+// segment: 4 values). No synchronisation inside.
+template <int D, class Where, class Emit>
+__device__ inline void merge_loaded_rows(const Where& where, int n, int rows, CombineScratch& scratch, Emit&& emit) {
+  for_warp_rows<D>(rows, [&]<int kR>(std::integral_constant<int, kR>, const int (&r)[kR], const bool (&owner)[kR]) {
+    const int col = (threadIdx.x & 31) % MergeLayout<D>::kLanes;
+    LoadedPartials<D, kR, Where> src{where, n, col, r};
+    float4 acc[kR];
+    float lse[kR];
+    warp_merge_rows<D>(src, n, r, owner, scratch, acc, lse);
+#pragma unroll
+    for (int i = 0; i < kR; ++i)
+      if (owner[i]) emit(r[i], col, acc[i], lse[i]);
+  });
+}
+
 // Merge n partials of `rows` rows, located by `where` (StridedPartials, ClusterPartials), into `out`
 // (shared memory) rows [0, rows), with lse_combine.h's formula.
 // Preconditions: 1 <= n <= kMaxParts, 1 <= rows <= kMaxRows, blockDim.x == kThreads; every thread
@@ -283,18 +300,9 @@ template <int D, class Where>
 __device__ inline void cta_merge_partials(const Where& where, int n, int rows, CombineScratch& scratch,
                                           PartialTile<D>& out) {
   __syncthreads();  // scratch/out may still be read by the caller's previous step
-  for_warp_rows<D>(rows, [&]<int kR>(std::integral_constant<int, kR>, const int (&r)[kR], const bool (&owner)[kR]) {
-    const int col = (threadIdx.x & 31) % MergeLayout<D>::kLanes;
-    LoadedPartials<D, kR, Where> src{where, n, col, r};
-    float4 acc[kR];
-    float row_lse[kR];
-    warp_merge_rows<D>(src, n, r, owner, scratch, acc, row_lse);
-#pragma unroll
-    for (int i = 0; i < kR; ++i)
-      if (owner[i]) {
-        reinterpret_cast<float4*>(out.o[r[i]])[col] = acc[i];
-        if (col == 0) out.lse[r[i]] = row_lse[i];
-      }
+  merge_loaded_rows<D>(where, n, rows, scratch, [&](int r, int col, float4 acc, float lse) {
+    reinterpret_cast<float4*>(out.o[r])[col] = acc;
+    if (col == 0) out.lse[r] = lse;
   });
   __syncthreads();
 }

@@ -121,17 +121,8 @@ __device__ inline bool cta_merge_direct(const uint4* rows_base, int64_t sender_l
     });
   }
   if (__syncthreads_and(ok) == 0) return false;  // the stage is complete
-  for_warp_rows<D>(rows, [&]<int kR>(std::integral_constant<int, kR>, const int (&r)[kR], const bool (&owner)[kR]) {
-    const int col = (threadIdx.x & 31) % MergeLayout<D>::kLanes;
-    const StagedRanks ranks{{stage.o, int64_t(rows) * D, stage.lse, rows}};
-    LoadedPartials<D, kR, StagedRanks> src{ranks, world, col, r};
-    float4 acc[kR];
-    float lse[kR];
-    warp_merge_rows<D>(src, world, r, owner, scratch, acc, lse);
-#pragma unroll
-    for (int i = 0; i < kR; ++i)
-      if (owner[i]) store_row_as<T, D>(out + int64_t(r[i]) * D, col, acc[i]);
-  });
+  merge_loaded_rows<D>(StagedRanks{{stage.o, int64_t(rows) * D, stage.lse, rows}}, world, rows, scratch,
+                       [&](int r, int col, float4 acc, float) { store_row_as<T, D>(out + int64_t(r) * D, col, acc); });
   __syncthreads();
   return true;
 }
