@@ -7,7 +7,10 @@
 // batch 1, 8K: cluster barrier +0.8 us, split merge +1.3, send +0.35, then the peers' lines and the
 // rank combine); here the lines leave as soon as each split attends, and one merge at the
 // receiver replaces the barrier, the split merge and the combine. The price: a split count times
-// the lines (only small batches: kDirectMaxRows), sent while the slower splits still attend.
+// the lines (only small batches: kDirectMaxRows), sent while the slower splits still attend, and a
+// longer merge in the tail: at world 1 it takes 4.2 us after the lines arrive, bound by cold code
+// and one warp's dependence chain (r116-r119: a wash warm, 1-1.7 us slower with a cold L2), so it
+// is opt-in (FlashDecodeConfig::SplitMerge::direct) until two GPUs measure the overlap it buys.
 //
 // Inbox layout of the direct region (fused_schedule.h: direct_line): [sender][split][row][line],
 // the sender stride fixed by the op's maxima, the split stride the launch's rows. The LSE line of a
@@ -49,8 +52,8 @@ struct StagedRanks : StridedPartials {
 // counts[p]), then thread p*kMaxDirectSplits + s polls split s < counts[p] (backoff: the CTA beside
 // it may still attend). `rows_base` is the line of (sender 0, split 0, the CTA's row 0). Returns
 // false (uniformly) when a wait gave up (WaitSite::decode_partial naming the rank) or a count is
-// out of [1, kMaxDirectSplits] (a peer not in the direct schedule wrote there: reported as a wait on
-// that line with the count observed). Every thread calls it; ends with a CTA barrier.
+// out of [1, kMaxDirectSplits] (not a direct sender's line: reported as a wait on that line, the
+// count as the value observed). Every thread calls it; ends with a CTA barrier.
 template <int D>
 __device__ inline bool cta_wait_direct(const uint4* rows_base, int64_t sender_lines, int64_t split_lines, int rows,
                                        int world, uint32_t flag, const dev::FaultContext& fc, int* counts) {
