@@ -68,8 +68,8 @@ struct FusedDecodeParams {
   dev::LaunchSequence seq;  // epochs
   dev::FaultContext fault;  // deadline, abort flag, wait record
   int items;                // d.num_splits * batch * kv_heads work items (fused_schedule.h)
-  // 0: persistent grid, splits merged through global memory (fused_decode_kernel<.., false>);
-  // C >= 2: clustered schedule (fused_decode_kernel<.., true>), grid = items in clusters of
+  // 0: persistent grid, splits merged through global memory (FusedSchedule::persistent, or ::direct when `direct`);
+  // C >= 2: clustered schedule (FusedSchedule::clustered), grid = items in clusters of
   // C = d.num_splits CTAs, splits merged in distributed shared memory (fused_schedule.h).
   int cluster;
   // Direct schedule (cluster 0, grid = items, all resident; fused_schedule.h): its region of each
