@@ -68,7 +68,8 @@ struct FusedDecodeParams {
   dev::LaunchSequence seq;  // epochs
   dev::FaultContext fault;  // deadline, abort flag, wait record
   int items;                // d.num_splits * batch * kv_heads work items (fused_schedule.h)
-  // 0: persistent grid, splits merged through global memory (FusedSchedule::persistent, or ::direct when `direct`);
+  // 0: persistent grid, splits merged through global memory (FusedSchedule::persistent), or the
+  // direct schedule when `direct`;
   // C >= 2: clustered schedule (FusedSchedule::clustered), grid = items in clusters of
   // C = d.num_splits CTAs, splits merged in distributed shared memory (fused_schedule.h).
   int cluster;
