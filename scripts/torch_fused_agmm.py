@@ -12,7 +12,7 @@ A variant the installed PyTorch cannot run for a shape (e.g. fused gather_dim 1 
 is reported with its error instead of a time.
 
 Timing follows taxfree's harness: ranks aligned before every sample, back-to-back runs worth
-~20 us per sample, median per run, the slowest rank's median reported.
+~200 us per sample (at most 64 runs), median per run, the slowest rank's median reported.
 
 Run with torchrun (torchrun --nproc-per-node 2 scripts/torch_fused_agmm.py --json OUT.json) or
 standalone (python3 scripts/torch_fused_agmm.py --json OUT.json), which starts --nproc ranks itself.
@@ -121,7 +121,7 @@ def time_variant(fn, warmup, iters):
     fn()
     torch.cuda.synchronize()
     single = time.perf_counter() - t0
-    reps = torch.tensor([min(32, max(1, math.ceil(20e-6 / max(single, 1e-7))))], device="cuda")
+    reps = torch.tensor([min(64, max(1, math.ceil(200e-6 / max(single, 1e-7))))], device="cuda")
     dist.all_reduce(reps, op=dist.ReduceOp.MAX)
     reps = int(reps.item())
     samples = []

@@ -26,6 +26,11 @@ namespace {
 // which one read fast depending on the order.
 constexpr int kTimingRounds = 16;
 
+// At most this many back-to-back runs in one timed sample, and at most this many launches queued
+// behind the gate in one batch (what the stream takes without blocking the host).
+constexpr int kMaxRunsPerSample = 64;
+constexpr int kMaxGatedLaunches = 600;
+
 // Holds the stream until the host has queued a whole timed batch, so the GPU never waits for the
 // host's launches inside a timed region. Bounded: after `timeout_ns` it lets the batch run anyway.
 __global__ void gate_kernel(const uint32_t* open, uint32_t ticket, uint64_t timeout_ns) {
@@ -61,6 +66,7 @@ struct Row {
   std::string op, variant;
   Case c;
   Stats us;
+  std::vector<double> samples_us;  // this rank's samples, µs per run, in the order taken
   Figures fig;
   int64_t wrong = -1;  // -1: not checked
   double floor_us = 0;
@@ -101,7 +107,8 @@ nlohmann::json row_json(const Row& r) {
           {"nwrong", r.wrong},
           {"floor_us", r.floor_us},
           {"floor_bound", r.bound},
-          {"runs_per_sample", r.reps}};
+          {"runs_per_sample", r.reps},
+          {"samples_us", r.samples_us}};
 }
 
 uint32_t* g_gate = nullptr;  // host-mapped gate of the current run
@@ -297,15 +304,21 @@ int run(Team& team, const RunRequest& req) {
           team.device_barrier(s);
           bench->run(v, s);
         }
-        // Runs per timed sample: enough back-to-back runs for ~sample_us (default 20 us), so event
-        // resolution and launch gaps of tiny ops do not dominate (nccl-tests also times back-to-back
-        // runs).
+        // Runs per timed sample: enough back-to-back runs for ~sample_us (default 200 us), so a
+        // whole-microsecond step in the samples (seen on some machines) and launch gaps of small
+        // ops do not dominate (nccl-tests also times back-to-back runs). With a cold L2 every run
+        // follows its own flush: one run per sample.
         team.device_barrier(s);
         TF_CUDA(cudaEventRecord(ev0.e, s));
         bench->run(v, s);
         TF_CUDA(cudaEventRecord(ev1.e, s));
         team.sync(s);
-        const int reps = int(std::clamp(std::ceil(opt.sample_us * 1e-6 / std::max(elapsed_s(ev0, ev1), 1e-7)), 1.0, 32.0));
+        const double wanted = std::ceil(opt.sample_us * 1e-6 / std::max(elapsed_s(ev0, ev1), 1e-7));
+        // A batch of samples must still fit behind the gate (below), or the host's launches would
+        // sit inside timed regions.
+        const int batch = (opt.iters + kTimingRounds - 1) / kTimingRounds;
+        const int fit = std::max(1, (kMaxGatedLaunches / batch - 3) / std::max(bench->launches(v), 1));
+        const int reps = flush ? 1 : std::min(fit, int(std::clamp(wanted, 1.0, double(kMaxRunsPerSample))));
         row.reps = int(max_over_ranks(team, "reps-" + std::to_string(seq++), reps));
         pending.push_back(std::move(row));
       }
@@ -326,7 +339,7 @@ int run(Team& team, const RunRequest& req) {
           bench->run(v, s);  // untimed: the variant's first run after another's
           std::vector<Event> starts(static_cast<size_t>(n)), stops(static_cast<size_t>(n));
           // Queue the whole batch behind a gate when it fits the stream's queue.
-          const bool gated = double(n) * (3 + reps_all * bench->launches(v)) <= 600;
+          const bool gated = double(n) * (3 + reps_all * bench->launches(v)) <= kMaxGatedLaunches;
           if (gated) gate_kernel<<<1, 1, 0, s>>>(g_gate, ++g_gate_ticket, 20'000'000'000ull);
           for (int i = 0; i < n; ++i) {
             if (flush) TF_CUDA(cudaMemsetAsync(flush, i & 0xff, flush_bytes, s));
@@ -343,6 +356,7 @@ int run(Team& team, const RunRequest& req) {
       for (size_t vi = 0; vi < pending.size(); ++vi) {
         Row& row = pending[vi];
         Stats st = summarize(samples[vi]);
+        for (double x : samples[vi]) row.samples_us.push_back(x * 1e6);
         // The op's time is the slowest rank's.
         const std::string k = "t-" + std::to_string(seq++);
         st.median = max_over_ranks(team, k + "m", st.median);

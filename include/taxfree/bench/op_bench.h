@@ -29,10 +29,12 @@ struct Options {
   int iters = 20;          // -n
   int warmup = 5;          // -w
   int check = 1;           // -c: checked runs per case and variant (0 = no check)
-  bool cold_l2 = false;    // --cold: flush L2 before every timed iteration
-  // --sample-us: each timed sample runs the op back to back until about this long (1-32 runs);
-  // CUDA events tick in ~1 us steps here, so ops near 20-100 us resolve better with more.
-  double sample_us = 20;
+  bool cold_l2 = false;    // --cold: flush L2 before every timed run (one run per sample)
+  // --sample-us: each timed sample runs the op back to back until about this long (1-64 runs).
+  // On some machine instances samples come in whole microseconds (r121: 40 samples of 2 runs all
+  // 30.000 us; on others 32 ns steps, docs/PERFORMANCE.md fifteenth session), so a sample of one
+  // short run cannot resolve what a speedup target needs.
+  double sample_us = 200;
   std::string dtype = "bf16";
   std::vector<std::string> variants;  // --variant; empty = all of the op's
   std::vector<std::string> shapes;    // --shape NAME=V,...; op-specific filters
