@@ -7,12 +7,14 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <iomanip>
 #include <iostream>
 #include <sstream>
 
 #include "taxfree/device/scoped_memory.cuh"
+#include "taxfree/runtime/coordinator.h"
 #include "taxfree/runtime/error.h"
 #include "taxfree/runtime/team.h"
 
@@ -40,13 +42,6 @@ __global__ void gate_kernel(const uint32_t* open, uint32_t ticket, uint64_t time
 }
 
 // Slowest rank's value (all ranks call; the coordinator carries it).
-double max_over_ranks(Team& team, const std::string& key, double v) {
-  auto all = team.coordinator().all_gather(key, std::to_string(v), 120);
-  double m = v;
-  for (const auto& s : all) m = std::max(m, std::stod(s));
-  return m;
-}
-
 int64_t sum_over_ranks(Team& team, const std::string& key, int64_t v) {
   auto all = team.coordinator().all_gather(key, std::to_string(v), 120);
   int64_t sum = 0;
@@ -115,6 +110,20 @@ uint32_t* g_gate = nullptr;  // host-mapped gate of the current run
 uint32_t g_gate_ticket = 0;
 
 }  // namespace
+
+std::vector<double> all_gather_doubles(CoordinatorClient& coordinator, const std::string& key, double v) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.17g", v);  // 17 significant digits read back to the same double
+  std::vector<double> out;
+  for (const std::string& s : coordinator.all_gather(key, text, 120)) out.push_back(std::strtod(s.c_str(), nullptr));
+  return out;
+}
+
+double max_over_ranks(CoordinatorClient& coordinator, const std::string& key, double v) {
+  double m = v;
+  for (double x : all_gather_doubles(coordinator, key, v)) m = std::max(m, x);
+  return m;
+}
 
 double bus_factor(const std::string& collective, int world) {
   const double n = world;
@@ -319,7 +328,7 @@ int run(Team& team, const RunRequest& req) {
         const int batch = (opt.iters + kTimingRounds - 1) / kTimingRounds;
         const int fit = std::max(1, (kMaxGatedLaunches / batch - 3) / std::max(bench->launches(v), 1));
         const int reps = flush ? 1 : std::min(fit, int(std::clamp(wanted, 1.0, double(kMaxRunsPerSample))));
-        row.reps = int(max_over_ranks(team, "reps-" + std::to_string(seq++), reps));
+        row.reps = int(max_over_ranks(team.coordinator(), "reps-" + std::to_string(seq++), reps));
         pending.push_back(std::move(row));
       }
       // Timed samples in interleaved rounds, each round starting one variant later and every other
@@ -359,9 +368,9 @@ int run(Team& team, const RunRequest& req) {
         for (double x : samples[vi]) row.samples_us.push_back(x * 1e6);
         // The op's time is the slowest rank's.
         const std::string k = "t-" + std::to_string(seq++);
-        st.median = max_over_ranks(team, k + "m", st.median);
-        st.min = max_over_ranks(team, k + "n", st.min);
-        st.max = max_over_ranks(team, k + "x", st.max);
+        st.median = max_over_ranks(team.coordinator(), k + "m", st.median);
+        st.min = max_over_ranks(team.coordinator(), k + "n", st.min);
+        st.max = max_over_ranks(team.coordinator(), k + "x", st.max);
         medians[row.variant] = st.median;
         row.fig = bench->figures(c, st.median);
         row.us = {st.median * 1e6, st.min * 1e6, st.max * 1e6};

@@ -2,7 +2,12 @@
 // heap placement.
 #include <gtest/gtest.h>
 
+#include <memory>
+#include <thread>
+#include <vector>
+
 #include "taxfree/bench/harness.h"
+#include "taxfree/runtime/coordinator.h"
 #include "taxfree/runtime/error.h"
 #include "taxfree/runtime/symmetric_heap.h"
 
@@ -65,6 +70,33 @@ TEST(Harness, ShapeFilters) {
   EXPECT_TRUE(matches_shape_filters(p, {"M=1", "N=4096"}));  // any entry may match
   EXPECT_FALSE(matches_shape_filters(p, {"K=1"}));
   EXPECT_THROW(matches_shape_filters(p, {"M"}), Error);
+}
+
+// Times cross ranks in seconds: a median of 24.4567 us must come back as itself, not as 24 or
+// 25 us (std::to_string kept 6 decimals; every cross-rank median read whole microseconds).
+TEST(Harness, TimesCrossRanksExactly) {
+  constexpr int kWorld = 3;
+  CoordinatorServer server{"127.0.0.1", 0, kWorld};
+  std::vector<std::unique_ptr<CoordinatorClient>> ranks;
+  for (int r = 0; r < kWorld; ++r) {
+    ranks.push_back(std::make_unique<CoordinatorClient>("127.0.0.1", server.port(), r, kWorld, 10));
+    ranks.back()->set_exit_grace(0);
+  }
+  const double values[kWorld] = {24.4567891234e-6, 1.0000000000000002, 3.3e-7 + 1e-19};
+  std::vector<std::vector<double>> got(kWorld);
+  std::vector<double> most(kWorld);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < kWorld; ++r)
+    threads.emplace_back([&, r] {
+      got[size_t(r)] = all_gather_doubles(*ranks[size_t(r)], "t", values[r]);
+      most[size_t(r)] = max_over_ranks(*ranks[size_t(r)], "m", values[(r + 2) % kWorld] * 1e-6);
+    });
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < kWorld; ++r) {
+    EXPECT_EQ(got[size_t(r)], std::vector<double>(values, values + kWorld)) << "rank " << r;
+    EXPECT_EQ(most[size_t(r)], 1.0000000000000002e-6) << "rank " << r;
+  }
+  for (auto& c : ranks) c->finish();
 }
 
 TEST(Heap, PlacementAlignsAndNamesExhaustion) {

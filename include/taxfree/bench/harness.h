@@ -12,6 +12,7 @@
 
 namespace taxfree {
 class Team;
+class CoordinatorClient;
 }
 
 namespace taxfree::bench {
@@ -35,6 +36,13 @@ struct Stats {
   double median = 0, min = 0, max = 0;
 };
 Stats summarize(std::vector<double> samples);
+
+// Every rank's `v` (collective: all ranks call it with the same key), exact: each value travels as
+// text that reads back to the same double (std::to_string's "%f" kept 6 decimals, so a time in
+// seconds came back in whole microseconds: until d9efabc's successor every cross-rank median, min,
+// max and the flag latency were rounded that way). And the largest of them.
+std::vector<double> all_gather_doubles(CoordinatorClient& coordinator, const std::string& key, double v);
+double max_over_ranks(CoordinatorClient& coordinator, const std::string& key, double v);
 
 // Parse "-b 1K", "64M", "1G" (powers of 1024) into bytes; throws InvalidArgument naming the text.
 int64_t parse_bytes(const std::string& text);
