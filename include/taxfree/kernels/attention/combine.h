@@ -163,16 +163,34 @@ __device__ inline void accumulate_weighted(float4& acc, float w, float4 x) {
   acc.w += w * t.w;
 }
 
+// The unrolled loops over a fetch's partials run in steps of kTermStep partials and stop at the
+// first step past n (warp-uniform), instead of always covering Source::kParts: the merge runs in
+// the launch's tail on one warp's serial chain, where r116 counted ~1150 instructions on the
+// merging warp of the clustered fused kernel, about a fifth of them terms past n that only added
+// zeros. Skipping them changes no bits: acc starts at +0 and a sum that starts at +0 is never -0
+// (round to nearest), so acc + (+0) == acc. A Source opts in with kStepped (its kParts then a
+// multiple of kTermStep): not where ptxas would hold all of a fetch's values at once across the
+// early exits (the persistent kernel's merges of 24 values per lane then spilled 140-372 bytes),
+// nor where n is always far past kParts (the direct merge's level 1: r128 read it 0.4 µs slower).
+inline constexpr int kTermStep = 2;
+inline constexpr int kMaxSteppedValues = 16;  // float4 per lane in one fetch
+template <bool kStepped>
+__device__ __forceinline__ bool terms_end(int p0, int u, int n) {
+  return kStepped && u % kTermStep == 0 && p0 + u >= n;
+}
+
 // One warp's merge of n partials of its kR rows (r, owner: for_warp_rows), the arithmetic every
 // combine shares: segment_lse_weights on each row's LSEs, then acc[i] = sum over p = 0, 1, .., n-1
 // (in that order) of accumulate_weighted(w_p, o_p), lane `col` holding 4 values of each row.
 // Where the values come from is `src`'s business (workspace loads, LL lines):
-//   src.fetch(p0)  issues the reads of partials [p0, p0 + Source::kParts) of the kR rows, and with
-//                  p0 == 0 also the rows' LSEs, then returns once they are usable (false: gave up;
-//                  the values are then arbitrary, the caller must not publish them);
+//   src.fetch(p0)  issues the reads of partials [p0, p0 + Source::kParts) of the kR rows (at least
+//                  up to the kTermStep step that holds partial n - 1), and with p0 == 0 also the
+//                  rows' LSEs, then returns once they are usable (false: gave up; the values are
+//                  then arbitrary, the caller must not publish them);
 //   src.lse_of(i, k)  the LSE of partial col + k*kLanes of row i (only asked for p < n);
-//   src.o_of(i, u)  the 4 values of partial p0 + u of row i of the last fetch (p0 + u >= n: any
-//                  finite-or-not value, dropped by the weight-0 select).
+//   src.o_of(i, u)  the 4 values of partial p0 + u of row i of the last fetch (only asked for u
+//                  before terms_end; p0 + u >= n: any finite-or-not value, dropped by the weight-0
+//                  select).
 // So a merge of n <= kParts partials is one memory round trip for all the warp's rows: every read
 // goes out before the first is used. Weights go through scratch.w[r[i]] (owner lanes write them);
 // lse[i] is row i's merged LSE. Returns false when a fetch gave up.
@@ -181,6 +199,7 @@ __device__ inline bool warp_merge_rows(Source& src, int n, const int (&r)[kR], c
                                        CombineScratch& scratch, float4 (&acc)[kR], float (&lse)[kR]) {
   using L = MergeLayout<D>;
   constexpr int kParts = Source::kParts;
+  static_assert(!Source::kStepped || kParts % kTermStep == 0, "a stepped fetch covers whole steps");
   const int col = (threadIdx.x & 31) % L::kLanes;
   bool ok = src.fetch(0);
   float l[kR][L::kLse];
@@ -196,13 +215,17 @@ __device__ inline bool warp_merge_rows(Source& src, int n, const int (&r)[kR], c
   for (int p0 = 0;;) {
     float wv[kR][kParts];  // every weight read before the first is used: one shared-memory round trip
 #pragma unroll
-    for (int i = 0; i < kR; ++i)
+    for (int u = 0; u < kParts; ++u) {
+      if (terms_end<Source::kStepped>(p0, u, n)) break;
 #pragma unroll
-      for (int u = 0; u < kParts; ++u) wv[i][u] = w[i][p0 + u < n ? p0 + u : n - 1];
+      for (int i = 0; i < kR; ++i) wv[i][u] = w[i][p0 + u < n ? p0 + u : n - 1];
+    }
 #pragma unroll
-    for (int i = 0; i < kR; ++i)
+    for (int u = 0; u < kParts; ++u) {  // each row's terms in partial order, as before
+      if (terms_end<Source::kStepped>(p0, u, n)) break;
 #pragma unroll
-      for (int u = 0; u < kParts; ++u) accumulate_weighted(acc[i], p0 + u < n ? wv[i][u] : 0.f, src.o_of(i, u));
+      for (int i = 0; i < kR; ++i) accumulate_weighted(acc[i], p0 + u < n ? wv[i][u] : 0.f, src.o_of(i, u));
+    }
     p0 += kParts;
     if (p0 >= n) return ok;
     ok = ok && src.fetch(p0);  // after a fetch gave up, no more waiting
@@ -223,9 +246,10 @@ struct StridedPartials {
   __device__ const float* lse_of(int p) const { return lse + p * lse_stride; }
 };
 
-// Partials read with plain loads for warp_merge_rows, located by `where` (see above). Weak,
-// unconditional loads with the partial index clamped into [0, n): ptxas keeps them back to back
-// (predicated or branched loads were serialised behind the math, seen in SASS). kMergeLoads
+// Partials read with plain loads for warp_merge_rows, located by `where` (see above). Weak loads,
+// unconditional within a kTermStep step, with the partial index clamped into [0, n): ptxas keeps
+// them back to back (per-load predicates or branches were serialised behind the math, seen in
+// SASS). kMergeLoads
 // float4 loads per lane in flight (96 registers): all 11-16 splits of two rows per warp (group 8,
 // D = 128) in one round trip.
 template <int D, int kR, class Where>
@@ -233,6 +257,7 @@ struct LoadedPartials {
   static constexpr int kMergeLoads = 24;
   static constexpr int kParts =
       kMergeLoads / kR < Where::kMaxPartials ? kMergeLoads / kR : Where::kMaxPartials;
+  static constexpr bool kStepped = kR * kParts <= kMaxSteppedValues;
   using L = MergeLayout<D>;
   const Where& where;
   int n, col;
@@ -251,6 +276,7 @@ struct LoadedPartials {
         }
 #pragma unroll
       for (int u = 0; u < kParts; ++u) {
+        if (terms_end<kStepped>(p0, u, n)) break;
         const int p = p0 + u < n ? p0 + u : n - 1;
         x[i][u] = *reinterpret_cast<const float4*>(where.o_of(p) + int64_t(r[i]) * D + 4 * col);
       }

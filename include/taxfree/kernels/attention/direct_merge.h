@@ -103,7 +103,8 @@ __device__ inline bool cta_merge_direct(const uint4* rows_base, int64_t sender_l
       if (__all_sync(0xffffffffu, ok) == 0) return;  // a wait gave up: no more waiting
       const int col = (threadIdx.x & 31) % MergeLayout<D>::kLanes;
       // `own` -1: no partial from shared memory (this rank's splits come through its inbox too).
-      LlPartials<D, kR> src{nullptr, r, -1, {}, split_lines, {}, {}, flag, fc, col};
+      // Not stepped: n (the splits) is mostly past a fetch's kParts here (combine.h, terms_end).
+      LlPartials<D, kR, false> src{nullptr, r, -1, {}, split_lines, {}, {}, flag, fc, col, most};
 #pragma unroll
       for (int i = 0; i < kR; ++i) {
         const int u = u0 + r[i], p = u / rows;

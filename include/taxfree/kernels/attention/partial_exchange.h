@@ -87,10 +87,11 @@ __device__ inline bool cta_wait_ll(const uint4* inbox, int64_t sender_lines, int
 // for all of a warp's rows (up to 4) in one round trip. A line still stale at the deadline is
 // reported as waited for from rank peer[i], or from rank p where peer[i] < 0 (partial p is rank
 // p's).
-template <int D, int kR>
+template <int D, int kR, bool kSteps = true>
 struct LlPartials {
   static constexpr int kLines = 16;
   static constexpr int kParts = kLines / (2 * kR);
+  static constexpr bool kStepped = kSteps;  // combine.h's terms_end
   using L = MergeLayout<D>;
   const PartialTile<D>* mine;  // null when own < 0
   const int (&r)[kR];
@@ -102,6 +103,7 @@ struct LlPartials {
   uint32_t flag;
   const dev::FaultContext& fc;
   int col;
+  int terms;  // the n warp_merge_rows is called with (>= every n[i]): fetches cover its steps
   int p0 = 0;
   uint2 l[kR][L::kLse];
   uint4 lo[kR][kParts], hi[kR][kParts];
@@ -121,8 +123,12 @@ struct LlPartials {
     for (int i = 0; i < kR; ++i) {
 #pragma unroll
       for (int k = 0; k < L::kLse; ++k) l[i][k] = make_uint2(0u, ~flag);
+    }
 #pragma unroll
-      for (int u = 0; u < kParts; ++u) lo[i][u] = hi[i][u] = stale4;
+    for (int u = 0; u < kParts; ++u) {
+      if (terms_end<kStepped>(p0, u, terms)) break;
+#pragma unroll
+      for (int i = 0; i < kR; ++i) lo[i][u] = hi[i][u] = stale4;
     }
     uint64_t start = 0, waited = 0;
     for (uint32_t it = 0;; ++it) {
@@ -136,6 +142,7 @@ struct LlPartials {
           }
 #pragma unroll
         for (int u = 0; u < kParts; ++u) {
+          if (terms_end<kStepped>(p0, u, terms)) break;
           const int p = p0 + u;
           if (!needs(i, p)) continue;
           if (!dev::ll_current(lo[i][u], flag)) lo[i][u] = dev::ll_peek(line(i, p, col));
@@ -159,6 +166,7 @@ struct LlPartials {
           }
 #pragma unroll
         for (int u = 0; u < kParts; ++u) {
+          if (terms_end<kStepped>(p0, u, terms)) break;
           const int p = p0 + u;
           if (!needs(i, p)) continue;
           check(dev::ll_current(lo[i][u], flag), i, p, line(i, p, col), lo[i][u].y != flag ? lo[i][u].y : lo[i][u].w);
@@ -216,7 +224,7 @@ __device__ inline bool cta_combine_ll(const PartialTile<D>& mine, int rows, cons
   bool ok = true;
   for_warp_rows<D>(rows, [&]<int kR>(std::integral_constant<int, kR>, const int (&r)[kR], const bool (&owner)[kR]) {
     const int col = (threadIdx.x & 31) % MergeLayout<D>::kLanes;
-    LlPartials<D, kR> src{&mine, r, rank, {}, sender_lines, {}, {}, flag, fc, col};
+    LlPartials<D, kR> src{&mine, r, rank, {}, sender_lines, {}, {}, flag, fc, col, world};
 #pragma unroll
     for (int i = 0; i < kR; ++i) src.base[i] = inbox + int64_t(r[i]) * ll_lines_per_row(D), src.n[i] = world, src.peer[i] = -1;
     float4 acc[kR];
