@@ -1,14 +1,18 @@
-// timer_probe: what the benchmark's times are made of at the microsecond level. Short flash_decode
-// medians read as whole microseconds even over many back-to-back runs (r121: 10 runs of bsp's
-// decode kernel, every one of 40 samples 200.000 us), so this asks, on the GPU machine:
+// timer_probe: what the benchmark's times are made of at the microsecond level. Written when short
+// medians kept reading whole microseconds (23.00, 27.00); it showed that the timer and CUDA events
+// resolve 32 ns for every kernel shape tried, which led to the real cause: the harness sent each
+// rank's times through the coordinator as std::to_string of seconds (f74dfd9 fixed it). On the GPU
+// machine it reports:
 //   1. the step of %globaltimer as a kernel sees it (smallest nonzero difference of two reads);
 //   2. for kernels of several shapes (one CTA; a full grid; a full grid in clusters of 8; a full
-//      grid streaming from HBM), each sized by a fixed count of SM clocks or bytes (no timer in the
-//      loop), durations ~5-25 us: CUDA event pairs around one run and around 16 back-to-back runs,
-//      queued behind a gate kernel as the benchmark does; per shape the median per run, the spread
-//      (max - min over samples) and the fraction of samples that read whole microseconds.
-// Run on a GPU machine: build/tools/timer_probe. docs/PERFORMANCE.md (fifteenth session) has what
-// it measured.
+//      grid streaming from HBM; both with 200 KB of shared memory; launch_decode_partial), each
+//      sized by a fixed count of SM clocks or bytes (no timer in the loop), durations ~5-25 us:
+//      CUDA event pairs around one run and around 16 back-to-back runs, queued behind a gate
+//      kernel as the benchmark does; per shape the median per run, the spread (max - min over
+//      samples) and the fraction of samples that read whole microseconds.
+// Run on a GPU machine: build/tools/timer_probe (or `taxfree run -n 1 -- build/tools/timer_probe
+// team` to time after Team::join, on the team's stream). docs/PERFORMANCE.md (fifteenth session)
+// has what it measured.
 #include <cuda_runtime.h>
 
 #include <algorithm>

@@ -313,10 +313,9 @@ int run(Team& team, const RunRequest& req) {
           team.device_barrier(s);
           bench->run(v, s);
         }
-        // Runs per timed sample: enough back-to-back runs for ~sample_us (default 200 us), so a
-        // whole-microsecond step in the samples (seen on some machines) and launch gaps of small
-        // ops do not dominate (nccl-tests also times back-to-back runs). With a cold L2 every run
-        // follows its own flush: one run per sample.
+        // Runs per timed sample: enough back-to-back runs for ~sample_us (default 200 us), so what
+        // a sample adds once and launch gaps of small ops do not dominate (nccl-tests also times
+        // back-to-back runs). With a cold L2 every run follows its own flush: one run per sample.
         team.device_barrier(s);
         TF_CUDA(cudaEventRecord(ev0.e, s));
         bench->run(v, s);

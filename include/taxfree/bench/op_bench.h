@@ -30,10 +30,9 @@ struct Options {
   int warmup = 5;          // -w
   int check = 1;           // -c: checked runs per case and variant (0 = no check)
   bool cold_l2 = false;    // --cold: flush L2 before every timed run (one run per sample)
-  // --sample-us: each timed sample runs the op back to back until about this long (1-64 runs).
-  // On some machine instances samples come in whole microseconds (r121: 40 samples of 2 runs all
-  // 30.000 us; on others 32 ns steps, docs/PERFORMANCE.md fifteenth session), so a sample of one
-  // short run cannot resolve what a speedup target needs.
+  // --sample-us: each timed sample runs the op back to back until about this long (1-64 runs), so
+  // what one sample adds once (the start event behind the barrier kernel: ~1.2 us at 20 us, r127)
+  // and run-to-run jitter are spread over several runs.
   double sample_us = 200;
   std::string dtype = "bf16";
   std::vector<std::string> variants;  // --variant; empty = all of the op's
