@@ -67,6 +67,7 @@ const char* wait_site_name(dev::WaitSite site) {
     case dev::WaitSite::ksplit_partial: return "all_gather_matmul ksplit: peer partial arrived";
     case dev::WaitSite::nsplit_block: return "all_gather_matmul nsplit: peer C block arrived";
     case dev::WaitSite::ksplit_sum: return "all_gather_matmul ksplit: owner's C slice arrived";
+    case dev::WaitSite::decode_cluster_rows: return "flash_decode: the cluster's split rows reached this CTA";
   }
   return "unknown site";
 }

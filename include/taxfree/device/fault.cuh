@@ -22,6 +22,7 @@ enum class WaitSite : uint32_t {
   ksplit_partial = 9,     // all_gather_matmul ksplit: a peer's partial slice arrived
   nsplit_block = 10,      // all_gather_matmul nsplit: a peer's column block of C arrived
   ksplit_sum = 11,        // all_gather_matmul ksplit: the owner's summed slice of C arrived
+  decode_cluster_rows = 12,  // flash_decode fused: the cluster's splits' rows reached this CTA
 };
 
 // Filled once per team by the first wait that expires; later ones only raise the abort flag.

@@ -48,19 +48,25 @@ __device__ __forceinline__ void mbar_arrive(uint32_t bar) {
 // anywhere in a kernel that issues wgmma makes ptxas serialise every wgmma of that kernel (C7510:
 // each HGMMA then waits for the previous one; measured by ptxas, not only where a group is in
 // flight), so wgmma kernels use the quiet form: the host sees a trap (launch failure), unnamed.
+// One bounded hardware wait (try_wait) for the phase with parity `parity`; true once it completed
+// (acquire).
+__device__ __forceinline__ bool mbar_try_wait(uint32_t bar, uint32_t parity) {
+  uint32_t done;
+  asm volatile(
+      "{\n .reg .pred p;\n"
+      " mbarrier.try_wait.parity.acquire.cta.shared::cta.b64 p, [%1], %2;\n"
+      " selp.u32 %0, 1, 0, p;\n}\n"
+      : "=r"(done)
+      : "r"(bar), "r"(parity)
+      : "memory");
+  return done != 0;
+}
+
 template <bool kReport = true>
 __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity, uint64_t timeout_ns = kMbarTimeoutNs) {
   uint64_t start = 0;
   for (uint32_t i = 0;; ++i) {
-    uint32_t done;
-    asm volatile(
-        "{\n .reg .pred p;\n"
-        " mbarrier.try_wait.parity.acquire.cta.shared::cta.b64 p, [%1], %2;\n"
-        " selp.u32 %0, 1, 0, p;\n}\n"
-        : "=r"(done)
-        : "r"(bar), "r"(parity)
-        : "memory");
-    if (done) return;
+    if (mbar_try_wait(bar, parity)) return;
     if ((i & 1023u) == 0u) {
       const uint64_t now = global_timer_ns();
       if (i == 0) start = now;

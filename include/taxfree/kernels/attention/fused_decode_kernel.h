@@ -148,22 +148,23 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) fused_decode_kernel(cons
     const SplitRange sr = split_range(slice, d.num_splits, it.split);
     const RowBlock rb = cluster_rows(d.group, d.num_splits, it.split);
     const int per = cluster_rows_per_cta(d.group, d.num_splits);
-    // A CTA's shared memory may be written by the others only once it runs (CUDA's rule for
-    // distributed shared memory; racecheck, r87, flagged the row stores otherwise): a first barrier
-    // phase, arrived at the start and waited for after attending, when every CTA arrived long ago.
+    const int own_rows = rb.end - rb.begin;
+    if (threadIdx.x == 0) cluster_inbox_expect(cluster_inbox, own_rows, sr.splits);  // cluster_merge.h's protocol
     cluster_arrive_relaxed();
     const bool attends = it.split < sr.splits;
     if (attends) attend(it, slice, sr);  // into smem.post.tile
-    cluster_wait();  // every CTA of the cluster has started
+    cluster_wait();  // every CTA of the cluster runs, its inbox barrier initialised
     if (attends) cta_scatter_rows<D>(smem.post.tile, d.group, per, it.split, cluster_inbox);
-    cluster_arrive();
-    cluster_wait();  // every split's rows are in their merging CTA's inbox
+    // This CTA's rows from every split are in (or the wait gave up: reported, nothing merged).
+    const bool in = own_rows == 0 || cluster_inbox_wait(cluster_inbox, p.fault);
+    cluster_arrive_relaxed();  // phase 2: waited for before this CTA exits
     mark(kTraceSynced);
     share_epoch();
-    if (rb.begin < rb.end) {
-      cta_merge_inbox_rows<D>(cluster_inbox, sr.splits, per, rb.end - rb.begin, smem.post.scratch, smem.post.tile);
-      exchange(smem.post.tile, rb.end - rb.begin, int64_t(it.group) * d.group + rb.begin);
+    if (own_rows > 0 && in) {
+      cta_merge_inbox_rows<D>(cluster_inbox, sr.splits, per, own_rows, smem.post.scratch, smem.post.tile);
+      exchange(smem.post.tile, own_rows, int64_t(it.group) * d.group + rb.begin);
     }
+    cluster_wait();  // every CTA's rows are in: no store into an inbox is still in flight
   } else {
     PartialTile<D>& tile = smem.post.tile;
     for (int item = blockIdx.x; item < p.items; item += gridDim.x) {

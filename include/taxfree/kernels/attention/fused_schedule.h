@@ -25,11 +25,12 @@
 // every item fits one wave of clusters. The grid is the `items` CTAs, in clusters of C: cluster g
 // holds group g's splits, CTA s of it split s (cluster block rank = s). Each CTA attends its split;
 // a cluster barrier phase (arrived at on entry: every CTA runs); each CTA stores each row of its
-// partial into the CTA that merges the row (cluster_merge.h); a second phase; CTA k then merges the
-// rows cluster_rows(group, C, k), sends them, waits for the peers' lines of those rows, and
-// combines. No deadlock: a cluster is launched as a whole, and the host takes this schedule only
-// when every cluster is resident at once (cudaOccupancyMaxActiveClusters); both barrier phases need
-// only the cluster's own CTAs, which attend without waiting; every rank sends each row's partial
+// partial into the CTA that merges the row (cluster_merge.h); CTA k, once its rows are in (an
+// mbarrier counting their bytes), merges the rows cluster_rows(group, C, k), sends them, waits for
+// the peers' lines of those rows, and combines; a second phase before exit. No deadlock: a cluster
+// is launched as a whole, and the host takes this schedule only when every cluster is resident at
+// once (cudaOccupancyMaxActiveClusters); the barrier phases and the inbox wait need only the
+// cluster's own CTAs, which attend and send without waiting; every rank sends each row's partial
 // before it waits on anything remote, so every remote wait is answered whatever schedule the peers
 // run, this one or the persistent one.
 //
