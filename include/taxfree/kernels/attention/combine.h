@@ -249,9 +249,8 @@ struct StridedPartials {
 // Partials read with plain loads for warp_merge_rows, located by `where` (see above). Weak loads,
 // unconditional within a kTermStep step, with the partial index clamped into [0, n): ptxas keeps
 // them back to back (per-load predicates or branches were serialised behind the math, seen in
-// SASS). kMergeLoads
-// float4 loads per lane in flight (96 registers): all 11-16 splits of two rows per warp (group 8,
-// D = 128) in one round trip.
+// SASS). kMergeLoads float4 loads per lane in flight (96 registers): all 11-16 splits of two rows
+// per warp (group 8, D = 128) in one round trip.
 template <int D, int kR, class Where>
 struct LoadedPartials {
   static constexpr int kMergeLoads = 24;
