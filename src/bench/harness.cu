@@ -119,6 +119,14 @@ std::vector<double> all_gather_doubles(CoordinatorClient& coordinator, const std
   return out;
 }
 
+int runs_per_sample(const Options& o, double run_s, int launches) {
+  if (o.cold_l2) return 1;
+  const double wanted = std::ceil(o.sample_us * 1e-6 / std::max(run_s, 1e-7));
+  const int batch = (o.iters + kTimingRounds - 1) / kTimingRounds;  // samples per variant and round
+  const int fit = (kMaxGatedLaunches / batch - 3) / std::max(launches, 1);
+  return std::max(1, std::min(fit, int(std::clamp(wanted, 1.0, double(kMaxRunsPerSample)))));
+}
+
 double max_over_ranks(CoordinatorClient& coordinator, const std::string& key, double v) {
   double m = v;
   for (double x : all_gather_doubles(coordinator, key, v)) m = std::max(m, x);
@@ -313,20 +321,12 @@ int run(Team& team, const RunRequest& req) {
           team.device_barrier(s);
           bench->run(v, s);
         }
-        // Runs per timed sample: enough back-to-back runs for ~sample_us (default 200 us), so what
-        // a sample adds once and launch gaps of small ops do not dominate (nccl-tests also times
-        // back-to-back runs). With a cold L2 every run follows its own flush: one run per sample.
         team.device_barrier(s);
         TF_CUDA(cudaEventRecord(ev0.e, s));
         bench->run(v, s);
         TF_CUDA(cudaEventRecord(ev1.e, s));
         team.sync(s);
-        const double wanted = std::ceil(opt.sample_us * 1e-6 / std::max(elapsed_s(ev0, ev1), 1e-7));
-        // A batch of samples must still fit behind the gate (below), or the host's launches would
-        // sit inside timed regions.
-        const int batch = (opt.iters + kTimingRounds - 1) / kTimingRounds;
-        const int fit = std::max(1, (kMaxGatedLaunches / batch - 3) / std::max(bench->launches(v), 1));
-        const int reps = flush ? 1 : std::min(fit, int(std::clamp(wanted, 1.0, double(kMaxRunsPerSample))));
+        const int reps = runs_per_sample(opt, elapsed_s(ev0, ev1), bench->launches(v));
         row.reps = int(max_over_ranks(team.coordinator(), "reps-" + std::to_string(seq++), reps));
         pending.push_back(std::move(row));
       }

@@ -99,6 +99,28 @@ TEST(Harness, TimesCrossRanksExactly) {
   for (auto& c : ranks) c->finish();
 }
 
+TEST(Harness, RunsPerSample) {
+  Options o;  // 200 us samples, 20 iterations
+  EXPECT_EQ(runs_per_sample(o, 20e-6, 1), 10);
+  EXPECT_EQ(runs_per_sample(o, 23e-6, 1), 9);
+  EXPECT_EQ(runs_per_sample(o, 1e-6, 1), 64);   // at most 64
+  EXPECT_EQ(runs_per_sample(o, 5e-3, 1), 1);    // a long run: one
+  o.cold_l2 = true;
+  EXPECT_EQ(runs_per_sample(o, 5e-6, 1), 1);    // every run after its own flush
+  o.cold_l2 = false;
+  // A round's batch must fit behind the gate: samples x (3 + runs x launches) <= 600.
+  for (int iters : {1, 5, 16, 20, 40, 100, 1000})
+    for (int launches = 1; launches <= 40; ++launches)
+      for (double run_s : {1e-7, 2e-6, 15e-6, 60e-6, 1e-3}) {
+        o.iters = iters;
+        const int reps = runs_per_sample(o, run_s, launches);
+        const int batch = (iters + 15) / 16;
+        EXPECT_GE(reps, 1);
+        EXPECT_LE(reps, 64);
+        if (reps > 1) EXPECT_LE(batch * (3 + reps * launches), 600) << iters << " " << launches << " " << run_s;
+      }
+}
+
 TEST(Heap, PlacementAlignsAndNamesExhaustion) {
   EXPECT_EQ(heap_place(0, 1 << 20, 100, 256, "a"), 0u);
   EXPECT_EQ(heap_place(100, 1 << 20, 100, 256, "b"), 256u);

@@ -44,6 +44,13 @@ Stats summarize(std::vector<double> samples);
 std::vector<double> all_gather_doubles(CoordinatorClient& coordinator, const std::string& key, double v);
 double max_over_ranks(CoordinatorClient& coordinator, const std::string& key, double v);
 
+// Back-to-back runs in one timed sample, for a run that took `run_s` alone and makes `launches`
+// launches: about o.sample_us worth (so what a sample adds once and the launch gaps of small ops do
+// not dominate; nccl-tests also times back-to-back runs), 1-64, no more than lets a round's batch of
+// samples queue behind the gate (each sample: 3 items + runs x launches, at most 600 items), and 1
+// with a cold L2 (every run follows its own flush).
+int runs_per_sample(const Options& o, double run_s, int launches);
+
 // Parse "-b 1K", "64M", "1G" (powers of 1024) into bytes; throws InvalidArgument naming the text.
 int64_t parse_bytes(const std::string& text);
 
