@@ -41,7 +41,7 @@ __global__ void gate_kernel(const uint32_t* open, uint32_t ticket, uint64_t time
     if (dev::global_timer_ns() - start > timeout_ns) break;
 }
 
-// Slowest rank's value (all ranks call; the coordinator carries it).
+// Sum of every rank's value (all ranks call; the coordinator carries it).
 int64_t sum_over_ranks(Team& team, const std::string& key, int64_t v) {
   auto all = team.coordinator().all_gather(key, std::to_string(v), 120);
   int64_t sum = 0;

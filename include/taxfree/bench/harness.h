@@ -39,8 +39,8 @@ Stats summarize(std::vector<double> samples);
 
 // Every rank's `v` (collective: all ranks call it with the same key), exact: each value travels as
 // text that reads back to the same double (std::to_string's "%f" kept 6 decimals, so a time in
-// seconds came back in whole microseconds: until d9efabc's successor every cross-rank median, min,
-// max and the flag latency were rounded that way). And the largest of them.
+// seconds came back in whole microseconds: before f74dfd9 every cross-rank median, min, max and the
+// flag latency were rounded that way). max_over_ranks: the largest of them (the slowest rank's).
 std::vector<double> all_gather_doubles(CoordinatorClient& coordinator, const std::string& key, double v);
 double max_over_ranks(CoordinatorClient& coordinator, const std::string& key, double v);
 

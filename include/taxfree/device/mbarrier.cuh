@@ -41,13 +41,6 @@ __device__ __forceinline__ void mbar_arrive(uint32_t bar) {
   asm volatile("mbarrier.arrive.release.cta.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
 }
 
-// Blocks until the phase with parity `parity` has completed (acquire). A fresh barrier is in phase
-// 0, so waiting for parity 1 returns at once.
-//
-// kReport = false traps without printing. The print is a function call (vprintf), and a call
-// anywhere in a kernel that issues wgmma makes ptxas serialise every wgmma of that kernel (C7510:
-// each HGMMA then waits for the previous one; measured by ptxas, not only where a group is in
-// flight), so wgmma kernels use the quiet form: the host sees a trap (launch failure), unnamed.
 // One bounded hardware wait (try_wait) for the phase with parity `parity`; true once it completed
 // (acquire).
 __device__ __forceinline__ bool mbar_try_wait(uint32_t bar, uint32_t parity) {
@@ -62,6 +55,13 @@ __device__ __forceinline__ bool mbar_try_wait(uint32_t bar, uint32_t parity) {
   return done != 0;
 }
 
+// Blocks until the phase with parity `parity` has completed (acquire). A fresh barrier is in phase
+// 0, so waiting for parity 1 returns at once.
+//
+// kReport = false traps without printing. The print is a function call (vprintf), and a call
+// anywhere in a kernel that issues wgmma makes ptxas serialise every wgmma of that kernel (C7510:
+// each HGMMA then waits for the previous one; measured by ptxas, not only where a group is in
+// flight), so wgmma kernels use the quiet form: the host sees a trap (launch failure), unnamed.
 template <bool kReport = true>
 __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity, uint64_t timeout_ns = kMbarTimeoutNs) {
   uint64_t start = 0;
