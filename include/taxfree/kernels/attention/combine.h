@@ -170,8 +170,7 @@ __device__ inline void accumulate_weighted(float4& acc, float w, float4 x) {
 // zeros. Skipping them changes no bits: acc starts at +0 and a sum that starts at +0 is never -0
 // (round to nearest), so acc + (+0) == acc. A Source opts in with kStepped (its kParts then a
 // multiple of kTermStep): not where ptxas would hold all of a fetch's values at once across the
-// early exits (the persistent kernel's merges of 24 values per lane then spilled 140-372 bytes),
-// nor where n is always far past kParts (the direct merge's level 1: r128 read it 0.4 µs slower).
+// early exits (the persistent kernel's merges of 24 values per lane then spilled 140-372 bytes).
 inline constexpr int kTermStep = 2;
 inline constexpr int kMaxSteppedValues = 16;  // float4 per lane in one fetch
 template <bool kStepped>

@@ -81,10 +81,92 @@ __device__ inline bool cta_wait_direct(const uint4* rows_base, int64_t sender_li
   return __syncthreads_and(ok) != 0;
 }
 
+// Level 1 of one unit (rank p, row r) by kWarpsPerUnit warps side by side: lane L of the unit's
+// warps owns LL line L of the row (o values 2L, 2L+1), so every partial of the unit is one line per
+// lane and all of them go out in one round trip (LlPartials, one warp per row, held 8: two round
+// trips for 11 splits while three warps waited). The weights are segment_lse_weights' on the
+// MergeLayout segment (lane col = L % kLanes holds partials col + k*kLanes), each term is
+// accumulate_weighted's, in partial order: the same bits as warp_merge_rows. The merged values go
+// to the stage in MergeLayout order (float4 col = values 2col, 2col+1, 2col+D/2, 2col+D/2+1), which
+// level 2 reads. Returns false when a line was still stale at the deadline (reported, WaitSite::
+// decode_partial naming rank p).
+template <int D>
+struct DirectColumns {
+  using L = MergeLayout<D>;
+  static constexpr int kLines = D / 2;                 // o lines per row
+  static constexpr int kWarpsPerUnit = kLines / 32;    // 2 (D = 128) or 1 (D = 64)
+  static constexpr int kUnitsPerPass = kWarps / kWarpsPerUnit;
+  static_assert(kLines % 32 == 0 && kWarps % kWarpsPerUnit == 0, "head_dim 64 or 128");
+};
+
+template <int D>
+__device__ inline bool warp_merge_direct_unit(const uint4* unit, int64_t split_lines, int n, int peer, uint32_t flag,
+                                              const dev::FaultContext& fc, float* w, float2* stage_o, float* stage_lse,
+                                              bool writes_lse) {
+  using L = MergeLayout<D>;
+  const int lane = threadIdx.x & 31;
+  const int line = (int(threadIdx.x >> 5) % DirectColumns<D>::kWarpsPerUnit) * 32 + lane;  // o line, < D/2
+  const int col = lane % L::kLanes;
+  uint4 x[kMaxDirectSplits];
+  uint2 l[L::kLse];
+  const uint4 stale4 = make_uint4(0u, ~flag, 0u, ~flag);
+#pragma unroll
+  for (int s = 0; s < kMaxDirectSplits; ++s) x[s] = stale4;
+#pragma unroll
+  for (int k = 0; k < L::kLse; ++k) l[k] = make_uint2(0u, ~flag);
+  uint64_t start = 0, waited = 0;
+  for (uint32_t it = 0;; ++it) {  // every line read before any is checked; later passes only the stale
+#pragma unroll
+    for (int s = 0; s < kMaxDirectSplits; ++s)
+      if (s < n && !dev::ll_current(x[s], flag)) x[s] = dev::ll_peek(unit + s * split_lines + line);
+#pragma unroll
+    for (int k = 0; k < L::kLse; ++k) {
+      const int s = col + k * L::kLanes;
+      if (s < n && !dev::ll_half_current(l[k], flag)) l[k] = dev::ll_peek_half(unit + s * split_lines + D / 2);
+    }
+    const uint4* stale = nullptr;
+    uint32_t seen = 0;
+#pragma unroll
+    for (int s = 0; s < kMaxDirectSplits; ++s)
+      if (s < n && !dev::ll_current(x[s], flag) && stale == nullptr)
+        stale = unit + s * split_lines + line, seen = x[s].y != flag ? x[s].y : x[s].w;
+#pragma unroll
+    for (int k = 0; k < L::kLse; ++k) {
+      const int s = col + k * L::kLanes;
+      if (s < n && !dev::ll_half_current(l[k], flag) && stale == nullptr)
+        stale = unit + s * split_lines + D / 2, seen = l[k].y;
+    }
+    if (__all_sync(0xffffffffu, stale == nullptr)) break;
+    const bool expired = dev::ll_poll_expired(it, start, fc, waited);  // every lane, every pass
+    if (__any_sync(0xffffffffu, expired)) {  // the warp gives up together (its shuffles follow)
+      if (expired && waited != 0 && stale != nullptr)
+        dev::report_wait_timeout(fc, dev::WaitSite::decode_partial, peer, stale, flag, seen, waited);
+      return false;
+    }
+  }
+  float lf[1][L::kLse];
+  float* const wr[1] = {w};
+  const bool owner[1] = {lane < L::kLanes};  // one segment writes the weights
+  float lse[1];
+#pragma unroll
+  for (int k = 0; k < L::kLse; ++k) lf[0][k] = col + k * L::kLanes < n ? __uint_as_float(l[k].x) : -INFINITY;
+  segment_lse_weights<L::kLanes>(lf, n, col, owner, wr, lse);
+  float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);  // .x, .y: this lane's two values
+#pragma unroll
+  for (int s = 0; s < kMaxDirectSplits; ++s) {
+    if (s >= n) break;
+    accumulate_weighted(acc, w[s], make_float4(__uint_as_float(x[s].x), __uint_as_float(x[s].z), 0.f, 0.f));
+  }
+  // Line `line` holds values 2*line, 2*line+1: MergeLayout's float4 (line % kLanes), half line / kLanes.
+  stage_o[(line % L::kLanes) * 2 + line / L::kLanes] = make_float2(acc.x, acc.y);
+  if (writes_lse && lane == 0) *stage_lse = lse[0];
+  return true;
+}
+
 // Merge rows [0, rows) over every rank's splits into out[r*D + d] (T), after cta_wait_direct with
 // the same arguments. `stage` holds world*rows rows (world*rows <= direct_stage_rows(D): the
 // caller checks). Level 1: unit u = p*rows + r (rank p, row r) merged over rank p's counts[p]
-// splits by one warp segment, units spread over the CTA's warps; level 2: each row over the ranks
+// splits by warp_merge_direct_unit, kUnitsPerPass units at a time; level 2: each row over the ranks
 // (world <= kMaxParts). Returns false (uniformly) when a line did not arrive in time (the rows are
 // then not stored). Every thread calls it; ends with a CTA barrier.
 template <class T, int D>
@@ -92,37 +174,19 @@ __device__ inline bool cta_merge_direct(const uint4* rows_base, int64_t sender_l
                                         int world, const int* counts, uint32_t flag, const dev::FaultContext& fc,
                                         CombineScratch& scratch, DirectStage<D> stage,
                                         T* out) {
+  using C = DirectColumns<D>;
   constexpr int kRow = ll_lines_per_row(D);
-  int most = 1;  // splits of the level-1 merges (CTA-uniform)
-  for (int p = 0; p < world; ++p) most = counts[p] > most ? counts[p] : most;
-  const int units = world * rows;
+  const int units = world * rows, warp = int(threadIdx.x >> 5);
   bool ok = true;
-  for (int u0 = 0; u0 < units; u0 += kMaxRows) {
-    const int n_units = units - u0 < kMaxRows ? units - u0 : kMaxRows;
-    for_warp_rows<D>(n_units, [&]<int kR>(std::integral_constant<int, kR>, const int (&r)[kR], const bool (&owner)[kR]) {
-      if (__all_sync(0xffffffffu, ok) == 0) return;  // a wait gave up: no more waiting
-      const int col = (threadIdx.x & 31) % MergeLayout<D>::kLanes;
-      // `own` -1: no partial from shared memory (this rank's splits come through its inbox too).
-      // Not stepped: n (the splits) is mostly past a fetch's kParts here (combine.h, terms_end).
-      LlPartials<D, kR, false> src{nullptr, r, -1, {}, split_lines, {}, {}, flag, fc, col, most};
-#pragma unroll
-      for (int i = 0; i < kR; ++i) {
-        const int u = u0 + r[i], p = u / rows;
-        src.base[i] = rows_base + p * sender_lines + int64_t(u % rows) * kRow;
-        src.n[i] = counts[p];
-        src.peer[i] = p;
-      }
-      float4 acc[kR];
-      float lse[kR];
-      ok = warp_merge_rows<D>(src, most, r, owner, scratch, acc, lse) && ok;
-#pragma unroll
-      for (int i = 0; i < kR; ++i)
-        if (owner[i]) {
-          reinterpret_cast<float4*>(stage.o + int64_t(u0 + r[i]) * D)[col] = acc[i];
-          if (col == 0) stage.lse[u0 + r[i]] = lse[i];
-        }
-      __syncwarp();  // the next merge's weights reuse scratch rows this one read
-    });
+  for (int u0 = 0; u0 < units; u0 += C::kUnitsPerPass) {
+    const int u = u0 + warp / C::kWarpsPerUnit;
+    if (u < units && ok) {
+      const int p = u / rows;
+      ok = warp_merge_direct_unit<D>(rows_base + p * sender_lines + int64_t(u % rows) * kRow, split_lines, counts[p], p,
+                                     flag, fc, scratch.w[warp], reinterpret_cast<float2*>(stage.o + int64_t(u) * D),
+                                     stage.lse + u, warp % C::kWarpsPerUnit == 0);
+    }
+    __syncwarp();  // the next unit's weights reuse this warp's scratch row
   }
   if (__syncthreads_and(ok) == 0) return false;  // the stage is complete
   merge_loaded_rows<D>(StagedRanks{{stage.o, int64_t(rows) * D, stage.lse, rows}}, world, rows, scratch,

@@ -87,11 +87,11 @@ __device__ inline bool cta_wait_ll(const uint4* inbox, int64_t sender_lines, int
 // for all of a warp's rows (up to 4) in one round trip. A line still stale at the deadline is
 // reported as waited for from rank peer[i], or from rank p where peer[i] < 0 (partial p is rank
 // p's).
-template <int D, int kR, bool kSteps = true>
+template <int D, int kR>
 struct LlPartials {
   static constexpr int kLines = 16;
   static constexpr int kParts = kLines / (2 * kR);
-  static constexpr bool kStepped = kSteps;  // combine.h's terms_end
+  static constexpr bool kStepped = true;  // combine.h's terms_end
   using L = MergeLayout<D>;
   const PartialTile<D>* mine;  // null when own < 0
   const int (&r)[kR];
