@@ -83,8 +83,8 @@ __device__ inline bool cta_wait_direct(const uint4* rows_base, int64_t sender_li
 
 // Level 1 of one unit (rank p, row r) by kWarpsPerUnit warps side by side: lane L of the unit's
 // warps owns LL line L of the row (o values 2L, 2L+1), so every partial of the unit is one line per
-// lane and all of them go out in one round trip (LlPartials, one warp per row, held 8: two round
-// trips for 11 splits while three warps waited). The weights are segment_lse_weights' on the
+// lane and all of them go out in one round trip (before: one warp per row through LlPartials,
+// 8 partials per fetch: two round trips for 11 splits while three warps waited). The weights are segment_lse_weights' on the
 // MergeLayout segment (lane col = L % kLanes holds partials col + k*kLanes), each term is
 // accumulate_weighted's, in partial order: the same bits as warp_merge_rows. The merged values go
 // to the stage in MergeLayout order (float4 col = values 2col, 2col+1, 2col+D/2, 2col+D/2+1), which

@@ -77,39 +77,36 @@ __device__ inline bool cta_wait_ll(const uint4* inbox, int64_t sender_lines, int
   return __syncthreads_and(ok) != 0;
 }
 
-// LL-line partials for warp_merge_rows. Partial p of the warp's row i is at lines base[i] +
-// p*stride + j (j < ll_lines_per_row(D)), or, for p == own, row r[i] of *mine (shared memory);
-// row i has n[i] partials, and the merge's later ones read as empty (LSE -inf: exact, see
-// segment_lse_weights). Lane `col` of a row's segment reads lines col and col + kLanes (o values
-// 2col, 2col+1 and 2col + D/2, 2col + D/2 + 1: each load instruction covers 512 contiguous bytes)
-// and the first half of the LSE line (lanes col < n). Only lines of partials that exist and are not
-// `own` are read. kLines o lines per lane in flight (64 registers): every peer of a 2-4 rank team
-// for all of a warp's rows (up to 4) in one round trip. A line still stale at the deadline is
-// reported as waited for from rank peer[i], or from rank p where peer[i] < 0 (partial p is rank
-// p's).
+// LL-line partials for warp_merge_rows: the `world` partials of the warp's rows, in rank order.
+// Partial p of row r[i] is at lines inbox + p*stride + r[i]*ll_lines_per_row(D) + j, or, for p ==
+// own (this rank), row r[i] of *mine (shared memory). Lane `col` of a row's segment reads lines col
+// and col + kLanes (o values 2col, 2col+1 and 2col + D/2, 2col + D/2 + 1: each load instruction
+// covers 512 contiguous bytes) and the first half of the LSE line (lanes col < world). kLines o lines
+// per lane in flight (64 registers): every peer of a 2-4 rank team for all of a warp's rows (up to
+// 4) in one round trip. A line still stale at the deadline is reported as waited for from its rank.
 template <int D, int kR>
 struct LlPartials {
   static constexpr int kLines = 16;
   static constexpr int kParts = kLines / (2 * kR);
   static constexpr bool kStepped = true;  // combine.h's terms_end
   using L = MergeLayout<D>;
-  const PartialTile<D>* mine;  // null when own < 0
+  const PartialTile<D>& mine;
   const int (&r)[kR];
   int own;
-  const uint4* base[kR];
+  const uint4* inbox;
   int64_t stride;
-  int n[kR];
-  int peer[kR];
+  int world;  // partials per row, and the n warp_merge_rows is called with: fetches cover its steps
   uint32_t flag;
   const dev::FaultContext& fc;
   int col;
-  int terms;  // the n warp_merge_rows is called with (>= every n[i]): fetches cover its steps
   int p0 = 0;
   uint2 l[kR][L::kLse];
   uint4 lo[kR][kParts], hi[kR][kParts];
 
-  __device__ bool needs(int i, int p) const { return p < n[i] && p != own; }
-  __device__ const uint4* line(int i, int p, int j) const { return base[i] + p * stride + j; }
+  __device__ bool needs(int p) const { return p < world && p != own; }
+  __device__ const uint4* line(int i, int p, int j) const {
+    return inbox + p * stride + int64_t(r[i]) * ll_lines_per_row(D) + j;
+  }
 
   // Every line of the batch starts stale, so the first pass reads all of them before checking any
   // (one round trip); a later pass re-reads only the lines still stale (in flight: lines land in
@@ -126,7 +123,7 @@ struct LlPartials {
     }
 #pragma unroll
     for (int u = 0; u < kParts; ++u) {
-      if (terms_end<kStepped>(p0, u, terms)) break;
+      if (terms_end<kStepped>(p0, u, world)) break;
 #pragma unroll
       for (int i = 0; i < kR; ++i) lo[i][u] = hi[i][u] = stale4;
     }
@@ -138,13 +135,13 @@ struct LlPartials {
 #pragma unroll
           for (int k = 0; k < L::kLse; ++k) {
             const int p = col + k * L::kLanes;
-            if (needs(i, p) && !dev::ll_half_current(l[i][k], flag)) l[i][k] = dev::ll_peek_half(line(i, p, D / 2));
+            if (needs(p) && !dev::ll_half_current(l[i][k], flag)) l[i][k] = dev::ll_peek_half(line(i, p, D / 2));
           }
 #pragma unroll
         for (int u = 0; u < kParts; ++u) {
-          if (terms_end<kStepped>(p0, u, terms)) break;
+          if (terms_end<kStepped>(p0, u, world)) break;
           const int p = p0 + u;
-          if (!needs(i, p)) continue;
+          if (!needs(p)) continue;
           if (!dev::ll_current(lo[i][u], flag)) lo[i][u] = dev::ll_peek(line(i, p, col));
           if (!dev::ll_current(hi[i][u], flag)) hi[i][u] = dev::ll_peek(line(i, p, col + L::kLanes));
         }
@@ -153,8 +150,8 @@ struct LlPartials {
       const uint4* stale = nullptr;
       int stale_peer = 0;
       uint32_t seen = 0;
-      const auto check = [&](bool current, int i, int p, const uint4* at, uint32_t got) {
-        if (!current && stale == nullptr) stale = at, stale_peer = peer[i] >= 0 ? peer[i] : p, seen = got;
+      const auto check = [&](bool current, int p, const uint4* at, uint32_t got) {
+        if (!current && stale == nullptr) stale = at, stale_peer = p, seen = got;
       };
 #pragma unroll
       for (int i = 0; i < kR; ++i) {
@@ -162,15 +159,15 @@ struct LlPartials {
 #pragma unroll
           for (int k = 0; k < L::kLse; ++k) {
             const int p = col + k * L::kLanes;
-            if (needs(i, p)) check(dev::ll_half_current(l[i][k], flag), i, p, line(i, p, D / 2), l[i][k].y);
+            if (needs(p)) check(dev::ll_half_current(l[i][k], flag), p, line(i, p, D / 2), l[i][k].y);
           }
 #pragma unroll
         for (int u = 0; u < kParts; ++u) {
-          if (terms_end<kStepped>(p0, u, terms)) break;
+          if (terms_end<kStepped>(p0, u, world)) break;
           const int p = p0 + u;
-          if (!needs(i, p)) continue;
-          check(dev::ll_current(lo[i][u], flag), i, p, line(i, p, col), lo[i][u].y != flag ? lo[i][u].y : lo[i][u].w);
-          check(dev::ll_current(hi[i][u], flag), i, p, line(i, p, col + L::kLanes),
+          if (!needs(p)) continue;
+          check(dev::ll_current(lo[i][u], flag), p, line(i, p, col), lo[i][u].y != flag ? lo[i][u].y : lo[i][u].w);
+          check(dev::ll_current(hi[i][u], flag), p, line(i, p, col + L::kLanes),
                 hi[i][u].y != flag ? hi[i][u].y : hi[i][u].w);
         }
       }
@@ -183,12 +180,12 @@ struct LlPartials {
   }
   __device__ float lse_of(int i, int k) const {
     const int p = col + k * L::kLanes;
-    return p == own ? mine->lse[r[i]] : p < n[i] ? __uint_as_float(l[i][k].x) : -INFINITY;
+    return p == own ? mine.lse[r[i]] : p < world ? __uint_as_float(l[i][k].x) : -INFINITY;
   }
   __device__ float4 o_of(int i, int u) const {
     if (p0 + u == own) {
-      const float2 a = reinterpret_cast<const float2*>(mine->o[r[i]])[col];
-      const float2 b = reinterpret_cast<const float2*>(mine->o[r[i]])[col + L::kLanes];
+      const float2 a = reinterpret_cast<const float2*>(mine.o[r[i]])[col];
+      const float2 b = reinterpret_cast<const float2*>(mine.o[r[i]])[col + L::kLanes];
       return make_float4(a.x, a.y, b.x, b.y);
     }
     return make_float4(__uint_as_float(lo[i][u].x), __uint_as_float(lo[i][u].z), __uint_as_float(hi[i][u].x),
@@ -224,9 +221,7 @@ __device__ inline bool cta_combine_ll(const PartialTile<D>& mine, int rows, cons
   bool ok = true;
   for_warp_rows<D>(rows, [&]<int kR>(std::integral_constant<int, kR>, const int (&r)[kR], const bool (&owner)[kR]) {
     const int col = (threadIdx.x & 31) % MergeLayout<D>::kLanes;
-    LlPartials<D, kR> src{&mine, r, rank, {}, sender_lines, {}, {}, flag, fc, col, world};
-#pragma unroll
-    for (int i = 0; i < kR; ++i) src.base[i] = inbox + int64_t(r[i]) * ll_lines_per_row(D), src.n[i] = world, src.peer[i] = -1;
+    LlPartials<D, kR> src{mine, r, rank, inbox, sender_lines, world, flag, fc, col};
     float4 acc[kR];
     float lse[kR];
     ok = warp_merge_rows<D>(src, world, r, owner, scratch, acc, lse);
