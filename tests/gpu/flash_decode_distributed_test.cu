@@ -3,7 +3,8 @@
 // (12345 tokens on rank 0, 1 on rank 1, 0 on the others), ragged and empty sequences, GQA 1..16,
 // head_dim 64/128, bf16 and fp16, paged vs contiguous (bitwise), forced split counts and the
 // persistent grid, large batch (192-256 groups), 1000 fused steps without a reset, rank skew,
-// CUDA-graph replay, and outputs identical on every rank.
+// CUDA-graph replay, inputs written by an early-triggering kernel ahead (dependent launch), and
+// outputs identical on every rank.
 //
 // Every rank draws the same global data from the same seed (no communication) and uploads only its
 // slice, placed at a rank-dependent offset inside its local cache (slice_start != 0) with NaN
@@ -21,6 +22,7 @@
 #include "../../src/ops/flash_decode/reference.h"
 #include "flash_decode_util.h"
 #include "gpu_env.h"
+#include "taxfree/device/scoped_memory.cuh"
 #include "taxfree/ops/flash_decode.h"
 #include "taxfree/runtime/error.h"
 #include "taxfree/runtime/team.h"
@@ -696,6 +698,45 @@ TEST(FlashDecodeDist, CudaGraphReplayOfFusedSteps) {
   }
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
+}
+
+// The kernel ahead lets its dependents start at once (griddepcontrol.launch_dependents), then
+// writes the next step's q only after `delay_ns`: a decode or fused kernel that read q before that
+// grid completed (no dev::wait_prior_grid) would attend with the old q.
+__global__ void late_copy_kernel(const uint16_t* src, uint16_t* dst, int64_t n, uint64_t delay_ns) {
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  if (threadIdx.x == 0) dev::sleep_for_ns(delay_ns);
+  __syncthreads();
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) dst[i] = src[i];
+}
+
+TEST(FlashDecodeDist, DependentLaunchWaitsForTheKernelAheadThatWritesQ) {
+  TF_REQUIRE_GPUS(1);
+  auto& t = team();
+  Problem p;
+  p.q_heads = 64, p.kv_heads = 8, p.batch = 2, p.lens = same_lens(t.world(), {2500, 1});  // 128 rows: direct too
+  Global g = make_global(p, 1300);
+  Local l;
+  upload_local(g, l);
+  Op cluster(p), direct(p, BspBuffers::symmetric, Op::SplitMerge::direct);
+  Dev<uint16_t> next(g.q.size());
+  int round = 0;
+  for (Variant v : {Variant::bsp, Variant::fused, Variant::fused})
+    for (int rep = 0; rep < 2; ++rep, ++round) {
+      Op& op = round < 4 ? cluster : direct;
+      draw_q(g, 1400 + round);  // only the kernel ahead puts it in place
+      compute_reference(g);
+      next.upload(g.q);
+      TF_CUDA(cudaMemsetAsync(l.out_d.p, 0xFF, l.out_d.n * 2, t.stream()));
+      t.sync(t.stream());
+      t.host_barrier("fdd.pdl");
+      late_copy_kernel<<<1, 256, 0, t.stream()>>>(next.p, l.q_d.p, int64_t(g.q.size()), 50000);
+      TF_CUDA(cudaGetLastError());
+      op->launch(v, l.args(p), t.stream());
+      t.sync(t.stream());
+      check(g, download_out(l), std::string(variant_name(v)) + (round >= 4 ? " direct" : "") + " round " +
+                                    std::to_string(round));
+    }
 }
 
 TEST(FlashDecodeDist, RejectsBadArgumentsBeforeLaunch) {

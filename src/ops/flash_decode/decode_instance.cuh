@@ -33,13 +33,34 @@ int ctas_per_sm() {
   return n;
 }
 
-// Prepares `kernel` (a decode-family kernel) and launches it with `grid` CTAs.
+// A programmatic dependent launch of `grid` CTAs of kThreads threads (the kernel calls
+// dev::wait_prior_grid before it touches memory), with `extra` attributes (a cluster shape) first.
+struct DependentLaunch {
+  cudaLaunchAttribute attr[2]{};
+  cudaLaunchConfig_t cfg{};
+  DependentLaunch(dim3 grid, int smem, cudaStream_t stream, const cudaLaunchAttribute* extra = nullptr) {
+    int n = 0;
+    if (extra != nullptr) attr[n++] = *extra;
+    attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[n++].val.programmaticStreamSerializationAllowed = 1;
+    cfg.gridDim = grid;
+    cfg.blockDim = dim3(attention::kThreads);
+    cfg.dynamicSmemBytes = size_t(smem);
+    cfg.stream = stream;
+    cfg.attrs = attr;
+    cfg.numAttrs = unsigned(n);
+  }
+  DependentLaunch(const DependentLaunch&) = delete;  // cfg points into attr
+  DependentLaunch& operator=(const DependentLaunch&) = delete;
+};
+
+// Prepares `kernel` (a decode-family kernel) and launches it with `grid` CTAs, dependent launch.
 template <auto kKernel, int D, class P, class G>
 void launch_prepared(const P& p, G grid, cudaStream_t stream) {
   constexpr int kSmem = attention::decode_smem_bytes<D>();
   prepare_kernel<kKernel, kSmem>();
-  kKernel<<<grid, attention::kThreads, kSmem, stream>>>(p);
-  TF_CUDA(cudaGetLastError());
+  const DependentLaunch l(dim3(grid), kSmem, stream);
+  TF_CUDA(cudaLaunchKernelEx(&l.cfg, kKernel, p));
 }
 }  // namespace
 

@@ -48,33 +48,32 @@ struct Clustered {
     TF_CUDA(cudaFuncSetAttribute(k, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
     return true;
   }
-  struct Config {
-    cudaLaunchAttribute attr{};
-    cudaLaunchConfig_t cfg{};
-    Config(int grid, int cluster, cudaStream_t stream) {
-      attr.id = cudaLaunchAttributeClusterDimension;
-      attr.val.clusterDim.x = unsigned(cluster);
-      attr.val.clusterDim.y = attr.val.clusterDim.z = 1;
-      cfg.gridDim = dim3(unsigned(grid));
-      cfg.blockDim = dim3(attention::kThreads);
-      cfg.dynamicSmemBytes = size_t(cluster_launch_smem());
-      cfg.stream = stream;
-      cfg.attrs = &attr;
-      cfg.numAttrs = 1;
-    }
-  };
+  static cudaLaunchAttribute cluster_shape(int cluster) {
+    cudaLaunchAttribute a{};
+    a.id = cudaLaunchAttributeClusterDimension;
+    a.val.clusterDim.x = unsigned(cluster);
+    a.val.clusterDim.y = a.val.clusterDim.z = 1;
+    return a;
+  }
   static void launch(bool paged, const attention::FusedDecodeParams& p, int grid, cudaStream_t stream) {
     const auto k = fused_kernel<T, D, FusedSchedule::clustered>(paged);
     prepare();
-    Config c(grid, p.cluster, stream);
-    TF_CUDA(cudaLaunchKernelEx(&c.cfg, k, p));
+    const cudaLaunchAttribute shape = cluster_shape(p.cluster);
+    const DependentLaunch l(dim3(unsigned(grid)), cluster_launch_smem(), stream, &shape);
+    TF_CUDA(cudaLaunchKernelEx(&l.cfg, k, p));
   }
   static int max_active(bool paged, int cluster) {
     const auto k = fused_kernel<T, D, FusedSchedule::clustered>(paged);
     prepare();
-    Config c(cluster, cluster, nullptr);
+    const cudaLaunchAttribute shape = cluster_shape(cluster);
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = dim3(unsigned(cluster));
+    cfg.blockDim = dim3(attention::kThreads);
+    cfg.dynamicSmemBytes = size_t(cluster_launch_smem());
+    cfg.attrs = const_cast<cudaLaunchAttribute*>(&shape);
+    cfg.numAttrs = 1;
     int n = 0;
-    TF_CUDA(cudaOccupancyMaxActiveClusters(&n, k, &c.cfg));
+    TF_CUDA(cudaOccupancyMaxActiveClusters(&n, k, &cfg));
     return n;
   }
 };

@@ -21,6 +21,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include "taxfree/device/dependent_launch.cuh"
 #include "taxfree/kernels/attention/attend_chunk.h"
 #include "taxfree/kernels/attention/combine.h"
 #include "taxfree/kernels/attention/params.h"
@@ -40,6 +41,8 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) decode_partial_kernel(co
   constexpr int kStages = stages_for(D);
   extern __shared__ __align__(128) unsigned char smem_raw[];
   auto& smem = *reinterpret_cast<AttendSmem<D, kStages>*>(smem_raw);
+  dev::wait_prior_grid();  // launched as a dependent launch: nothing read before the grid ahead is done
+  dev::allow_dependent_grid();
 
   const int split = blockIdx.x, kvh = blockIdx.y, b = blockIdx.z;
   const TokenRange slice = slice_of(p.kv, b);

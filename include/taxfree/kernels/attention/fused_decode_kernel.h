@@ -10,7 +10,10 @@
 // decode_smem_bytes<D>() dynamic shared memory. clustered: `items` CTAs in clusters of num_splits
 // (FusedDecodeParams::cluster), at least fused_cluster_smem_bytes<D>(). direct: `items` CTAs, all
 // resident, decode_smem_bytes<D>(); raw split partials to every rank, splits and ranks merged in one
-// step (direct_merge.h). fused_schedule.h: the schedules and why none can deadlock.
+// step (direct_merge.h). fused_schedule.h: the schedules and why none can deadlock. Launched as a
+// programmatic dependent launch (dev::wait_prior_grid first: its CTAs may be placed during the tail
+// of the grid ahead, which every CTA of that grid reached already, so the residency the schedules
+// need is not at stake).
 //
 // Epochs, buffers, reuse (no host reset between launches, CUDA-graph safe):
 //  * epoch e from the op's sequence, entered way (launch_sequence.cuh), +1 per launch of the op;
@@ -62,6 +65,10 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) fused_decode_kernel(cons
   auto& smem = *reinterpret_cast<AttendSmem<D, kStages>*>(smem_raw);
   const DecodeParams& d = p.d;
   const dev::SymmetricView& v = p.view;
+  // Launched as a dependent launch: nothing (the sequence, the inbox, the inputs) is touched before
+  // the grid ahead on the stream, maybe this op's previous launch, has finished.
+  dev::wait_prior_grid();
+  dev::allow_dependent_grid();
   const uint64_t ticket = threadIdx.x == 0 ? dev::sequence_enter(p.seq) : 0;
   uint64_t epoch = 0;  // 0: not known yet (epochs start at 1)
   const int64_t sender_lines = p.rows * kRow;
