@@ -11,7 +11,8 @@
 // every CTA of this grid has called it or exited); it does not make this grid's writes visible to
 // that kernel, whose own wait_prior_grid() still waits for this grid's completion. Safe anywhere,
 // also for kernels that need all their CTAs resident: every CTA of this grid is running before a
-// dependent CTA is placed.
+// dependent CTA is placed. Not free: dependent CTAs placed early on SMs this grid leaves idle
+// slowed a memory-bound grid of one CTA per SM by up to 10% (the fused decode kernel, r137).
 #pragma once
 
 namespace taxfree::dev {

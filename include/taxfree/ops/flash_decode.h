@@ -19,9 +19,9 @@
 // GPU; then it launches on `stream` without synchronising. The decode and fused kernels go as
 // programmatic dependent launches: their CTAs may be placed while the kernel ahead of them on
 // `stream` finishes (its tail hides their launch), and they touch no memory before that kernel has
-// completed, so stream order means what it always does. They also let the kernel behind them be
-// placed early, which matters only to a kernel launched that way itself (it must then wait, e.g.
-// with griddepcontrol.wait, before reading their output).
+// completed, so stream order means what it always does. The decode kernel also lets the kernel
+// behind it be placed early, which matters only to a kernel launched that way itself (it must then
+// wait, e.g. with griddepcontrol.wait, before reading its output); the fused kernel does not.
 #pragma once
 
 #include <cuda_runtime_api.h>
