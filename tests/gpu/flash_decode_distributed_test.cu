@@ -663,38 +663,50 @@ TEST(FlashDecodeDist, RankSkew) {
     }
 }
 
+// 64/8 heads, batch 2, 2500 + 1 tokens on every rank (128 rows: the direct merge applies too), this
+// rank's slice uploaded, and one op of each split merge.
+struct BothMerges {
+  Problem p = problem();
+  Global g;
+  Local l;
+  Op cluster{p}, direct{p, BspBuffers::symmetric, Op::SplitMerge::direct};
+  explicit BothMerges(uint64_t seed) : g(make_global(p, seed)) {
+    upload_local(g, l);
+    EXPECT_TRUE(direct->fused_plan(l.args(p)).direct);
+  }
+  static Problem problem() {
+    Problem p;
+    p.q_heads = 64, p.kv_heads = 8, p.batch = 2, p.lens = same_lens(team().world(), {2500, 1});
+    return p;
+  }
+};
+
 // Fused steps of the clustered and of the direct split merge, alternating, captured into one graph
 // and replayed with fresh inputs, eager steps between replays: all share the op's epochs.
 TEST(FlashDecodeDist, CudaGraphReplayOfFusedSteps) {
   TF_REQUIRE_GPUS(1);
   auto& t = team();
-  Problem p;
-  p.q_heads = 64, p.kv_heads = 8, p.batch = 2, p.lens = same_lens(t.world(), {2500, 1});  // 128 rows: direct too
-  Global g = make_global(p, 700);
-  Local l;
-  upload_local(g, l);
-  Op cluster(p), direct(p, BspBuffers::symmetric, Op::SplitMerge::direct);
-  EXPECT_TRUE(direct->fused_plan(l.args(p)).direct);
+  BothMerges m(700);
   cudaGraph_t graph;
   cudaGraphExec_t exec;
   TF_CUDA(cudaStreamBeginCapture(t.stream(), cudaStreamCaptureModeThreadLocal));
-  for (int i = 0; i < 4; ++i) (i % 2 ? direct : cluster)->launch(Variant::fused, l.args(p), t.stream());
+  for (int i = 0; i < 4; ++i) (i % 2 ? m.direct : m.cluster)->launch(Variant::fused, m.l.args(m.p), t.stream());
   TF_CUDA(cudaStreamEndCapture(t.stream(), &graph));
   TF_CUDA(cudaGraphInstantiate(&exec, graph, 0));
   for (int rep = 0; rep < 4; ++rep) {
-    Op& op = rep % 2 ? cluster : direct;
-    draw_q(g, 800 + rep);  // fresh inputs in the buffers the graph captured
-    draw_kv(g, 900 + rep);
-    compute_reference(g);
-    upload_local(g, l);
-    EXPECT_EQ(l.args(p).q, l.q_d.p);  // the captured pointers
-    TF_CUDA(cudaMemsetAsync(l.out_d.p, 0xFF, l.out_d.n * 2, t.stream()));
+    Op& op = rep % 2 ? m.cluster : m.direct;
+    draw_q(m.g, 800 + rep);  // fresh inputs in the buffers the graph captured
+    draw_kv(m.g, 900 + rep);
+    compute_reference(m.g);
+    upload_local(m.g, m.l);
+    EXPECT_EQ(m.l.args(m.p).q, m.l.q_d.p);  // the captured pointers
+    TF_CUDA(cudaMemsetAsync(m.l.out_d.p, 0xFF, m.l.out_d.n * 2, t.stream()));
     t.sync(t.stream());
     t.host_barrier("fdd.graph");
     TF_CUDA(cudaGraphLaunch(exec, t.stream()));
-    if (rep % 2) op->launch(Variant::fused, l.args(p), t.stream());  // eager steps share the epochs
+    if (rep % 2) op->launch(Variant::fused, m.l.args(m.p), t.stream());  // eager steps share the epochs
     t.sync(t.stream());
-    check(g, download_out(l), "graph replay " + std::to_string(rep));
+    check(m.g, download_out(m.l), "graph replay " + std::to_string(rep));
   }
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
@@ -713,28 +725,23 @@ __global__ void late_copy_kernel(const uint16_t* src, uint16_t* dst, int64_t n, 
 TEST(FlashDecodeDist, DependentLaunchWaitsForTheKernelAheadThatWritesQ) {
   TF_REQUIRE_GPUS(1);
   auto& t = team();
-  Problem p;
-  p.q_heads = 64, p.kv_heads = 8, p.batch = 2, p.lens = same_lens(t.world(), {2500, 1});  // 128 rows: direct too
-  Global g = make_global(p, 1300);
-  Local l;
-  upload_local(g, l);
-  Op cluster(p), direct(p, BspBuffers::symmetric, Op::SplitMerge::direct);
-  Dev<uint16_t> next(g.q.size());
+  BothMerges m(1300);
+  Dev<uint16_t> next(m.g.q.size());
   int round = 0;
   for (Variant v : {Variant::bsp, Variant::fused, Variant::fused})
     for (int rep = 0; rep < 2; ++rep, ++round) {
-      Op& op = round < 4 ? cluster : direct;
-      draw_q(g, 1400 + round);  // only the kernel ahead puts it in place
-      compute_reference(g);
-      next.upload(g.q);
-      TF_CUDA(cudaMemsetAsync(l.out_d.p, 0xFF, l.out_d.n * 2, t.stream()));
+      Op& op = round < 4 ? m.cluster : m.direct;
+      draw_q(m.g, 1400 + round);  // only the kernel ahead puts it in place
+      compute_reference(m.g);
+      next.upload(m.g.q);
+      TF_CUDA(cudaMemsetAsync(m.l.out_d.p, 0xFF, m.l.out_d.n * 2, t.stream()));
       t.sync(t.stream());
       t.host_barrier("fdd.pdl");
-      late_copy_kernel<<<1, 256, 0, t.stream()>>>(next.p, l.q_d.p, int64_t(g.q.size()), 50000);
+      late_copy_kernel<<<1, 256, 0, t.stream()>>>(next.p, m.l.q_d.p, int64_t(m.g.q.size()), 50000);
       TF_CUDA(cudaGetLastError());
-      op->launch(v, l.args(p), t.stream());
+      op->launch(v, m.l.args(m.p), t.stream());
       t.sync(t.stream());
-      check(g, download_out(l), std::string(variant_name(v)) + (round >= 4 ? " direct" : "") + " round " +
+      check(m.g, download_out(m.l), std::string(variant_name(v)) + (round >= 4 ? " direct" : "") + " round " +
                                     std::to_string(round));
     }
 }
