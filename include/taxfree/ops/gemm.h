@@ -15,7 +15,10 @@
 // stream-ordered cudaMallocAsync / cudaFreeAsync / cudaMemsetAsync on `stream` (no host wait);
 // warm up before capturing a CUDA graph. Launches on one stream may share the workspace; never run
 // split-K launches of one stream handle from two threads at once. Split-K results do not depend on
-// timing: partials are summed in a fixed order.
+// timing: partials are summed in a fixed order. The kernel goes as a programmatic dependent launch:
+// its CTAs may be placed and set up while the kernel ahead on `stream` finishes, and it touches no
+// memory before that kernel has completed (stream order holds). It does not trigger the kernel
+// behind it early.
 #pragma once
 
 #include <cuda_runtime_api.h>

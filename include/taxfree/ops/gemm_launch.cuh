@@ -88,13 +88,17 @@ void launch_gemm(const GemmArgs& args, const GemmConfig& cfg, const typename Ord
   launch.blockDim = dim3(Shape::kThreads);
   launch.dynamicSmemBytes = kSmem;
   launch.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = Shape::kCluster;
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
+  // A programmatic dependent launch (the kernel waits for the grid ahead before touching memory),
+  // with the cluster shape where there is one.
+  cudaLaunchAttribute attr[2]{};
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  attr[1].id = cudaLaunchAttributeClusterDimension;
+  attr[1].val.clusterDim.x = Shape::kCluster;
+  attr[1].val.clusterDim.y = 1;
+  attr[1].val.clusterDim.z = 1;
   launch.attrs = attr;
-  launch.numAttrs = Shape::kCluster > 1 ? 1 : 0;
+  launch.numAttrs = Shape::kCluster > 1 ? 2 : 1;
   TF_CUDA(cudaLaunchKernelEx(&launch, kernel, p));
 }
 

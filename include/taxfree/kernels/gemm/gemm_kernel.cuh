@@ -53,6 +53,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "taxfree/device/dependent_launch.cuh"
 #include "taxfree/device/thread_group.cuh"
 #include "taxfree/kernels/gemm/epilogue.cuh"
 #include "taxfree/kernels/gemm/pipeline.cuh"
@@ -291,6 +292,9 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
   // cluster-wide before anyone issues a load.
   if constexpr (Shape::kCluster > 1) cluster_sync();
   else __syncthreads();
+  // A dependent launch (launch_gemm): the set-up above overlapped the tail of the grid ahead
+  // on the stream; A, B, C, the split-K workspace and the Ready flags are touched only after it.
+  dev::wait_prior_grid();
 
   const int warpgroup = threadIdx.x / 128;
   // Two consumers need 2 x 128 x 232 registers for 128 fp32 accumulators each plus addressing;
