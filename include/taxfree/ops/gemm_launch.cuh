@@ -23,6 +23,7 @@
 #include "taxfree/ops/gemm_detail.h"
 #include "taxfree/ops/gemm_tiles.h"
 #include "taxfree/runtime/error.h"
+#include "taxfree/runtime/launch_config.h"
 
 namespace taxfree::gemm {
 
@@ -83,23 +84,10 @@ void launch_gemm(const GemmArgs& args, const GemmConfig& cfg, const typename Ord
         p.ready.a_maps[i] = detail::make_tensor_map(p.ready.a_bases[i], args.dtype, args.k, args.m, args.lda, 64, Shape::BM);
   p.epi = epi;
 
-  cudaLaunchConfig_t launch{};
-  launch.gridDim = dim3(unsigned(movers + std::min<int64_t>(p.plan.units(), clusters) * Shape::kCluster));
-  launch.blockDim = dim3(Shape::kThreads);
-  launch.dynamicSmemBytes = kSmem;
-  launch.stream = stream;
-  // A programmatic dependent launch (the kernel waits for the grid ahead before touching memory),
-  // with the cluster shape where there is one.
-  cudaLaunchAttribute attr[2]{};
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  attr[1].id = cudaLaunchAttributeClusterDimension;
-  attr[1].val.clusterDim.x = Shape::kCluster;
-  attr[1].val.clusterDim.y = 1;
-  attr[1].val.clusterDim.z = 1;
-  launch.attrs = attr;
-  launch.numAttrs = Shape::kCluster > 1 ? 2 : 1;
-  TF_CUDA(cudaLaunchKernelEx(&launch, kernel, p));
+  // A programmatic dependent launch (the kernel waits for the grid ahead before touching memory).
+  const LaunchConfig launch(unsigned(movers + std::min<int64_t>(p.plan.units(), clusters) * Shape::kCluster),
+                            Shape::kThreads, kSmem, stream, true, Shape::kCluster);
+  TF_CUDA(cudaLaunchKernelEx(launch.get(), kernel, p));
 }
 
 namespace detail {

@@ -21,6 +21,7 @@
 #include "taxfree/device/copy_rows.cuh"
 #include "taxfree/device/signal.cuh"
 #include "taxfree/runtime/error.h"
+#include "taxfree/runtime/launch_config.h"
 
 namespace taxfree::agmm {
 
@@ -90,8 +91,8 @@ void enqueue_block_gather(const BlockGather& g, cudaStream_t s) {
   TF_REQUIRE(!g.partial || g.out, Status::Internal, "block all-gather: a partial to round needs out");
   // After the GEMM: a programmatic dependent launch (its launch overlaps the GEMM's tail;
   // griddepcontrol.wait in the kernel waits for the GEMM before C is read).
-  const KernelLaunch launch(g.plan.ctas, kThreads, s, g.after_gemm);
-  TF_CUDA(cudaLaunchKernelEx(launch.config(), block_gather_kernel, g));
+  const LaunchConfig launch(unsigned(g.plan.ctas), kThreads, 0, s, g.after_gemm);
+  TF_CUDA(cudaLaunchKernelEx(launch.get(), block_gather_kernel, g));
 }
 
 void preload_block_gather_kernel() {

@@ -16,29 +16,6 @@
 
 namespace taxfree::agmm {
 
-// The launch configuration of `ctas` CTAs of `threads` threads on `s` for cudaLaunchKernelEx; with
-// `after_previous`, a programmatic dependent launch: the kernel may start while the kernel before
-// it on the stream finishes, and must run griddepcontrol.wait before it reads that kernel's output.
-class KernelLaunch {
- public:
-  KernelLaunch(int ctas, int threads, cudaStream_t s, bool after_previous) {
-    cfg_.gridDim = dim3(unsigned(ctas));
-    cfg_.blockDim = dim3(unsigned(threads));
-    cfg_.stream = s;
-    attr_[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr_[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg_.attrs = attr_;
-    cfg_.numAttrs = after_previous ? 1 : 0;
-  }
-  KernelLaunch(const KernelLaunch&) = delete;  // cfg_ points into attr_
-  KernelLaunch& operator=(const KernelLaunch&) = delete;
-  const cudaLaunchConfig_t* config() const { return &cfg_; }
-
- private:
-  cudaLaunchAttribute attr_[1]{};
-  cudaLaunchConfig_t cfg_{};
-};
-
 // Our GEMM over the gathered A, its producer waiting for each piece's flag before the first TMA
 // load that reads it (piece_ready.cuh), tiles of this rank's rows first (gather_dim 0) or each
 // tile's k-loop from this rank's columns on (gather_dim 1, fused-ce): push and fused-ce.

@@ -33,6 +33,7 @@
 #include "taxfree/device/signal.cuh"
 #include "taxfree/device/tile_copy.cuh"
 #include "taxfree/runtime/error.h"
+#include "taxfree/runtime/launch_config.h"
 
 namespace taxfree::agmm {
 
@@ -145,11 +146,11 @@ __global__ void __launch_bounds__(kThreads, 1) ksplit_exchange_kernel(const __gr
 void enqueue_ksplit_exchange(const KsplitLaunch& l, cudaStream_t s) {
   TF_REQUIRE(l.slices.ctas >= 1 && l.slices.ctas <= kKsplitMaxCtas, Status::Internal,
              "ksplit exchange with " << l.slices.ctas << " CTAs");
-  const KernelLaunch launch(l.slices.ctas, kThreads, s, true);
+  const LaunchConfig launch(unsigned(l.slices.ctas), kThreads, 0, s, true);
   if (l.dtype == gemm::DType::bf16)
-    TF_CUDA(cudaLaunchKernelEx(launch.config(), ksplit_exchange_kernel<__nv_bfloat16>, l));
+    TF_CUDA(cudaLaunchKernelEx(launch.get(), ksplit_exchange_kernel<__nv_bfloat16>, l));
   else
-    TF_CUDA(cudaLaunchKernelEx(launch.config(), ksplit_exchange_kernel<__half>, l));
+    TF_CUDA(cudaLaunchKernelEx(launch.get(), ksplit_exchange_kernel<__half>, l));
 }
 
 void preload_ksplit_kernels() {

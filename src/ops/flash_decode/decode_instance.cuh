@@ -6,6 +6,7 @@
 #include "kernels.h"
 #include "taxfree/kernels/attention/decode_kernel.h"
 #include "taxfree/runtime/error.h"
+#include "taxfree/runtime/launch_config.h"
 
 namespace taxfree::ops::flash_decode::detail {
 
@@ -33,34 +34,13 @@ int ctas_per_sm() {
   return n;
 }
 
-// A programmatic dependent launch of `grid` CTAs of kThreads threads (the kernel calls
-// dev::wait_prior_grid before it touches memory), with `extra` attributes (a cluster shape) first.
-struct DependentLaunch {
-  cudaLaunchAttribute attr[2]{};
-  cudaLaunchConfig_t cfg{};
-  DependentLaunch(dim3 grid, int smem, cudaStream_t stream, const cudaLaunchAttribute* extra = nullptr) {
-    int n = 0;
-    if (extra != nullptr) attr[n++] = *extra;
-    attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[n++].val.programmaticStreamSerializationAllowed = 1;
-    cfg.gridDim = grid;
-    cfg.blockDim = dim3(attention::kThreads);
-    cfg.dynamicSmemBytes = size_t(smem);
-    cfg.stream = stream;
-    cfg.attrs = attr;
-    cfg.numAttrs = unsigned(n);
-  }
-  DependentLaunch(const DependentLaunch&) = delete;  // cfg points into attr
-  DependentLaunch& operator=(const DependentLaunch&) = delete;
-};
-
-// Prepares `kernel` (a decode-family kernel) and launches it with `grid` CTAs, dependent launch.
-template <auto kKernel, int D, class P, class G>
-void launch_prepared(const P& p, G grid, cudaStream_t stream) {
+// Prepares `kernel` (a decode-family kernel) and launches it with `grid` CTAs, as a dependent launch.
+template <auto kKernel, int D, class P>
+void launch_prepared(const P& p, dim3 grid, cudaStream_t stream) {
   constexpr int kSmem = attention::decode_smem_bytes<D>();
   prepare_kernel<kKernel, kSmem>();
-  const DependentLaunch l(dim3(grid), kSmem, stream);
-  TF_CUDA(cudaLaunchKernelEx(&l.cfg, kKernel, p));
+  const LaunchConfig l(grid, attention::kThreads, kSmem, stream, true);
+  TF_CUDA(cudaLaunchKernelEx(l.get(), kKernel, p));
 }
 }  // namespace
 

@@ -48,32 +48,20 @@ struct Clustered {
     TF_CUDA(cudaFuncSetAttribute(k, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
     return true;
   }
-  static cudaLaunchAttribute cluster_shape(int cluster) {
-    cudaLaunchAttribute a{};
-    a.id = cudaLaunchAttributeClusterDimension;
-    a.val.clusterDim.x = unsigned(cluster);
-    a.val.clusterDim.y = a.val.clusterDim.z = 1;
-    return a;
-  }
   static void launch(bool paged, const attention::FusedDecodeParams& p, int grid, cudaStream_t stream) {
     const auto k = fused_kernel<T, D, FusedSchedule::clustered>(paged);
     prepare();
-    const cudaLaunchAttribute shape = cluster_shape(p.cluster);
-    const DependentLaunch l(dim3(unsigned(grid)), cluster_launch_smem(), stream, &shape);
-    TF_CUDA(cudaLaunchKernelEx(&l.cfg, k, p));
+    const LaunchConfig l(unsigned(grid), attention::kThreads, size_t(cluster_launch_smem()), stream, true,
+                         unsigned(p.cluster));
+    TF_CUDA(cudaLaunchKernelEx(l.get(), k, p));
   }
   static int max_active(bool paged, int cluster) {
     const auto k = fused_kernel<T, D, FusedSchedule::clustered>(paged);
     prepare();
-    const cudaLaunchAttribute shape = cluster_shape(cluster);
-    cudaLaunchConfig_t cfg{};
-    cfg.gridDim = dim3(unsigned(cluster));
-    cfg.blockDim = dim3(attention::kThreads);
-    cfg.dynamicSmemBytes = size_t(cluster_launch_smem());
-    cfg.attrs = const_cast<cudaLaunchAttribute*>(&shape);
-    cfg.numAttrs = 1;
+    const LaunchConfig l(unsigned(cluster), attention::kThreads, size_t(cluster_launch_smem()), nullptr, false,
+                         unsigned(cluster));
     int n = 0;
-    TF_CUDA(cudaOccupancyMaxActiveClusters(&n, k, &cfg));
+    TF_CUDA(cudaOccupancyMaxActiveClusters(&n, k, l.get()));
     return n;
   }
 };
