@@ -22,6 +22,7 @@
 #include "../../src/ops/flash_decode/reference.h"
 #include "flash_decode_util.h"
 #include "gpu_env.h"
+#include "taxfree/device/dependent_launch.cuh"
 #include "taxfree/device/scoped_memory.cuh"
 #include "taxfree/ops/flash_decode.h"
 #include "taxfree/runtime/error.h"
@@ -716,7 +717,7 @@ TEST(FlashDecodeDist, CudaGraphReplayOfFusedSteps) {
 // writes the next step's q only after `delay_ns`: a decode or fused kernel that read q before that
 // grid completed (no dev::wait_prior_grid) would attend with the old q.
 __global__ void late_copy_kernel(const uint16_t* src, uint16_t* dst, int64_t n, uint64_t delay_ns) {
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  dev::allow_dependent_grid();
   if (threadIdx.x == 0) dev::sleep_for_ns(delay_ns);
   __syncthreads();
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x) dst[i] = src[i];

@@ -19,6 +19,7 @@
 // receive buffer for launch e - 1.
 #include "agmm_internal.h"
 #include "taxfree/device/copy_rows.cuh"
+#include "taxfree/device/dependent_launch.cuh"
 #include "taxfree/device/signal.cuh"
 #include "taxfree/runtime/error.h"
 #include "taxfree/runtime/launch_config.h"
@@ -38,7 +39,7 @@ __global__ void __launch_bounds__(kThreads, 1) block_gather_kernel(const __grid_
   // P1 (publishes nothing else): this rank's buffers are free for launch e. Every CTA raises it.
   if (a.ready && peer_thread) dev::signal_set(v.peer(a.ready, t) + v.rank, e);
   // The C kernel's source is the GEMM's output: wait for the GEMM (all of it, memory visible).
-  if (a.after_gemm) asm volatile("griddepcontrol.wait;" ::: "memory");
+  if (a.after_gemm) dev::wait_prior_grid();
   const KsplitSlices::Range rows = a.plan.rows(j);
   const int64_t n_rows = rows.end - rows.begin;
   const int64_t col = a.plan.blocks.begin(v.rank) * 2, bytes = a.plan.blocks.cols(v.rank) * 2;
@@ -90,7 +91,7 @@ void enqueue_block_gather(const BlockGather& g, cudaStream_t s) {
              "block all-gather with " << g.plan.ctas << " CTAs");
   TF_REQUIRE(!g.partial || g.out, Status::Internal, "block all-gather: a partial to round needs out");
   // After the GEMM: a programmatic dependent launch (its launch overlaps the GEMM's tail;
-  // griddepcontrol.wait in the kernel waits for the GEMM before C is read).
+  // dev::wait_prior_grid in the kernel waits for the GEMM before C is read).
   const LaunchConfig launch(unsigned(g.plan.ctas), kThreads, 0, s, g.after_gemm);
   TF_CUDA(cudaLaunchKernelEx(launch.get(), block_gather_kernel, g));
 }

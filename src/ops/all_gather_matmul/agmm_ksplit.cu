@@ -30,6 +30,7 @@
 
 #include "agmm_internal.h"
 #include "partial_sum.cuh"
+#include "taxfree/device/dependent_launch.cuh"
 #include "taxfree/device/signal.cuh"
 #include "taxfree/device/tile_copy.cuh"
 #include "taxfree/runtime/error.h"
@@ -84,7 +85,7 @@ __global__ void __launch_bounds__(kThreads, 1) ksplit_exchange_kernel(const __gr
   const uint64_t epoch = dev::sequence_begin(a.seq);
   const bool peer_thread = t < v.world && t != v.rank;  // thread p signals and waits for rank p
   // The partial is the GEMM's output: wait for the GEMM (all of it, memory visible).
-  asm volatile("griddepcontrol.wait;" ::: "memory");
+  dev::wait_prior_grid();
   float* const recv = a.recv + int64_t(epoch & 1) * (v.world - 1) * a.slot_floats;
   const KsplitSlices::Range g = sl.partial_groups(j);
   bool ok = true;
@@ -142,7 +143,7 @@ __global__ void __launch_bounds__(kThreads, 1) ksplit_exchange_kernel(const __gr
 
 // Programmatic dependent launch: the kernel may start while the partial GEMM before it on the
 // stream is still running (its launch overlaps the GEMM's tail);
-// griddepcontrol.wait in the kernel then waits for the GEMM's completion before the partial is read.
+// dev::wait_prior_grid in the kernel then waits for the GEMM's completion before the partial is read.
 void enqueue_ksplit_exchange(const KsplitLaunch& l, cudaStream_t s) {
   TF_REQUIRE(l.slices.ctas >= 1 && l.slices.ctas <= kKsplitMaxCtas, Status::Internal,
              "ksplit exchange with " << l.slices.ctas << " CTAs");
