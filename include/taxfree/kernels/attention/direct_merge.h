@@ -8,21 +8,20 @@
 // rank combine); here the lines leave as soon as each split attends, and one merge at the
 // receiver replaces the barrier, the split merge and the combine. The price: a split count times
 // the lines (only small batches: kDirectMaxRows), sent while the slower splits still attend, and a
-// longer merge in the tail: at world 1 it takes 4.2 us after the lines arrive, bound by cold code
-// and one warp's dependence chain (r116-r119: a wash warm, 1-1.7 us slower with a cold L2), so it
-// is opt-in (FlashDecodeConfig::SplitMerge::direct) until two GPUs measure the overlap it buys.
+// longer merge in the tail (at world 1, 2.9 us after the lines arrive at 96/12 b=1 8K, r134; it
+// beats the clustered path there, r135), so it is opt-in (FlashDecodeConfig::SplitMerge::direct)
+// until two GPUs measure what its split-count-times-larger NVLink traffic costs.
 //
 // Inbox layout of the direct region (fused_schedule.h: direct_line): [sender][split][row][line],
 // the sender stride fixed by the op's maxima, the split stride the launch's rows. The LSE line of a
 // row carries the sender's split count for it (cta_push_partial_ll's `count`); splits past the
 // count send nothing.
 //
-// Same bits as bsp: the merge is two-level, as bsp's is: each rank's splits first (warp_merge_rows
-// over the rank's `count` partials, the arithmetic of cta_combine_partials), staged in shared
-// memory, then the ranks in rank order (the arithmetic of the combine kernel). The first level of a
-// row merges as many partials as the largest count of the CTA's senders; the extra ones read as
-// empty (LSE -inf), which adds exact zeros. Every rank merges the same bits in the same order, so
-// the output is bitwise identical across ranks.
+// Same bits as bsp: the merge is two-level, as bsp's is: each rank's splits first (over that
+// rank's `count` partials, with warp_merge_rows' weights and summation order: the arithmetic of
+// cta_combine_partials), staged in shared memory, then the ranks in rank order (the arithmetic of
+// the combine kernel). Every rank merges the same bits in the same order, so the output is bitwise
+// identical across ranks.
 #pragma once
 
 #include <cstdint>
@@ -81,15 +80,8 @@ __device__ inline bool cta_wait_direct(const uint4* rows_base, int64_t sender_li
   return __syncthreads_and(ok) != 0;
 }
 
-// Level 1 of one unit (rank p, row r) by kWarpsPerUnit warps side by side: lane L of the unit's
-// warps owns LL line L of the row (o values 2L, 2L+1), so every partial of the unit is one line per
-// lane and all of them go out in one round trip (before: one warp per row through LlPartials,
-// 8 partials per fetch: two round trips for 11 splits while three warps waited). The weights are segment_lse_weights' on the
-// MergeLayout segment (lane col = L % kLanes holds partials col + k*kLanes), each term is
-// accumulate_weighted's, in partial order: the same bits as warp_merge_rows. The merged values go
-// to the stage in MergeLayout order (float4 col = values 2col, 2col+1, 2col+D/2, 2col+D/2+1), which
-// level 2 reads. Returns false when a line was still stale at the deadline (reported, WaitSite::
-// decode_partial naming rank p).
+// How level 1 spreads a unit (rank p, row r) over warps: kWarpsPerUnit warps per unit, lane L of
+// them owning LL line L of the row.
 template <int D>
 struct DirectColumns {
   using L = MergeLayout<D>;
@@ -99,6 +91,15 @@ struct DirectColumns {
   static_assert(kLines % 32 == 0 && kWarps % kWarpsPerUnit == 0, "head_dim 64 or 128");
 };
 
+// Level 1 of one unit by its kWarpsPerUnit warps side by side: lane L owns LL line L of the row (o
+// values 2L, 2L+1), so every partial of the unit is one line per lane and all of them go out in one
+// round trip (before: one warp per row through LlPartials, 8 partials per fetch: two round trips
+// for 11 splits while three warps waited). The weights are segment_lse_weights' on the MergeLayout
+// segment (lane col = L % kLanes holds partials col + k*kLanes), each term is accumulate_weighted's,
+// in partial order: the same bits as warp_merge_rows. The merged values go to the stage in
+// MergeLayout order (float4 col = values 2col, 2col+1, 2col+D/2, 2col+D/2+1), which level 2 reads.
+// Returns false when a line was still stale at the deadline (reported, WaitSite::decode_partial
+// naming rank `peer`).
 template <int D>
 __device__ inline bool warp_merge_direct_unit(const uint4* unit, int64_t split_lines, int n, int peer, uint32_t flag,
                                               const dev::FaultContext& fc, float* w, float2* stage_o, float* stage_lse,
