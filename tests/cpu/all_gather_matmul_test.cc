@@ -302,7 +302,7 @@ TEST(AgmmPlan, PullTilesReadOneRankEach) {
   // Small M: the heuristic splits K (many CTAs per tile, few remote loads each), as for any GEMM.
   const AgmmArgs skinny = args_for({4, 3584, 8192, 1});
   EXPECT_EQ(make_pull_plan(skinny, 2, 132).gemm.name(),
-            gemm::choose_gemm_config(4, 3584, 8192, skinny.dtype, skinny.b_layout, 132).name());
+            gemm::choose_gemm_config(4, 3584, 8192, skinny.dtype, skinny.b_layout, 132, gemm::KCuts::split).name());
   EXPECT_TRUE(make_pull_plan(skinny, 2, 132).gemm.splits_k());
   expect_error([] { make_pull_plan(args_for({2 * 100, 4096, 8192, 0}), 2, 132); }, Status::NotSupported,
                "whole tiles per shard");
@@ -655,7 +655,8 @@ TEST(AgmmKsplitSkinny, HeapHoldsTheLargestLaunchForEveryWorld) {
       for (int64_t bn : {64, 128, 256})
         EXPECT_LE((max_m + 63) / 64 * ((cfg.ksplit_max_n + bn - 1) / bn), h.band_flags) << "bn " << bn;
       const gemm::GemmConfig g = gemm::choose_gemm_config(max_m, cfg.ksplit_max_n, cfg.max_k / w, gemm::DType::bf16,
-                                                          gemm::BLayout::NK, 132, true, gemm::SwapAB::never);
+                                                          gemm::BLayout::NK, 132, gemm::KCuts::split,
+                                                          gemm::SwapAB::never);
       EXPECT_FALSE(g.swap_ab);
       EXPECT_GE(g.bn, 64);
       // Flags: two-kernel path (partial and sum flags per slice), nsplit's C all-gather, the side

@@ -78,15 +78,16 @@ TEST(GemmHeuristic, SwapABOnlyForSmallM) {
 TEST(GemmHeuristic, SwapChoiceCanBeForced) {
   for (BLayout layout : {BLayout::NK, BLayout::KN})
     for (int64_t m : {1, 16, 33, 128, 1000, 8192})
-      for (bool split : {true, false}) {
-        const GemmConfig on = choose_gemm_config(m, 3592, 8200, DType::fp16, layout, 132, split, SwapAB::always);
-        const GemmConfig off = choose_gemm_config(m, 3592, 8200, DType::fp16, layout, 132, split, SwapAB::never);
+      for (KCuts cuts : {KCuts::split_or_cluster, KCuts::split, KCuts::none}) {
+        const GemmConfig on = choose_gemm_config(m, 3592, 8200, DType::fp16, layout, 132, cuts, SwapAB::always);
+        const GemmConfig off = choose_gemm_config(m, 3592, 8200, DType::fp16, layout, 132, cuts, SwapAB::never);
         EXPECT_TRUE(on.swap_ab && is_compiled(on, layout)) << "M=" << m << " " << on.name();
         EXPECT_FALSE(off.swap_ab) << "M=" << m << " " << off.name();
         EXPECT_TRUE(is_compiled(off, layout)) << off.name();
         EXPECT_EQ(on.cluster_m, 1);
         EXPECT_EQ(on.bm, m <= 16 ? 16 : m <= 32 ? 32 : 64) << "the narrowest swap-AB tile that covers M";
-        if (!split) EXPECT_FALSE(on.splits_k() || off.splits_k()) << on.name() << " / " << off.name();
+        if (cuts == KCuts::none) EXPECT_FALSE(on.splits_k() || off.splits_k()) << on.name() << " / " << off.name();
+        if (cuts != KCuts::split_or_cluster) EXPECT_EQ(off.cluster_k, 1) << off.name();
       }
 }
 
@@ -215,6 +216,40 @@ TEST(GemmValidation, SwapABConfigs) {
   c = cfg;
   c.splits = 65;
   expect_error(valid_args(), c, Status::InvalidArgument, "splits=65");
+}
+
+TEST(GemmValidation, KClusterConfigs) {
+  GemmConfig cfg;
+  cfg.bn = 128, cfg.stages = 6, cfg.cluster_k = 4;
+  EXPECT_EQ(cfg.name(), "128x128x64 s6 g8 ck4");
+  EXPECT_NO_THROW(validate(valid_args(), cfg));
+  GemmArgs a = valid_args();
+  a.b_layout = BLayout::KN;
+  a.ldb = a.n;
+  EXPECT_NO_THROW(validate(a, cfg));
+  // A K cluster cuts K itself: no split-K of any scope on top, and a k-block for each of its CTAs.
+  GemmConfig c = cfg;
+  c.splits = 2;
+  expect_error(valid_args(), c, Status::NotSupported, "split-K on top is not supported");
+  c = cfg;
+  c.split_scope = SplitScope::stream;
+  expect_error(valid_args(), c, Status::NotSupported, "split-K on top is not supported");
+  a = valid_args();
+  a.k = 192;  // 3 k-blocks for 4 CTAs
+  expect_error(a, cfg, Status::InvalidArgument, "K=192 has 3 k-blocks of 64, fewer than the cluster_k=4");
+  a.k = 193;  // 4 k-blocks, the last one partial
+  EXPECT_NO_THROW(validate(a, cfg));
+  // Sizes not built, and values that never make sense.
+  c = cfg;
+  c.cluster_k = 3;
+  expect_error(valid_args(), c, Status::NotSupported, "128x128 s6 cluster_m=1 cluster_k=3 is not compiled");
+  c = cfg;
+  c.bm = 64, c.bn = 64, c.stages = 13, c.cluster_k = 2;
+  expect_error(valid_args(), c, Status::NotSupported, "64x64 s13 cluster_m=1 cluster_k=2 is not compiled");
+  expect_error(valid_args(), c, Status::NotSupported, "128x128 s6 c1 ck2");  // the list names the K clusters built
+  c = cfg;
+  c.cluster_k = 0;
+  expect_error(valid_args(), c, Status::InvalidArgument, "must be >= 1");
 }
 
 TEST(GemmValidation, HeuristicLaunchValidatesFirst) {

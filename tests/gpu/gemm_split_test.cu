@@ -1,6 +1,7 @@
 // GPU tests of the GEMM's cut work and clusters: split-K over all tiles, tail-wave splits and
-// stream-K (fp32 partials summed by the last part of a tile to finish), and 2-CTA clusters sharing
-// B by multicast. Odd M/N tails (a cluster's second CTA wholly past M, multicast halves of B wholly
+// stream-K (fp32 partials summed by the last part of a tile to finish), 2-CTA clusters sharing
+// B by multicast, and K clusters (a tile's K ranges summed in distributed shared memory; the same
+// bits as split-K over the same ranges, and split-K on top of them refused). Odd M/N tails (a cluster's second CTA wholly past M, multicast halves of B wholly
 // past N), K shorter than the splits, both layouts, several tiles per CTA, the add epilogue.
 // Every config runs twice into poisoned C: the second run checks that the workspace counters were
 // left at zero, and both must agree bit for bit (partials are summed in a fixed order).
@@ -62,6 +63,16 @@ TEST_P(GemmSplit, EveryCompiledTileAndSplitMatchesReference) {
       cfg.splits = v.splits, cfg.split_scope = v.scope, cfg.max_ctas = v.max_ctas, cfg.group_m = 2;
       const std::string what = "M=" + std::to_string(s.m) + " N=" + std::to_string(s.n) + " K=" +
                                std::to_string(s.k) + " " + layout_name(layout) + " " + cfg.name() + " (" + v.name + ")";
+      if (cfg.cluster_k > 1 && (cfg.splits_k() || (s.k + 63) / 64 < cfg.cluster_k)) {
+        // K clusters cut K themselves: split-K on top, or fewer k-blocks than CTAs, is refused.
+        try {
+          launch(p.args(out.c()), cfg, st.s);
+          ADD_FAILURE() << what << ": accepted";
+        } catch (const Error& e) {
+          EXPECT_EQ(e.status(), cfg.splits_k() ? Status::NotSupported : Status::InvalidArgument) << e.what();
+        }
+        continue;
+      }
       if (v.max_ctas > 0) {  // the hybrid plans must really have whole tiles and cut ones
         const WorkPlan plan = detail::make_work_plan(p.args(nullptr), cfg, v.max_ctas / cfg.cluster_m);
         if (s.m > 1000) EXPECT_GT(plan.dp_tiles, 0) << what;
@@ -80,6 +91,35 @@ INSTANTIATE_TEST_SUITE_P(Shapes, GemmSplit,
                            return "M" + std::to_string(s.m) + "_N" + std::to_string(s.n) + "_K" + std::to_string(s.k) +
                                   "_" + layout_name(std::get<1>(info.param));
                          });
+
+// K clusters against split-K over the same K ranges: the same fp32 additions in the same order, so
+// the same bits, and both against the reference. Shapes: the decode-size GEMM the tile is for (28
+// tiles: one per cluster); M and N tails (rows and slice columns past the edge) with odd K; one
+// k-block per CTA; and many tiles per cluster (the ring is refilled only after each exchange).
+TEST(GemmSplit, KClustersMatchSplitKBitForBit) {
+  TF_REQUIRE_GPUS(1);
+  const SplitShape shapes[] = {{128, 3584, 8192}, {300, 1000, 1001}, {1, 520, 256}, {1100, 2056, 704}};
+  StreamGuard st;
+  for (const SplitShape& s : shapes)
+    for (const BLayout layout : {BLayout::NK, BLayout::KN}) {
+      const DType dtype = layout == BLayout::NK ? DType::bf16 : DType::fp16;
+      const Problem p = make_problem(s.m, s.n, s.k, dtype, layout, 99 + int(s.m + s.k) + int(layout));
+      Output out(p);
+      for (const int ck : {2, 4}) {
+        GemmConfig cfg;
+        cfg.bm = 128, cfg.bn = 128, cfg.stages = 6, cfg.group_m = 2, cfg.cluster_k = ck;
+        const std::string what = "M=" + std::to_string(s.m) + " N=" + std::to_string(s.n) + " K=" +
+                                 std::to_string(s.k) + " " + layout_name(layout) + " " + cfg.name();
+        expect_repeatable(p, out, cfg, st.s, what);
+        const std::vector<uint16_t> clustered = out.read();
+        cfg.cluster_k = 1, cfg.splits = ck;
+        out.poison(st.s);
+        launch(p.args(out.c()), cfg, st.s);
+        TF_CUDA(cudaStreamSynchronize(st.s));
+        EXPECT_TRUE(out.read() == clustered) << what << " differs from " << cfg.name();
+      }
+    }
+}
 
 // Stream-K into an add epilogue: C += A * B once per element (only the reducing part adds).
 template <int kCluster>

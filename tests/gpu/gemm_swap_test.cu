@@ -59,7 +59,7 @@ TEST_P(GemmSwap, EverySwapTileAndSplitMatchesReference) {
       expect_repeatable(p, out, cfg, st.s, what);
     }
   // The heuristic's swap-AB choice through the plain entry point.
-  GemmConfig chosen = choose_gemm_config(s.m, s.n, s.k, dtype, layout, device_sm_count(), true, SwapAB::always);
+  GemmConfig chosen = choose_gemm_config(s.m, s.n, s.k, dtype, layout, device_sm_count(), KCuts::split, SwapAB::always);
   ASSERT_TRUE(chosen.swap_ab);
   out.poison(st.s);
   launch(p.args(out.c()), chosen, st.s);

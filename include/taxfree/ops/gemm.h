@@ -57,6 +57,13 @@ enum class SplitScope {
 // see the same (tile, k_block) calls: tile.m counts m-blocks of bm rows of A, and the wait comes
 // before the TMA load of A's k-block k_block for those rows. Tile orders map to the same
 // (m-block, n-block) tiles; with M <= bm there is one m-block, so rotating it changes nothing.
+//
+// K clusters (cluster_k = 2 or 4; compiled for the 128 x 128 tile): each tile is computed by a cluster
+// of cluster_k CTAs, one K range each (the ranges split-K cluster_k would cut), whose fp32 sums are
+// added in shared memory across the cluster (K order, so the same bits as split-K cluster_k) instead
+// of through a global workspace. No workspace; the plain epilogue only (not fp32 epilogues); needs
+// K >= 64 * cluster_k and no split-K on top (splits = 1, scope all). A unit's loads wait for the
+// previous unit's exchange, so it pays when every tile's cluster is resident at once.
 struct GemmConfig {
   int bm = 128;      // rows of C per tile: 64 (one consumer warpgroup) or 128 (two); 16/32/64 with swap_ab
   int bn = 256;      // columns of C per tile
@@ -69,9 +76,11 @@ struct GemmConfig {
   bool splits_k() const { return splits > 1 || split_scope == SplitScope::stream; }
   int max_ctas = 0;  // persistent CTAs; 0 = as many as fit (one per SM). Fewer leaves SMs to concurrent kernels
   bool swap_ab = false;  // swap-AB kernel (see above)
+  int cluster_k = 1;     // CTAs per cluster splitting each tile's K (see above): 1, 2 or 4 (compiled tiles)
   // Consumer warpgroups per CTA: each owns 64 rows of C (64 columns with swap_ab).
   int consumers() const { return (swap_ab ? bn : bm) / 64; }
-  // e.g. "128x256x64 s4 g8 c2 sk3t" (sk3: split-K 3, t: tail, stk: stream-K), "16x128x64 s12 g1 swap stk"
+  // e.g. "128x256x64 s4 g8 c2 sk3t" (sk3: split-K 3, t: tail, stk: stream-K), "16x128x64 s12 g1 swap stk",
+  // "128x128x64 s6 g1 ck4" (K clusters of 4)
   std::string name() const;
 };
 
@@ -93,6 +102,11 @@ std::vector<GemmConfig> compiled_configs();
 // Whether choose_gemm_config may, must, or must not return a swap-AB config.
 enum class SwapAB { choose, always, never };
 
+// How a config choose_gemm_config returns may cut K: not at all (whole tiles: A-ready policies that
+// wait for their tile's A), split-K (a Ready policy or fp32 epilogue that allows split-K but counts
+// whole 64 x bn bands), or split-K and K clusters (the plain GEMM).
+enum class KCuts { none, split, split_or_cluster };
+
 // Everything about A, B, sizes and the config; no CUDA call. Throws taxfree::Error.
 void validate_inputs(const GemmArgs& args, const GemmConfig& cfg);
 // validate_inputs plus C (pointer, alignment, ldc, no overlap with A or B).
@@ -100,11 +114,10 @@ void validate(const GemmArgs& args, const GemmConfig& cfg);
 
 // Tile configuration for a shape: the compiled config with the least estimated time on a GPU with
 // `num_sms` SMs (H200/H100 SXM: 132), and a group_m that keeps one wave's A and B panels small.
-// `allow_split_k` false restricts the choice to whole tiles (what kernels with an A-ready policy
-// need: split-K runs only with AlwaysReady). Swap-AB configs are candidates for small M (up to
-// 256 rows) unless `swap` says never; `always` returns the best swap-AB config for any M.
+// `cuts` limits how K may be cut (KCuts above). Swap-AB configs are candidates for small M (up to
+// 64 rows) unless `swap` says never; `always` returns the best swap-AB config for any M.
 GemmConfig choose_gemm_config(int64_t m, int64_t n, int64_t k, DType dtype, BLayout b_layout, int num_sms = 132,
-                              bool allow_split_k = true, SwapAB swap = SwapAB::choose);
+                              KCuts cuts = KCuts::split_or_cluster, SwapAB swap = SwapAB::choose);
 
 void launch(const GemmArgs& args, const GemmConfig& cfg, cudaStream_t stream);
 // With choose_gemm_config for this device.

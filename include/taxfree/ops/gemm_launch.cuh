@@ -8,7 +8,8 @@
 // and launch on `stream`. args.c / args.ldc are not used: the epilogue params say where C goes.
 // Split-K (cfg.splits_k()) needs a Ready policy that allows it (split_k_safe) and uses the stream's
 // workspace (ops/gemm.h).
-// fp32 epilogues (policies.cuh: kFloatOut) need configs without swap-AB.
+// fp32 epilogues (policies.cuh: kFloatOut) need configs without swap-AB or K clusters; K clusters
+// (cfg.cluster_k) need a Ready policy that allows split-K.
 #pragma once
 
 #include <cuda.h>
@@ -34,10 +35,11 @@ void launch_gemm(const GemmArgs& args, const GemmConfig& cfg, const typename Ord
   constexpr BLayout kLayout = kMajorB == device::Major::K ? BLayout::NK : BLayout::KN;
   validate_inputs(args, cfg);
   TF_REQUIRE(cfg.bm == Shape::BM && cfg.bn == Shape::BN && cfg.stages == Shape::kStages &&
-                 cfg.cluster_m == Shape::kCluster && cfg.swap_ab == Shape::kSwapAB,
+                 cfg.cluster_m == Shape::kCluster && cfg.swap_ab == Shape::kSwapAB && cfg.cluster_k == Shape::kClusterK,
              Status::InvalidArgument,
              "config " << cfg.name() << " does not match the kernel's tile " << Shape::BM << "x" << Shape::BN << " s"
-                       << Shape::kStages << " c" << Shape::kCluster << (Shape::kSwapAB ? " swap" : ""));
+                       << Shape::kStages << " c" << Shape::kCluster << (Shape::kSwapAB ? " swap" : "") << " ck"
+                       << Shape::kClusterK);
   TF_REQUIRE(args.dtype == kDType && args.b_layout == kLayout, Status::InvalidArgument,
              "args (" << dtype_name(args.dtype) << ", " << layout_name(args.b_layout) << ") do not match the kernel ("
                       << dtype_name(kDType) << ", " << layout_name(kLayout) << ")");
@@ -45,23 +47,25 @@ void launch_gemm(const GemmArgs& args, const GemmConfig& cfg, const typename Ord
   // k-blocks of its own range and may not assume it sees k-block 0 first.
   TF_REQUIRE(!cfg.splits_k() || split_k_safe<Ready>(), Status::NotSupported,
              "GEMM config " << cfg.name() << ": split-K needs an A policy that allows it (policies.cuh)");
+  TF_REQUIRE(Shape::kClusterK == 1 || split_k_safe<Ready>(), Status::NotSupported,
+             "GEMM config " << cfg.name() << ": K clusters need an A policy that allows split-K (policies.cuh)");
   Epi::check(epi, args.m, args.n, 2);
 
   using Params = GemmParams<Order, Ready, Epi>;
   auto* kernel = &gemm_kernel<Shape, T, kMajorB, Order, Ready, Epi>;
   constexpr int kSmem = SmemLayout<Shape>::kDynamicBytes;
   detail::allow_dynamic_smem(reinterpret_cast<const void*>(kernel), kSmem);
+  constexpr int kClusterSize = Shape::kClusterSize;
   int64_t clusters = detail::resident_clusters(reinterpret_cast<const void*>(kernel), Shape::kThreads, kSmem,
-                                               Shape::kCluster);
+                                               kClusterSize);
   // Movers (policies.cuh) take whole clusters of the resident ones; the GEMM keeps at least one.
   const int movers = mover_ctas<Ready>(ready);
-  TF_REQUIRE(movers >= 0 && movers % Shape::kCluster == 0 && movers / Shape::kCluster < clusters,
-             Status::InvalidArgument,
+  TF_REQUIRE(movers >= 0 && movers % kClusterSize == 0 && movers / kClusterSize < clusters, Status::InvalidArgument,
              "GEMM config " << cfg.name() << ": " << movers << " mover CTAs must be a multiple of the cluster size "
-                            << Shape::kCluster << " and leave a cluster of the " << clusters
+                            << kClusterSize << " and leave a cluster of the " << clusters
                             << " resident ones to the GEMM");
-  clusters -= movers / Shape::kCluster;
-  if (cfg.max_ctas > 0) clusters = std::max<int64_t>(1, std::min<int64_t>(clusters, cfg.max_ctas / Shape::kCluster));
+  clusters -= movers / kClusterSize;
+  if (cfg.max_ctas > 0) clusters = std::max<int64_t>(1, std::min<int64_t>(clusters, cfg.max_ctas / kClusterSize));
 
   Params p{};
   p.a = detail::make_tensor_map(args.a, args.dtype, args.k, args.m, args.lda, 64, Shape::BM);
@@ -85,8 +89,8 @@ void launch_gemm(const GemmArgs& args, const GemmConfig& cfg, const typename Ord
   p.epi = epi;
 
   // A programmatic dependent launch (the kernel waits for the grid ahead before touching memory).
-  const LaunchConfig launch(unsigned(movers + std::min<int64_t>(p.plan.units(), clusters) * Shape::kCluster),
-                            Shape::kThreads, kSmem, stream, true, Shape::kCluster);
+  const LaunchConfig launch(unsigned(movers + std::min<int64_t>(p.plan.units(), clusters) * kClusterSize),
+                            Shape::kThreads, kSmem, stream, true, kClusterSize);
   TF_CUDA(cudaLaunchKernelEx(launch.get(), kernel, p));
 }
 
@@ -95,10 +99,13 @@ template <int I, class Order, class Ready, class Epi>
 bool launch_compiled(const GemmArgs& args, const GemmConfig& cfg, const typename Order::Params& order,
                      const typename Ready::Params& ready, const typename Epi::Params& epi, cudaStream_t stream) {
   constexpr CompiledTile kTile = kCompiledTiles[I];
-  using Shape = TileShape<kTile.bm, kTile.bn, kTile.stages, kTile.cluster, kTile.swap>;
-  if constexpr (kTile.swap && float_out<Epi>()) {  // not compiled (launch_gemm rejects the config)
+  using Shape = TileShape<kTile.bm, kTile.bn, kTile.stages, kTile.cluster, kTile.swap, kTile.cluster_k>;
+  // Not compiled (launch_gemm rejects these configs): fp32 epilogues with swap-AB or K clusters, K
+  // clusters under a Ready policy that does not allow split-K.
+  if constexpr ((kTile.swap || kTile.cluster_k > 1) && float_out<Epi>()) {
+  } else if constexpr (kTile.cluster_k > 1 && !split_k_safe<Ready>()) {
   } else if (cfg.bm == kTile.bm && cfg.bn == kTile.bn && cfg.stages == kTile.stages && cfg.cluster_m == kTile.cluster &&
-      cfg.swap_ab == kTile.swap) {
+             cfg.swap_ab == kTile.swap && cfg.cluster_k == kTile.cluster_k) {
     const bool bf16 = args.dtype == DType::bf16;
     if (args.b_layout == BLayout::NK) {
       if (bf16) launch_gemm<Shape, __nv_bfloat16, device::Major::K, Order, Ready, Epi>(args, cfg, order, ready, epi, stream);
@@ -123,6 +130,10 @@ void launch_gemm(const GemmArgs& args, const GemmConfig& cfg, const typename Ord
   validate_inputs(args, cfg);  // names an unsupported config before anything is instantiated at run time
   TF_REQUIRE(!(float_out<Epi>() && cfg.swap_ab), Status::NotSupported,
              "GEMM config " << cfg.name() << ": an fp32 epilogue runs without swap-AB");
+  TF_REQUIRE(!(float_out<Epi>() && cfg.cluster_k > 1), Status::NotSupported,
+             "GEMM config " << cfg.name() << ": an fp32 epilogue runs without K clusters");
+  TF_REQUIRE(cfg.cluster_k == 1 || split_k_safe<Ready>(), Status::NotSupported,
+             "GEMM config " << cfg.name() << ": K clusters need an A policy that allows split-K (policies.cuh)");
   const bool launched = detail::launch_compiled<0, Order, Ready, Epi>(args, cfg, order, ready, epi, stream);
   TF_REQUIRE(launched, Status::Internal, "config " << cfg.name() << " passed validation but has no kernel");
 }

@@ -1,7 +1,7 @@
 // The tile configurations compiled into the library: the one list that validation, the heuristic
 // and the kernel dispatch all read. Each entry costs up to 4 kernels (bf16/fp16 x B layouts) of
 // compile time; add one only with a shape that needs it. Split-K is a run-time choice of every
-// entry (no extra kernels); a cluster size is a separate entry.
+// entry (no extra kernels); a cluster size (along M or along K) is a separate entry.
 #pragma once
 
 namespace taxfree::gemm {
@@ -11,6 +11,7 @@ struct CompiledTile {
   int cluster;        // CTAs along M sharing B by TMA multicast
   bool kn;            // B as [K, N] too (needs bn % 64 == 0: MN-major B is loaded in 64-column boxes)
   bool swap = false;  // swap-AB (gemm_kernel.cuh): C^T = B^T A^T, bm = wgmma N (16..64), bn = 64 per consumer
+  int cluster_k = 1;  // CTAs per cluster splitting each tile's K, summed in shared memory (gemm_kernel.cuh)
 };
 
 // Stages fill the 227 KiB of shared memory next to the epilogue staging buffers.
@@ -18,6 +19,10 @@ inline constexpr CompiledTile kCompiledTiles[] = {
     {128, 256, 4, 2, true},  // large M: 2 consumer warpgroups x m64n256, B multicast to a CTA pair
     {128, 256, 4, 1, true},  // the same without clusters (odd m-block counts, tuning baseline)
     {128, 128, 6, 1, true},  // mid M / narrow N: twice the tiles for better wave fill
+    // The same with each tile's K split over a cluster of 2 or 4 CTAs: for too few tiles to fill
+    // the GPU (M = 128-256), where split-K's serial reduction through L2 was 10-20% of the time.
+    {128, 128, 6, 1, true, false, 2},
+    {128, 128, 6, 1, true, false, 4},
     {64, 64, 13, 1, true},   // small M: B-streaming bound, many CTAs and deep pipelines
     // (64 x 32 was dropped: slower than 64 x 64 at every decode shape of the H200 sweep)
     // Swap-AB for M <= 64 (and a few m-blocks beyond): 16 KiB of B per stage whatever M is, so

@@ -131,12 +131,12 @@ PushPlan make_push_plan(const AgmmArgs& a, int world, const AgmmConfig& cfg, int
     TF_REQUIRE(cfg.push_ctas < num_sms, Status::InvalidArgument,
                "all_gather_matmul: push_ctas=" << cfg.push_ctas << " leaves no SM for the GEMM (" << num_sms << " SMs)");
     p.push_ctas = cfg.push_ctas;
-    p.gemm = gemm::choose_gemm_config(a.m, a.n, a.k, a.dtype, a.b_layout, num_sms - p.push_ctas, false);
+    p.gemm = gemm::choose_gemm_config(a.m, a.n, a.k, a.dtype, a.b_layout, num_sms - p.push_ctas, gemm::KCuts::none);
   } else {
     TF_REQUIRE(num_sms > kMinPush, Status::NotSupported,
                "all_gather_matmul push needs more than " << kMinPush << " SMs (have " << num_sms << ")");
     // Whole tiles only: the A-ready wait runs with whole tiles (split-K needs AlwaysReady).
-    p.gemm = gemm::choose_gemm_config(a.m, a.n, a.k, a.dtype, a.b_layout, num_sms - kMinPush, false);
+    p.gemm = gemm::choose_gemm_config(a.m, a.n, a.k, a.dtype, a.b_layout, num_sms - kMinPush, gemm::KCuts::none);
     const gemm::TileGrid g = gemm::make_tile_grid(a.m, a.n, p.gemm.bm, p.gemm.bn, p.gemm.group_m);
     const int64_t waves = ceil_div(g.tiles(), num_sms - kMinPush);
     p.push_ctas = kMinPush;
@@ -189,7 +189,7 @@ PullPlan make_pull_plan(const AgmmArgs& a, int world, int num_sms) {
   PullPlan p;
   // Split-K where the heuristic wants it: at small M a whole tile's k-loop would wait out ~100
   // remote loads in a row (r77: 214-233 us at M <= 8 on whole tiles).
-  p.gemm = gemm::choose_gemm_config(a.m, a.n, a.k, a.dtype, a.b_layout, num_sms, true);
+  p.gemm = gemm::choose_gemm_config(a.m, a.n, a.k, a.dtype, a.b_layout, num_sms, gemm::KCuts::split);
   if (a.gather_dim == 0) {
     TF_REQUIRE(s.rows % p.gemm.bm == 0, Status::NotSupported,
                "all_gather_matmul pull at gather_dim 0 needs whole tiles per shard: M / world = "
@@ -218,7 +218,7 @@ PushPlan make_sm_specialized_plan(const AgmmArgs& a, int world, const AgmmConfig
 FusedCePlan make_fused_ce_plan(const AgmmArgs& a, int world, int num_sms) {
   const ShardShape s = agmm_shard_shape(a.m, a.k, a.gather_dim, world);
   FusedCePlan p;
-  p.gemm = gemm::choose_gemm_config(a.m, a.n, a.k, a.dtype, a.b_layout, num_sms, false);
+  p.gemm = gemm::choose_gemm_config(a.m, a.n, a.k, a.dtype, a.b_layout, num_sms, gemm::KCuts::none);
   agmm::PieceGrid& g = p.grid;
   g.world = world;
   g.gather_dim = a.gather_dim;

@@ -127,7 +127,7 @@ GatheredA AllGatherMatmul::launch_ksplit_bands(const AgmmArgs& a, cudaStream_t s
   l.gemm = gemm_args(a, a.a_shard, a.lda_shard);
   l.gemm.b = b_from_k(a, k0);
   l.gemm.k = sl.shard_cols;
-  l.config = gemm::choose_gemm_config(a.m, a.n, sl.shard_cols, a.dtype, a.b_layout, team_.sm_count(), true,
+  l.config = gemm::choose_gemm_config(a.m, a.n, sl.shard_cols, a.dtype, a.b_layout, team_.sm_count(), gemm::KCuts::split,
                                       gemm::SwapAB::never);
   l.own = im.ksplit_own, l.recv = im.ksplit_recv;
   l.ldp = sl.ldp, l.slot_floats = im.ksplit_slot_floats;

@@ -10,6 +10,8 @@
 //                  the swap-AB tiles 16x128, 32x128, 64x128)
 //   tile=BMxBN     a compiled tile (e.g. 128x128; its stage count comes with it)
 //   cluster=C      CTAs per cluster along M (a compiled tile must have it; 128x256 has 1 and 2)
+//   clusterk=S     CTAs per cluster splitting each tile's K, summed in shared memory (128x128 has
+//                  1, 2 and 4; without it a named tile or a split key takes the tile without)
 //   group=G        m-blocks (cluster tiles) per rasterisation group
 //   splitk=S       split every tile into S K ranges (1: no split-K)
 //   tailsplit=S    split only the tiles of the last, partial wave into S K ranges
@@ -52,8 +54,10 @@ using gemm::DType;
 struct Tuning {
   std::string tile;
   int swap = -1;  // -1: the heuristic's choice
-  int cluster = 0, group = 0, splitk = 0, tailsplit = 0, streamk = 0;
-  bool any() const { return !tile.empty() || swap >= 0 || cluster || group || splitk || tailsplit || streamk; }
+  int cluster = 0, clusterk = 0, group = 0, splitk = 0, tailsplit = 0, streamk = 0;
+  bool any() const {
+    return !tile.empty() || swap >= 0 || cluster || clusterk || group || splitk || tailsplit || streamk;
+  }
   gemm::SwapAB swap_choice() const {
     return swap < 0 ? gemm::SwapAB::choose : swap ? gemm::SwapAB::always : gemm::SwapAB::never;
   }
@@ -65,7 +69,7 @@ struct Shape {
   Tuning tuning;
 };
 
-const char* const kTuningKeys[] = {"tile", "swap", "cluster", "group", "splitk", "tailsplit", "streamk"};
+const char* const kTuningKeys[] = {"tile", "swap", "cluster", "clusterk", "group", "splitk", "tailsplit", "streamk"};
 bool is_tuning_key(const std::string& key) {
   for (const char* k : kTuningKeys)
     if (key == k) return true;
@@ -78,6 +82,7 @@ Tuning tuning_of(const std::map<std::string, std::string>& kv) {
   t.tile = kv.count("tile") ? kv.at("tile") : "";
   t.swap = kv.count("swap") ? get("swap") : -1;
   t.cluster = get("cluster");
+  t.clusterk = get("clusterk");
   t.group = get("group");
   t.splitk = get("splitk");
   t.tailsplit = get("tailsplit");
@@ -91,7 +96,8 @@ std::map<std::string, std::string> parse_entry(const std::string& entry) {
   for (const gemm::GemmConfig& cfg : gemm::compiled_configs())
     tiles.push_back(std::to_string(cfg.bm) + "x" + std::to_string(cfg.bn));
   auto kv = parse_shape_entry(entry, {{"M", {}}, {"N", {}}, {"K", {}}, {"layout", {"nk", "kn"}}, {"tile", tiles},
-                                      {"swap", {"0", "1"}}, {"cluster", {}}, {"group", {}}, {"splitk", {}}, {"tailsplit", {}}, {"streamk", {}}});
+                                      {"swap", {"0", "1"}}, {"cluster", {}}, {"clusterk", {}}, {"group", {}}, {"splitk", {}},
+                                      {"tailsplit", {}}, {"streamk", {}}});
   TF_REQUIRE(kv.count("splitk") + kv.count("tailsplit") + kv.count("streamk") <= 1, Status::InvalidArgument,
              "--shape entry '" << entry << "': splitk, tailsplit and streamk exclude each other");
   return kv;
@@ -147,7 +153,8 @@ class GemmBench final : public OpBench {
       Case c;
       std::ostringstream label;
       const gemm::GemmConfig cfg = with_overrides(
-          gemm::choose_gemm_config(s.m, s.n, s.k, dtype, s.layout, 132, true, s.tuning.swap_choice()), s.tuning);
+          gemm::choose_gemm_config(s.m, s.n, s.k, dtype, s.layout, 132, gemm::KCuts::split_or_cluster,
+                                   s.tuning.swap_choice()), s.tuning);
       label << "M=" << s.m << " N=" << s.n << " K=" << s.k << " " << gemm::layout_name(s.layout);
       if (s.tuning.any()) label << " [" << cfg.name() << "]";
       c.label = label.str();
@@ -161,6 +168,7 @@ class GemmBench final : public OpBench {
                   {"tile", s.tuning.tile},
                   {"swap", s.tuning.swap},
                   {"cluster", s.tuning.cluster},
+                  {"clusterk", s.tuning.clusterk},
                   {"group", s.tuning.group},
                   {"splitk", s.tuning.splitk},
                   {"tailsplit", s.tuning.tailsplit},
@@ -196,12 +204,14 @@ class GemmBench final : public OpBench {
     t.tile = c.params.at("tile").get<std::string>();
     t.swap = c.params.at("swap").get<int>();
     t.cluster = c.params.at("cluster").get<int>();
+    t.clusterk = c.params.at("clusterk").get<int>();
     t.group = c.params.at("group").get<int>();
     t.splitk = c.params.at("splitk").get<int>();
     t.tailsplit = c.params.at("tailsplit").get<int>();
     t.streamk = c.params.at("streamk").get<int>();
     config_ = with_overrides(gemm::choose_gemm_config(args_.m, args_.n, args_.k, args_.dtype, args_.b_layout,
-                                                      gemm::device_sm_count(), true, t.swap_choice()),
+                                                      gemm::device_sm_count(), gemm::KCuts::split_or_cluster,
+                                                      t.swap_choice()),
                              t);
   }
 
@@ -264,25 +274,29 @@ class GemmBench final : public OpBench {
   }
   // The heuristic's config (already with the entry's swap choice) with what a --shape entry forces.
   // A tile keeps the heuristic's cluster size when that tile has it compiled, else takes the
-  // tile's first compiled one; a swap-AB tile (16x128, ...) brings swap-AB with it.
+  // tile's first compiled one; a swap-AB tile (16x128, ...) brings swap-AB with it. K clusters only
+  // when asked for (or the heuristic's, when nothing else is forced).
   static gemm::GemmConfig with_overrides(gemm::GemmConfig cfg, const Tuning& t) {
-    if (!t.tile.empty() || t.cluster > 0) {
+    const bool forced = !t.tile.empty() || t.cluster > 0 || t.splitk > 0 || t.tailsplit > 0 || t.streamk > 0;
+    const int cluster_k = t.clusterk > 0 ? t.clusterk : forced ? 1 : cfg.cluster_k;
+    if (!t.tile.empty() || t.cluster > 0 || cluster_k != cfg.cluster_k) {
       const std::string tile = t.tile.empty() ? std::to_string(cfg.bm) + "x" + std::to_string(cfg.bn) : t.tile;
       const int cluster = t.cluster > 0 ? t.cluster : cfg.cluster_m;
       const std::vector<gemm::GemmConfig> compiled = gemm::compiled_configs();
       const gemm::GemmConfig* pick = nullptr;
       for (const gemm::GemmConfig& c : compiled) {
         if (tile != std::to_string(c.bm) + "x" + std::to_string(c.bn)) continue;
-        if (t.swap >= 0 && c.swap_ab != (t.swap == 1)) continue;
+        if ((t.swap >= 0 && c.swap_ab != (t.swap == 1)) || c.cluster_k != cluster_k) continue;
         if (c.cluster_m == cluster) pick = &c;
         else if (!pick && t.cluster == 0) pick = &c;
       }
       TF_REQUIRE(pick != nullptr, Status::InvalidArgument,
-                 "gemm bench: tile " << tile << " with cluster=" << cluster
+                 "gemm bench: tile " << tile << " with cluster=" << cluster << " clusterk=" << cluster_k
                                      << (t.swap == 1 ? " and swap=1" : t.swap == 0 ? " and swap=0" : "")
                                      << " is not compiled");
       cfg.bm = pick->bm, cfg.bn = pick->bn, cfg.stages = pick->stages, cfg.cluster_m = pick->cluster_m;
-      cfg.swap_ab = pick->swap_ab;
+      cfg.swap_ab = pick->swap_ab, cfg.cluster_k = pick->cluster_k;
+      if (cfg.cluster_k > 1) cfg.splits = 1, cfg.split_scope = gemm::SplitScope::all;  // K clusters cut K themselves
     }
     if (t.group > 0) cfg.group_m = t.group;
     if (t.splitk > 0) cfg.splits = t.splitk, cfg.split_scope = gemm::SplitScope::all;

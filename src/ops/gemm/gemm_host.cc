@@ -31,6 +31,7 @@ std::string GemmConfig::name() const {
   os << bm << "x" << bn << "x" << bk << " s" << stages << " g" << group_m;
   if (cluster_m != 1) os << " c" << cluster_m;
   if (swap_ab) os << " swap";
+  if (cluster_k != 1) os << " ck" << cluster_k;
   if (split_scope == SplitScope::stream) os << " stk";
   else if (splits != 1) os << " sk" << splits << (split_scope == SplitScope::tail ? "t" : "");
   if (max_ctas > 0) os << " ctas" << max_ctas;
@@ -46,6 +47,7 @@ std::vector<GemmConfig> compiled_configs() {
     c.stages = t.stages;
     c.cluster_m = t.cluster;
     c.swap_ab = t.swap;
+    c.cluster_k = t.cluster_k;
     out.push_back(c);
   }
   return out;
@@ -97,8 +99,8 @@ void validate_inputs(const GemmArgs& a, const GemmConfig& cfg) {
   else
     check_operand("B", a.b, "ldb", a.ldb, a.n, "N");
 
-  TF_REQUIRE(cfg.bm >= 1 && cfg.bn >= 1 && cfg.stages >= 1 && cfg.cluster_m >= 1, Status::InvalidArgument,
-             "GEMM config " << cfg.name() << ": bm, bn, stages and cluster_m must be >= 1");
+  TF_REQUIRE(cfg.bm >= 1 && cfg.bn >= 1 && cfg.stages >= 1 && cfg.cluster_m >= 1 && cfg.cluster_k >= 1,
+             Status::InvalidArgument, "GEMM config " << cfg.name() << ": bm, bn, stages, cluster_m and cluster_k must be >= 1");
   TF_REQUIRE(cfg.bk == 64, Status::NotSupported, "GEMM config bk=" << cfg.bk << ": only bk=64 is compiled");
   TF_REQUIRE(cfg.group_m >= 1, Status::InvalidArgument, "GEMM config group_m=" << cfg.group_m << " must be >= 1");
   TF_REQUIRE(cfg.max_ctas >= 0, Status::InvalidArgument, "GEMM config max_ctas=" << cfg.max_ctas << " must be >= 0");
@@ -114,14 +116,23 @@ void validate_inputs(const GemmArgs& a, const GemmConfig& cfg) {
              "GEMM config " << cfg.name() << ": swap-AB runs without clusters (cluster_m=1)");
   for (const CompiledTile& t : kCompiledTiles) {
     known << (known.tellp() > 0 ? ", " : "") << t.bm << "x" << t.bn << " s" << t.stages << " c" << t.cluster
-          << (t.swap ? " swap" : "");
+          << (t.swap ? " swap" : "") << (t.cluster_k > 1 ? " ck" + std::to_string(t.cluster_k) : "");
     if (t.bm == cfg.bm && t.bn == cfg.bn && t.stages == cfg.stages && t.cluster == cfg.cluster_m &&
-        t.swap == cfg.swap_ab)
+        t.swap == cfg.swap_ab && t.cluster_k == cfg.cluster_k)
       tile = &t;
   }
   TF_REQUIRE(tile != nullptr, Status::NotSupported,
              "GEMM tile " << cfg.bm << "x" << cfg.bn << " s" << cfg.stages << " cluster_m=" << cfg.cluster_m
-                          << (cfg.swap_ab ? " swap-AB" : "") << " is not compiled (have: " << known.str() << ")");
+                          << (cfg.cluster_k != 1 ? " cluster_k=" + std::to_string(cfg.cluster_k) : "")
+                          << (cfg.swap_ab ? " swap-AB" : "")
+                          << " is not compiled (have: " << known.str() << ")");
+  // A K cluster already cuts K; each of its CTAs needs a k-block.
+  TF_REQUIRE(cfg.cluster_k == 1 || !cfg.splits_k(), Status::NotSupported,
+             "GEMM config " << cfg.name() << ": K clusters (cluster_k=" << cfg.cluster_k
+                            << ") split K themselves; split-K on top is not supported (splits=1, scope all)");
+  TF_REQUIRE((a.k + 63) / 64 >= cfg.cluster_k, Status::InvalidArgument,
+             "GEMM config " << cfg.name() << ": K=" << a.k << " has " << (a.k + 63) / 64
+                            << " k-blocks of 64, fewer than the cluster_k=" << cfg.cluster_k << " CTAs that split it");
   TF_REQUIRE(tile->kn || a.b_layout == BLayout::NK, Status::NotSupported,
              "GEMM tile " << cfg.bm << "x" << cfg.bn << " needs B as [N, K] (layout nk); B [K, N] needs bn % 64 == 0");
 }

@@ -6,6 +6,9 @@
 //             its pipeline depth at the loaded latency, the fixed issue + barrier cost of a k-block)
 //   epilogue  C band through shared memory to global
 //   split-K   partial write per part of a cut tile; its last part also reads all partials
+//   K cluster each CTA runs 1/S of the k-blocks and writes 1/S of the band after exchanging
+//             (S - 1)/S of its accumulators in shared memory; a cluster's next tile refills the
+//             pipeline; clusters of 4 pack into the GPCs less densely than single CTAs
 //   HBM       (A + B + C) bytes / bandwidth, derated when too few SMs stream; A rows past M that
 //             TMA zero-fills count as streamed bytes (r11: M = 1 and 16 on 64-row tiles ran at
 //             about half the B-only HBM rate).
@@ -38,6 +41,8 @@ constexpr double kMaxSmFeed = 120e9;              // L2 -> one SM
 constexpr double kKBlockIssue = 0.06e-6;          // wait full + 4 wgmma + commit + release, per k-block
 constexpr double kSmStoreRate = 50e9;             // one SM writing C or partials
 constexpr double kSmLoadRate = 60e9;              // one SM reading partials from L2
+constexpr double kDsmemRate = 100e9;              // one SM sending accumulators to its cluster's CTAs
+constexpr double kClusterMeet = 0.5e-6;           // the two cluster barriers of a K-cluster exchange
 constexpr double kEpilogueFixed = 0.3e-6;         // barriers and address math per band
 constexpr double kBoundOverlap = 0.25;           // share of the smaller bound that shows in the time
 constexpr size_t kMaxWorkspaceBytes = size_t(64) << 20;
@@ -62,14 +67,20 @@ struct Candidate {
   GemmConfig config() const {
     GemmConfig c;
     c.bm = tile->bm, c.bn = tile->bn, c.stages = tile->stages, c.cluster_m = tile->cluster;
-    c.splits = splits, c.split_scope = scope, c.group_m = 1, c.swap_ab = tile->swap;
+    c.splits = splits, c.split_scope = scope, c.group_m = 1, c.swap_ab = tile->swap, c.cluster_k = tile->cluster_k;
     return c;
   }
 };
 
+// Clusters of `size` CTAs (one per SM) resident at once: a cluster sits in one GPC, and clusters
+// of 4 leave some of a GPC's SMs unused (H200, 128 x 128 s6: 132 single CTAs, 66 pairs, 30
+// clusters of 4, r145).
+int64_t resident_clusters(int sms, int size) { return std::max(1, size <= 2 ? sms / size : sms * 10 / 11 / size); }
+
 double estimate_seconds(const Candidate& c, const WorkPlan& plan, int64_t m, int64_t n, int64_t k, int64_t clusters,
                         int sms) {
   const CompiledTile& t = *c.tile;
+  const int ck = t.cluster_k;
   // Per CTA and k-block. Rows of A past M are zero-filled by TMA and cost no bandwidth; with
   // multicast each CTA pulls only its share of B from L2.
   const double a_bytes = double(std::min<int64_t>(t.bm, m)) * 128.0, b_bytes = double(t.bn) * 128.0;
@@ -85,6 +96,7 @@ double estimate_seconds(const Candidate& c, const WorkPlan& plan, int64_t m, int
   const double epilogue = rows * t.bn * 2 / kSmStoreRate + kEpilogueFixed;
   const double partial = rows * t.bn * 4 / kSmStoreRate;
   const double part_read = rows * t.bn * 4 / kSmLoadRate;
+  const double exchange = ck > 1 ? (ck - 1.0) / ck * rows * t.bn * 4 / kDsmemRate + kClusterMeet : 0.0;
 
   // Replays the static schedule: cluster i walks units i, i + active, ...; whole tiles come first
   // and are counted, the split units after them are walked.
@@ -92,7 +104,8 @@ double estimate_seconds(const Candidate& c, const WorkPlan& plan, int64_t m, int
   double makespan = 0;
   for (int64_t i = 0; i < active; ++i) {
     const int64_t whole = i < plan.dp_tiles ? (plan.dp_tiles - i + active - 1) / active : 0;
-    double busy = double(whole) * (plan.k_blocks * per_kb + epilogue);
+    double busy = double(whole) * (double(plan.k_blocks / ck) * per_kb + epilogue / ck + exchange);
+    if (ck > 1 && whole > 1) busy += double(whole - 1) * kLoadLatency;  // each next tile refills the ring
     const int64_t first_split = plan.dp_tiles + ((i - plan.dp_tiles) % active + active) % active;
     for (SegmentWalk walk(plan, first_split, active); !walk.done();) {
       const WorkSegment w = walk.get();
@@ -103,7 +116,7 @@ double estimate_seconds(const Candidate& c, const WorkPlan& plan, int64_t m, int
     }
     makespan = std::max(makespan, busy);
   }
-  const double streaming = std::min(1.0, double(active * t.cluster) / (kSaturatingSmFraction * sms));
+  const double streaming = std::min(1.0, double(active * t.cluster * ck) / (kSaturatingSmFraction * sms));
   const double zero_fill = double(plan.grid.m_blocks * t.bm * t.cluster - m) * k * plan.grid.n_blocks;
   const double hbm = (double(m * k + n * k + m * n) + zero_fill) * 2.0 / (kHbmBytesPerSec * streaming);
   // Neither bound hides the other completely; the overlap term also ranks the candidates that
@@ -139,7 +152,8 @@ int choose_group_m(int bm_eff, int bn, int64_t m, int64_t n, int64_t active_tile
 }  // namespace
 
 GemmConfig choose_gemm_config(int64_t m, int64_t n, int64_t k, DType dtype, BLayout b_layout, int num_sms,
-                              bool allow_split_k, SwapAB swap) {
+                              KCuts cuts, SwapAB swap) {
+  const bool allow_split_k = cuts != KCuts::none;
   (void)dtype;  // bf16 and fp16 run at the same rate
   m = std::max<int64_t>(m, 1), n = std::max<int64_t>(n, 1), k = std::max<int64_t>(k, 1);
   num_sms = std::max(num_sms, 1);
@@ -157,19 +171,22 @@ GemmConfig choose_gemm_config(int64_t m, int64_t n, int64_t k, DType dtype, BLay
     if (b_layout == BLayout::KN && !t.kn) continue;
     if (!t.swap && m <= 64 && t.bm > 64) continue;  // half or more of a 128-row A tile would be zero fill
     if (t.cluster > 1 && m <= t.bm) continue;       // the peer CTA would compute only zero rows
+    // K clusters cut K (like split-K) and need a k-block per CTA.
+    if (t.cluster_k > 1 && (cuts != KCuts::split_or_cluster || k_blocks < t.cluster_k)) continue;
     candidates.push_back({&t, 1, SplitScope::all});
   }
   const size_t whole = allow_split_k ? candidates.size() : 0;
   for (size_t i = 0; i < whole; ++i)
     for (int s : {2, 3, 4, 6, 8, 12, 16})
-      if (s <= k_blocks) candidates.push_back({candidates[i].tile, s, SplitScope::all});
+      if (candidates[i].tile->cluster_k == 1 && s <= k_blocks) candidates.push_back({candidates[i].tile, s, SplitScope::all});
   // Stream-K is not a candidate: its clusters work at different K offsets of their tiles, so the
   // A and B panels a wave shares are no longer read at the same time and L2 reuse collapses; on
   // the H200 sweep it lost to whole tiles or the tail split on every shape with M >= 128 (up to
   // 1.29x slower, tests/data/gemm_tune_h200.csv). It stays available as an explicit config.
   for (size_t i = 0; i < whole; ++i)
     for (int s : {2, 3, 4})
-      if (s <= k_blocks) candidates.push_back({candidates[i].tile, s, SplitScope::tail});
+      if (candidates[i].tile->cluster_k == 1 && s <= k_blocks)
+        candidates.push_back({candidates[i].tile, s, SplitScope::tail});
 
   GemmArgs shape;
   shape.m = m, shape.n = n, shape.k = k;
@@ -177,7 +194,7 @@ GemmConfig choose_gemm_config(int64_t m, int64_t n, int64_t k, DType dtype, BLay
   double best_time = 0;
   for (const Candidate& c : candidates) {
     const GemmConfig cfg = c.config();
-    const int64_t clusters = std::max(1, num_sms / c.tile->cluster);
+    const int64_t clusters = resident_clusters(num_sms, c.tile->cluster * c.tile->cluster_k);
     const WorkPlan plan = detail::make_work_plan(shape, cfg, clusters);
     if (cfg.splits_k() && plan.split_tiles() == 0) continue;  // nothing to split: the same as whole tiles
     if (plan.sk_units > 16 * clusters) continue;  // splitting many waves of tiles only adds traffic

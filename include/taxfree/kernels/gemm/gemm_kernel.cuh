@@ -27,6 +27,19 @@
 // the epilogue's orientation (store_band_transposed) differ. No clusters: A is what would be
 // shared along N, and it is small.
 //
+// K clusters (kClusterK = 2 or 4; no swap-AB, no M cluster): the kClusterK CTAs of a cluster
+// compute the same whole tile, CTA r over k-blocks [kb r / S, kb (r + 1) / S) (S = kClusterK: the
+// K ranges split-K S would cut), and sum their fp32 accumulators through distributed shared memory
+// instead of split-K's workspace: CTA r sends columns [q BN / S, (q + 1) BN / S) of its
+// accumulators into the stage ring of CTA q (send_k_slices), and CTA q adds the S slices in K order
+// (the same additions as split-K's reduction, so the same bits) and writes those columns of C. The
+// cluster runs together, so no part waits for a slow last one to read everything back through L2
+// (split-K's serial end: 3.6-4 us of 25.6 at M = 128 N = 3584, r145). Per unit every thread of the
+// cluster meets at two cluster barriers (every stage ring is idle; the slices have landed), and every
+// thread of the CTA at one more (the ring is read: the producer may refill it). The producer
+// therefore starts a unit's loads only after the previous unit's exchange: the heuristic gives a
+// K cluster no more tiles than clusters fit at once.
+//
 // Work units (tile_scheduler.cuh: WorkPlan) are whole tiles or K ranges over split tiles; a split
 // tile's last segment to finish sums the fp32 partials and writes C (epilogue.cuh: reduce_splits).
 // A Ready policy may rotate a whole tile's k-loop (policies.cuh: first_k_block); the consumers
@@ -64,7 +77,7 @@
 namespace taxfree::gemm {
 
 // Compile-time tile configuration: BM rows x BN columns of C per tile.
-template <int BM_, int BN_, int kStages_, int kCluster_ = 1, bool kSwapAB_ = false>
+template <int BM_, int BN_, int kStages_, int kCluster_ = 1, bool kSwapAB_ = false, int kClusterK_ = 1>
 struct TileShape {
   static constexpr int BM = BM_;
   static constexpr int BN = BN_;
@@ -72,6 +85,8 @@ struct TileShape {
   static constexpr int kStages = kStages_;
   static constexpr int kCluster = kCluster_;  // CTAs along M sharing B by multicast
   static constexpr bool kSwapAB = kSwapAB_;
+  static constexpr int kClusterK = kClusterK_;  // CTAs per cluster splitting each tile's K
+  static constexpr int kClusterSize = kCluster * kClusterK;
   // Consumer warpgroups each own 64 rows of C (64 columns with swap-AB); kAccN is their wgmma width.
   static constexpr int kConsumers = (kSwapAB ? BN : BM) / 64;
   static constexpr int kAccN = kSwapAB ? BM : BN;
@@ -82,6 +97,8 @@ struct TileShape {
   static_assert(!kSwapAB || BN == 64 || BN == 128, "swap-AB BN: one or two consumer warpgroups of 64 columns");
   static_assert(kCluster == 1 || (kCluster == 2 && !kSwapAB && BN % 128 == 0),
                 "clusters of 2 without swap-AB; each CTA multicasts half of B, in whole 64-column boxes for B [K, N]");
+  static_assert(kClusterK == 1 || ((kClusterK == 2 || kClusterK == 4) && kCluster == 1 && !kSwapAB && BN / kClusterK >= 32),
+                "K clusters of 2 or 4 CTAs, without M clusters or swap-AB; each CTA writes at least 32 columns");
 };
 
 // Shared memory: [stage 0: A | B] ... [stage S-1] [epilogue staging per consumer] [barriers]
@@ -103,6 +120,9 @@ struct SmemLayout {
   static_assert(kABytes % 1024 == 0 && kStageBytes % 1024 == 0, "stage buffers must stay 1024-byte aligned (swizzle atoms)");
   static_assert(kBBytes / Shape::kCluster % 1024 == 0, "each multicast half of B must stay 1024-byte aligned");
   static_assert(kDynamicBytes <= 232448, "exceeds the 227 KiB of shared memory per CTA on sm_90");
+  // K clusters: the slices CTA q receives (every sender's, its own included) fit in its stage ring.
+  static constexpr uint32_t kSliceBytes = Shape::kConsumers * 128 * (Shape::BN / 2 / Shape::kClusterK) * 4;
+  static_assert(Shape::kClusterK == 1 || Shape::kClusterK * kSliceBytes <= kEpiOffset, "K-cluster slices exceed the ring");
 };
 
 template <class Order, class Ready, class Epilogue>
@@ -119,16 +139,78 @@ struct GemmParams {
 
 namespace device {
 
+// This CTA's share of a K-cluster unit: K range krank of kClusterK (a whole tile's k-blocks).
+template <class Shape>
+__device__ __forceinline__ void k_cluster_range(WorkSegment& w, int krank) {
+  if constexpr (Shape::kClusterK > 1) {
+    const int n = w.kb_end - w.kb_begin;
+    w.kb_end = w.kb_begin + n * (krank + 1) / Shape::kClusterK;
+    w.kb_begin += n * krank / Shape::kClusterK;
+  }
+}
+
+// A K cluster's meeting points of one unit, for the threads that neither send nor sum (the
+// producer warpgroup): every ring is idle, the slices have landed, this CTA's ring is read.
+__device__ __forceinline__ void k_cluster_pass() {
+  cluster_sync();
+  cluster_sync();
+  cta_sync_unaligned();
+}
+
+// Slice q (columns [q BN / S, (q + 1) BN / S) of this consumer's 64 x BN accumulators) into the
+// stage ring of CTA q of the K cluster, at [sender krank][consumer][column group][row half][thread]
+// (float2; a warp's stores are 256 contiguous bytes). Every CTA's ring is idle (first meeting).
+template <class Shape>
+__device__ __forceinline__ void send_k_slices(const float (&acc)[Shape::BN / 2], uint32_t ring, int krank,
+                                              int consumer) {
+  constexpr int kS = Shape::kClusterK, kGroups = Shape::BN / 8 / kS;  // 8-column groups per slice
+  const int tid = threadIdx.x % 128;
+  const uint32_t offset = uint32_t((krank * Shape::kConsumers + consumer) * kGroups * 2 * 128 + tid) * 8;
+#pragma unroll
+  for (int q = 0; q < kS; ++q) {
+    const uint32_t dst = map_to_cta(ring, uint32_t(q)) + offset;
+#pragma unroll
+    for (int g = 0; g < kGroups; ++g)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int f = 4 * (q * kGroups + g) + 2 * h;
+        st_cluster_f32x2(dst + uint32_t((g * 2 + h) * 128 * 8), acc[f], acc[f + 1]);
+      }
+  }
+}
+
+// This CTA's slice of the tile: the kClusterK senders' slices in its ring added in K order (after
+// the second meeting), in the fragment order of a 64 x BN / S accumulator.
+template <class Shape>
+__device__ __forceinline__ void sum_k_slices(float (&slice)[Shape::BN / 2 / Shape::kClusterK], uint32_t ring,
+                                             int consumer) {
+  constexpr int kS = Shape::kClusterK, kGroups = Shape::BN / 8 / kS;
+  const int tid = threadIdx.x % 128;
+#pragma unroll
+  for (int g = 0; g < kGroups; ++g)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float2 sum{};
+#pragma unroll
+      for (int s = 0; s < kS; ++s) {
+        const float2 x = ld_shared_f32x2(ring + uint32_t((((s * Shape::kConsumers + consumer) * kGroups + g) * 2 + h) * 128 + tid) * 8);
+        sum = s == 0 ? x : make_float2(sum.x + x.x, sum.y + x.y);
+      }
+      slice[4 * g + 2 * h] = sum.x, slice[4 * g + 2 * h + 1] = sum.y;
+    }
+}
+
 template <class Shape, Major kMajorB, class Order, class Ready, class Epi>
-__device__ __forceinline__ void produce(const GemmParams<Order, Ready, Epi>& p, uint32_t base, int rank,
+__device__ __forceinline__ void produce(const GemmParams<Order, Ready, Epi>& p, uint32_t base, int rank, int krank,
                                         int cluster, int clusters) {
   using L = SmemLayout<Shape>;
   constexpr int kBoxesB = Shape::BN / 64;  // [K, N] B: 64-column boxes per stage
   const uint32_t full0 = base + L::kBarOffset, empty0 = full0 + 8 * Shape::kStages;
   uint32_t stage = 0, phase = 0;
   for (SegmentWalk walk(p.plan, cluster, clusters); !walk.done();) {
-    const WorkSegment w = walk.get();
+    WorkSegment w = walk.get();
     walk.next(w);
+    k_cluster_range<Shape>(w, krank);
     const TileCoord ct = Order::at(p.order, p.plan.grid, w.t);
     const TileCoord tile{ct.m * Shape::kCluster + rank, ct.n};
     const int m0 = tile.m * Shape::BM, n0 = tile.n * Shape::BN;
@@ -162,6 +244,7 @@ __device__ __forceinline__ void produce(const GemmParams<Order, Ready, Epi>& p, 
       tma_load_2d(a_dst, a_map<Ready>(p.ready, &p.a, tile, kb), kb * 64, m0, full);
       if (++stage == Shape::kStages) stage = 0, phase ^= 1;
     }
+    if constexpr (Shape::kClusterK > 1) k_cluster_pass();  // the ring is the exchange buffer until it is read
   }
 }
 
@@ -178,7 +261,7 @@ __device__ __forceinline__ void release_stage(uint32_t empty) {
 
 template <class Shape, class T, Major kMajorB, class Order, class Ready, class Epi>
 __device__ __forceinline__ void consume(const GemmParams<Order, Ready, Epi>& p, uint32_t base, uint8_t* smem,
-                                        int consumer, int rank, int cluster, int clusters) {
+                                        int consumer, int rank, int krank, int cluster, int clusters) {
   using L = SmemLayout<Shape>;
   constexpr int kAccN = Shape::kAccN;
   const uint32_t full0 = base + L::kBarOffset, empty0 = full0 + 8 * Shape::kStages;
@@ -190,8 +273,9 @@ __device__ __forceinline__ void consume(const GemmParams<Order, Ready, Epi>& p, 
   uint32_t stage = 0, phase = 0;
 
   for (SegmentWalk walk(p.plan, cluster, clusters); !walk.done();) {
-    const WorkSegment w = walk.get();
+    WorkSegment w = walk.get();
     walk.next(w);
+    k_cluster_range<Shape>(w, krank);
     const TileCoord ct = Order::at(p.order, p.plan.grid, w.t);
     // Every segment has a k-block (the host keeps units <= k-blocks). Zeroing the accumulators
     // for an empty range instead would cost ptxas a copy of all of them (spills at 128 x 256).
@@ -243,7 +327,19 @@ __device__ __forceinline__ void consume(const GemmParams<Order, Ready, Epi>& p, 
       write = reduce_splits<kAccN>(acc, p.ws.partials + band * (64 * kAccN / 2), part_stride, w.part, w.parts,
                                    p.ws.counters + counter, flag, bar, valid_rows);
     }
-    if (write) {
+    if constexpr (Shape::kClusterK > 1) {
+      static_assert(!float_out<Epi>(), "fp32 epilogues count 64 x BN bands; K clusters write 64 x BN / S slices");
+      constexpr int kSliceN = Shape::BN / Shape::kClusterK;
+      float slice[kSliceN / 2];
+      cluster_sync();  // every CTA's k-loop is done: the rings are idle
+      send_k_slices<Shape>(acc, base, krank, consumer);
+      cluster_sync();  // release / acquire: every slice sent to this CTA has landed
+      sum_k_slices<Shape>(slice, base, consumer);
+      cta_sync_unaligned();  // the ring is read: the producer may refill it
+      if (write)
+        store_band<kSliceN, (kSliceN < L::kChunkN ? kSliceN : L::kChunkN), L::kEpiPitch, T, Epi>(
+            p.epi, p.m, p.n, slice, staging, bar, row0, col0 + krank * kSliceN);
+    } else if (write) {
       if constexpr (Shape::kSwapAB) {
         static_assert(!float_out<Epi>(), "fp32 epilogues run without swap-AB");
         store_band_transposed<Shape::BM, L::kEpiPitch, T, Epi>(p.epi, p.m, p.n, acc, staging, bar, row0, col0);
@@ -275,9 +371,11 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
   const uint32_t base = raw + pad;
   // 1-D grid of 1-D clusters after the movers: CTA rank r of GEMM cluster c is block
   // movers + c * kCluster + r (movers is a multiple of kCluster, so r is also the hardware rank).
+  // With K clusters, CTA krank of cluster c is block movers + c * kClusterK + krank instead.
   const int block = int(blockIdx.x) - movers;
-  const int rank = block % Shape::kCluster;
-  const int cluster = block / Shape::kCluster, clusters = (int(gridDim.x) - movers) / Shape::kCluster;
+  const int rank = block % Shape::kCluster, krank = block % Shape::kClusterK;
+  const int cluster = block / Shape::kClusterSize, clusters = (int(gridDim.x) - movers) / Shape::kClusterSize;
+  static_assert(Shape::kClusterK == 1 || !kMovers, "K clusters run without mover CTAs");
 
   if (threadIdx.x == 0) {
     for (int s = 0; s < Shape::kStages; ++s) {
@@ -312,11 +410,15 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
                 "the consumers would wait forever for registers the producer does not give back");
   if (warpgroup == 0) {
     if constexpr (kRebalance) setmaxnreg_dec<kProducerRegs>();
-    if (threadIdx.x == 0 && !mover) produce<Shape, kMajorB>(p, base, rank, cluster, clusters);
+    if (threadIdx.x == 0 && !mover) {
+      produce<Shape, kMajorB>(p, base, rank, krank, cluster, clusters);
+    } else if constexpr (Shape::kClusterK > 1) {
+      for (SegmentWalk walk(p.plan, cluster, clusters); !walk.done(); walk.next(walk.get())) k_cluster_pass();
+    }
   } else {
     if constexpr (kRebalance) setmaxnreg_inc<kConsumerRegs>();
     if (!mover)
-      consume<Shape, T, kMajorB>(p, base, smem_raw + pad, warpgroup - 1, rank, cluster, clusters);
+      consume<Shape, T, kMajorB>(p, base, smem_raw + pad, warpgroup - 1, rank, krank, cluster, clusters);
     else if constexpr (kMovers)
       // Named barrier 1: a mover CTA runs no consumer, so none of theirs (1 + consumer) is in use.
       Ready::move(p.ready, int(blockIdx.x), movers, dev::ThreadGroup{threadIdx.x - 128, 128u * Shape::kConsumers, 1});

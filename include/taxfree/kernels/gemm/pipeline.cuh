@@ -75,6 +75,17 @@ __device__ __forceinline__ void cluster_sync() {
   asm volatile("barrier.cluster.arrive.release;\n barrier.cluster.wait.acquire;" ::: "memory");
 }
 
+// 8 bytes into the shared memory of any CTA of the cluster (address from map_to_cta). Weak: the
+// cluster barrier after the stores (release / acquire) makes them visible to that CTA.
+__device__ __forceinline__ void st_cluster_f32x2(uint32_t cluster_addr, float x, float y) {
+  asm volatile("st.shared::cluster.v2.f32 [%0], {%1, %2};" ::"r"(cluster_addr), "f"(x), "f"(y) : "memory");
+}
+__device__ __forceinline__ float2 ld_shared_f32x2(uint32_t addr) {
+  float2 v;
+  asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(v.x), "=f"(v.y) : "r"(addr) : "memory");
+  return v;
+}
+
 // --- split-K workspace (global memory, gpu scope) --------------------------------------------------
 
 // Partial sums go through L2 only: another SM reads them, and L1 is not coherent.
@@ -98,6 +109,10 @@ __device__ __forceinline__ void reset_counter(uint32_t* counter) {
 __device__ __forceinline__ void named_barrier_sync(uint32_t id, uint32_t threads) {
   asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }
+
+// Barrier 0 over every thread of the CTA, not `.aligned`: the producer warp reaches it from two
+// places (one lane streams, the others wait).
+__device__ __forceinline__ void cta_sync_unaligned() { asm volatile("barrier.sync 0;" ::: "memory"); }
 
 template <uint32_t kRegs>
 __device__ __forceinline__ void setmaxnreg_dec() {
