@@ -14,7 +14,8 @@ namespace {
 
 bool is_compiled(const GemmConfig& c, BLayout layout) {
   for (const CompiledTile& t : kCompiledTiles)
-    if (t.bm == c.bm && t.bn == c.bn && t.stages == c.stages && t.cluster == c.cluster_m && t.swap == c.swap_ab)
+    if (t.bm == c.bm && t.bn == c.bn && t.stages == c.stages && t.cluster == c.cluster_m && t.swap == c.swap_ab &&
+        t.cluster_k == c.cluster_k)
       return t.kn || layout == BLayout::NK;
   return false;
 }
@@ -36,6 +37,7 @@ TEST(GemmHeuristic, ReturnsACompiledConfigForEveryShape) {
             EXPECT_GE(c.splits, 1);
             EXPECT_LE(c.splits, std::max<int64_t>(1, (k + 63) / 64)) << "a split with no k-block";
             EXPECT_EQ(c.max_ctas, 0);
+            if (c.cluster_k > 1) EXPECT_GE((k + 63) / 64, c.cluster_k) << c.name() << ": a K-cluster CTA with no k-block";
           }
 }
 
@@ -49,6 +51,35 @@ TEST(GemmHeuristic, LargeProblemsUseTheLargestTile) {
       }
   const GemmConfig c = choose_gemm_config(8192, 8192, 8192, DType::fp16, BLayout::NK);
   EXPECT_GT(c.group_m, 1) << "a wave of 132 tiles should share A panels";
+}
+
+// K clusters where they measured faster (r146-r149, H200): one wave of tiles (every tile's cluster
+// resident at once), not 64 tiles of <= 8 n-blocks on 128 SMs; never for agmm's callers (KCuts).
+TEST(GemmHeuristic, KClustersOnlyWhereTheyMeasuredFaster) {
+  struct Expect {
+    int64_t m, n, k;
+    int cluster_k;
+  };
+  const Expect cases[] = {
+      {128, 3584, 8192, 4},  // 28 tiles on 112 SMs: 23.1 us against split-K 4's 26.0
+      {256, 3584, 8192, 2},  // 56 tiles: 29.7 against 33.5
+      {128, 8192, 8192, 2},  // 64 tiles of 64 n-blocks: 40.3 against 44.3
+      {768, 512, 8192, 4},   // 24 tiles: 17.2 against 19.2
+      {1024, 3072, 8192, 1}, // 192 tiles for 66 clusters: ck2 98.5 against 79.1
+      {384, 8192, 8192, 1},  // 192 tiles: 112.4 against 93.9
+      {1024, 1024, 8192, 1}, // 64 tiles of 8 n-blocks: 33.5-35.4 against 30.4-33.4
+      {2048, 512, 8192, 1},  // 64 tiles of 4 n-blocks: 33.5 against 30.6
+      {8192, 8192, 8192, 1},
+      {1, 3584, 8192, 1},
+  };
+  for (const Expect& e : cases)
+    for (BLayout layout : {BLayout::NK, BLayout::KN}) {
+      const GemmConfig c = choose_gemm_config(e.m, e.n, e.k, DType::bf16, layout, 132);
+      EXPECT_EQ(c.cluster_k, e.cluster_k) << "M=" << e.m << " N=" << e.n << ": " << c.name();
+      if (c.cluster_k > 1) EXPECT_FALSE(c.splits_k()) << c.name();
+      for (KCuts cuts : {KCuts::split, KCuts::none})
+        EXPECT_EQ(choose_gemm_config(e.m, e.n, e.k, DType::bf16, layout, 132, cuts).cluster_k, 1) << e.m << "x" << e.n;
+    }
 }
 
 TEST(GemmHeuristic, DecodeSizesUseSwapABOverManyCtas) {

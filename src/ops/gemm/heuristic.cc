@@ -7,8 +7,9 @@
 //   epilogue  C band through shared memory to global
 //   split-K   partial write per part of a cut tile; its last part also reads all partials
 //   K cluster each CTA runs 1/S of the k-blocks and writes 1/S of the band after exchanging
-//             (S - 1)/S of its accumulators in shared memory; a cluster's next tile refills the
-//             pipeline; clusters of 4 pack into the GPCs less densely than single CTAs
+//             (S - 1)/S of its accumulators in shared memory; candidates only where every tile's
+//             cluster is resident at once (k_clusters_fit); clusters of 4 pack into the GPCs less
+//             densely than single CTAs
 //   HBM       (A + B + C) bytes / bandwidth, derated when too few SMs stream; A rows past M that
 //             TMA zero-fills count as streamed bytes (r11: M = 1 and 16 on 64-row tiles ran at
 //             about half the B-only HBM rate).
@@ -77,6 +78,18 @@ struct Candidate {
 // clusters of 4, r145).
 int64_t resident_clusters(int sms, int size) { return std::max(1, size <= 2 ? sms / size : sms * 10 / 11 / size); }
 
+// Where K clusters are candidates. They cut K (like split-K) and need a k-block per CTA; each
+// cluster takes one tile (r149, H200: with more tiles than clusters, every next tile waits for the
+// exchange and a refilled ring: 1.2-1.3x split-K's time at M = 384-2048, 192 tiles); and they lost to
+// split-K 2 when 64 tiles of 8 or fewer n-blocks filled 128 SMs (M = 1024 N = 1024, M = 2048 N = 512:
+// 1.04-1.10x, k-loops ending 7 us apart; not understood), while winning with 16-64 n-blocks or 96
+// SMs or fewer (0.87-0.96x).
+bool k_clusters_fit(const CompiledTile& t, int64_t m, int64_t n, int k_blocks, int sms, KCuts cuts) {
+  const int64_t tiles = ((m + t.bm - 1) / t.bm) * ((n + t.bn - 1) / t.bn), n_blocks = (n + t.bn - 1) / t.bn;
+  return cuts == KCuts::split_or_cluster && k_blocks >= t.cluster_k && tiles <= resident_clusters(sms, t.cluster_k) &&
+         (n_blocks >= 16 || tiles * t.cluster_k <= 96);
+}
+
 double estimate_seconds(const Candidate& c, const WorkPlan& plan, int64_t m, int64_t n, int64_t k, int64_t clusters,
                         int sms) {
   const CompiledTile& t = *c.tile;
@@ -105,7 +118,6 @@ double estimate_seconds(const Candidate& c, const WorkPlan& plan, int64_t m, int
   for (int64_t i = 0; i < active; ++i) {
     const int64_t whole = i < plan.dp_tiles ? (plan.dp_tiles - i + active - 1) / active : 0;
     double busy = double(whole) * (double(plan.k_blocks / ck) * per_kb + epilogue / ck + exchange);
-    if (ck > 1 && whole > 1) busy += double(whole - 1) * kLoadLatency;  // each next tile refills the ring
     const int64_t first_split = plan.dp_tiles + ((i - plan.dp_tiles) % active + active) % active;
     for (SegmentWalk walk(plan, first_split, active); !walk.done();) {
       const WorkSegment w = walk.get();
@@ -171,8 +183,7 @@ GemmConfig choose_gemm_config(int64_t m, int64_t n, int64_t k, DType dtype, BLay
     if (b_layout == BLayout::KN && !t.kn) continue;
     if (!t.swap && m <= 64 && t.bm > 64) continue;  // half or more of a 128-row A tile would be zero fill
     if (t.cluster > 1 && m <= t.bm) continue;       // the peer CTA would compute only zero rows
-    // K clusters cut K (like split-K) and need a k-block per CTA.
-    if (t.cluster_k > 1 && (cuts != KCuts::split_or_cluster || k_blocks < t.cluster_k)) continue;
+    if (t.cluster_k > 1 && !k_clusters_fit(t, m, n, k_blocks, num_sms, cuts)) continue;
     candidates.push_back({&t, 1, SplitScope::all});
   }
   const size_t whole = allow_split_k ? candidates.size() : 0;
