@@ -34,11 +34,13 @@
 // accumulators into the stage ring of CTA q (send_k_slices), and CTA q adds the S slices in K order
 // (the same additions as split-K's reduction, so the same bits) and writes those columns of C. The
 // cluster runs together, so no part waits for a slow last one to read everything back through L2
-// (split-K's serial end: 3.6-4 us of 25.6 at M = 128 N = 3584, r145). Per unit every thread of the
-// cluster meets at two cluster barriers (every stage ring is idle; the slices have landed), and every
-// thread of the CTA at one more (the ring is read: the producer may refill it). The producer
-// therefore starts a unit's loads only after the previous unit's exchange: the heuristic gives a
-// K cluster no more tiles than clusters fit at once.
+// (split-K's serial end: 4-5 us of 25.6 at M = 128 N = 3584; docs/notes/gemm-tuning.md). Per unit
+// every thread of the cluster meets at two cluster barriers (every stage ring is idle; the slices
+// have landed), and every thread of the CTA at one more (the ring is read: the producer may refill
+// it). The barriers have no deadline of their own: every CTA reaches them unless one of its
+// bounded waits traps, which ends the grid. The producer starts a unit's loads only after the
+// previous unit's exchange, so the heuristic gives a K cluster no more tiles than clusters fit at
+// once.
 //
 // Work units (tile_scheduler.cuh: WorkPlan) are whole tiles or K ranges over split tiles; a split
 // tile's last segment to finish sums the fp32 partials and writes C (epilogue.cuh: reduce_splits).
