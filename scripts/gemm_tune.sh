@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
 # GEMM tuning sweep in one device run: our kernel under forced configs (tile, cluster, raster
-# group, split-K, tail split, stream-K, swap-AB) on the shapes that decide the heuristic, plus the default
+# group, split-K, tail split, stream-K, swap-AB, K clusters) on the shapes that decide the heuristic, plus the default
 # sweep (heuristic vs cuBLASLt) for reference. Every case is also checked against cuBLASLt (-c 1).
 #
-#   scripts/gemm_tune.sh OUT_DIR [default|large|waves|mid|m128|decode|swap|all]...   (default: all)
+#   scripts/gemm_tune.sh OUT_DIR [default|large|waves|mid|m128|kcluster|decode|swap|all]...   (default: all)
 #
 # Writes OUT_DIR/tune_<section>.{json,log} and OUT_DIR/summary.txt (scripts/gemm_tune_report.py:
 # per shape, every config's time and ratio to cuBLASLt, best first). Binaries come from ./build.
 # Exit code: the number of failed sections (a wrong element fails its section).
 set -u -o pipefail
-out=${1:?usage: scripts/gemm_tune.sh OUT_DIR [default|large|waves|mid|m128|decode|swap|all]...}
+out=${1:?usage: scripts/gemm_tune.sh OUT_DIR [default|large|waves|mid|m128|kcluster|decode|swap|all]...}
 shift
 sections=${*:-all}
 mkdir -p "$out"
@@ -72,6 +72,15 @@ if want m128; then  # M = 128: B streaming with few row tiles
     for k in splitk=2 splitk=4 streamk=1; do add "$s,swap=1,tile=64x128,$k"; done
   done
   run m128 --variant ours
+fi
+
+if want kcluster; then  # K clusters (128x128 ck2 / ck4) against split-K over the same K ranges, around one wave
+  for s in "M=128,N=3584" "M=128,N=4096" "M=128,N=7168" "M=128,N=8192" "M=256,N=3584" "M=256,N=4096" \
+           "M=384,N=2048" "M=512,N=2048" "M=768,N=512" "M=768,N=1024" "M=1024,N=1024" "M=2048,N=512"; do
+    for k in clusterk=2 clusterk=4 splitk=1 splitk=2 splitk=4; do add "$s,K=$K,layout=nk,tile=128x128,$k"; done
+  done
+  for k in clusterk=2 clusterk=4 splitk=2 splitk=4; do add "M=128,N=3584,K=$K,layout=kn,tile=128x128,$k"; done
+  run kcluster --variant ours
 fi
 
 if want decode; then  # M = 1 and 16: B-streaming floor
