@@ -76,18 +76,18 @@ struct Candidate {
 // Clusters of `size` CTAs (one per SM) resident at once: a cluster sits in one GPC, and clusters
 // of 4 leave some of a GPC's SMs unused (H200, 128 x 128 s6: 132 single CTAs, 66 pairs, 30
 // clusters of 4, r145).
-int64_t resident_clusters(int sms, int size) { return std::max(1, size <= 2 ? sms / size : sms * 10 / 11 / size); }
+int64_t resident_clusters_estimate(int sms, int size) { return std::max(1, size <= 2 ? sms / size : sms * 10 / 11 / size); }
 
 // Where K clusters are candidates. They cut K (like split-K) and need a k-block per CTA; each
 // cluster takes one tile (r149, H200: with more tiles than clusters, every next tile waits for the
 // exchange and a refilled ring: 1.2-1.3x split-K's time at M = 384-2048, 192 tiles); and they lost to
 // split-K 2 when 64 tiles of 8 or fewer n-blocks filled 128 SMs (M = 1024 N = 1024, M = 2048 N = 512:
-// 1.04-1.10x, k-loops ending 7 us apart; not understood), while winning with 16-64 n-blocks or 96
-// SMs or fewer (0.87-0.96x).
+// 1.04-1.10x, k-loops ending 7 us apart; not understood), while winning with 16-64 n-blocks or on
+// three quarters of the SMs or fewer (96 of 132; 0.87-0.96x).
 bool k_clusters_fit(const CompiledTile& t, int64_t m, int64_t n, int k_blocks, int sms, KCuts cuts) {
   const int64_t tiles = ((m + t.bm - 1) / t.bm) * ((n + t.bn - 1) / t.bn), n_blocks = (n + t.bn - 1) / t.bn;
-  return cuts == KCuts::split_or_cluster && k_blocks >= t.cluster_k && tiles <= resident_clusters(sms, t.cluster_k) &&
-         (n_blocks >= 16 || tiles * t.cluster_k <= 96);
+  return cuts == KCuts::split_or_cluster && k_blocks >= t.cluster_k && tiles <= resident_clusters_estimate(sms, t.cluster_k) &&
+         (n_blocks >= 16 || tiles * t.cluster_k * 4 <= int64_t(sms) * 3);
 }
 
 double estimate_seconds(const Candidate& c, const WorkPlan& plan, int64_t m, int64_t n, int64_t k, int64_t clusters,
@@ -205,7 +205,7 @@ GemmConfig choose_gemm_config(int64_t m, int64_t n, int64_t k, DType dtype, BLay
   double best_time = 0;
   for (const Candidate& c : candidates) {
     const GemmConfig cfg = c.config();
-    const int64_t clusters = resident_clusters(num_sms, c.tile->cluster * c.tile->cluster_k);
+    const int64_t clusters = resident_clusters_estimate(num_sms, c.tile->cluster * c.tile->cluster_k);
     const WorkPlan plan = detail::make_work_plan(shape, cfg, clusters);
     if (cfg.splits_k() && plan.split_tiles() == 0) continue;  // nothing to split: the same as whole tiles
     if (plan.sk_units > 16 * clusters) continue;  // splitting many waves of tiles only adds traffic
