@@ -82,7 +82,8 @@ int64_t resident_clusters_estimate(int sms, int size) { return std::max(1, size 
 // cluster takes one tile (r149, H200: with more tiles than clusters, every next tile waits for the
 // exchange and a refilled ring: 1.2-1.3x split-K's time at M = 384-2048, 192 tiles); and they lost to
 // split-K 2 when 64 tiles of 8 or fewer n-blocks filled 128 SMs (M = 1024 N = 1024, M = 2048 N = 512:
-// 1.04-1.10x, k-loops ending 7 us apart; not understood), while winning with 16-64 n-blocks or on
+// 1.04-1.10x; r153: whole clusters' k-loops streamed up to 35% slower than split-K's same K ranges,
+// a placement effect not understood), while winning with 16-64 n-blocks or on
 // three quarters of the SMs or fewer (96 of 132; 0.87-0.96x).
 bool k_clusters_fit(const CompiledTile& t, int64_t m, int64_t n, int k_blocks, int sms, KCuts cuts) {
   const int64_t tiles = ((m + t.bm - 1) / t.bm) * ((n + t.bn - 1) / t.bn), n_blocks = (n + t.bn - 1) / t.bn;
