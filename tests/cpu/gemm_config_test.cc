@@ -281,6 +281,12 @@ TEST(GemmValidation, KClusterConfigs) {
   c = cfg;
   c.cluster_k = 0;
   expect_error(valid_args(), c, Status::InvalidArgument, "must be >= 1");
+  // A CTA cap below one cluster cannot be honoured (the launch is in whole clusters).
+  c = cfg;
+  c.max_ctas = 3;
+  expect_error(valid_args(), c, Status::InvalidArgument, "max_ctas=3 is fewer than one cluster of 4 CTAs");
+  c.max_ctas = 4;
+  EXPECT_NO_THROW(validate(valid_args(), c));
 }
 
 TEST(GemmValidation, HeuristicLaunchValidatesFirst) {

@@ -74,7 +74,8 @@ struct GemmConfig {
   int splits = 1;    // K ranges per split tile (all, tail), >= 1 (1: no split-K); capped at ceil(K / 64)
   SplitScope split_scope = SplitScope::all;
   bool splits_k() const { return splits > 1 || split_scope == SplitScope::stream; }
-  int max_ctas = 0;  // persistent CTAs; 0 = as many as fit (one per SM). Fewer leaves SMs to concurrent kernels
+  int max_ctas = 0;  // persistent CTAs; 0 = as many as fit (one per SM), else at least one cluster (cluster_m x cluster_k).
+                     // Fewer leaves SMs to concurrent kernels; rounded down to whole clusters
   bool swap_ab = false;  // swap-AB kernel (see above)
   int cluster_k = 1;     // CTAs per cluster splitting each tile's K (see above): 1, 2 or 4 (compiled tiles)
   // Consumer warpgroups per CTA: each owns 64 rows of C (64 columns with swap_ab).

@@ -104,6 +104,9 @@ void validate_inputs(const GemmArgs& a, const GemmConfig& cfg) {
   TF_REQUIRE(cfg.bk == 64, Status::NotSupported, "GEMM config bk=" << cfg.bk << ": only bk=64 is compiled");
   TF_REQUIRE(cfg.group_m >= 1, Status::InvalidArgument, "GEMM config group_m=" << cfg.group_m << " must be >= 1");
   TF_REQUIRE(cfg.max_ctas >= 0, Status::InvalidArgument, "GEMM config max_ctas=" << cfg.max_ctas << " must be >= 0");
+  TF_REQUIRE(cfg.max_ctas == 0 || cfg.max_ctas >= cfg.cluster_m * cfg.cluster_k, Status::InvalidArgument,
+             "GEMM config " << cfg.name() << ": max_ctas=" << cfg.max_ctas << " is fewer than one cluster of "
+                            << cfg.cluster_m * cfg.cluster_k << " CTAs (cluster_m x cluster_k)");
   TF_REQUIRE(cfg.splits >= 1 && cfg.splits <= kMaxSplits, Status::InvalidArgument,
              "GEMM config splits=" << cfg.splits << " must be in [1, " << kMaxSplits << "]");
   TF_REQUIRE(cfg.split_scope == SplitScope::all || cfg.split_scope == SplitScope::tail ||
