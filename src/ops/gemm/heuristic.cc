@@ -86,7 +86,7 @@ int64_t resident_clusters_estimate(int sms, int size) { return std::max(1, size 
 // a placement effect not understood), while winning with 16-64 n-blocks or on
 // three quarters of the SMs or fewer (96 of 132; 0.87-0.96x).
 bool k_clusters_fit(const CompiledTile& t, int64_t m, int64_t n, int k_blocks, int sms, KCuts cuts) {
-  const int64_t tiles = ((m + t.bm - 1) / t.bm) * ((n + t.bn - 1) / t.bn), n_blocks = (n + t.bn - 1) / t.bn;
+  const int64_t n_blocks = (n + t.bn - 1) / t.bn, tiles = (m + t.bm - 1) / t.bm * n_blocks;
   return cuts == KCuts::split_or_cluster && k_blocks >= t.cluster_k && tiles <= resident_clusters_estimate(sms, t.cluster_k) &&
          (n_blocks >= 16 || tiles * t.cluster_k * 4 <= int64_t(sms) * 3);
 }
