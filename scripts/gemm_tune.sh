@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
 # GEMM tuning sweep in one device run: our kernel under forced configs (tile, cluster, raster
-# group, split-K, tail split, stream-K, swap-AB, K clusters) on the shapes that decide the heuristic, plus the default
+# group, split-K, tail split, stream-K, swap-AB, K clusters, 224-column tiles) on the shapes that decide the heuristic, plus the default
 # sweep (heuristic vs cuBLASLt) for reference. Every case is also checked against cuBLASLt (-c 1).
 #
-#   scripts/gemm_tune.sh OUT_DIR [default|large|waves|mid|m128|kcluster|decode|swap|all]...   (default: all)
+#   scripts/gemm_tune.sh OUT_DIR [default|large|waves|mid|m128|kcluster|wide|decode|swap|all]...   (default: all)
 #
 # Writes OUT_DIR/tune_<section>.{json,log} and OUT_DIR/summary.txt (scripts/gemm_tune_report.py:
 # per shape, every config's time and ratio to cuBLASLt, best first). Binaries come from ./build.
 # Exit code: the number of failed sections (a wrong element fails its section).
 set -u -o pipefail
-out=${1:?usage: scripts/gemm_tune.sh OUT_DIR [default|large|waves|mid|m128|kcluster|decode|swap|all]...}
+out=${1:?usage: scripts/gemm_tune.sh OUT_DIR [default|large|waves|mid|m128|kcluster|wide|decode|swap|all]...}
 shift
 sections=${*:-all}
 mkdir -p "$out"
@@ -81,6 +81,19 @@ if want kcluster; then  # K clusters (128x128 ck2 / ck4) against split-K over th
   done
   for k in clusterk=2 clusterk=4 splitk=2 splitk=4; do add "M=128,N=3584,K=$K,layout=kn,tile=128x128,$k"; done
   run kcluster --variant ours
+fi
+
+if want wide; then  # 128 x 224 (B [N, K] only) against 128 x 256 on the shapes N = 3584 k tiles in whole waves
+  for s in "M=256,N=14336" "M=512,N=7168" "M=512,N=14336" "M=768,N=14336" "M=1024,N=3584" "M=1024,N=7168" \
+           "M=1024,N=14336" "M=2048,N=3584" "M=2048,N=7168" "M=4096,N=3584" "M=4096,N=7168"; do
+    for c in 1 2; do
+      for k in splitk=1 tailsplit=2; do
+        add "$s,K=$K,layout=nk,tile=128x224,cluster=$c,$k"
+        add "$s,K=$K,layout=nk,tile=128x256,cluster=$c,$k"
+      done
+    done
+  done
+  run wide --variant ours
 fi
 
 if want decode; then  # M = 1 and 16: B-streaming floor

@@ -82,6 +82,31 @@ TEST(GemmHeuristic, KClustersOnlyWhereTheyMeasuredFaster) {
     }
 }
 
+// 224-column tiles where they measured faster (r158-r159, H200, nk): N = 3584 k fills 128 or 256
+// tiles per wave group; never for B [K, N] (not compiled) and not where 256 columns tile N as well.
+TEST(GemmHeuristic, Tiles224WhereTheyFillWholeWaves) {
+  struct Expect {
+    int64_t m, n;
+    int bn;
+  };
+  const Expect cases[] = {
+      {1024, 3584, 224},  // 128 tiles: 80.7 us against 128 x 256's 84.3 (112 tiles)
+      {2048, 3584, 224},  // 256 tiles: 151.6 against 166.8
+      {512, 7168, 224},   // 79.2 against 85.0
+      {1024, 7168, 224},  // 154.5 against 172.7
+      {256, 14336, 224},  // 84.2 against 90.0
+      {512, 14336, 224},  // 156.3 against 167.7
+      {512, 3584, 128},   // 64 tiles of 224 on 132 SMs: 72 against 47.5
+      {256, 7168, 128},   // 64 tiles of 224: 71.9 against 50.7
+      {4096, 4096, 256},
+      {8192, 8192, 256},
+  };
+  for (const Expect& e : cases) {
+    EXPECT_EQ(choose_gemm_config(e.m, e.n, 8192, DType::bf16, BLayout::NK, 132).bn, e.bn) << "M=" << e.m << " N=" << e.n;
+    EXPECT_NE(choose_gemm_config(e.m, e.n, 8192, DType::bf16, BLayout::KN, 132).bn, 224) << "M=" << e.m << " N=" << e.n;
+  }
+}
+
 TEST(GemmHeuristic, DecodeSizesUseSwapABOverManyCtas) {
   for (BLayout layout : {BLayout::NK, BLayout::KN})
     for (int64_t m : {1, 7, 16})

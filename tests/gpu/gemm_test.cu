@@ -1,7 +1,7 @@
 // GPU tests of the GEMM engine: every compiled kernel against a double-precision host reference
 // on fresh random inputs, odd shapes, both B layouts, bf16 and fp16, guard bands and padding around
 // C, repeated launches, and every hook (rotated tile order, A-ready flags set by another kernel,
-// store into a second buffer, add into a buffer), with and without clusters. Split-K, stream-K and
+// store into a second buffer, add into a buffer, fp32 out), with and without clusters. Split-K, stream-K and
 // cluster tails: gemm_split_test.cu.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -229,6 +229,81 @@ TEST(GemmHooks, AddIntoABuffer) {
   expect_add_into<TileShape<64, 64, 13>, __half, Major::MN>(DType::fp16, BLayout::KN);
 }
 
+// fp32 C (row stride ld, NaN-poisoned before) against the reference: nothing past N written, the
+// reference rows within fp32 accumulation noise.
+void expect_fp32_matches(const Problem& p, const std::vector<float>& got, int64_t ld, const std::string& what) {
+  for (int64_t i = 0; i < p.m; ++i)
+    for (int64_t j = p.n; j < ld; ++j) ASSERT_TRUE(std::isnan(got[i * ld + j])) << what << ": padding written";
+  int64_t bad = 0;
+  for (size_t r = 0; r < p.rows.size(); ++r)
+    for (int64_t j = 0; j < p.n; ++j) {
+      const double want = p.ref[r * p.n + j], x = got[p.rows[r] * ld + j];
+      if (!(std::fabs(x - want) <= 1e-4 * std::sqrt(double(p.k))) && bad++ < 5)
+        ADD_FAILURE() << what << ": C[" << p.rows[r] << ", " << j << "] = " << x << ", want " << want;
+    }
+  EXPECT_EQ(bad, 0) << what;
+}
+
+// An fp32 epilogue (policies.cuh: kFloatOut, what ksplit's bands use) under every compiled tile
+// it runs with (no swap-AB, no K clusters), N past every tile width and not a multiple of 4 (the
+// last put4 of a row is short): every element once against the reference, nothing past N written,
+// and band_done called exactly once per 64-row band inside M, after its puts.
+struct StoreF32 {
+  static constexpr bool kFloatOut = true;
+  struct Params {
+    float* c = nullptr;
+    int64_t ldc = 0;
+    unsigned* done = nullptr;  // per (64-row band, BN-column block)
+    int bn = 0, blocks_n = 0;
+  };
+  static void check(const Params& p, int64_t, int64_t n, int) {
+    TF_REQUIRE(p.c != nullptr && p.ldc >= n && p.ldc % 4 == 0, Status::InvalidArgument, "StoreF32: ldc " << p.ldc);
+  }
+#ifdef __CUDACC__
+  __device__ static uint64_t band_begin(const Params&) { return 0; }
+  __device__ static void put4(const Params& p, uint64_t, int64_t row, int64_t col, float4 v, int count) {
+    float* dst = p.c + row * p.ldc + col;
+    if (count == 4) {
+      *reinterpret_cast<float4*>(dst) = v;
+    } else {
+      dst[0] = v.x;
+      if (count > 1) dst[1] = v.y;
+      if (count > 2) dst[2] = v.z;
+    }
+  }
+  __device__ static void band_done(const Params& p, uint64_t, int64_t row0, int64_t col0) {
+    atomicAdd(p.done + (row0 / 64) * p.blocks_n + col0 / p.bn, 1u);
+  }
+#endif
+};
+
+TEST(GemmHooks, Fp32EpilogueUnderEveryTile) {
+  TF_REQUIRE_GPUS(1);
+  for (BLayout layout : {BLayout::NK, BLayout::KN}) {
+    const Problem p = make_problem(200, 1003, 777, DType::bf16, layout, 77 + int(layout));
+    const int64_t ldc = 1012;  // 9 floats of padding per row
+    DevBuf c(size_t(p.m * ldc) * 4);
+    StreamGuard st;
+    for (GemmConfig cfg : compiled_configs()) {
+      if (cfg.swap_ab || cfg.cluster_k > 1 || (layout == BLayout::KN && cfg.bn % 64 != 0)) continue;
+      const std::string what = "fp32 epilogue " + std::string(layout_name(layout)) + " " + cfg.name();
+      const int bands = int((p.m + 63) / 64), blocks_n = int((p.n + cfg.bn - 1) / cfg.bn);
+      DevBuf done(size_t(bands) * blocks_n * 4);
+      TF_CUDA(cudaMemsetAsync(done.p, 0, size_t(bands) * blocks_n * 4, st.s));
+      TF_CUDA(cudaMemsetAsync(c.p, 0xFF, size_t(p.m * ldc) * 4, st.s));  // NaN
+      StoreF32::Params epi{static_cast<float*>(c.p), ldc, static_cast<unsigned*>(done.p), cfg.bn, blocks_n};
+      launch_gemm<GroupedOrder, AlwaysReady, StoreF32>(p.args(nullptr), cfg, {}, {}, epi, st.s);
+      std::vector<float> got(size_t(p.m * ldc));
+      std::vector<unsigned> calls(size_t(bands) * blocks_n);
+      TF_CUDA(cudaMemcpyAsync(got.data(), c.p, got.size() * 4, cudaMemcpyDeviceToHost, st.s));
+      TF_CUDA(cudaMemcpyAsync(calls.data(), done.p, calls.size() * 4, cudaMemcpyDeviceToHost, st.s));
+      TF_CUDA(cudaStreamSynchronize(st.s));
+      for (size_t b = 0; b < calls.size(); ++b) EXPECT_EQ(calls[b], 1u) << what << ": band_done calls of band " << b;
+      expect_fp32_matches(p, got, ldc, what);
+    }
+  }
+}
+
 // cuBLASLt's fp32 outputs: a product over K in three calls (fp32, then fp32_accumulate twice; the
 // slices start at multiples of 8, the operands' alignment rule, but not of 64, and the last is
 // odd) equals the whole product in fp32, and nothing beyond each row's N columns is written. Two
@@ -261,16 +336,7 @@ TEST(CublasLt, Fp32SumsOverKSlicesEqualTheProduct) {
         std::vector<float> got(size_t(p.m * ldp));
         TF_CUDA(cudaMemcpyAsync(got.data(), c.p, got.size() * 4, cudaMemcpyDeviceToHost, st.s));
         TF_CUDA(cudaStreamSynchronize(st.s));
-        for (int64_t i = 0; i < p.m; ++i)
-          for (int64_t j = p.n; j < ldp; ++j) ASSERT_TRUE(std::isnan(got[i * ldp + j])) << what << ": padding written";
-        int64_t bad = 0;
-        for (size_t r = 0; r < p.rows.size(); ++r)
-          for (int64_t j = 0; j < p.n; ++j) {
-            const double want = p.ref[r * p.n + j], x = got[p.rows[r] * ldp + j];
-            if (!(std::fabs(x - want) <= 1e-4 * std::sqrt(double(p.k))) && bad++ < 5)
-              ADD_FAILURE() << what << ": C[" << p.rows[r] << ", " << j << "] = " << x << ", want " << want;
-          }
-        EXPECT_EQ(bad, 0) << what;
+        expect_fp32_matches(p, got, ldp, what);
       }
 }
 

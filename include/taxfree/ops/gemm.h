@@ -66,7 +66,7 @@ enum class SplitScope {
 // previous unit's exchange, so it pays when every tile's cluster is resident at once.
 struct GemmConfig {
   int bm = 128;      // rows of C per tile: 64 (one consumer warpgroup) or 128 (two); 16/32/64 with swap_ab
-  int bn = 256;      // columns of C per tile
+  int bn = 256;      // columns of C per tile: 64, 128, 256, or 224 (B [N, K] only: N = 3584 k in whole waves)
   int bk = 64;       // K per pipeline stage (fixed: one 128-byte swizzle row)
   int stages = 4;    // depth of the TMA -> wgmma ring
   int cluster_m = 1; // CTAs per cluster along M sharing B by TMA multicast: 1 or 2 (compiled tiles)

@@ -18,6 +18,11 @@ struct CompiledTile {
 inline constexpr CompiledTile kCompiledTiles[] = {
     {128, 256, 4, 2, true},  // large M: 2 consumer warpgroups x m64n256, B multicast to a CTA pair
     {128, 256, 4, 1, true},  // the same without clusters (odd m-block counts, tuning baseline)
+    // 224 columns: N = 3584 k in 16 k n-blocks, so 128 or 256 tiles fill whole waves of 132 SMs where
+    // 256 columns leave 12-15% of them idle (M = 256-2048, r158). B [N, K] only (B [K, N] is loaded
+    // in 64-column boxes).
+    {128, 224, 4, 2, false},
+    {128, 224, 4, 1, false},
     {128, 128, 6, 1, true},  // mid M / narrow N: twice the tiles for better wave fill
     // The same with each tile's K split over a cluster of 2 or 4 CTAs: for too few tiles to fill
     // the GPU (M = 128-256), where split-K's serial reduction through L2 was 10-20% of the time.

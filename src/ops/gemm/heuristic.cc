@@ -58,7 +58,7 @@ constexpr double kSwitchMargin = 0.97;
 double tile_efficiency(const CompiledTile& t) {
   if (t.swap) return 0.8;  // the operand reads below bound narrow wgmmas, not this
   const int area = t.bm * t.bn;
-  return area >= 128 * 256 ? 0.80 : area >= 128 * 128 ? 0.74 : area >= 64 * 64 ? 0.45 : 0.30;
+  return area >= 128 * 256 ? 0.80 : area >= 128 * 224 ? 0.78 : area >= 128 * 128 ? 0.74 : area >= 64 * 64 ? 0.45 : 0.30;
 }
 
 struct Candidate {

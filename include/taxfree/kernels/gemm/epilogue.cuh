@@ -111,12 +111,9 @@ __device__ __forceinline__ bool reduce_splits(float (&acc)[BN / 2], float2* spli
 template <int kRows, int kCols, uint32_t kPitch, class T, class Epi>
 __device__ __forceinline__ void flush_staging(const typename Epi::Params& epi, int m, int n, const uint8_t* staging,
                                               int64_t row0, int64_t col0) {
-  constexpr int kVecPerRow = kCols / 8, kRowsPerPass = 128 / kVecPerRow;
-  static_assert(kRows % kRowsPerPass == 0, "whole passes of the warpgroup");
+  constexpr int kVecPerRow = kCols / 8;
   const int tid = threadIdx.x % 128;
-#pragma unroll
-  for (int pass = 0; pass < kRows / kRowsPerPass; ++pass) {
-    const int r = pass * kRowsPerPass + tid / kVecPerRow, v = tid % kVecPerRow;
+  const auto put = [&](int r, int v) {
     const int64_t row = row0 + r, col = col0 + v * 8;
     if (row < m && col < n) {
       const uint4 x = *reinterpret_cast<const uint4*>(staging + r * kPitch + v * 16);
@@ -125,6 +122,19 @@ __device__ __forceinline__ void flush_staging(const typename Epi::Params& epi, i
       } else {
         for (int i = 0; i < n - col; ++i) Epi::template put1<T>(epi, row, col + i, element<T>(x, i));
       }
+    }
+  };
+  if constexpr (128 % kVecPerRow == 0) {  // whole rows per pass of the warpgroup
+    constexpr int kRowsPerPass = 128 / kVecPerRow;
+    static_assert(kRows % kRowsPerPass == 0, "whole passes of the warpgroup");
+#pragma unroll
+    for (int pass = 0; pass < kRows / kRowsPerPass; ++pass) put(pass * kRowsPerPass + tid / kVecPerRow, tid % kVecPerRow);
+  } else {  // e.g. 7 vectors per row (BN = 224: 56-column chunks): vector x of the block, the last pass partial
+    constexpr int kVectors = kRows * kVecPerRow;
+#pragma unroll
+    for (int pass = 0; pass < (kVectors + 127) / 128; ++pass) {
+      const int x = pass * 128 + tid;
+      if (x < kVectors) put(x / kVecPerRow, x % kVecPerRow);
     }
   }
 }

@@ -94,11 +94,12 @@ struct TileShape {
   static constexpr int kAccN = kSwapAB ? BM : BN;
   static constexpr int kThreads = 128 * (1 + kConsumers);
   static_assert(kSwapAB || BM == 64 || BM == 128, "BM: one or two consumer warpgroups of 64 rows");
-  static_assert(kSwapAB || BN == 32 || BN == 64 || BN == 128 || BN == 256, "BN: a wgmma width");
+  // 224 divides N = 3584 k into 16 k n-blocks (gemm_tiles.h).
+  static_assert(kSwapAB || BN == 32 || BN == 64 || BN == 128 || BN == 224 || BN == 256, "BN: a wgmma width");
   static_assert(!kSwapAB || BM == 16 || BM == 32 || BM == 64, "swap-AB BM: a wgmma width of at least 16");
   static_assert(!kSwapAB || BN == 64 || BN == 128, "swap-AB BN: one or two consumer warpgroups of 64 columns");
-  static_assert(kCluster == 1 || (kCluster == 2 && !kSwapAB && BN % 128 == 0),
-                "clusters of 2 without swap-AB; each CTA multicasts half of B, in whole 64-column boxes for B [K, N]");
+  static_assert(kCluster == 1 || (kCluster == 2 && !kSwapAB && BN % 16 == 0),
+                "clusters of 2 without swap-AB; each CTA multicasts half of B (whole 8-row swizzle atoms)");
   static_assert(kClusterK == 1 || ((kClusterK == 2 || kClusterK == 4) && kCluster == 1 && !kSwapAB && BN / kClusterK >= 32),
                 "K clusters of 2 or 4 CTAs, without M clusters or swap-AB; each CTA writes at least 32 columns");
 };
@@ -110,8 +111,10 @@ struct SmemLayout {
   static constexpr uint32_t kABytes = Shape::BM * 128;
   static constexpr uint32_t kBBytes = Shape::BN * 128;
   static constexpr uint32_t kStageBytes = kABytes + kBBytes;  // also the TMA bytes per stage
-  static constexpr int kChunkN = Shape::BN < 64 ? Shape::BN : 64;  // C columns staged at a time
-  static constexpr uint32_t kEpiPitch = kChunkN * 2 + 16;
+  // C columns staged at a time, and the staging row pitch: 16 B past a multiple of 128 B, so the 8
+  // rows a warp writes at once fall into distinct banks.
+  static constexpr int kChunkN = Shape::BN < 64 ? Shape::BN : Shape::BN % 64 == 0 ? 64 : 56;
+  static constexpr uint32_t kEpiPitch = (kChunkN * 2 + 127) / 128 * 128 + 16;
   // Staged rows of C per consumer: 64, or with swap-AB the tile's BM (x its 64 columns).
   static constexpr uint32_t kEpiBytes = (Shape::kSwapAB ? Shape::BM : 64) * kEpiPitch;
   static constexpr uint32_t kEpiOffset = Shape::kStages * kStageBytes;
@@ -207,6 +210,8 @@ __device__ __forceinline__ void produce(const GemmParams<Order, Ready, Epi>& p, 
                                         int cluster, int clusters) {
   using L = SmemLayout<Shape>;
   constexpr int kBoxesB = Shape::BN / 64;  // [K, N] B: 64-column boxes per stage
+  static_assert(kMajorB == Major::K || Shape::BN % (64 * Shape::kCluster) == 0,
+                "B [K, N] is loaded in whole 64-column boxes (each CTA of a cluster multicasts whole boxes)");
   const uint32_t full0 = base + L::kBarOffset, empty0 = full0 + 8 * Shape::kStages;
   uint32_t stage = 0, phase = 0;
   for (SegmentWalk walk(p.plan, cluster, clusters); !walk.done();) {
