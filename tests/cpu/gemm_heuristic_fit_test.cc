@@ -31,9 +31,9 @@ struct Measured {
   std::string best_label;
 };
 
-std::map<ShapeKey, Measured> load_table() {
-  std::ifstream in(TAXFREE_TEST_DATA_DIR "/gemm_tune_h200.csv");
-  EXPECT_TRUE(in.good()) << "missing " TAXFREE_TEST_DATA_DIR "/gemm_tune_h200.csv";
+std::map<ShapeKey, Measured> load_table(const std::string& name) {
+  std::ifstream in(TAXFREE_TEST_DATA_DIR "/" + name);
+  EXPECT_TRUE(in.good()) << "missing " TAXFREE_TEST_DATA_DIR "/" << name;
   std::map<ShapeKey, Measured> table;
   std::string line;
   bool header = true;
@@ -58,8 +58,10 @@ std::map<ShapeKey, Measured> load_table() {
   return table;
 }
 
-TEST(GemmHeuristicFit, ChoicesAreNearTheFastestMeasuredConfig) {
-  const auto table = load_table();
+// For each measured shape whose heuristic choice was also timed: its slowdown against the fastest
+// config measured there must stay within max_each, and their geomean within max_geomean.
+void expect_choices_near_best(const std::string& file, double max_each, double max_geomean) {
+  const auto table = load_table(file);
   ASSERT_GT(table.size(), 50u);
   double log_sum = 0;
   int judged = 0;
@@ -77,12 +79,23 @@ TEST(GemmHeuristicFit, ChoicesAreNearTheFastestMeasuredConfig) {
     line << "M=" << mm << " N=" << n << " " << layout << ": chose " << c.name() << " " << it->second << " us, best "
          << m.best_label << " " << m.best << " us (" << slowdown << "x)\n";
     report += line.str();
-    EXPECT_LE(slowdown, 1.15) << line.str();
+    EXPECT_LE(slowdown, max_each) << line.str();
   }
   ASSERT_GE(judged, 15) << "too few measured shapes where the heuristic's choice was timed:\n" << report;
   const double geomean = std::exp(log_sum / judged);
-  EXPECT_LE(geomean, 1.04) << "heuristic choices are on average " << geomean << "x the best measured:\n" << report;
-  std::printf("%d shapes judged, geomean slowdown %.3f\n%s", judged, geomean, report.c_str());
+  EXPECT_LE(geomean, max_geomean) << "heuristic choices are on average " << geomean << "x the best measured:\n" << report;
+  std::printf("%s: %d shapes judged, geomean slowdown %.3f\n%s", file.c_str(), judged, geomean, report.c_str());
+}
+
+TEST(GemmHeuristicFit, ChoicesAreNearTheFastestMeasuredConfig) {
+  expect_choices_near_best("gemm_tune_h200.csv", 1.15, 1.04);
+}
+
+// Shapes off the sweep (r163-r164: M = 192-3072 and N = 1024-10752 that no heuristic constant
+// was fitted to, 8-11 configs each): the heuristic is further from the best there (geomean 1.041,
+// worst 1.44 at M = 192 N = 9216 when recorded); these bounds keep a retune from making it worse.
+TEST(GemmHeuristicFit, OffSweepChoicesDoNotGetWorse) {
+  expect_choices_near_best("gemm_offsweep_h200.csv", 1.45, 1.045);
 }
 
 }  // namespace
