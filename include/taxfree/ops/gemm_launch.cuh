@@ -9,7 +9,8 @@
 // Split-K (cfg.splits_k()) needs a Ready policy that allows it (split_k_safe) and uses the stream's
 // workspace (ops/gemm.h).
 // fp32 epilogues (policies.cuh: kFloatOut) need configs without swap-AB or K clusters; K clusters
-// (cfg.cluster_k) need a Ready policy that allows split-K.
+// (cfg.cluster_k) are compiled for the plain A policy (AlwaysReady) only: the fused ops' GEMM calls
+// take split-K or whole tiles (ops/gemm.h: KCuts), so their kernels are not built.
 #pragma once
 
 #include <cuda.h>
@@ -27,6 +28,12 @@
 #include "taxfree/runtime/launch_config.h"
 
 namespace taxfree::gemm {
+
+// Whether K-cluster kernels exist for these policies (above).
+template <class Ready, class Epi>
+constexpr bool k_clusters_compiled() {
+  return std::is_same_v<Ready, AlwaysReady> && !float_out<Epi>();
+}
 
 template <class Shape, class T, device::Major kMajorB, class Order, class Ready, class Epi>
 void launch_gemm(const GemmArgs& args, const GemmConfig& cfg, const typename Order::Params& order,
@@ -47,8 +54,8 @@ void launch_gemm(const GemmArgs& args, const GemmConfig& cfg, const typename Ord
   // k-blocks of its own range and may not assume it sees k-block 0 first.
   TF_REQUIRE(!cfg.splits_k() || split_k_safe<Ready>(), Status::NotSupported,
              "GEMM config " << cfg.name() << ": split-K needs an A policy that allows it (policies.cuh)");
-  TF_REQUIRE(Shape::kClusterK == 1 || split_k_safe<Ready>(), Status::NotSupported,
-             "GEMM config " << cfg.name() << ": K clusters need an A policy that allows split-K (policies.cuh)");
+  static_assert(Shape::kClusterK == 1 || k_clusters_compiled<Ready, Epi>(),
+                "K clusters run with the plain A policy and a 16-bit epilogue only");
   Epi::check(epi, args.m, args.n, 2);
 
   using Params = GemmParams<Order, Ready, Epi>;
@@ -100,10 +107,10 @@ bool launch_compiled(const GemmArgs& args, const GemmConfig& cfg, const typename
                      const typename Ready::Params& ready, const typename Epi::Params& epi, cudaStream_t stream) {
   constexpr CompiledTile kTile = kCompiledTiles[I];
   using Shape = TileShape<kTile.bm, kTile.bn, kTile.stages, kTile.cluster, kTile.swap, kTile.cluster_k>;
-  // Not compiled (launch_gemm rejects these configs): fp32 epilogues with swap-AB or K clusters, K
-  // clusters under a Ready policy that does not allow split-K.
-  if constexpr ((kTile.swap || kTile.cluster_k > 1) && float_out<Epi>()) {
-  } else if constexpr (kTile.cluster_k > 1 && !split_k_safe<Ready>()) {
+  // Not compiled (launch_gemm rejects these configs): fp32 epilogues with swap-AB, K clusters
+  // outside the plain GEMM.
+  if constexpr (kTile.swap && float_out<Epi>()) {
+  } else if constexpr (kTile.cluster_k > 1 && !k_clusters_compiled<Ready, Epi>()) {
   } else if (cfg.bm == kTile.bm && cfg.bn == kTile.bn && cfg.stages == kTile.stages && cfg.cluster_m == kTile.cluster &&
              cfg.swap_ab == kTile.swap && cfg.cluster_k == kTile.cluster_k) {
     const bool bf16 = args.dtype == DType::bf16;
@@ -132,8 +139,8 @@ void launch_gemm(const GemmArgs& args, const GemmConfig& cfg, const typename Ord
              "GEMM config " << cfg.name() << ": an fp32 epilogue runs without swap-AB");
   TF_REQUIRE(!(float_out<Epi>() && cfg.cluster_k > 1), Status::NotSupported,
              "GEMM config " << cfg.name() << ": an fp32 epilogue runs without K clusters");
-  TF_REQUIRE(cfg.cluster_k == 1 || split_k_safe<Ready>(), Status::NotSupported,
-             "GEMM config " << cfg.name() << ": K clusters need an A policy that allows split-K (policies.cuh)");
+  TF_REQUIRE(cfg.cluster_k == 1 || (k_clusters_compiled<Ready, Epi>()), Status::NotSupported,
+             "GEMM config " << cfg.name() << ": K clusters are compiled for the plain GEMM's A policy only");
   const bool launched = detail::launch_compiled<0, Order, Ready, Epi>(args, cfg, order, ready, epi, stream);
   TF_REQUIRE(launched, Status::Internal, "config " << cfg.name() << " passed validation but has no kernel");
 }
