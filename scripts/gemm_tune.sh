@@ -3,13 +3,13 @@
 # group, split-K, tail split, stream-K, swap-AB, K clusters, 224-column tiles) on the shapes that decide the heuristic, plus the default
 # sweep (heuristic vs cuBLASLt) for reference. Every case is also checked against cuBLASLt (-c 1).
 #
-#   scripts/gemm_tune.sh OUT_DIR [default|large|waves|mid|m128|kcluster|wide|decode|swap|all]...   (default: all)
+#   scripts/gemm_tune.sh OUT_DIR [default|large|waves|mid|m128|kcluster|wide|offsweep|decode|swap|all]...   (default: all)
 #
 # Writes OUT_DIR/tune_<section>.{json,log} and OUT_DIR/summary.txt (scripts/gemm_tune_report.py:
 # per shape, every config's time and ratio to cuBLASLt, best first). Binaries come from ./build.
 # Exit code: the number of failed sections (a wrong element fails its section).
 set -u -o pipefail
-out=${1:?usage: scripts/gemm_tune.sh OUT_DIR [default|large|waves|mid|m128|kcluster|wide|decode|swap|all]...}
+out=${1:?usage: scripts/gemm_tune.sh OUT_DIR [default|large|waves|mid|m128|kcluster|wide|offsweep|decode|swap|all]...}
 shift
 sections=${*:-all}
 mkdir -p "$out"
@@ -94,6 +94,26 @@ if want wide; then  # 128 x 224 (B [N, K] only) against 128 x 256 on the shapes 
     done
   done
   run wide --variant ours
+fi
+
+if want offsweep; then  # shapes off the sweep x the main candidates (tests/data/gemm_offsweep_h200.csv)
+  grid() {  # LAYOUT K "Ms" "Ns" CONFIGS...: the heuristic's config and each forced one per shape
+    local lay=$1 k=$2 ms=$3 ns=$4; shift 4
+    for m in $ms; do for n in $ns; do
+      add "M=$m,N=$n,K=$k,layout=$lay"
+      for c in "$@"; do add "M=$m,N=$n,K=$k,layout=$lay,$c"; done
+    done; done
+  }
+  C=(tile=128x256,cluster=2,splitk=1 tile=128x256,cluster=2,tailsplit=2 tile=128x256,cluster=1,splitk=1 tile=128x128,splitk=1
+     tile=128x128,tailsplit=2 tile=128x128,splitk=2 tile=128x128,splitk=3 tile=128x128,tailsplit=4 tile=64x64,splitk=2)
+  W=(tile=128x224,cluster=2,splitk=1 tile=128x224,cluster=1,splitk=1 tile=128x224,cluster=2,tailsplit=2)
+  grid nk 8192 "192 320 384 576 640 768 896 1152 1536" "1536 2560 3072 4608 6144 6656 9216 10752" "${C[@]}" "${W[@]}"
+  grid nk 8192 "128 256 448 960 1280 2560" "2048 3584 5120 8192 13824 18944" "${C[@]}" "${W[@]}"
+  run offsweep_nk
+  grid nk 4096 "256 512 1024 2048" "3584 5120 8192 14336" "${C[@]}" "${W[@]}"
+  grid kn 8192 "192 320 640 1152" "2560 3072 6144 10752" "${C[@]}"
+  grid kn 8192 "448 960 2560" "5120 13824 18944" "${C[@]}"
+  run offsweep_more
 fi
 
 if want decode; then  # M = 1 and 16: B-streaming floor
