@@ -184,6 +184,11 @@ GemmConfig choose_gemm_config(int64_t m, int64_t n, int64_t k, DType dtype, BLay
     if (b_layout == BLayout::KN && !t.kn) continue;
     if (!t.swap && m <= 64 && t.bm > 64) continue;  // half or more of a 128-row A tile would be zero fill
     if (t.cluster > 1 && m <= t.bm) continue;       // the peer CTA would compute only zero rows
+    // Above M = 128, 64-row plain tiles only where 128 x 128 tiles would be 8 or fewer (even K
+    // clusters of 4 would leave three quarters of the SMs idle): elsewhere the estimate overrates
+    // them (r164: 1.35-1.44x the best measured at M = 192 / 320; r167: without them 0.68-0.97 of
+    // before on 25 shapes, but 1.29-1.35 at M = 256 N = 512, 8 such tiles).
+    if (!t.swap && t.bm == 64 && m > 128 && (m + 127) / 128 * ((n + 127) / 128) * 16 > num_sms) continue;
     if (t.cluster_k > 1 && !k_clusters_fit(t, m, n, k_blocks, num_sms, cuts)) continue;
     candidates.push_back({&t, 1, SplitScope::all});
   }
