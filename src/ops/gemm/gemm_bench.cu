@@ -9,7 +9,7 @@
 //   swap=0|1       swap-AB off / on (1: the heuristic's best swap-AB config; a tile= picks among
 //                  the swap-AB tiles 16x128, 32x128, 64x128)
 //   tile=BMxBN     a compiled tile (e.g. 128x128; its stage count comes with it)
-//   cluster=C      CTAs per cluster along M (a compiled tile must have it; 128x256 has 1 and 2)
+//   cluster=C      CTAs per cluster along M (a compiled tile must have it; 128x256 and 128x224 have 1 and 2)
 //   clusterk=S     CTAs per cluster splitting each tile's K, summed in shared memory (128x128 has
 //                  1, 2 and 4; without it a named tile or a split key takes the tile without)
 //   group=G        m-blocks (cluster tiles) per rasterisation group
