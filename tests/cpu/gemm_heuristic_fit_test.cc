@@ -91,12 +91,13 @@ TEST(GemmHeuristicFit, ChoicesAreNearTheFastestMeasuredConfig) {
   expect_choices_near_best("gemm_tune_h200.csv", 1.15, 1.04);
 }
 
-// Shapes off the sweep (r163-r167: M = 128-3072, N = 512-18944, K = 8192 and 4096, that no
-// heuristic constant was fitted to, 2-13 configs each): the heuristic is further from the best there
-// (196 shapes judged, geomean 1.022, worst 1.30 when recorded; 1.032 / 1.44 before 64-row plain
-// tiles were limited to M <= 128); these bounds keep a retune from making it worse.
+// Shapes off the sweep (r163-r169: M = 128-4096, N = 512-18944, K = 8192 and 4096, 2-13
+// configs each; r169 = the 261 shapes of a dense grid whose choice the idle-clock and B re-read
+// terms changed, old and new choice timed side by side): 428 shapes judged, geomean 1.010, worst
+// 1.16 when recorded (2ced680's heuristic, before those terms: 1.033 / 1.39); these bounds keep a
+// retune from making it worse.
 TEST(GemmHeuristicFit, OffSweepChoicesDoNotGetWorse) {
-  expect_choices_near_best("gemm_offsweep_h200.csv", 1.35, 1.03);
+  expect_choices_near_best("gemm_offsweep_h200.csv", 1.20, 1.015);
 }
 
 }  // namespace

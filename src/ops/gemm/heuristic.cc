@@ -13,6 +13,12 @@
 //   HBM       (A + B + C) bytes / bandwidth, derated when too few SMs stream; A rows past M that
 //             TMA zero-fills count as streamed bytes (r11: M = 1 and 16 on 64-row tiles ran at
 //             about half the B-only HBM rate).
+//             A partial last m-block without multicast reads B once more when B does not fit in
+//             L2 and a column's m-blocks (8 or fewer) run in one wave: its CTAs have fewer rows,
+//             run ahead of the full ones, and stop sharing B's k-blocks with them through L2
+//             (r169: M = 192 N = 7168-8192, 128 x 128 whole tiles 1.3-1.4x the pair tile's time).
+//   clocks    SMs left idle give the busy ones clock headroom under the power cap: the tensor rate
+//             gains 30% of the idle fraction (the gain that fits r163-r169's measurements best).
 //   time      the larger of makespan and HBM plus a quarter of the smaller, plus a fixed launch
 //             and pipeline fill, the same for every candidate.
 // Swap-AB tiles (M as wgmma's N: 16, 32, 64 rows) are ranked by the same replay; at M <= 16 they
@@ -46,6 +52,9 @@ constexpr double kDsmemRate = 100e9;              // one SM sending accumulators
 constexpr double kClusterMeet = 0.5e-6;           // the two cluster barriers of a K-cluster exchange
 constexpr double kEpilogueFixed = 0.3e-6;         // barriers and address math per band
 constexpr double kBoundOverlap = 0.25;           // share of the smaller bound that shows in the time
+constexpr double kIdleClockGain = 0.3;           // tensor rate gain per idle fraction of the SMs
+constexpr double kL2Bytes = 50e6;                 // L2 capacity (H200)
+constexpr int64_t kDriftMaxMBlocks = 8;           // a column's m-blocks in one wave (see B re-read above)
 constexpr size_t kMaxWorkspaceBytes = size_t(64) << 20;
 constexpr int64_t kMaxSwapM = 64;                 // swap-AB candidates up to this M (SwapAB::choose)
 // Bias against complexity: a candidate must beat the incumbent by this factor to replace it, and
@@ -103,7 +112,10 @@ double estimate_seconds(const Candidate& c, const WorkPlan& plan, int64_t m, int
   // Each consumer's wgmmas read its own 64 rows and the whole shared operand (acc_n rows).
   const int consumers = (t.swap ? t.bn : t.bm) / 64, acc_n = t.swap ? t.bm : t.bn;
   const double operand_reads = consumers * (64.0 + acc_n) * 128.0;
-  const double compute = std::max(2.0 * t.bm * t.bn * 64 / (kPeakFlopsPerSm * tile_efficiency(t)),
+  const int64_t active = std::min<int64_t>(plan.units(), clusters);
+  const double idle = std::max(0.0, 1.0 - double(active * t.cluster * ck) / sms);
+  const double tensor_rate = kPeakFlopsPerSm * tile_efficiency(t) * (1.0 + kIdleClockGain * idle);
+  const double compute = std::max(2.0 * t.bm * t.bn * 64 / tensor_rate,
                                   operand_reads / kSmemRate);
   const double per_kb = std::max({compute, feed, kKBlockIssue});
   const double rows = double(std::min<int64_t>(t.bm, m));
@@ -114,7 +126,6 @@ double estimate_seconds(const Candidate& c, const WorkPlan& plan, int64_t m, int
 
   // Replays the static schedule: cluster i walks units i, i + active, ...; whole tiles come first
   // and are counted, the split units after them are walked.
-  const int64_t active = std::min<int64_t>(plan.units(), clusters);
   double makespan = 0;
   for (int64_t i = 0; i < active; ++i) {
     const int64_t whole = i < plan.dp_tiles ? (plan.dp_tiles - i + active - 1) / active : 0;
@@ -131,7 +142,10 @@ double estimate_seconds(const Candidate& c, const WorkPlan& plan, int64_t m, int
   }
   const double streaming = std::min(1.0, double(active * t.cluster * ck) / (kSaturatingSmFraction * sms));
   const double zero_fill = double(plan.grid.m_blocks * t.bm * t.cluster - m) * k * plan.grid.n_blocks;
-  const double hbm = (double(m * k + n * k + m * n) + zero_fill) * 2.0 / (kHbmBytesPerSec * streaming);
+  const bool drifting_m_block = t.cluster == 1 && !t.swap && m % t.bm != 0 && plan.grid.m_blocks > 1 &&
+                                plan.grid.m_blocks <= kDriftMaxMBlocks && double(n * k) * 2.0 > kL2Bytes;
+  const double b_reread = drifting_m_block ? double(n * k) : 0.0;
+  const double hbm = (double(m * k + n * k + m * n) + zero_fill + b_reread) * 2.0 / (kHbmBytesPerSec * streaming);
   // Neither bound hides the other completely; the overlap term also ranks the candidates that
   // tie at the HBM bound (small M) by their schedules.
   return std::max(makespan, hbm) + kBoundOverlap * std::min(makespan, hbm) + kFixed;
