@@ -3,9 +3,12 @@
 # writes logs and JSON into the folder it is given. Binaries come from ./build (build them first:
 # scripts/setup.sh, or carry a build made elsewhere).
 #
-#   scripts/gpu_check.sh OUT_DIR [tests|sanitize|faults|bench|all|agmm]...     (default: all)
+#   scripts/gpu_check.sh OUT_DIR [tests|soak|sanitize|faults|bench|all|agmm]...     (default: all)
 #
 # BENCH_OPS="op ..." limits the bench step to those ops (default: every op, with the summary);
+# soak (only when named): the GPU tests in SOAK_REPEATS (3) shuffled orders, no retries: a test that
+# depends on another's order or on state left behind, or fails now and then (~155 s per order at one
+# rank).
 # sanitize (only when named): compute-sanitizer's four tools over the one-rank tests, ~8 min.
 # TESTS_FILTER limits the GPU tests (gtest filter syntax); TESTS_LIMIT is their time limit in s (400).
 # When they fail, the tests after the first failure run once more (NO_RETRY=1: not).
@@ -16,7 +19,7 @@
 #
 # Exit code: 0 if every step passed, else the number of failed steps.
 set -u -o pipefail
-out=${1:?usage: scripts/gpu_check.sh OUT_DIR [tests|sanitize|faults|bench|all|agmm]...}
+out=${1:?usage: scripts/gpu_check.sh OUT_DIR [tests|soak|sanitize|faults|bench|all|agmm]...}
 shift
 steps=${*:-all}
 mkdir -p "$out"
@@ -87,6 +90,13 @@ if want tests; then
       grep -E '^\[  (PASSED|FAILED|SKIPPED) |tests ran|FAILED TEST' "$out/gpu_tests_retry.log" | tail -20
     fi
   fi
+fi
+
+if [[ " $steps " == *" soak "* ]]; then  # only when named
+  repeats=${SOAK_REPEATS:-3}
+  step "gpu tests shuffled x$repeats" soak.log $((200 * repeats)) "$tests" --gtest_shuffle --gtest_repeat="$repeats" \
+    --gtest_random_seed="${SOAK_SEED:-1901}" --gtest_filter="${TESTS_FILTER:-*}"
+  grep -E '^\[  (PASSED|FAILED) |^Note: Randomizing' "$out/soak.log" | sort | uniq -c
 fi
 
 if [[ " $steps " == *" sanitize "* ]]; then  # only when named: ~8 minutes
