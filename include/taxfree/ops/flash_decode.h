@@ -28,6 +28,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <span>
 #include <string>
@@ -274,6 +275,24 @@ struct FusedPlan {
   bool direct = false;  // the direct split merge (FlashDecodeConfig::split_merge)
 };
 
+// What one rank's fused kernel may fill: the GPU (FlashDecode), or a share of it when several
+// ranks are simulated on one GPU (tests).
+struct FusedDevice {
+  int world = 1;
+  int num_sms = 0;             // SMs the rank's fused kernel may fill
+  int ctas_per_sm = 0;         // resident CTAs per SM of the persistent / clustered kernel
+  int direct_ctas_per_sm = 0;  // ... of the direct kernel
+  // Clusters of `cluster` CTAs of the clustered kernel resident at once on that share.
+  std::function<int(int cluster)> max_clusters;
+};
+
+// The fused plan of `a` (validated) given its split plan, the op's config and buffers, and the
+// device share: the direct schedule where configured and it fits, else the clustered one where all
+// clusters fit at once, else the persistent grid (fused_schedule.h). Throws NotSupported where the
+// share holds no fused CTA.
+FusedPlan plan_fused(const DecodeArgs& a, const DecodePlan& plan, const FlashDecodeConfig& cfg,
+                     const FlashDecodeBuffers& sizes, const FusedDevice& device);
+
 class FlashDecode {
  public:
   // Collective (every rank, same maxima and bsp_buffers): allocates the fused inbox and bsp's gather buffer in the
@@ -308,6 +327,7 @@ class FlashDecode {
  private:
   int fused_ctas_per_sm(DType dtype, int head_dim, bool paged, bool direct);
   int fused_max_clusters(DType dtype, int head_dim, bool paged, int cluster);
+  FusedDevice fused_device(const DecodeArgs& a);
   DecodeConfig split_config() const;
   void launch_fused(const DecodeArgs& args, cudaStream_t stream);
 

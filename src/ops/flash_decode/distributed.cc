@@ -77,21 +77,39 @@ DecodeConfig FlashDecode::split_config() const {
   return dc;
 }
 
+FusedDevice FlashDecode::fused_device(const DecodeArgs& a) {
+  const bool paged = is_paged(a.layout);
+  FusedDevice d;
+  d.world = team_.world();
+  d.num_sms = team_.sm_count();
+  d.ctas_per_sm = fused_ctas_per_sm(a.dtype, a.head_dim, paged, false);
+  d.direct_ctas_per_sm = fused_ctas_per_sm(a.dtype, a.head_dim, paged, true);
+  d.max_clusters = [this, dtype = a.dtype, head_dim = a.head_dim, paged](int c) {
+    return fused_max_clusters(dtype, head_dim, paged, c);
+  };
+  return d;
+}
+
 FusedPlan FlashDecode::fused_plan(const DecodeArgs& a) {
   validate_flash_decode_args(a, cfg_);
   const DecodePlan plan = plan_decode(a, split_config());
   TF_REQUIRE(plan.workspace_bytes <= workspace_bytes_, Status::Internal,
              "fused plan needs " << plan.workspace_bytes << " workspace bytes, FlashDecode has " << workspace_bytes_);
+  return plan_fused(a, plan, cfg_, sizes_, fused_device(a));
+}
+
+FusedPlan plan_fused(const DecodeArgs& a, const DecodePlan& plan, const FlashDecodeConfig& cfg,
+                     const FlashDecodeBuffers& sizes, const FusedDevice& device) {
   FusedPlan fp;
   fp.num_splits = plan.num_splits;
   fp.items = int64_t(plan.num_splits) * a.batch * a.kv_heads;
   const int64_t groups = int64_t(a.batch) * a.kv_heads;
   using M = FlashDecodeConfig::SplitMerge;
-  if (cfg_.split_merge == M::direct && direct_merge_applies(sizes_, team_.world(), team_.sm_count(), a.batch,
-                                                             a.q_heads, a.kv_heads, a.head_dim)) {
+  if (cfg.split_merge == M::direct &&
+      direct_merge_applies(sizes, device.world, device.num_sms, a.batch, a.q_heads, a.kv_heads, a.head_dim)) {
     // One resident CTA per (group, split): as many of the plan's splits as fit, up to 16 (a rank's
     // count may differ from its peers'; its lines say it). groups <= SMs: one split always fits.
-    fp.resident = team_.sm_count() * fused_ctas_per_sm(a.dtype, a.head_dim, is_paged(a.layout), true);
+    fp.resident = device.num_sms * device.direct_ctas_per_sm;
     const int64_t c = std::min<int64_t>({plan.num_splits, attention::kMaxDirectSplits, fp.resident / groups});
     TF_REQUIRE(c >= 1, Status::NotSupported,
                "the direct fused decode needs " << groups << " resident CTAs; this device holds " << fp.resident);
@@ -100,10 +118,10 @@ FusedPlan FlashDecode::fused_plan(const DecodeArgs& a) {
     fp.items = fp.grid = int(c * groups);
     return fp;
   }
-  fp.resident = team_.sm_count() * fused_ctas_per_sm(a.dtype, a.head_dim, is_paged(a.layout), false);
+  fp.resident = device.num_sms * device.ctas_per_sm;
   TF_REQUIRE(fp.resident >= 1, Status::NotSupported, "the fused decode kernel does not fit on an SM of this device");
   fp.grid = attention::fused_grid(fp.items, fp.resident);
-  if (cfg_.split_merge == M::global || plan.num_splits < 2) return fp;
+  if (cfg.split_merge == M::global || plan.num_splits < 2) return fp;
   // The clustered schedule (fused_schedule.h): one cluster of C splits per group, at one CTA per SM,
   // when all of them fit at once (its no-deadlock condition). A forced split count is kept or not
   // clustered. The heuristic's may shrink to the largest C that fits, down to half of it, while
@@ -111,10 +129,10 @@ FusedPlan FlashDecode::fused_plan(const DecodeArgs& a) {
   // 1, 8 clustered splits against 11 in global memory: 26 vs 35 us at 8K tokens, 66 vs 69 at 32K,
   // 222 vs 213 at 128K, 824 vs 777 at 512K).
   const int hi = std::min(plan.num_splits, attention::kMaxClusterCtas);
-  const bool shrink = cfg_.num_splits == 0 && a.max_len <= kClusterShrinkMaxTokens;
+  const bool shrink = cfg.num_splits == 0 && a.max_len <= kClusterShrinkMaxTokens;
   const int lo = shrink ? std::max(2, (plan.num_splits + 1) / 2) : plan.num_splits;
   for (int c = hi; c >= lo; --c)
-    if (fused_max_clusters(a.dtype, a.head_dim, is_paged(a.layout), c) >= groups) {
+    if (device.max_clusters(c) >= groups) {
       fp.cluster = fp.num_splits = c;
       fp.items = int64_t(c) * groups;
       fp.grid = int(fp.items);
@@ -133,26 +151,39 @@ void FlashDecode::launch(Variant variant, const DecodeArgs& a, cudaStream_t stre
 
 void FlashDecode::launch_fused(const DecodeArgs& a, cudaStream_t stream) {
   const FusedPlan fp = fused_plan(a);  // validates
-  attention::FusedDecodeParams p{};
-  p.d = detail::make_decode_params(a, fp.num_splits, workspace_);
-  p.view = team_.view();
-  p.ll = inbox_;
-  p.parity_lines = int64_t(sizes_.fused_parity_lines);
-  p.rows = int64_t(a.batch) * a.q_heads;
-  p.seq = seq_;
-  p.fault = team_.fault();
-  p.items = int(fp.items);
-  p.cluster = fp.cluster;
-  p.direct = fp.direct ? 1 : 0;
-  p.direct_begin = int64_t(sizes_.fused_direct_begin);
-  p.direct_sender_lines = int64_t(sizes_.fused_direct_sender_lines);
+  attention::FusedDecodeParams p = detail::make_fused_params(a, fp, sizes_, workspace_, team_.view(), inbox_, seq_,
+                                                             team_.fault());
   p.skip_signal = skip_signal_ ? 1 : 0;
   p.combine_delay_ns = combine_delay_ns_;
   p.trace = trace_;
-  const bool paged = is_paged(a.layout);
-  detail::dispatch(a.dtype, a.head_dim,
-                   [&]<class T, int D>() { detail::launch_fused_t<T, D>(paged, p, fp.grid, stream); });
+  detail::launch_fused(a, p, fp.grid, stream);
 }
+
+namespace detail {
+attention::FusedDecodeParams make_fused_params(const DecodeArgs& a, const FusedPlan& fp, const FlashDecodeBuffers& sizes,
+                                               void* workspace, const dev::SymmetricView& view, uint4* inbox,
+                                               const dev::LaunchSequence& seq, const dev::FaultContext& fault) {
+  attention::FusedDecodeParams p{};
+  p.d = make_decode_params(a, fp.num_splits, workspace);
+  p.view = view;
+  p.ll = inbox;
+  p.parity_lines = int64_t(sizes.fused_parity_lines);
+  p.rows = int64_t(a.batch) * a.q_heads;
+  p.seq = seq;
+  p.fault = fault;
+  p.items = int(fp.items);
+  p.cluster = fp.cluster;
+  p.direct = fp.direct ? 1 : 0;
+  p.direct_begin = int64_t(sizes.fused_direct_begin);
+  p.direct_sender_lines = int64_t(sizes.fused_direct_sender_lines);
+  return p;
+}
+
+void launch_fused(const DecodeArgs& a, const attention::FusedDecodeParams& p, int grid, cudaStream_t stream) {
+  const bool paged = is_paged(a.layout);
+  dispatch(a.dtype, a.head_dim, [&]<class T, int D>() { launch_fused_t<T, D>(paged, p, grid, stream); });
+}
+}  // namespace detail
 
 void FlashDecode::launch_bsp_stage(Stage stage, const DecodeArgs& a, cudaStream_t stream) {
   TF_REQUIRE(stage == Stage::decode || stage == Stage::gather || stage == Stage::combine, Status::InvalidArgument,
