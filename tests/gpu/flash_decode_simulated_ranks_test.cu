@@ -1,16 +1,11 @@
-// The fused flash_decode kernel with 2, 3, 4 and 8 ranks simulated on one GPU: the cross-rank protocol
-// (epochs, inbox parities, LL lines, the split merges, the rank combine) runs for real, on the GPU
-// one test process has, whatever the world of the job.
-//
-// How: the ranks' symmetric heaps are spans of one allocation, so SymmetricView's peer translation
-// (one add) points into another rank's span exactly as it points into a peer GPU's heap; every
-// rank's kernel goes on its own stream. Each rank is planned (plan_fused, the op's own planner) for
-// 1/W of the SMs and of the clusters, so the W grids are resident together, the condition the fused
-// schedules need (fused_schedule.h), now across W kernels. The ranks share one abort flag and wait
-// record: a wait that gives up (5 s) stops them all, and the test names the site, rank and peer.
-// Checked as on real ranks: every rank's output against a double softmax over the whole sequences,
-// bitwise equal across ranks, for the clustered, global and direct split merges, then hundreds of
-// launches without a reset.
+// The fused flash_decode kernel with 2, 3, 4 and 8 ranks simulated on one GPU (simulated_ranks.h):
+// the cross-rank protocol (epochs, inbox parities, LL lines, the split merges, the rank combine)
+// runs for real, on the GPU one test process has, whatever the world of the job. Each rank is
+// planned (plan_fused, the op's own planner) for 1/W of the SMs and of the clusters, so the W grids
+// are resident together, the condition the fused schedules need (fused_schedule.h), now across W
+// kernels. Checked as on real ranks: every rank's output against a double softmax over the whole
+// sequences, bitwise equal across ranks, for the clustered, global and direct split merges, then
+// hundreds of launches without a reset.
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
@@ -25,31 +20,15 @@
 #include "flash_decode_dist_util.h"
 #include "flash_decode_util.h"
 #include "gpu_env.h"
-#include "taxfree/device/fault.cuh"
+#include "simulated_ranks.h"
 #include "taxfree/ops/flash_decode.h"
 #include "taxfree/runtime/error.h"
-#include "taxfree/runtime/team.h"
 
 namespace taxfree::ops::flash_decode {
 namespace {
 
 using namespace test;
 using SplitMerge = FlashDecodeConfig::SplitMerge;
-
-// One object in host-mapped pinned memory, zeroed (the fault context's abort flag and record).
-template <class T>
-struct Mapped {
-  T* host = nullptr;
-  T* dev = nullptr;
-  Mapped() {
-    TF_CUDA(cudaHostAlloc(&host, sizeof(T), cudaHostAllocMapped));
-    std::memset(static_cast<void*>(host), 0, sizeof(T));
-    TF_CUDA(cudaHostGetDevicePointer(&dev, host, 0));
-  }
-  Mapped(const Mapped&) = delete;
-  Mapped& operator=(const Mapped&) = delete;
-  ~Mapped() { cudaFreeHost(host); }
-};
 
 const char* merge_name(SplitMerge m) {
   return m == SplitMerge::cluster ? "cluster" : m == SplitMerge::global ? "global" : "direct";
@@ -58,94 +37,62 @@ const char* merge_name(SplitMerge m) {
 // W ranks of one fused flash_decode op on this GPU (see the top of the file).
 class SimulatedRanks {
  public:
-  SimulatedRanks(const Problem& p, int world, SplitMerge merge) : world_(world) {
-    cfg_.max_batch = p.batch, cfg_.max_q_heads = p.q_heads, cfg_.max_kv_heads = p.kv_heads;
-    cfg_.max_head_dim = p.head_dim, cfg_.num_splits = p.num_splits, cfg_.split_merge = merge;
-    int dev = 0, sms = 0;
-    TF_CUDA(cudaGetDevice(&dev));
-    TF_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    sms_ = sms / world;
-    validate_flash_decode_config(cfg_, world);
-    sizes_ = flash_decode_buffers(cfg_, world, sms_);
-    span_ = int64_t((sizes_.fused_inbox_bytes + 255) / 256 * 256);
-    heaps_ = Dev<char>(size_t(span_) * world);
-    seq_counter_ = Dev<uint64_t>(size_t(world)), seq_finished_ = Dev<uint32_t>(size_t(world));
-    TF_CUDA(cudaMemset(heaps_.p, 0, heaps_.n));  // epoch 0: no launch's lines
-    TF_CUDA(cudaMemset(seq_counter_.p, 0, seq_counter_.n * sizeof(uint64_t)));
-    TF_CUDA(cudaMemset(seq_finished_.p, 0, seq_finished_.n * sizeof(uint32_t)));
+  SimulatedRanks(const Problem& p, int world, SplitMerge merge) : cfg_(config(p, merge)), sizes_(buffers(cfg_, world)),
+                                                                  heaps_(world, sizes_.fused_inbox_bytes) {
     for (int r = 0; r < world; ++r) {
       workspaces_.emplace_back(std::max<size_t>(sizes_.workspace_bytes, 256));
       init_decode_workspace(workspaces_.back().p, workspaces_.back().n, nullptr);
-      cudaStream_t s;
-      TF_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-      streams_.push_back(s);
     }
     TF_CUDA(cudaDeviceSynchronize());
   }
-  ~SimulatedRanks() {
-    for (cudaStream_t s : streams_) cudaStreamDestroy(s);
-  }
-  SimulatedRanks(const SimulatedRanks&) = delete;
-  SimulatedRanks& operator=(const SimulatedRanks&) = delete;
 
-  cudaStream_t stream(int r) const { return streams_[size_t(r)]; }
+  cudaStream_t stream(int r) const { return heaps_.stream(r); }
+  void sync(const std::string& what) { heaps_.sync(what); }
 
   // Rank r's plan of `a`, for its share of the GPU.
   FusedPlan plan(const DecodeArgs& a) const {
     validate_flash_decode_args(a, cfg_);
     DecodeConfig dc;
-    dc.num_splits = cfg_.num_splits, dc.num_sms = sms_;
+    dc.num_splits = cfg_.num_splits, dc.num_sms = heaps_.sms_per_rank();
     const bool paged = a.layout != KvLayout::Contiguous;
     FusedDevice d;
-    d.world = world_, d.num_sms = sms_;
+    d.world = heaps_.world(), d.num_sms = heaps_.sms_per_rank();
     d.ctas_per_sm = detail::dispatch(a.dtype, a.head_dim, [&]<class T, int D>() { return detail::fused_ctas_per_sm_t<T, D>(paged, false); });
     d.direct_ctas_per_sm = detail::dispatch(a.dtype, a.head_dim, [&]<class T, int D>() { return detail::fused_ctas_per_sm_t<T, D>(paged, true); });
-    d.max_clusters = [&, w = world_](int c) {
+    d.max_clusters = [&, w = heaps_.world()](int c) {
       return detail::dispatch(a.dtype, a.head_dim, [&]<class T, int D>() { return detail::fused_max_clusters_t<T, D>(paged, c); }) / w;
     };
     return plan_fused(a, plan_decode(a, dc), cfg_, sizes_, d);
   }
 
-  // Enqueues rank r's fused launch of `a` on its stream; its CTAs sleep `combine_delay_ns` between
-  // sending their partials and reading the peers' (FusedDecodeParams: the peers run ahead).
+  // Enqueues rank r's fused launch of `a` on its stream (its inbox at the start of its heap); its
+  // CTAs sleep `combine_delay_ns` between sending their partials and reading the peers'
+  // (FusedDecodeParams: the peers run ahead).
   void launch(int r, const DecodeArgs& a, uint32_t combine_delay_ns = 0) {
     const FusedPlan fp = plan(a);
-    dev::SymmetricView view;
-    view.local_base = heaps_.p + int64_t(r) * span_, view.stride = span_, view.size = uint64_t(span_);
-    view.rank = r, view.world = world_;
-    dev::LaunchSequence seq{seq_counter_.p + r, seq_finished_.p + r};
-    dev::FaultContext fault;
-    fault.abort = abort_.dev, fault.record = record_.dev, fault.heap_base = view.local_base;
-    fault.timeout_ns = 5'000'000'000ull, fault.rank = r;
-    attention::FusedDecodeParams params = detail::make_fused_params(
-        a, fp, sizes_, workspaces_[size_t(r)].p, view, reinterpret_cast<uint4*>(view.local_base), seq, fault);
+    attention::FusedDecodeParams params =
+        detail::make_fused_params(a, fp, sizes_, workspaces_[size_t(r)].p, heaps_.view(r),
+                                  reinterpret_cast<uint4*>(heaps_.base(r)), heaps_.sequence(r), heaps_.fault(r));
     params.combine_delay_ns = combine_delay_ns;
-    detail::launch_fused(a, params, fp.grid, streams_[size_t(r)]);
-  }
-
-  // Waits for every rank; a device wait that gave up fails the test with its diagnostic.
-  void sync(const std::string& what) {
-    for (cudaStream_t s : streams_) TF_CUDA(cudaStreamSynchronize(s));
-    if (record_.host->complete == 1u) {
-      ADD_FAILURE() << what << ": " << describe_wait_record(*record_.host);
-      std::memset(static_cast<void*>(record_.host), 0, sizeof(dev::WaitRecord));
-      *abort_.host = 0;
-    }
+    detail::launch_fused(a, params, fp.grid, heaps_.stream(r));
   }
 
  private:
-  int world_;
-  int sms_ = 0;
+  static FlashDecodeConfig config(const Problem& p, SplitMerge merge) {
+    FlashDecodeConfig c;
+    c.max_batch = p.batch, c.max_q_heads = p.q_heads, c.max_kv_heads = p.kv_heads;
+    c.max_head_dim = p.head_dim, c.num_splits = p.num_splits, c.split_merge = merge;
+    return c;
+  }
+  static FlashDecodeBuffers buffers(const FlashDecodeConfig& c, int world) {
+    validate_flash_decode_config(c, world);
+    return flash_decode_buffers(c, world, ::taxfree::test::SimulatedHeaps::device_sms() / world);
+  }
+
   FlashDecodeConfig cfg_;
   FlashDecodeBuffers sizes_;
-  int64_t span_ = 0;
-  Dev<char> heaps_;
-  Dev<uint64_t> seq_counter_;
-  Dev<uint32_t> seq_finished_;
+  ::taxfree::test::SimulatedHeaps heaps_;
   std::vector<Dev<char>> workspaces_;
-  std::vector<cudaStream_t> streams_;
-  Mapped<uint32_t> abort_;
-  Mapped<dev::WaitRecord> record_;
 };
 
 std::string schedule_name(const FusedPlan& fp) {

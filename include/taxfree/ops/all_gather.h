@@ -65,6 +65,21 @@ struct AllGatherPushArgs {
   int skip_signal;          // fault injection: never signal / send lines (tests the timeout path)
 };
 
+// The push variant's launch shape for `bytes` per rank (the same on every rank): the low-latency
+// protocol up to config.ll_max_bytes, its blocks (at most config.max_blocks, which must be resolved:
+// > 0) and the direct protocol's chunk.
+struct AllGatherPushGrid {
+  bool low_latency = false;
+  int blocks = 1;
+  uint64_t chunk = 0;
+};
+AllGatherPushGrid all_gather_push_grid(const AllGatherConfig& config, uint64_t bytes);
+
+// Enqueues the push kernel of grid `g` (config.threads threads per block) with arguments `a`: for
+// AllGather::launch, and for callers that own the flags and buffers (tests that simulate ranks on
+// one GPU). Every rank's flags start at 0; `a` as AllGatherPushArgs describes.
+void launch_all_gather_push(const AllGatherPushArgs& a, const AllGatherPushGrid& g, int threads, cudaStream_t stream);
+
 class AllGather {
  public:
   static constexpr int kMaxBlocks = 1024;
@@ -75,10 +90,8 @@ class AllGather {
   // Validates, then enqueues. Throws InvalidArgument (naming the bad value) before any launch.
   void launch(AllGatherVariant variant, const void* send, void* recv, uint64_t bytes, cudaStream_t stream);
 
-  // Whether push uses the low-latency protocol for `bytes` per rank; and its grid and chunk.
-  bool push_uses_ll(uint64_t bytes) const { return bytes <= config_.ll_max_bytes; }
-  int push_blocks(uint64_t bytes) const;
-  uint64_t push_chunk(uint64_t bytes) const;
+  // Whether push uses the low-latency protocol for `bytes` per rank.
+  bool push_uses_ll(uint64_t bytes) const { return all_gather_push_grid(config_, bytes).low_latency; }
   // Fault injection for tests: this rank's push kernels never signal arrival.
   void set_skip_signal(bool skip) { skip_signal_ = skip; }
 

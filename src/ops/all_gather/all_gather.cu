@@ -118,22 +118,28 @@ AllGather::AllGather(Team& team, AllGatherConfig config) : team_(team), config_(
   team.host_barrier("all_gather.init");
 }
 
-uint64_t AllGather::push_chunk(uint64_t) const {
+AllGatherPushGrid all_gather_push_grid(const AllGatherConfig& config, uint64_t bytes) {
+  AllGatherPushGrid g;
+  g.low_latency = bytes <= config.ll_max_bytes;
   // One chunk is what a block of 512 threads keeps in flight (8 x 16 B each): a block streams at
   // full rate, and mid sizes use few blocks (fewer flags and fences per launch).
-  return uint64_t(config_.threads) * 8 * 16;
-}
-
-int AllGather::push_blocks(uint64_t bytes) const {
-  if (push_uses_ll(bytes)) {
+  g.chunk = uint64_t(config.threads) * 8 * 16;
+  if (g.low_latency) {
     // Two lines per thread: enough blocks to send at full rate; a single block of 16-line threads
     // measured 1.5x slower at 64 KiB (r3 in docs/PERFORMANCE.md).
     constexpr uint64_t kLinesPerThread = 2;
-    const uint64_t per_block = uint64_t(config_.threads) * kLinesPerThread, lines = bytes / 8;
-    return int(std::clamp<uint64_t>((lines + per_block - 1) / per_block, 1, uint64_t(config_.max_blocks)));
+    const uint64_t per_block = uint64_t(config.threads) * kLinesPerThread, lines = bytes / 8;
+    g.blocks = int(std::clamp<uint64_t>((lines + per_block - 1) / per_block, 1, uint64_t(config.max_blocks)));
+  } else {
+    g.blocks = int(std::clamp<uint64_t>((bytes + g.chunk - 1) / g.chunk, 1, uint64_t(config.max_blocks)));
   }
-  const uint64_t chunks = (bytes + push_chunk(bytes) - 1) / push_chunk(bytes);
-  return int(std::clamp<uint64_t>(chunks, 1, uint64_t(config_.max_blocks)));
+  return g;
+}
+
+void launch_all_gather_push(const AllGatherPushArgs& a, const AllGatherPushGrid& g, int threads, cudaStream_t stream) {
+  if (g.low_latency) all_gather_ll_kernel<<<g.blocks, threads, 0, stream>>>(a);
+  else all_gather_direct_kernel<<<g.blocks, threads, 0, stream>>>(a);
+  TF_CUDA(cudaGetLastError());
 }
 
 void AllGather::validate(AllGatherVariant variant, const void* send, const void* recv, uint64_t bytes) const {
@@ -165,12 +171,13 @@ void AllGather::launch(AllGatherVariant variant, const void* send, void* recv, u
     TF_NCCL(ncclAllGather(s, r, bytes, ncclUint8, team_.comm(), stream));
     return;
   }
+  const AllGatherPushGrid g = all_gather_push_grid(config_, bytes);
   AllGatherPushArgs a;
   a.view = team_.view();
   a.send = static_cast<const char*>(send);
   a.recv = static_cast<char*>(recv);
   a.bytes = bytes;
-  a.chunk = push_chunk(bytes);
+  a.chunk = g.chunk;
   a.ready = ready_;
   a.arrived = arrived_;
   a.ll = ll_;
@@ -178,9 +185,7 @@ void AllGather::launch(AllGatherVariant variant, const void* send, void* recv, u
   a.seq = seq_;
   a.fault = team_.fault();
   a.skip_signal = skip_signal_ ? 1 : 0;
-  if (push_uses_ll(bytes)) all_gather_ll_kernel<<<push_blocks(bytes), config_.threads, 0, stream>>>(a);
-  else all_gather_direct_kernel<<<push_blocks(bytes), config_.threads, 0, stream>>>(a);
-  TF_CUDA(cudaGetLastError());
+  launch_all_gather_push(a, g, config_.threads, stream);
 }
 
 }  // namespace taxfree

@@ -1,0 +1,147 @@
+// all_gather's push kernels, both protocols, with 2, 3, 4 and 8 ranks simulated on one GPU
+// (simulated_ranks.h): the ready / arrived epoch flags, the low-latency lines and their parities
+// run for real whatever the world of the job. Each rank's grid comes from all_gather_push_grid with
+// at most SMs / W blocks: the direct kernel holds one 512-thread block per SM (82 registers), and
+// the W grids must be resident together, as their waits for each other need (r177: with 2 blocks
+// per SM per rank, as AllGather gives one GPU, four ranks' 3 MiB grids did not fit and waited out
+// their deadline). Every rank's recv is checked word for word after every launch,
+// in place and not, then after hundreds of launches without a reset.
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "gpu_env.h"
+#include "simulated_ranks.h"
+#include "taxfree/ops/all_gather.h"
+#include "taxfree/runtime/error.h"
+
+namespace taxfree {
+namespace {
+
+using test::SimulatedHeaps;
+
+// The value of word i of rank r's shard at step s: distinct per (step, rank, word).
+__host__ __device__ inline uint32_t shard_word(uint32_t step, uint32_t rank, uint64_t i) {
+  return (step << 20 | rank << 16) ^ uint32_t(i * 2654435761ull);
+}
+
+__global__ void fill_shard(uint32_t* p, uint64_t words, uint32_t step, uint32_t rank) {
+  for (uint64_t i = blockIdx.x * uint64_t(blockDim.x) + threadIdx.x; i < words; i += uint64_t(gridDim.x) * blockDim.x)
+    p[i] = shard_word(step, rank, i);
+}
+
+// One push all_gather of up to max_bytes per rank over W simulated ranks. Every rank's span holds,
+// at the same offsets: ready flags [W], arrived flags [W][kMaxBlocks], LL lines [2][W][lines], recv.
+class SimulatedAllGather {
+ public:
+  SimulatedAllGather(int world, const AllGatherConfig& config, uint64_t max_bytes)
+      : config_(config),
+        arrived_(round(8 * uint64_t(world))),
+        ll_(arrived_ + round(8 * uint64_t(world) * AllGather::kMaxBlocks)),
+        recv_(ll_ + round(2 * uint64_t(world) * (config.ll_max_bytes / 8) * 16)),
+        heaps_(world, recv_ + uint64_t(world) * max_bytes) {
+    for (int r = 0; r < world; ++r) {
+      sends_.push_back(nullptr);
+      TF_CUDA(cudaMalloc(&sends_.back(), max_bytes));
+    }
+  }
+  ~SimulatedAllGather() {
+    for (char* s : sends_) cudaFree(s);
+  }
+  SimulatedAllGather(const SimulatedAllGather&) = delete;
+  SimulatedAllGather& operator=(const SimulatedAllGather&) = delete;
+
+  int world() const { return heaps_.world(); }
+  char* recv(int r) const { return heaps_.base(r) + recv_; }
+
+  // Rank r's step: fills its shard (in its recv slot when in_place, else its send buffer), then its
+  // push launch, both on its stream.
+  void launch(int r, uint64_t bytes, uint32_t step, bool in_place) {
+    char* send = in_place ? recv(r) + uint64_t(r) * bytes : sends_[size_t(r)];
+    fill_shard<<<64, 256, 0, heaps_.stream(r)>>>(reinterpret_cast<uint32_t*>(send), bytes / 4, step, uint32_t(r));
+    TF_CUDA(cudaGetLastError());
+    AllGatherPushArgs a{};
+    a.view = heaps_.view(r);
+    a.send = send;
+    a.recv = recv(r);
+    a.bytes = bytes;
+    const AllGatherPushGrid g = all_gather_push_grid(config_, bytes);
+    a.chunk = g.chunk;
+    a.ready = reinterpret_cast<uint64_t*>(heaps_.base(r));
+    a.arrived = reinterpret_cast<uint64_t*>(heaps_.base(r) + arrived_);
+    a.ll = reinterpret_cast<uint4*>(heaps_.base(r) + ll_);
+    a.ll_lines = config_.ll_max_bytes / 8;
+    a.seq = heaps_.sequence(r);
+    a.fault = heaps_.fault(r);
+    launch_all_gather_push(a, g, config_.threads, heaps_.stream(r));
+  }
+
+  // Waits for every rank; each rank's recv must hold every rank's shard of `step`.
+  void check(uint64_t bytes, uint32_t step, const std::string& what) {
+    heaps_.sync(what);
+    std::vector<uint32_t> got(uint64_t(world()) * bytes / 4);
+    for (int r = 0; r < world(); ++r) {
+      TF_CUDA(cudaMemcpy(got.data(), recv(r), got.size() * 4, cudaMemcpyDeviceToHost));
+      int64_t bad = 0;
+      for (int p = 0; p < world(); ++p)
+        for (uint64_t i = 0; i < bytes / 4; ++i) {
+          const uint32_t want = shard_word(step, uint32_t(p), i), x = got[uint64_t(p) * bytes / 4 + i];
+          if (x != want && ++bad <= 3)
+            ADD_FAILURE() << what << ": rank " << r << " holds word " << i << " of rank " << p << "'s shard as " << x
+                          << ", want " << want;
+        }
+      EXPECT_EQ(bad, 0) << what << ": rank " << r;
+    }
+  }
+
+ private:
+  static uint64_t round(uint64_t x) { return (x + 255) / 256 * 256; }
+
+  AllGatherConfig config_;
+  uint64_t arrived_, ll_, recv_;  // byte offsets in a rank's span (ready flags at 0)
+  SimulatedHeaps heaps_;
+  std::vector<char*> sends_;
+};
+
+AllGatherConfig config_for(int world) {
+  AllGatherConfig c;
+  c.max_blocks = SimulatedHeaps::device_sms() / world;  // one direct block per SM (see the top)
+  c.ll_max_bytes = 64 << 10;  // both protocols at moderate sizes
+  return c;
+}
+
+TEST(AllGatherSim, PushBothProtocolsAtTwoToEightRanks) {
+  TF_REQUIRE_GPUS(1);
+  // 16 B and 4 KiB + 48 (low-latency), 64 KiB (its limit), 64 KiB + 16 (direct, a partial chunk),
+  // 3 MiB + 16 (direct, every block several chunks).
+  const uint64_t sizes[] = {16, 4096 + 48, 64 << 10, (64 << 10) + 16, (3 << 20) + 16};
+  for (int world : {2, 3, 4, 8}) {
+    SimulatedAllGather ag(world, config_for(world), sizes[4]);
+    uint32_t step = 0;
+    for (uint64_t bytes : sizes)
+      for (bool in_place : {false, true}) {
+        ++step;
+        for (int r = 0; r < world; ++r) ag.launch(r, bytes, step, in_place);
+        ag.check(bytes, step,
+                 "W=" + std::to_string(world) + " " + std::to_string(bytes) + " B" + (in_place ? " in place" : ""));
+      }
+  }
+}
+
+// Hundreds of launches per rank back to back on its own stream, new data each time, no host
+// reset: every flag and line is reused across epochs only as the protocols allow.
+TEST(AllGatherSim, HundredsOfLaunchesWithoutResetAtThreeRanks) {
+  TF_REQUIRE_GPUS(1);
+  constexpr int kWorld = 3, kSteps = 300;
+  for (uint64_t bytes : {uint64_t(4096), uint64_t(1) << 20}) {
+    SimulatedAllGather ag(kWorld, config_for(kWorld), bytes);
+    for (uint32_t step = 1; step <= kSteps; ++step)
+      for (int r = 0; r < kWorld; ++r) ag.launch(r, bytes, step, false);
+    ag.check(bytes, kSteps, std::to_string(bytes) + " B after " + std::to_string(kSteps) + " launches");
+  }
+}
+
+}  // namespace
+}  // namespace taxfree
