@@ -13,7 +13,11 @@
 //               * direct: each block waits until the peer's `recv` is free for this launch (the
 //                 peer has started it), stores its chunks of the local shard straight into the
 //                 peer's `recv` and raises a per-(sender, block) epoch flag; the kernel ends when
-//                 every incoming chunk has arrived.
+//                 every incoming chunk has arrived. One block fits an SM (82 registers x 512
+//                 threads), so above SMs chunks (~8.5 MB per rank at 132 SMs, up to 2 x SMs blocks)
+//                 the grid is more than one wave, and since block b waits for block b of every
+//                 peer, progress relies on each GPU dispatching blocks in index order (what CUDA
+//                 does, not what it documents).
 //
 // Contract: `recv` lies in the team's symmetric heap (push: required; nccl: either). `send` is
 // device memory of this rank; `send == recv + rank * bytes` (in place) is allowed, other overlaps
