@@ -39,7 +39,7 @@ uint64_t heap_place(uint64_t used, uint64_t capacity, uint64_t bytes, uint64_t a
 
 SymmetricHeap::SymmetricHeap(ncclComm_t comm, CoordinatorClient& coord, int rank, int world, uint64_t bytes,
                              bool check)
-    : comm_(comm), coord_(coord), check_(check) {
+    : comm_(comm), coord_(&coord), check_(check) {
   TF_REQUIRE(bytes > 0, Status::InvalidArgument, "symmetric heap size must be > 0");
   ncclTeam_t lsa = ncclTeamLsa(comm);
   TF_REQUIRE(lsa.nRanks == world, Status::NotSupported,
@@ -75,6 +75,13 @@ SymmetricHeap::SymmetricHeap(ncclComm_t comm, CoordinatorClient& coord, int rank
   }
 }
 
+SymmetricHeap::SymmetricHeap(const dev::SymmetricView& view) : check_(false), view_(view) {
+  TF_REQUIRE(view.local_base != nullptr && view.size > 0 && view.world >= 1 && view.rank >= 0 && view.rank < view.world,
+             Status::InvalidArgument,
+             "symmetric heap over caller memory: base " << static_cast<void*>(view.local_base) << ", " << view.size
+                                                        << " B, rank " << view.rank << " of " << view.world);
+}
+
 SymmetricHeap::~SymmetricHeap() {
   if (window_) ncclCommWindowDeregister(comm_, window_);
   if (registered_) ncclMemFree(registered_);
@@ -83,7 +90,7 @@ SymmetricHeap::~SymmetricHeap() {
 void SymmetricHeap::check_collective(const std::string& what) {
   if (!check_) return;
   const std::string key = "heap-call-" + std::to_string(calls_);
-  auto all = coord_.all_gather(key, what, 60);
+  auto all = coord_->all_gather(key, what, 60);
   for (size_t r = 0; r < all.size(); ++r)
     TF_REQUIRE(all[r] == all[0], Status::InvalidUsage,
                "symmetric heap call #" << calls_ << " differs across ranks: rank 0 did " << all[0] << ", rank " << r
@@ -109,6 +116,8 @@ void SymmetricHeap::release(uint64_t mark) {
 }
 
 void* SymmetricHeap::nccl_address(const void* flat) const {
+  TF_REQUIRE(window_ != nullptr, Status::NotSupported,
+             "symmetric heap over caller memory (simulated ranks) has no NCCL window");
   TF_REQUIRE(view_.contains(flat, 1), Status::InvalidArgument, "pointer " << flat << " is not in the symmetric heap");
   return static_cast<char*>(registered_) + view_.offset_of(flat);
 }

@@ -200,6 +200,17 @@ dev::LaunchSequence Team::new_sequence() {
   return s;
 }
 
+RankShare Team::share() {
+  RankShare s;
+  s.rank = env_.rank, s.world = env_.world, s.sm_count = sm_count_;
+  s.heap = heap_.get();
+  s.fault = fault();
+  s.comm = comm_;
+  s.new_sequence = [this] { return new_sequence(); };
+  s.host_barrier = [this](const std::string& name) { host_barrier(name); };
+  return s;
+}
+
 void Team::check_device_faults() {
   if (__atomic_load_n(&record_->complete, __ATOMIC_ACQUIRE) == 1u) {
     dev::WaitRecord r;

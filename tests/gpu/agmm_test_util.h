@@ -49,18 +49,21 @@ inline std::string label(const Shape& s) {
 
 // The odd shapes every variant runs: M not a multiple of any tile but divisible by the ranks (gd0),
 // K = 1001 (gd0) or a multiple of 8 but not of 64 per rank (gd1), N = 1000.
-inline Shape odd_shape(int gather_dim, DType t, BLayout l) {
-  const int64_t w = team().world();
+inline Shape odd_shape(int gather_dim, DType t, BLayout l, int64_t w = team().world()) {
   return gather_dim == 0 ? Shape{w * 500, 1000, 1001, 0, t, l} : Shape{999, 1000, w * 504, 1, t, l};
 }
 
 // Inputs of every rank, regenerable on every rank: shard s from seed (seed, s), B of rank r from
 // (seed, 500 + r), or from (seed, 500) on every rank with `same_b` (a replicated weight, as ksplit
-// needs); uniform in [-1, 1), rounded to the element type. Strides padded, padding NaN.
+// needs); uniform in [-1, 1), rounded to the element type. Strides padded, padding NaN. The rank
+// and world are the team's, or given (ranks simulated in one process: one Problem per rank).
 class Problem {
  public:
-  Problem(const Shape& s, uint64_t seed, bool same_b = false) : s_(s), seed_(seed), same_b_(same_b) {
-    const int w = team().world();
+  Problem(const Shape& s, uint64_t seed, bool same_b = false)
+      : Problem(s, seed, same_b, team().rank(), team().world()) {}
+  Problem(const Shape& s, uint64_t seed, bool same_b, int rank, int world)
+      : s_(s), seed_(seed), same_b_(same_b), rank_(rank), world_(world) {
+    const int w = world_;
     sh_ = agmm_shard_shape(s.m, s.k, s.gather_dim, w);
     lda_ = round8(sh_.cols) + 8;
     ldb_ = (s.layout == BLayout::NK ? round8(s.k) : round8(s.n)) + 8;
@@ -78,7 +81,7 @@ class Problem {
 
   // New values for every input (fresh random), same shape and buffers.
   void refresh(uint64_t seed) {
-    const int w = team().world();
+    const int w = world_;
     seed_ = seed;
     for (int r = 0; r < w; ++r) shards_[size_t(r)] = random_matrix(sh_.rows, sh_.cols, lda_, 1000 * seed + uint64_t(r));
     const int64_t b_rows = s_.layout == BLayout::NK ? s_.n : s_.k, b_cols = s_.layout == BLayout::NK ? s_.k : s_.n;
@@ -116,6 +119,25 @@ class Problem {
   }
 
   const Shape& shape() const { return s_; }
+
+  // The gathered A bit for bit against the shards (this rank only); returns its hash.
+  uint64_t expect_gathered_values(const GatheredA& g, const std::string& what) {
+    EXPECT_NE(g.ptr, nullptr) << what;
+    if (g.ptr == nullptr) return 0;
+    std::vector<uint16_t> got(static_cast<size_t>(s_.m * s_.k));
+    TF_CUDA(cudaMemcpy2D(got.data(), size_t(s_.k * 2), g.ptr, size_t(g.ld * 2), size_t(s_.k * 2), size_t(s_.m),
+                         cudaMemcpyDeviceToHost));
+    int64_t wrong = 0;
+    for (int64_t r = 0; r < s_.m; ++r)
+      for (int64_t c = 0; c < s_.k; ++c) {
+        const uint16_t v = got[size_t(r * s_.k + c)];
+        if (v != a_bits(r, c) && wrong++ < 3)
+          ADD_FAILURE() << what << ": gathered A[" << r << ", " << c << "] = 0x" << std::hex << v << ", want 0x"
+                        << a_bits(r, c) << std::dec;
+      }
+    EXPECT_EQ(wrong, 0) << what << ": gathered A elements differ from the shards";
+    return hash_of(got);
+  }
 
   // C as it is now on this rank (guard bands and padding included), bits.
   std::vector<uint16_t> c_bits() const {
@@ -173,7 +195,7 @@ class Problem {
     return m;
   }
   void upload() {
-    const int rank = team().rank();
+    const int rank = rank_;
     TF_CUDA(cudaMemcpy(a_dev_->p, shards_[size_t(rank)].data(), shards_[size_t(rank)].size() * 2, cudaMemcpyHostToDevice));
     TF_CUDA(cudaMemcpy(b_dev_->p, b_.data(), b_.size() * 2, cudaMemcpyHostToDevice));
   }
@@ -208,7 +230,7 @@ class Problem {
       }
     }
   }
-  uint64_t b_seed() const { return 1000 * seed_ + 500 + (same_b_ ? 0 : uint64_t(team().rank())); }
+  uint64_t b_seed() const { return 1000 * seed_ + 500 + (same_b_ ? 0 : uint64_t(rank_)); }
   static uint64_t hash_of(const std::vector<uint16_t>& bits) {
     uint64_t hash = 1469598103934665603ull;  // FNV-1a
     for (uint16_t v : bits) hash = (hash ^ v) * 1099511628211ull;
@@ -220,25 +242,13 @@ class Problem {
     for (size_t r = 1; r < all.size(); ++r) EXPECT_EQ(all[r], all[0]) << what << " differs on rank " << r;
   }
   void expect_gathered(const GatheredA& g, const std::string& what) {
-    ASSERT_NE(g.ptr, nullptr) << what;
-    std::vector<uint16_t> got(static_cast<size_t>(s_.m * s_.k));
-    TF_CUDA(cudaMemcpy2D(got.data(), size_t(s_.k * 2), g.ptr, size_t(g.ld * 2), size_t(s_.k * 2), size_t(s_.m),
-                         cudaMemcpyDeviceToHost));
-    int64_t wrong = 0;
-    for (int64_t r = 0; r < s_.m; ++r)
-      for (int64_t c = 0; c < s_.k; ++c) {
-        const uint16_t v = got[size_t(r * s_.k + c)];
-        if (v != a_bits(r, c) && wrong++ < 3)
-          ADD_FAILURE() << what << ": gathered A[" << r << ", " << c << "] = 0x" << std::hex << v << ", want 0x"
-                        << a_bits(r, c) << std::dec;
-      }
-    EXPECT_EQ(wrong, 0) << what << ": gathered A elements differ from the shards";
-    expect_same_on_every_rank(hash_of(got), what + ": gathered A");
+    expect_same_on_every_rank(expect_gathered_values(g, what), what + ": gathered A");
   }
 
   Shape s_;
   uint64_t seed_;
   bool same_b_;
+  int rank_, world_;
   ShardShape sh_{};
   int64_t lda_ = 0, ldb_ = 0, ldc_ = 0, c_elems_ = 0;
   std::vector<std::vector<uint16_t>> shards_;

@@ -4,6 +4,8 @@
 // add) points into another rank's span exactly as it points into a peer GPU's heap; each rank has a
 // launch sequence and a non-blocking stream; all ranks share one abort flag and one wait record
 // (host-mapped, as a Team's), so a wait that gives up stops them all and names site, rank and peer.
+// share(r) gives rank r as an op object takes it (RankShare: the span as its heap, sms_per_rank()
+// SMs, launch sequences from a pool, no NCCL), so an op built on it runs its cross-rank variants.
 // What it cannot show: NVLink's ordering and latency (every peer is in the same GPU's memory).
 // Co-residency is the caller's part: kernels whose CTAs wait for peers must fit on the GPU together,
 // so plan each rank for sms_per_rank().
@@ -14,6 +16,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -21,6 +24,8 @@
 #include "taxfree/device/launch_sequence.cuh"
 #include "taxfree/device/symmetric_view.cuh"
 #include "taxfree/runtime/error.h"
+#include "taxfree/runtime/rank_share.h"
+#include "taxfree/runtime/symmetric_heap.h"
 #include "taxfree/runtime/team.h"
 
 namespace taxfree::test {
@@ -32,10 +37,8 @@ class SimulatedHeaps {
       : world_(world), span_((span_bytes + 255) / 256 * 256), sms_per_rank_(device_sms() / world) {
     TF_CUDA(cudaMalloc(&heaps_, span_ * world));
     TF_CUDA(cudaMemset(heaps_, 0, span_ * world));
-    TF_CUDA(cudaMalloc(&counters_, sizeof(uint64_t) * world));
-    TF_CUDA(cudaMalloc(&finished_, sizeof(uint32_t) * world));
-    TF_CUDA(cudaMemset(counters_, 0, sizeof(uint64_t) * world));
-    TF_CUDA(cudaMemset(finished_, 0, sizeof(uint32_t) * world));
+    TF_CUDA(cudaMalloc(&sequences_, sizeof(uint64_t) * 2 * kSequences * world));
+    TF_CUDA(cudaMemset(sequences_, 0, sizeof(uint64_t) * 2 * kSequences * world));
     TF_CUDA(cudaHostAlloc(&abort_, kFaultBytes, cudaHostAllocMapped));
     std::memset(static_cast<void*>(abort_), 0, kFaultBytes);
     record_ = reinterpret_cast<dev::WaitRecord*>(abort_ + 2);  // 8-byte aligned after the flag
@@ -49,8 +52,7 @@ class SimulatedHeaps {
   ~SimulatedHeaps() {
     for (cudaStream_t s : streams_) cudaStreamDestroy(s);
     cudaFreeHost(abort_);
-    cudaFree(finished_);
-    cudaFree(counters_);
+    cudaFree(sequences_);
     cudaFree(heaps_);
   }
   SimulatedHeaps(const SimulatedHeaps&) = delete;
@@ -75,7 +77,31 @@ class SimulatedHeaps {
     v.local_base = base(r), v.stride = int64_t(span_), v.size = span_, v.rank = r, v.world = world_;
     return v;
   }
-  dev::LaunchSequence sequence(int r) const { return {counters_ + r, finished_ + r}; }
+  // Rank r's i-th launch sequence (i < kSequences): the tests' kernels take i = 0, share(r) hands
+  // out the others.
+  dev::LaunchSequence sequence(int r, int i = 0) const {
+    uint64_t* at = sequences_ + 2 * (int64_t(r) * kSequences + i);
+    return {at, reinterpret_cast<uint32_t*>(at + 1)};
+  }
+
+  // Rank r as an op takes it (rank_share.h). Its heap allocates from the span's start: an op built
+  // on it and a test writing at base(r) directly do not mix.
+  RankShare share(int r) {
+    if (heaps_of_.empty())
+      for (int q = 0; q < world_; ++q) heaps_of_.push_back(std::make_unique<SymmetricHeap>(view(q)));
+    next_sequence_.resize(size_t(world_), 1);
+    RankShare s;
+    s.rank = r, s.world = world_, s.sm_count = sms_per_rank_;
+    s.heap = heaps_of_[size_t(r)].get();
+    s.fault = fault(r);
+    s.new_sequence = [this, r] {
+      int& next = next_sequence_[size_t(r)];
+      TF_REQUIRE(next < kSequences, Status::OutOfMemory, "simulated rank " << r << ": more than " << kSequences - 1
+                                                                           << " launch sequences");
+      return sequence(r, next++);
+    };
+    return s;
+  }
   dev::FaultContext fault(int r, uint64_t timeout_ns = 5'000'000'000ull) const {
     dev::FaultContext f;
     f.abort = device_ptr(abort_), f.record = device_ptr(record_), f.heap_base = base(r);
@@ -95,6 +121,7 @@ class SimulatedHeaps {
 
  private:
   static constexpr size_t kFaultBytes = 8 + sizeof(dev::WaitRecord);  // the flag, padding, the record
+  static constexpr int kSequences = 64;  // per rank
 
   template <class T>
   static T* device_ptr(T* host) {
@@ -107,11 +134,12 @@ class SimulatedHeaps {
   uint64_t span_;
   int sms_per_rank_;
   char* heaps_ = nullptr;
-  uint64_t* counters_ = nullptr;
-  uint32_t* finished_ = nullptr;
+  uint64_t* sequences_ = nullptr;  // [world][kSequences] (counter, finished) pairs, zeroed
   uint32_t* abort_ = nullptr;  // host-mapped: the abort flag, then (8-byte aligned) the wait record
   dev::WaitRecord* record_ = nullptr;
   std::vector<cudaStream_t> streams_;
+  std::vector<std::unique_ptr<SymmetricHeap>> heaps_of_;  // share()'s, made at its first call
+  std::vector<int> next_sequence_;                          // share()'s next sequence per rank
 };
 
 }  // namespace taxfree::test

@@ -133,6 +133,7 @@
 #include "taxfree/device/launch_sequence.cuh"
 #include "taxfree/ops/all_gather_matmul_plan.h"
 #include "taxfree/ops/gemm.h"
+#include "taxfree/runtime/rank_share.h"
 
 namespace taxfree {
 
@@ -291,6 +292,10 @@ class AllGatherMatmul {
   // barrier. The heap part is not returned when the op is destroyed (the heap is a stack): take
   // Team::heap().mark() before constructing and release it after the op is gone.
   explicit AllGatherMatmul(Team& team, AgmmConfig config = {});
+  // The same on a rank share (rank_share.h): tests run W simulated ranks on one GPU this way. The
+  // variants that call NCCL (bsp, bsp-own, and auto where it picks them) throw NotSupported on a
+  // share without a communicator.
+  AllGatherMatmul(RankShare share, AgmmConfig config);
   ~AllGatherMatmul();
   AllGatherMatmul(const AllGatherMatmul&) = delete;
   AllGatherMatmul& operator=(const AllGatherMatmul&) = delete;
@@ -325,7 +330,7 @@ class AllGatherMatmul {
   GatheredA launch_ksplit_bands(const AgmmArgs& args, cudaStream_t stream);
   GatheredA launch_nsplit(const AgmmArgs& args, cudaStream_t stream);
 
-  Team& team_;
+  RankShare share_;
   AgmmConfig config_;
   bool skip_signal_ = false;
   std::unique_ptr<Impl> impl_;

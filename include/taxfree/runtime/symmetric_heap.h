@@ -29,6 +29,10 @@ class CoordinatorClient;
 class SymmetricHeap {
  public:
   SymmetricHeap(ncclComm_t comm, CoordinatorClient& coord, int rank, int world, uint64_t bytes, bool check);
+  // A heap over memory the caller owns and keeps alive: `view` (its rank's span, the peers'
+  // view.stride apart). Ranks simulated in one process on one GPU (tests/gpu/simulated_ranks.h):
+  // no NCCL window (nccl_address throws NotSupported), no cross-rank check of the calls.
+  explicit SymmetricHeap(const dev::SymmetricView& view);
   ~SymmetricHeap();
   SymmetricHeap(const SymmetricHeap&) = delete;
   SymmetricHeap& operator=(const SymmetricHeap&) = delete;
@@ -56,8 +60,8 @@ class SymmetricHeap {
  private:
   void check_collective(const std::string& what);
 
-  ncclComm_t comm_;
-  CoordinatorClient& coord_;
+  ncclComm_t comm_ = nullptr;
+  CoordinatorClient* coord_ = nullptr;  // nullptr: over caller-owned memory (no check)
   bool check_;
   void* registered_ = nullptr;  // ncclMemAlloc'd pointer, registered as the window
   ncclWindow_t window_ = nullptr;

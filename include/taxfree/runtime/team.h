@@ -23,6 +23,7 @@
 #include "taxfree/device/symmetric_view.cuh"
 #include "taxfree/runtime/coordinator.h"
 #include "taxfree/runtime/launcher.h"
+#include "taxfree/runtime/rank_share.h"
 #include "taxfree/runtime/symmetric_heap.h"
 
 namespace taxfree {
@@ -58,6 +59,8 @@ class Team {
 
   // A fresh device-side launch counter for one op instance (see launch_sequence.cuh).
   dev::LaunchSequence new_sequence();
+  // This rank's whole GPU as an op's share (rank_share.h); refers to this Team.
+  RankShare share();
 
   // Waits for `stream` with a deadline (default: twice the device deadline + 10 s). Throws Timeout
   // with the device's diagnostic (rank, peer, site, flag, expected, observed) if a device wait gave

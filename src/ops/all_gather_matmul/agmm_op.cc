@@ -10,6 +10,7 @@
 #include "agmm_op_impl.h"
 #include "taxfree/kernels/gemm/tile_scheduler.cuh"
 #include "taxfree/ops/cublaslt_gemm.h"
+#include "taxfree/runtime/team.h"
 
 namespace taxfree {
 
@@ -26,8 +27,15 @@ int64_t span_bytes(int64_t rows, int64_t cols, int64_t ld) { return ((rows - 1) 
 
 }  // namespace
 
-AllGatherMatmul::AllGatherMatmul(Team& team, AgmmConfig config)
-    : team_(team), config_(config), impl_(std::make_unique<Impl>()) {
+AllGatherMatmul::AllGatherMatmul(Team& team, AgmmConfig config) : AllGatherMatmul(team.share(), config) {}
+
+AllGatherMatmul::AllGatherMatmul(RankShare share, AgmmConfig config)
+    : share_(std::move(share)), config_(config), impl_(std::make_unique<Impl>()) {
+  TF_REQUIRE(share_.heap != nullptr && share_.new_sequence && share_.world >= 1 && share_.rank >= 0 &&
+                 share_.rank < share_.world && share_.sm_count >= 1,
+             Status::InvalidArgument,
+             "all_gather_matmul: rank share of rank " << share_.rank << " of " << share_.world << " with "
+                                                      << share_.sm_count << " SMs (needs a heap and a sequence source)");
   TF_REQUIRE(config_.max_m >= 1 && config_.max_k >= 1, Status::InvalidArgument,
              "all_gather_matmul: capacity max_m=" << config_.max_m << " max_k=" << config_.max_k << " must be >= 1");
   TF_REQUIRE(config_.push_ctas >= 0 && config_.col_chunk >= 0, Status::InvalidArgument,
@@ -43,11 +51,11 @@ AllGatherMatmul::AllGatherMatmul(Team& team, AgmmConfig config)
              "all_gather_matmul: ksplit_max_m=" << config_.ksplit_max_m << " and ksplit_max_n=" << config_.ksplit_max_n
                                                 << " must be in [0, 2^31)");
   Impl& im = *impl_;
-  const uint64_t w = uint64_t(team.world());
+  const uint64_t w = uint64_t(share_.world);
   im.capacity_bytes = config_.max_m * ceil_div(config_.max_k, 8) * 8 * kElem;
   // Pieces are at least 64 x 64 (row_chunk = GEMM bm >= 64, col_chunk a multiple of 64).
   im.flag_capacity = int64_t(w) * ceil_div(config_.max_m, 64) * ceil_div(config_.max_k, 64);
-  auto& heap = team.heap();
+  auto& heap = *share_.heap;
   im.gathered = static_cast<char*>(heap.allocate(uint64_t(im.capacity_bytes), 4096, "all_gather_matmul.gathered"));
   if (config_.bsp_symmetric)
     im.staging_sym = static_cast<char*>(heap.allocate(uint64_t(im.capacity_bytes), 4096, "all_gather_matmul.staging"));
@@ -64,7 +72,7 @@ AllGatherMatmul::AllGatherMatmul(Team& team, AgmmConfig config)
   TF_CUDA(cudaMemset(im.ce_flags, 0, uint64_t(im.ce_flag_capacity) * sizeof(uint64_t)));
   im.pull_end = heap.allocate_array<uint64_t>(w, "all_gather_matmul.pull_end");
   TF_CUDA(cudaMemset(im.pull_end, 0, w * sizeof(uint64_t)));
-  im.ksplit_sizes = ksplit_heap(config_, team.world());
+  im.ksplit_sizes = ksplit_heap(config_, share_.world);
   im.ksplit_slot_floats = im.ksplit_sizes.partial_floats;
   if (im.ksplit_slot_floats > 0) {
     const auto slot = uint64_t(im.ksplit_slot_floats);
@@ -86,23 +94,23 @@ AllGatherMatmul::AllGatherMatmul(Team& team, AgmmConfig config)
     im.nsplit_flags = heap.allocate_array<uint64_t>(w * agmm::kKsplitMaxCtas, "all_gather_matmul.nsplit_flags");
     TF_CUDA(cudaMemset(im.nsplit_flags, 0, w * agmm::kKsplitMaxCtas * sizeof(uint64_t)));
     if (w > 1) {  // one rank's nsplit multiplies straight into C
-      im.nsplit_partial_floats = nsplit_partial_floats(config_, team.world());
+      im.nsplit_partial_floats = nsplit_partial_floats(config_, share_.world);
       TF_CUDA(cudaMalloc(&im.nsplit_partial, size_t(im.nsplit_partial_floats) * 4));
     }
     im.side_ready = heap.allocate_array<uint64_t>(w, "all_gather_matmul.ksplit_side_ready");
     im.side_flags = heap.allocate_array<uint64_t>(w * agmm::kKsplitMaxCtas, "all_gather_matmul.ksplit_side_flags");
     TF_CUDA(cudaMemset(im.side_ready, 0, w * sizeof(uint64_t)));
     TF_CUDA(cudaMemset(im.side_flags, 0, w * agmm::kKsplitMaxCtas * sizeof(uint64_t)));
-    im.ksplit_seq = team.new_sequence();
-    im.side_seq = team.new_sequence();
+    im.ksplit_seq = share_.new_sequence();
+    im.side_seq = share_.new_sequence();
   }
   if (!config_.bsp_symmetric) {
     TF_CUDA(cudaMalloc(&im.gathered_plain, size_t(im.capacity_bytes)));
     TF_CUDA(cudaMalloc(&im.staging_plain, size_t(im.capacity_bytes)));
   }
-  im.push_seq = team.new_sequence();
-  im.gemm_seq = team.new_sequence();
-  im.dec_seq = team.new_sequence();
+  im.push_seq = share_.new_sequence();
+  im.gemm_seq = share_.new_sequence();
+  im.dec_seq = share_.new_sequence();
   // The second stream at the highest priority: the data movers should never queue behind the GEMM.
   int least = 0, greatest = 0;
   TF_CUDA(cudaDeviceGetStreamPriorityRange(&least, &greatest));
@@ -118,7 +126,7 @@ AllGatherMatmul::AllGatherMatmul(Team& team, AgmmConfig config)
   agmm::preload_small_kernels();
   TF_CUDA(cudaDeviceSynchronize());
   // Flags must be zero on every rank before any peer may write into them.
-  team.host_barrier("all_gather_matmul.init");
+  if (share_.host_barrier) share_.host_barrier("all_gather_matmul.init");
 }
 
 AllGatherMatmul::~AllGatherMatmul() {
@@ -134,24 +142,24 @@ AllGatherMatmul::~AllGatherMatmul() {
 }
 
 void AllGatherMatmul::fill_buffers(int byte, cudaStream_t stream) {
-  for (const Buffer& b : impl_->buffers(team_.world()))
+  for (const Buffer& b : impl_->buffers(share_.world))
     TF_CUDA(cudaMemsetAsync(const_cast<void*>(b.p), byte, size_t(b.bytes), stream));
 }
 
 GatheredA AllGatherMatmul::local_slot(int64_t m, int64_t k, int gather_dim) const {
-  const ShardShape s = agmm_shard_shape(m, k, gather_dim, team_.world());
-  const int64_t r = team_.rank();
+  const ShardShape s = agmm_shard_shape(m, k, gather_dim, share_.world);
+  const int64_t r = share_.rank;
   if (gather_dim == 0) return {impl_->gathered + r * s.rows * s.ld * kElem, s.ld};
   return {impl_->gathered + r * s.cols * kElem, s.ld};
 }
 
 void AllGatherMatmul::validate(const AgmmArgs& a) const {
-  validate_agmm_args(a, team_.world(), config_);
-  const ShardShape s = agmm_shard_shape(a.m, a.k, a.gather_dim, team_.world());
+  validate_agmm_args(a, share_.world, config_);
+  const ShardShape s = agmm_shard_shape(a.m, a.k, a.gather_dim, share_.world);
   const GatheredA slot = local_slot(a.m, a.k, a.gather_dim);
   const bool own_slot = in_place(a, slot);
   const int64_t a_bytes = span_bytes(s.rows, s.cols, a.lda_shard), c_bytes = span_bytes(a.m, a.n, a.ldc);
-  for (const Buffer& b : impl_->buffers(team_.world())) {
+  for (const Buffer& b : impl_->buffers(share_.world)) {
     TF_REQUIRE(own_slot || !overlap(a.a_shard, a_bytes, b.p, b.bytes), Status::InvalidArgument,
                "all_gather_matmul: A_shard overlaps the op's gathered / staging / partial buffers (only "
                "local_slot() with its stride is allowed)");
@@ -163,7 +171,7 @@ void AllGatherMatmul::validate(const AgmmArgs& a) const {
 GatheredA AllGatherMatmul::launch(AgmmVariant variant, const AgmmArgs& args, cudaStream_t stream) {
   validate(args);
   if (variant == AgmmVariant::automatic)
-    variant = choose_agmm_variant(args, team_.world(), config_);
+    variant = choose_agmm_variant(args, share_.world, config_);
   switch (variant) {
     case AgmmVariant::bsp: return launch_bsp(args, false, stream);
     case AgmmVariant::bsp_own: return launch_bsp(args, true, stream);
@@ -181,17 +189,17 @@ GatheredA AllGatherMatmul::launch(AgmmVariant variant, const AgmmArgs& args, cud
 
 namespace {
 // Our GEMM over `gathered` with the piece waits; the caller sets present_source and seq.
-agmm::ReadyGemmLaunch ready_gemm(const Team& team, const char* gathered, const AgmmArgs& a,
+agmm::ReadyGemmLaunch ready_gemm(const RankShare& share, const char* gathered, const AgmmArgs& a,
                                  const gemm::GemmConfig& cfg, const uint64_t* flags, const agmm::PieceGrid& grid) {
   agmm::ReadyGemmLaunch g;
-  g.gemm = gemm_args(a, gathered, agmm_shard_shape(a.m, a.k, a.gather_dim, team.world()).ld);
+  g.gemm = gemm_args(a, gathered, agmm_shard_shape(a.m, a.k, a.gather_dim, share.world).ld);
   g.config = cfg;
-  const WaitingGemmOrder order = waiting_gemm_order(a, cfg, team.rank(), team.world());
+  const WaitingGemmOrder order = waiting_gemm_order(a, cfg, share.rank, share.world);
   g.first_m = order.first_m;
   g.config.group_m = order.group_m;
   g.flags = flags;
   g.grid = grid;
-  g.fault = team.fault();
+  g.fault = share.fault;
   return g;
 }
 }  // namespace
@@ -201,15 +209,18 @@ agmm::ReadyGemmLaunch ready_gemm(const Team& team, const char* gathered, const A
 // dense (and, for the symmetric path, in the window); otherwise the shard is packed into this
 // rank's slot first and gathered in place.
 GatheredA AllGatherMatmul::launch_bsp(const AgmmArgs& a, bool own_gemm, cudaStream_t s) {
-  const ShardShape sh = agmm_shard_shape(a.m, a.k, a.gather_dim, team_.world());
+  const ShardShape sh = agmm_shard_shape(a.m, a.k, a.gather_dim, share_.world);
+  TF_REQUIRE(share_.comm != nullptr, Status::NotSupported,
+             "all_gather_matmul " << (own_gemm ? "bsp-own" : "bsp") << ": rank " << share_.rank
+                                  << "'s share has no NCCL communicator (simulated ranks)");
   const bool sym = config_.bsp_symmetric;
   Impl& im = *impl_;
-  auto& heap = team_.heap();
+  auto& heap = *share_.heap;
   char* gathered = sym ? im.gathered : im.gathered_plain;
   char* recv = a.gather_dim == 0 ? gathered : (sym ? im.staging_sym : im.staging_plain);
   const int64_t row_ld = a.gather_dim == 0 ? sh.ld : sh.cols;  // of one shard inside recv
   const int64_t bytes = sh.rows * row_ld * kElem;               // per rank
-  char* slot = recv + team_.rank() * bytes;
+  char* slot = recv + share_.rank * bytes;
   const bool dense = a.lda_shard == row_ld && row_ld == sh.cols;
   const void* send = a.a_shard;
   if (a.a_shard != slot || a.lda_shard != row_ld) {
@@ -219,8 +230,8 @@ GatheredA AllGatherMatmul::launch_bsp(const AgmmArgs& a, bool own_gemm, cudaStre
     }
   }
   TF_NCCL(ncclAllGather(sym ? heap.nccl_address(send) : send, sym ? heap.nccl_address(recv) : recv, size_t(bytes),
-                        ncclUint8, team_.comm(), s));
-  if (a.gather_dim == 1) agmm::enqueue_interleave(recv, gathered, sh.ld, team_.world(), sh.rows, sh.cols, s);
+                        ncclUint8, share_.comm, s));
+  if (a.gather_dim == 1) agmm::enqueue_interleave(recv, gathered, sh.ld, share_.world, sh.rows, sh.cols, s);
   const gemm::GemmArgs g = gemm_args(a, gathered, sh.ld);
   if (own_gemm) gemm::launch(g, s);
   else gemm::cublaslt_launch(g, s);
@@ -238,14 +249,14 @@ GatheredA AllGatherMatmul::launch_bsp(const AgmmArgs& a, bool own_gemm, cudaStre
 // M = 4096-16384 slower (r30: 950 vs 800 us at M = 8192); a cudaMalloc'd A_shard copies as fast as a
 // heap one.
 GatheredA AllGatherMatmul::launch_decomposed(const AgmmArgs& a, cudaStream_t s) {
-  const ShardShape sh = agmm_shard_shape(a.m, a.k, a.gather_dim, team_.world());
+  const ShardShape sh = agmm_shard_shape(a.m, a.k, a.gather_dim, share_.world);
   Impl& im = *impl_;
-  const auto& view = team_.view();
-  const int w = team_.world(), rank = team_.rank();
+  const auto& view = share_.heap->view();
+  const int w = share_.world, rank = share_.rank;
   const GatheredA slot = local_slot(a.m, a.k, a.gather_dim);
   const bool shard_in_place = in_place(a, slot);
   uint64_t* epoch = im.dec_seq.counter;
-  const dev::FaultContext fault = team_.fault();
+  const dev::FaultContext fault = share_.fault;
   // Source src's rows of C (gather_dim 0), or the whole product (gather_dim 1: every k-block needs
   // every source, so it waits for all of them).
   auto source_gemm = [&](int src) {
@@ -303,11 +314,11 @@ GatheredA AllGatherMatmul::launch_decomposed(const AgmmArgs& a, cudaStream_t s) 
 // place until no peer reads it: once the launch ends, the caller may overwrite A_shard, or the
 // slot in place.
 GatheredA AllGatherMatmul::launch_pull(const AgmmArgs& a, cudaStream_t s) {
-  const int w = team_.world(), rank = team_.rank();
-  const PullPlan plan = make_pull_plan(a, w, team_.sm_count());
+  const int w = share_.world, rank = share_.rank;
+  const PullPlan plan = make_pull_plan(a, w, share_.sm_count);
   const ShardShape sh = agmm_shard_shape(a.m, a.k, a.gather_dim, w);
   Impl& im = *impl_;
-  const auto& view = team_.view();
+  const auto& view = share_.heap->view();
   const GatheredA slot = local_slot(a.m, a.k, a.gather_dim);
   // Rank q's slot in this rank's gathered A.
   const auto slot_of = [&](int q) {
@@ -328,7 +339,7 @@ GatheredA AllGatherMatmul::launch_pull(const AgmmArgs& a, cudaStream_t s) {
 
   uint64_t* epoch = im.dec_seq.counter;
   if (!in_place(a, slot)) copy_rows(const_cast<void*>(slot.ptr), slot.ld, a.a_shard, a.lda_shard, sh.rows, sh.cols, s);
-  agmm::enqueue_begin(epoch, view, im.dec_barrier, team_.fault(), s);
+  agmm::enqueue_begin(epoch, view, im.dec_barrier, share_.fault, s);
   TF_CUDA(cudaEventRecord(im.fork, s));
   TF_CUDA(cudaStreamWaitEvent(im.side, im.fork, 0));
   for (int i = 1; i < w; ++i) {
@@ -338,14 +349,14 @@ GatheredA AllGatherMatmul::launch_pull(const AgmmArgs& a, cudaStream_t s) {
   TF_CUDA(cudaEventRecord(im.join, im.side));
   agmm::enqueue_pull_gemm(g, s);
   TF_CUDA(cudaStreamWaitEvent(s, im.join, 0));
-  agmm::enqueue_barrier(epoch, view, im.pull_end, team_.fault(), s);
+  agmm::enqueue_barrier(epoch, view, im.pull_end, share_.fault, s);
   return {im.gathered, slot.ld};
 }
 
 // push (movers_in_gemm false: a push kernel on the side stream) and sm-specialized (the movers are
 // CTAs of the GEMM kernel): the same pieces, flags, sequences and waiting GEMM.
 GatheredA AllGatherMatmul::launch_push(const AgmmArgs& a, bool movers_in_gemm, cudaStream_t s) {
-  const int w = team_.world(), sms = team_.sm_count();
+  const int w = share_.world, sms = share_.sm_count;
   const PushPlan plan =
       movers_in_gemm ? make_sm_specialized_plan(a, w, config_, sms) : make_push_plan(a, w, config_, sms);
   Impl& im = *impl_;
@@ -355,7 +366,7 @@ GatheredA AllGatherMatmul::launch_push(const AgmmArgs& a, bool movers_in_gemm, c
   const GatheredA slot = local_slot(a.m, a.k, a.gather_dim);
   agmm::PushLaunch l;
   agmm::PushWork& work = l.work;
-  work.view = team_.view();
+  work.view = share_.heap->view();
   work.src = static_cast<const char*>(a.a_shard);
   work.src_ld = a.lda_shard * kElem;
   work.gathered = im.gathered;
@@ -366,11 +377,11 @@ GatheredA AllGatherMatmul::launch_push(const AgmmArgs& a, bool movers_in_gemm, c
   work.copy_local = !in_place(a, slot);
   work.skip_signal = skip_signal_;
   work.seq = im.push_seq;
-  work.fault = team_.fault();
+  work.fault = share_.fault;
   l.push_ctas = plan.push_ctas;
-  l.gemm = ready_gemm(team_, im.gathered, a, plan.gemm, im.push_flags, plan.grid);
+  l.gemm = ready_gemm(share_, im.gathered, a, plan.gemm, im.push_flags, plan.grid);
   // In place: the movers raise no flag for this rank's own pieces.
-  l.gemm.present_source = work.copy_local ? -1 : team_.rank();
+  l.gemm.present_source = work.copy_local ? -1 : share_.rank;
   l.gemm.seq = im.gemm_seq;
   if (movers_in_gemm) agmm::enqueue_sm_specialized(l, s);
   else agmm::enqueue_push(l, s, im.side, im.fork, im.join);
@@ -385,24 +396,24 @@ GatheredA AllGatherMatmul::launch_push(const AgmmArgs& a, bool movers_in_gemm, c
 // shard, unless in place, is copied on the main stream before the GEMM: a copy on another stream
 // could not be waited for by a GEMM that holds every SM if the driver ran it as a kernel.
 GatheredA AllGatherMatmul::launch_fused_ce(const AgmmArgs& a, cudaStream_t s) {
-  const ShardShape sh = agmm_shard_shape(a.m, a.k, a.gather_dim, team_.world());
-  const FusedCePlan plan = make_fused_ce_plan(a, team_.world(), team_.sm_count());
+  const ShardShape sh = agmm_shard_shape(a.m, a.k, a.gather_dim, share_.world);
+  const FusedCePlan plan = make_fused_ce_plan(a, share_.world, share_.sm_count);
   Impl& im = *impl_;
   TF_REQUIRE(plan.grid.flags() <= im.ce_flag_capacity, Status::Internal,
              "all_gather_matmul: " << plan.grid.flags() << " chunk flags exceed the " << im.ce_flag_capacity
                                    << " allocated");
-  const auto& view = team_.view();
-  const int w = team_.world(), rank = team_.rank();
+  const auto& view = share_.heap->view();
+  const int w = share_.world, rank = share_.rank;
   const GatheredA slot = local_slot(a.m, a.k, a.gather_dim);
   const bool shard_in_place = in_place(a, slot);
   uint64_t* epoch = im.dec_seq.counter;
-  agmm::ReadyGemmLaunch g = ready_gemm(team_, im.gathered, a, plan.gemm, im.ce_flags, plan.grid);
+  agmm::ReadyGemmLaunch g = ready_gemm(share_, im.gathered, a, plan.gemm, im.ce_flags, plan.grid);
   g.present_source = rank;
   g.first_k = agmm::first_k_block(plan.grid, rank);
   g.seq = {epoch, nullptr};  // the begin kernel below advances the epoch for this launch
   agmm::validate_policy_gemm(g.gemm, g.config, false);  // before anything is enqueued
 
-  agmm::enqueue_begin(epoch, view, im.dec_barrier, team_.fault(), s);
+  agmm::enqueue_begin(epoch, view, im.dec_barrier, share_.fault, s);
   TF_CUDA(cudaEventRecord(im.fork, s));
   TF_CUDA(cudaStreamWaitEvent(im.side, im.fork, 0));
   const agmm::PieceGrid& pg = plan.grid;

@@ -11,7 +11,7 @@
 #include "agmm_internal.h"
 #include "taxfree/ops/all_gather_matmul.h"
 #include "taxfree/runtime/error.h"
-#include "taxfree/runtime/team.h"
+#include "taxfree/runtime/rank_share.h"
 
 namespace taxfree {
 
@@ -73,16 +73,16 @@ inline gemm::GemmArgs gemm_args(const AgmmArgs& a, const void* gathered, int64_t
 
 // The A shards as a block all-gather into every rank's gathered A (ksplit's two-kernel path, on
 // its side stream); the caller sets ready, flags and the sequence.
-inline BlockGather shard_gather(const Team& team, const AgmmArgs& a, const GatheredA& slot, char* gathered,
+inline BlockGather shard_gather(const RankShare& share, const AgmmArgs& a, const GatheredA& slot, char* gathered,
                                 int max_ctas) {
   BlockGather g;
-  g.view = team.view();
-  g.plan = shard_gather_plan(a.m, agmm_shard_shape(a.m, a.k, a.gather_dim, team.world()).cols, team.world(),
+  g.view = share.heap->view();
+  g.plan = shard_gather_plan(a.m, agmm_shard_shape(a.m, a.k, a.gather_dim, share.world).cols, share.world,
                              max_ctas);
   g.src = static_cast<const char*>(a.a_shard), g.src_ld = a.lda_shard * kElem;
   g.dst = gathered, g.dst_ld = slot.ld * kElem;
   g.copy_local = !in_place(a, slot);
-  g.fault = team.fault();
+  g.fault = share.fault;
   return g;
 }
 

@@ -41,17 +41,17 @@ GatheredA AllGatherMatmul::launch_ksplit(const AgmmArgs& a, cudaStream_t s) {
       if (a.m >= agmm::kBandsMinM) return launch_ksplit_bands(a, s);
       break;
   }
-  const agmm::KsplitSlices sl = make_ksplit_plan(a, team_.world(), config_, team_.sm_count());
+  const agmm::KsplitSlices sl = make_ksplit_plan(a, share_.world, config_, share_.sm_count);
   Impl& im = *impl_;
   const GatheredA slot = local_slot(a.m, a.k, a.gather_dim);
-  const int64_t k0 = team_.rank() * sl.shard_cols;  // this rank's K rows of B
+  const int64_t k0 = share_.rank * sl.shard_cols;  // this rank's K rows of B
   gemm::GemmArgs g = gemm_args(a, a.a_shard, a.lda_shard);
   g.b = b_from_k(a, k0);
   g.c = im.ksplit_own, g.ldc = sl.ldp;
   g.k = sl.shard_cols;
 
   agmm::KsplitLaunch l;
-  l.view = team_.view();
+  l.view = share_.heap->view();
   l.own = im.ksplit_own;
   l.recv = im.ksplit_recv;
   l.slot_floats = im.ksplit_slot_floats;
@@ -63,9 +63,9 @@ GatheredA AllGatherMatmul::launch_ksplit(const AgmmArgs& a, cudaStream_t s) {
   l.dtype = a.dtype;
   l.slices = sl;
   l.seq = im.ksplit_seq;
-  l.fault = team_.fault();
+  l.fault = share_.fault;
   const int side_ctas = config_.side_gather_ctas > 0 ? config_.side_gather_ctas : agmm::kSideGatherCtas;
-  agmm::BlockGather ga = shard_gather(team_, a, slot, im.gathered, side_ctas);
+  agmm::BlockGather ga = shard_gather(share_, a, slot, im.gathered, side_ctas);
   ga.ready = im.side_ready;
   ga.flags = im.side_flags;
   ga.seq = im.side_seq;
@@ -84,12 +84,12 @@ GatheredA AllGatherMatmul::launch_ksplit(const AgmmArgs& a, cudaStream_t s) {
 
 GatheredA AllGatherMatmul::launch_ksplit_skinny(const AgmmArgs& a, cudaStream_t s) {
   const int per_sm = agmm::ksplit_skinny_ctas_per_sm(a.dtype, a.b_layout, agmm::skinny_m_tiles(a.m));
-  const agmm::KsplitSkinny p = make_ksplit_skinny_plan(a, team_.world(), config_, team_.sm_count() * per_sm);
+  const agmm::KsplitSkinny p = make_ksplit_skinny_plan(a, share_.world, config_, share_.sm_count * per_sm);
   Impl& im = *impl_;
   const GatheredA slot = local_slot(a.m, a.k, a.gather_dim);
-  const int64_t k0 = team_.rank() * p.shard_cols;  // this rank's K rows of B
+  const int64_t k0 = share_.rank * p.shard_cols;  // this rank's K rows of B
   agmm::KsplitSkinnyLaunch l;
-  l.view = team_.view();
+  l.view = share_.heap->view();
   l.plan = p;
   l.a = static_cast<const char*>(a.a_shard), l.lda = a.lda_shard;
   l.b = b_from_k(a, k0);
@@ -106,7 +106,7 @@ GatheredA AllGatherMatmul::launch_ksplit_skinny(const AgmmArgs& a, cudaStream_t 
   l.c = a.c, l.ldc = a.ldc;
   l.dtype = a.dtype;
   l.seq = im.ksplit_seq;
-  l.fault = team_.fault();
+  l.fault = share_.fault;
   agmm::enqueue_ksplit_skinny(l, s);  // checks the inbox's capacity before it enqueues
   return {im.gathered, slot.ld};
 }
@@ -116,10 +116,10 @@ GatheredA AllGatherMatmul::launch_ksplit_skinny(const AgmmArgs& a, cudaStream_t 
 // this rank's own slot. Main stream: our GEMM with the band epilogue (no wait: it reads only this
 // rank's data), then the band sum, which waits for the peers' bands and A shards.
 GatheredA AllGatherMatmul::launch_ksplit_bands(const AgmmArgs& a, cudaStream_t s) {
-  const agmm::KsplitSlices sl = make_ksplit_plan(a, team_.world(), config_, team_.sm_count());  // validates
+  const agmm::KsplitSlices sl = make_ksplit_plan(a, share_.world, config_, share_.sm_count);  // validates
   Impl& im = *impl_;
-  const auto& view = team_.view();
-  const int w = team_.world(), rank = team_.rank();
+  const auto& view = share_.heap->view();
+  const int w = share_.world, rank = share_.rank;
   const GatheredA slot = local_slot(a.m, a.k, a.gather_dim);
   const int64_t k0 = rank * sl.shard_cols;  // this rank's K rows of B
   agmm::KsplitGemmLaunch l;
@@ -127,7 +127,7 @@ GatheredA AllGatherMatmul::launch_ksplit_bands(const AgmmArgs& a, cudaStream_t s
   l.gemm = gemm_args(a, a.a_shard, a.lda_shard);
   l.gemm.b = b_from_k(a, k0);
   l.gemm.k = sl.shard_cols;
-  l.config = gemm::choose_gemm_config(a.m, a.n, sl.shard_cols, a.dtype, a.b_layout, team_.sm_count(), gemm::KCuts::split,
+  l.config = gemm::choose_gemm_config(a.m, a.n, sl.shard_cols, a.dtype, a.b_layout, share_.sm_count, gemm::KCuts::split,
                                       gemm::SwapAB::never);
   l.own = im.ksplit_own, l.recv = im.ksplit_recv;
   l.ldp = sl.ldp, l.slot_floats = im.ksplit_slot_floats;
@@ -140,7 +140,7 @@ GatheredA AllGatherMatmul::launch_ksplit_bands(const AgmmArgs& a, cudaStream_t s
   l.c = a.c, l.ldc = a.ldc;
   l.dtype = a.dtype;
   l.seq = im.ksplit_seq;
-  l.fault = team_.fault();
+  l.fault = share_.fault;
   gemm::validate_inputs(l.gemm, l.config);  // before anything is enqueued
   TF_REQUIRE((a.m + 63) / 64 * l.bands_n <= l.band_capacity, Status::Internal,
              "ksplit: " << (a.m + 63) / 64 * l.bands_n << " bands exceed the " << l.band_capacity << " flags");
@@ -172,15 +172,15 @@ GatheredA AllGatherMatmul::launch_ksplit_bands(const AgmmArgs& a, cudaStream_t s
 // per arriving shard (rank+1, rank+2, ...: the order they are sent in), its K rows added in fp32;
 // then the C kernel rounds the block into C and all-gathers it (a programmatic dependent launch).
 GatheredA AllGatherMatmul::launch_nsplit(const AgmmArgs& a, cudaStream_t s) {
-  const agmm::BlockGatherPlan plan = make_nsplit_plan(a, team_.world(), config_, team_.sm_count());  // validates
-  const ShardShape sh = agmm_shard_shape(a.m, a.k, a.gather_dim, team_.world());
+  const agmm::BlockGatherPlan plan = make_nsplit_plan(a, share_.world, config_, share_.sm_count);  // validates
+  const ShardShape sh = agmm_shard_shape(a.m, a.k, a.gather_dim, share_.world);
   Impl& im = *impl_;
-  const auto& view = team_.view();
-  const int w = team_.world(), rank = team_.rank();
+  const auto& view = share_.heap->view();
+  const int w = share_.world, rank = share_.rank;
   const GatheredA slot = local_slot(a.m, a.k, a.gather_dim);
   const int64_t c0 = plan.blocks.begin(rank), cols = plan.blocks.cols(rank);
   uint64_t* epoch = im.dec_seq.counter;
-  const dev::FaultContext fault = team_.fault();
+  const dev::FaultContext fault = share_.fault;
   // Source src's K rows of B times its shard (this rank's from A_shard, the others' from the
   // gathered A), for this rank's columns, into (the first) or onto the fp32 block; one rank has a
   // single source: straight into C, rounded by cuBLASLt.

@@ -1,0 +1,36 @@
+// RankShare: what an op object takes from the rank it is built on.
+//
+// Team::share() gives a GPU's whole share. Tests build one per rank simulated on one GPU
+// (tests/gpu/simulated_ranks.h: a span of one allocation as each rank's heap, 1/W of the SMs, no
+// NCCL), so an op's cross-rank protocols run where only one GPU is at hand. An op reads the share
+// once, at construction; the heap, the fault state and the functions must outlive it.
+#pragma once
+
+#include <nccl.h>
+
+#include <functional>
+#include <string>
+
+#include "taxfree/device/fault.cuh"
+#include "taxfree/device/launch_sequence.cuh"
+#include "taxfree/runtime/symmetric_heap.h"
+
+namespace taxfree {
+
+struct RankShare {
+  int rank = 0;
+  int world = 1;
+  // SMs this rank's kernels may fill at once. Plans size the grids that wait for peers to it, so
+  // the W ranks of one GPU can be resident together.
+  int sm_count = 0;
+  // The op's symmetric buffers. Allocation is collective: the same calls in the same order on
+  // every rank give every buffer the same offset.
+  SymmetricHeap* heap = nullptr;
+  dev::FaultContext fault{};     // deadline, abort flag and record of every device wait
+  ncclComm_t comm = nullptr;     // nullptr: no NCCL; the variants that call it throw NotSupported
+  std::function<dev::LaunchSequence()> new_sequence;     // a fresh launch counter of this rank
+  // A host barrier of every rank; empty: none (one thread builds every simulated rank in turn).
+  std::function<void(const std::string&)> host_barrier;
+};
+
+}  // namespace taxfree

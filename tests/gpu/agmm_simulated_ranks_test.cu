@@ -1,0 +1,214 @@
+// all_gather_matmul's cross-rank variants with 2, 3, 4 and 8 ranks simulated on one GPU
+// (simulated_ranks.h): each rank's op is built on its RankShare (a span of one allocation as its
+// heap, SMs / W for its plans, no NCCL) and each rank has its own Problem (its shard, its B, or the
+// replicated B of ksplit and nsplit). Every variant that needs no NCCL -- decomposed, pull, push,
+// sm-specialized, fused-ce, ksplit (skinny, two-kernel, bands), nsplit -- runs on every rank, and
+// each rank's C is checked against the float64 reference, its gathered A bit for bit against the
+// shards and the same on every rank (C too where B is replicated). Outputs and op buffers are
+// poisoned before each launch. Then hundreds of launches without a reset with one rank late, and
+// bsp's NotSupported on a share without NCCL. What this cannot show: simulated_ranks.h.
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "agmm_test_util.h"
+#include "gpu_env.h"
+#include "simulated_ranks.h"
+#include "taxfree/device/scoped_memory.cuh"
+#include "taxfree/ops/all_gather_matmul.h"
+#include "taxfree/runtime/error.h"
+
+namespace taxfree {
+namespace {
+
+using namespace agmm_test;
+using test::SimulatedHeaps;
+
+__global__ void sleep_kernel(uint64_t ns) { dev::sleep_for_ns(ns); }
+
+// K / W = 1032: a multiple of 8 (the shard rule), not of 64 (the GEMM's k-block).
+constexpr int64_t kSplitShardK = 1032;
+
+// W simulated ranks, an all_gather_matmul op on each rank's share.
+class SimulatedAgmm {
+ public:
+  SimulatedAgmm(int world, int64_t max_m, int64_t max_k) : heaps_(world, span(world, config(max_m, max_k))) {
+    for (int r = 0; r < world; ++r) ops_.push_back(std::make_unique<AllGatherMatmul>(heaps_.share(r), config(max_m, max_k)));
+  }
+
+  int world() const { return heaps_.world(); }
+  AllGatherMatmul& op(int r) { return *ops_[size_t(r)]; }
+  cudaStream_t stream(int r) const { return heaps_.stream(r); }
+
+  // One Problem per rank (the same shards on each; rank r's B, or with same_b the replicated one).
+  std::vector<Problem> problems(const Shape& s, uint64_t seed, bool same_b) const {
+    std::vector<Problem> ps;
+    for (int r = 0; r < world(); ++r) ps.emplace_back(s, seed, same_b, r, world());
+    return ps;
+  }
+
+  // Poisons every rank's C and op buffers and waits (the peers write into them).
+  void poison(std::vector<Problem>& ps) {
+    for (int r = 0; r < world(); ++r) ps[size_t(r)].poison_c(stream(r)), op(r).fill_buffers(0xFF, stream(r));
+    TF_CUDA(cudaDeviceSynchronize());
+  }
+
+  // Enqueues `v` on every rank in rank order (rank `late` first sleeps late_ns on its stream); in
+  // place: each rank's shard copied into its op's slot first. Returns every rank's gathered A.
+  std::vector<GatheredA> launch(std::vector<Problem>& ps, AgmmVariant v, bool in_place = false, int late = -1,
+                                uint64_t late_ns = 0) {
+    std::vector<GatheredA> gs;
+    for (int r = 0; r < world(); ++r) {
+      Problem& p = ps[size_t(r)];
+      AgmmArgs a = in_place ? p.in_place_args(op(r), stream(r)) : p.args();
+      a.b_replicated = p.shape().gather_dim == 1 && splits(v);
+      if (r == late) sleep_kernel<<<1, 1, 0, stream(r)>>>(late_ns);
+      gs.push_back(op(r).launch(v, a, stream(r)));
+    }
+    return gs;
+  }
+
+  // Waits for every rank (a device wait that gave up fails with its diagnostic), then checks every
+  // rank's C against the reference and its gathered A against the shards; the gathered A, and C
+  // after ksplit / nsplit (the same sums in the same order everywhere), the same on every rank.
+  void check(std::vector<Problem>& ps, const std::vector<GatheredA>& gs, AgmmVariant v, const std::string& what) {
+    heaps_.sync(what);
+    uint64_t hash0 = 0;
+    std::vector<uint16_t> c0;
+    for (int r = 0; r < world(); ++r) {
+      const std::string at = what + " rank " + std::to_string(r) + " of " + std::to_string(world());
+      Problem& p = ps[size_t(r)];
+      p.expect_c(at);
+      const uint64_t hash = p.expect_gathered_values(gs[size_t(r)], at);
+      if (r == 0) hash0 = hash;
+      EXPECT_EQ(hash, hash0) << at << ": gathered A differs from rank 0's";
+      if (!splits(v)) continue;
+      if (r == 0) c0 = p.c_bits();
+      else EXPECT_TRUE(p.c_bits() == c0) << at << ": C differs from rank 0's bit for bit";
+    }
+  }
+
+  void run(std::vector<Problem>& ps, AgmmVariant v, const std::string& what, bool in_place = false) {
+    poison(ps);
+    check(ps, launch(ps, v, in_place), v, what);
+  }
+
+ private:
+  static bool splits(AgmmVariant v) { return v == AgmmVariant::ksplit || v == AgmmVariant::nsplit; }
+  static AgmmConfig config(int64_t max_m, int64_t max_k) {
+    AgmmConfig c;
+    c.max_m = max_m, c.max_k = max_k;
+    c.ksplit_max_n = 1024;  // the widest ksplit / nsplit shape here
+    return c;
+  }
+  // Each rank's heap: the gathered A, ksplit's partials (its own and 2 (W - 1) received), flags.
+  static uint64_t span(int world, const AgmmConfig& c) {
+    const uint64_t gathered = uint64_t(c.max_m) * uint64_t((c.max_k + 7) / 8 * 8) * 2;
+    const uint64_t partials = uint64_t(c.ksplit_max_m) * uint64_t(c.ksplit_max_n) * 4 * uint64_t(2 * world - 1);
+    return gathered + 2 * partials + (64ull << 20);
+  }
+
+  SimulatedHeaps heaps_;
+  std::vector<std::unique_ptr<AllGatherMatmul>> ops_;
+};
+
+struct SimVariant {
+  const char* name;
+  AgmmVariant v;
+};
+constexpr SimVariant kGatherVariants[] = {{"decomposed", AgmmVariant::decomposed},
+                                          {"pull", AgmmVariant::pull},
+                                          {"push", AgmmVariant::push},
+                                          {"sm-specialized", AgmmVariant::sm_specialized},
+                                          {"fused-ce", AgmmVariant::fused_ce}};
+
+std::string world_label(int w) { return "W=" + std::to_string(w) + " "; }
+
+// The odd shapes of the two-GPU tests (M not a multiple of any tile, K = 1001 or K / W a multiple
+// of 8 but not of 64, N = 1000) through every gathering variant, both gather dims, bf16 NK and
+// fp16 KN, and in place.
+TEST(AgmmSim, GatheringVariantsAtTwoToEightRanks) {
+  TF_REQUIRE_GPUS(1);
+  for (int w : {2, 3, 4, 8}) {
+    SimulatedAgmm sim(w, 500 * w, 504 * w);
+    for (int gd : {0, 1}) {
+      const bool bf16 = gd == 0;
+      auto ps = sim.problems(odd_shape(gd, bf16 ? DType::bf16 : DType::fp16, bf16 ? BLayout::NK : BLayout::KN, w),
+                             300 + uint64_t(w) * 2 + uint64_t(gd), false);
+      const std::string shape = world_label(w) + label(ps[0].shape()) + " ";
+      for (const SimVariant& sv : kGatherVariants) sim.run(ps, sv.v, shape + sv.name);
+      for (const SimVariant& sv : {kGatherVariants[0], kGatherVariants[2], kGatherVariants[4]})
+        sim.run(ps, sv.v, shape + sv.name + " in place", true);
+    }
+  }
+}
+
+// ksplit's three paths by M (skinny <= 32, two-kernel, bands >= 512) and nsplit (N = 5: one rank
+// holds every column, the others none), B replicated, gather_dim 1.
+TEST(AgmmSim, KsplitAndNsplitAtTwoToEightRanks) {
+  TF_REQUIRE_GPUS(1);
+  for (int w : {2, 3, 4, 8}) {
+    SimulatedAgmm sim(w, 1024, kSplitShardK * w);
+    for (int64_t m : {3, 127, 520}) {
+      auto ps = sim.problems({m, 1003, kSplitShardK * w, 1, DType::bf16, BLayout::NK}, 400 + uint64_t(m), true);
+      const std::string shape = world_label(w) + label(ps[0].shape()) + " ";
+      sim.run(ps, AgmmVariant::ksplit, shape + "ksplit");
+      sim.run(ps, AgmmVariant::nsplit, shape + "nsplit");
+      if (m == 127) sim.run(ps, AgmmVariant::ksplit, shape + "ksplit in place", true);
+    }
+    auto narrow = sim.problems({33, 5, kSplitShardK * w, 1, DType::fp16, BLayout::KN}, 410, true);
+    sim.run(narrow, AgmmVariant::nsplit, world_label(w) + label(narrow[0].shape()) + " nsplit");
+  }
+}
+
+// Epochs, not resets: at three ranks, 210 launches back to back per rank cycling through the
+// gathering variants (and ksplit, nsplit at gather_dim 1), rank 1 sleeping 20 us before each of
+// its launches, the last launch checked; then one more with rank 1 200 us late.
+TEST(AgmmSim, HundredsOfMixedLaunchesWithoutResetAtThreeRanks) {
+  TF_REQUIRE_GPUS(1);
+  constexpr int kWorld = 3;
+  SimulatedAgmm sim(kWorld, 1024, kSplitShardK * kWorld);
+  auto rows = sim.problems({kWorld * 96, 264, 520, 0, DType::bf16, BLayout::NK}, 500, false);
+  auto cols = sim.problems({96, 264, kSplitShardK * kWorld, 1, DType::bf16, BLayout::KN}, 501, true);
+  const std::vector<AgmmVariant> gathering = {AgmmVariant::decomposed, AgmmVariant::pull, AgmmVariant::push,
+                                              AgmmVariant::sm_specialized, AgmmVariant::fused_ce};
+  std::vector<AgmmVariant> splitting = gathering;
+  splitting.push_back(AgmmVariant::ksplit), splitting.push_back(AgmmVariant::nsplit);
+  for (auto* ps : {&rows, &cols}) {
+    const std::vector<AgmmVariant>& cycle = ps == &rows ? gathering : splitting;
+    const std::string shape = label((*ps)[0].shape());
+    sim.poison(*ps);
+    std::vector<GatheredA> gs;
+    AgmmVariant v{};
+    for (int i = 0; i < 210; ++i) gs = sim.launch(*ps, v = cycle[size_t(i) % cycle.size()], false, 1, 20'000);
+    sim.check(*ps, gs, v, shape + " after 210 mixed launches, the last " + variant_name(v));
+    for (AgmmVariant last : cycle) {
+      sim.poison(*ps);
+      sim.check(*ps, sim.launch(*ps, last, false, 1, 200'000), last, shape + " " + variant_name(last) + ", rank 1 late");
+    }
+  }
+}
+
+// bsp and bsp-own call NCCL: NotSupported on a share without a communicator, nothing enqueued
+// (the next launch of another variant still matches).
+TEST(AgmmSim, BspIsNotSupportedWithoutNccl) {
+  TF_REQUIRE_GPUS(1);
+  SimulatedAgmm sim(2, 1000, 1008);
+  auto ps = sim.problems(odd_shape(0, DType::bf16, BLayout::NK, 2), 600, false);
+  for (AgmmVariant v : {AgmmVariant::bsp, AgmmVariant::bsp_own}) {
+    try {
+      sim.op(0).launch(v, ps[0].args(), sim.stream(0));
+      ADD_FAILURE() << variant_name(v) << " launched without NCCL";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.status(), Status::NotSupported) << e.what();
+      EXPECT_NE(std::string(e.what()).find("NCCL"), std::string::npos) << e.what();
+    }
+  }
+  sim.run(ps, AgmmVariant::push, "push after the refused bsp");
+}
+
+}  // namespace
+}  // namespace taxfree
