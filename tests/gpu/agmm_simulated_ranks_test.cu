@@ -5,11 +5,17 @@
 // sm-specialized, fused-ce, ksplit (skinny, two-kernel, bands), nsplit -- runs on every rank, and
 // each rank's C is checked against the float64 reference, its gathered A bit for bit against the
 // shards and the same on every rank (C too where B is replicated). Outputs and op buffers are
-// poisoned before each launch. Then hundreds of launches without a reset with one rank late, and
-// bsp's NotSupported on a share without NCCL. What this cannot show: simulated_ranks.h.
+// poisoned before each launch, and every rank's launch is enqueued behind a gate so the ranks
+// start together. Then hundreds of launches without a reset with one rank late, and bsp's
+// NotSupported on a share without NCCL. What this cannot show: simulated_ranks.h.
+//
+// Needs eager module loading (CUDA_MODULE_LOADING=EAGER; skipped otherwise, and
+// scripts/gpu_check.sh runs it so): cuBLASLt's kernels load lazily at their first launch, which
+// waits for the device to go idle, while here the ranks' waiting kernels keep it busy.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <vector>
@@ -28,6 +34,16 @@ using namespace agmm_test;
 using test::SimulatedHeaps;
 
 __global__ void sleep_kernel(uint64_t ns) { dev::sleep_for_ns(ns); }
+
+// The driver reads CUDA_MODULE_LOADING when it starts.
+#define REQUIRE_EAGER_LOADING()                                                                       \
+  do {                                                                                                \
+    TF_REQUIRE_GPUS(1);                                                                               \
+    const char* tf_mode_ = std::getenv("CUDA_MODULE_LOADING");                                        \
+    if (tf_mode_ == nullptr || std::string(tf_mode_) != "EAGER")                                      \
+      GTEST_SKIP() << "needs CUDA_MODULE_LOADING=EAGER (a lazily loaded kernel's first launch waits "   \
+                      "for the device to go idle; the simulated ranks keep it busy)";                 \
+  } while (0)
 
 // K / W = 1032: a multiple of 8 (the shard rule), not of 64 (the GEMM's k-block).
 constexpr int64_t kSplitShardK = 1032;
@@ -56,18 +72,25 @@ class SimulatedAgmm {
     TF_CUDA(cudaDeviceSynchronize());
   }
 
-  // Enqueues `v` on every rank in rank order (rank `late` first sleeps late_ns on its stream); in
+  // Enqueues `v` on every rank behind the gate (rank `late` first sleeps late_ns on its stream); in
   // place: each rank's shard copied into its op's slot first. Returns every rank's gathered A.
   std::vector<GatheredA> launch(std::vector<Problem>& ps, AgmmVariant v, bool in_place = false, int late = -1,
                                 uint64_t late_ns = 0) {
     std::vector<GatheredA> gs;
+    heaps_.hold();
     for (int r = 0; r < world(); ++r) {
       Problem& p = ps[size_t(r)];
       AgmmArgs a = in_place ? p.in_place_args(op(r), stream(r)) : p.args();
       a.b_replicated = p.shape().gather_dim == 1 && splits(v);
       if (r == late) sleep_kernel<<<1, 1, 0, stream(r)>>>(late_ns);
-      gs.push_back(op(r).launch(v, a, stream(r)));
+      try {
+        gs.push_back(op(r).launch(v, a, stream(r)));
+      } catch (...) {
+        heaps_.release();  // the ranks enqueued so far wait for peers that never come: their deadline
+        throw;
+      }
     }
+    heaps_.release();
     return gs;
   }
 
@@ -119,8 +142,8 @@ struct SimVariant {
   const char* name;
   AgmmVariant v;
 };
+// pull needs whole tiles per shard (gather_dim 0: M / W a multiple of 128): it runs on its own shapes.
 constexpr SimVariant kGatherVariants[] = {{"decomposed", AgmmVariant::decomposed},
-                                          {"pull", AgmmVariant::pull},
                                           {"push", AgmmVariant::push},
                                           {"sm-specialized", AgmmVariant::sm_specialized},
                                           {"fused-ce", AgmmVariant::fused_ce}};
@@ -129,19 +152,25 @@ std::string world_label(int w) { return "W=" + std::to_string(w) + " "; }
 
 // The odd shapes of the two-GPU tests (M not a multiple of any tile, K = 1001 or K / W a multiple
 // of 8 but not of 64, N = 1000) through every gathering variant, both gather dims, bf16 NK and
-// fp16 KN, and in place.
+// fp16 KN, and in place; pull on whole-tile shards (M = 256 W, K = 520; M = 333, K = 320 W).
 TEST(AgmmSim, GatheringVariantsAtTwoToEightRanks) {
-  TF_REQUIRE_GPUS(1);
+  REQUIRE_EAGER_LOADING();
   for (int w : {2, 3, 4, 8}) {
     SimulatedAgmm sim(w, 500 * w, 504 * w);
     for (int gd : {0, 1}) {
       const bool bf16 = gd == 0;
-      auto ps = sim.problems(odd_shape(gd, bf16 ? DType::bf16 : DType::fp16, bf16 ? BLayout::NK : BLayout::KN, w),
-                             300 + uint64_t(w) * 2 + uint64_t(gd), false);
+      const DType t = bf16 ? DType::bf16 : DType::fp16;
+      const BLayout l = bf16 ? BLayout::NK : BLayout::KN;
+      auto ps = sim.problems(odd_shape(gd, t, l, w), 300 + uint64_t(w) * 2 + uint64_t(gd), false);
       const std::string shape = world_label(w) + label(ps[0].shape()) + " ";
       for (const SimVariant& sv : kGatherVariants) sim.run(ps, sv.v, shape + sv.name);
-      for (const SimVariant& sv : {kGatherVariants[0], kGatherVariants[2], kGatherVariants[4]})
+      for (const SimVariant& sv : {kGatherVariants[0], kGatherVariants[1], kGatherVariants[3]})
         sim.run(ps, sv.v, shape + sv.name + " in place", true);
+      auto whole = sim.problems(gd == 0 ? Shape{256 * w, 1000, 520, 0, t, l} : Shape{333, 1000, 320 * w, 1, t, l},
+                                320 + uint64_t(w) * 2 + uint64_t(gd), false);
+      const std::string whole_shape = world_label(w) + label(whole[0].shape()) + " ";
+      sim.run(whole, AgmmVariant::pull, whole_shape + "pull");
+      sim.run(whole, AgmmVariant::pull, whole_shape + "pull in place", true);
     }
   }
 }
@@ -149,7 +178,7 @@ TEST(AgmmSim, GatheringVariantsAtTwoToEightRanks) {
 // ksplit's three paths by M (skinny <= 32, two-kernel, bands >= 512) and nsplit (N = 5: one rank
 // holds every column, the others none), B replicated, gather_dim 1.
 TEST(AgmmSim, KsplitAndNsplitAtTwoToEightRanks) {
-  TF_REQUIRE_GPUS(1);
+  REQUIRE_EAGER_LOADING();
   for (int w : {2, 3, 4, 8}) {
     SimulatedAgmm sim(w, 1024, kSplitShardK * w);
     for (int64_t m : {3, 127, 520}) {
@@ -168,11 +197,11 @@ TEST(AgmmSim, KsplitAndNsplitAtTwoToEightRanks) {
 // gathering variants (and ksplit, nsplit at gather_dim 1), rank 1 sleeping 20 us before each of
 // its launches, the last launch checked; then one more with rank 1 200 us late.
 TEST(AgmmSim, HundredsOfMixedLaunchesWithoutResetAtThreeRanks) {
-  TF_REQUIRE_GPUS(1);
+  REQUIRE_EAGER_LOADING();
   constexpr int kWorld = 3;
   SimulatedAgmm sim(kWorld, 1024, kSplitShardK * kWorld);
-  auto rows = sim.problems({kWorld * 96, 264, 520, 0, DType::bf16, BLayout::NK}, 500, false);
-  auto cols = sim.problems({96, 264, kSplitShardK * kWorld, 1, DType::bf16, BLayout::KN}, 501, true);
+  auto rows = sim.problems({kWorld * 128, 264, 520, 0, DType::bf16, BLayout::NK}, 500, false);  // whole tiles: pull
+  auto cols = sim.problems({96, 264, 1024 * kWorld, 1, DType::bf16, BLayout::KN}, 501, true);  // whole k-tiles: pull
   const std::vector<AgmmVariant> gathering = {AgmmVariant::decomposed, AgmmVariant::pull, AgmmVariant::push,
                                               AgmmVariant::sm_specialized, AgmmVariant::fused_ce};
   std::vector<AgmmVariant> splitting = gathering;
@@ -195,7 +224,7 @@ TEST(AgmmSim, HundredsOfMixedLaunchesWithoutResetAtThreeRanks) {
 // bsp and bsp-own call NCCL: NotSupported on a share without a communicator, nothing enqueued
 // (the next launch of another variant still matches).
 TEST(AgmmSim, BspIsNotSupportedWithoutNccl) {
-  TF_REQUIRE_GPUS(1);
+  REQUIRE_EAGER_LOADING();
   SimulatedAgmm sim(2, 1000, 1008);
   auto ps = sim.problems(odd_shape(0, DType::bf16, BLayout::NK, 2), 600, false);
   for (AgmmVariant v : {AgmmVariant::bsp, AgmmVariant::bsp_own}) {

@@ -8,7 +8,7 @@
 // SMs, launch sequences from a pool, no NCCL), so an op built on it runs its cross-rank variants.
 // What it cannot show: NVLink's ordering and latency (every peer is in the same GPU's memory).
 // Co-residency is the caller's part: kernels whose CTAs wait for peers must fit on the GPU together,
-// so plan each rank for sms_per_rank().
+// so plan each rank for sms_per_rank(). hold() / release() start every rank's work together.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "taxfree/device/fault.cuh"
+#include "taxfree/device/signal.cuh"
 #include "taxfree/device/launch_sequence.cuh"
 #include "taxfree/device/symmetric_view.cuh"
 #include "taxfree/runtime/error.h"
@@ -29,6 +30,13 @@
 #include "taxfree/runtime/team.h"
 
 namespace taxfree::test {
+
+namespace simulated_detail {
+// One thread waits (bounded) until the host raises *gate to `open`.
+static __global__ void gate_kernel(const uint64_t* gate, uint64_t open, dev::FaultContext fc) {
+  dev::wait_geq(gate, open, fc, dev::WaitSite::test_signal, -1);
+}
+}  // namespace simulated_detail
 
 class SimulatedHeaps {
  public:
@@ -42,6 +50,8 @@ class SimulatedHeaps {
     TF_CUDA(cudaHostAlloc(&abort_, kFaultBytes, cudaHostAllocMapped));
     std::memset(static_cast<void*>(abort_), 0, kFaultBytes);
     record_ = reinterpret_cast<dev::WaitRecord*>(abort_ + 2);  // 8-byte aligned after the flag
+    TF_CUDA(cudaHostAlloc(&gate_, sizeof(uint64_t), cudaHostAllocMapped));
+    *gate_ = 0;
     for (int r = 0; r < world; ++r) {
       cudaStream_t s;
       TF_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
@@ -51,6 +61,7 @@ class SimulatedHeaps {
   }
   ~SimulatedHeaps() {
     for (cudaStream_t s : streams_) cudaStreamDestroy(s);
+    cudaFreeHost(gate_);
     cudaFreeHost(abort_);
     cudaFree(sequences_);
     cudaFree(heaps_);
@@ -109,6 +120,18 @@ class SimulatedHeaps {
     return f;
   }
 
+  // Holds every rank's stream behind a gate (a one-thread kernel waiting, with the deadline, for
+  // release()) while the caller enqueues every rank's work, so the ranks start together as on W
+  // GPUs, not in the order the host enqueued them. Needs eager module loading: the first launch
+  // of a lazily loaded kernel waits for the device to go idle, which the gate keeps it from.
+  void hold() {
+    ++gate_open_;
+    for (int r = 0; r < world_; ++r)
+      simulated_detail::gate_kernel<<<1, 1, 0, streams_[size_t(r)]>>>(device_ptr(gate_), gate_open_, fault(r));
+    TF_CUDA(cudaGetLastError());
+  }
+  void release() { __atomic_store_n(gate_, gate_open_, __ATOMIC_RELEASE); }
+
   // Waits for every rank's stream; a device wait that gave up fails the test with its diagnostic
   // (then the record and the flag are cleared for the next case).
   void sync(const std::string& what) {
@@ -137,6 +160,8 @@ class SimulatedHeaps {
   uint64_t* sequences_ = nullptr;  // [world][kSequences] (counter, finished) pairs, zeroed
   uint32_t* abort_ = nullptr;  // host-mapped: the abort flag, then (8-byte aligned) the wait record
   dev::WaitRecord* record_ = nullptr;
+  uint64_t* gate_ = nullptr;  // host-mapped: hold()'s kernels wait for it to reach gate_open_
+  uint64_t gate_open_ = 0;
   std::vector<cudaStream_t> streams_;
   std::vector<std::unique_ptr<SymmetricHeap>> heaps_of_;  // share()'s, made at its first call
   std::vector<int> next_sequence_;                          // share()'s next sequence per rank

@@ -4,11 +4,11 @@
 // (OutType::fp32_accumulate) added in fp32 to the fp32 C already there (C += A * B: a product over
 // K in several calls, rounded once at the end by the caller).
 //
-// One cuBLASLt handle and a 32 MiB workspace per device, created on first use and kept for the
-// process; the plan (descriptors + heuristic's algorithm) is cached per shape, strides and pointer
-// alignment, so steady-state calls only enqueue. Calls on one device are serialised by a mutex
-// (host side only); the workspace is shared, so do not run two calls concurrently on different
-// streams of one device. Validation (ops/gemm.h: validate; for fp32 C: ldc a multiple of 4, C
+// One cuBLASLt handle per device and a 32 MiB workspace per stream (shared with our GEMM's split-K
+// workspace of that stream, gemm_detail.h), created on first use and kept for the process; the
+// plan (descriptors + heuristic's algorithm) is cached per shape, strides and pointer alignment, so
+// steady-state calls only enqueue. Calls on one device are serialised by a mutex (host side only);
+// calls on different streams may run concurrently. Validation (ops/gemm.h: validate; for fp32 C: ldc a multiple of 4, C
 // 16-byte aligned and apart from A and B) runs first and throws InvalidArgument.
 #pragma once
 

@@ -35,13 +35,14 @@ struct WorkspaceNeed {
 };
 WorkspaceNeed workspace_need(const WorkPlan& plan, const GemmConfig& cfg);
 
-// The split-K workspace of `stream` on the current device, grown to `need` if smaller (stream
-// ordered; counters zeroed on allocation, kernels leave them zeroed). Launches on one stream run
-// in order, so they may share it; two streams never do.
+// The GEMM workspace of `stream` on the current device, grown to `need` if smaller (stream
+// ordered; counters zeroed on allocation, kernels leave them zeroed): our GEMM's split-K partials
+// and counters, cuBLASLt's workspace (partials). Launches on one stream run in order, so they may
+// share it; two streams never do.
 struct Workspace {
   void* partials = nullptr;
   uint32_t* counters = nullptr;
 };
-Workspace splitk_workspace(cudaStream_t stream, const WorkspaceNeed& need);
+Workspace stream_workspace(cudaStream_t stream, const WorkspaceNeed& need);
 
 }  // namespace taxfree::gemm::detail

@@ -84,7 +84,7 @@ void launch_gemm(const GemmArgs& args, const GemmConfig& cfg, const typename Ord
   p.k = int(args.k);
   p.plan = detail::make_work_plan(args, cfg, clusters);
   if (p.plan.split_tiles() > 0) {
-    const detail::Workspace ws = detail::splitk_workspace(stream, detail::workspace_need(p.plan, cfg));
+    const detail::Workspace ws = detail::stream_workspace(stream, detail::workspace_need(p.plan, cfg));
     p.ws = {static_cast<float2*>(ws.partials), ws.counters};
   }
   p.order = order;

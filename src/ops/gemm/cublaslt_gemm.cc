@@ -11,6 +11,7 @@
 #include <tuple>
 #include <utility>
 
+#include "taxfree/ops/gemm_detail.h"
 #include "taxfree/runtime/error.h"
 
 #define TF_CUBLAS(expr)                                                                                  \
@@ -56,7 +57,6 @@ using PlanKey =
 
 struct DeviceState {
   cublasLtHandle_t handle = nullptr;
-  void* workspace = nullptr;
   std::map<PlanKey, std::unique_ptr<Plan>> plans;
 };
 
@@ -120,7 +120,7 @@ void validate_fp32_c(const GemmArgs& g) {
                "cuBLASLt GEMM: fp32 C overlaps an input");
 }
 
-// The cached plan for these arguments (made on first use), with the device's handle and workspace.
+// The cached plan for these arguments (made on first use), with the device's handle.
 struct Prepared {
   const DeviceState& device;
   const Plan& plan;
@@ -133,10 +133,7 @@ Prepared prepare(const GemmArgs& args, OutType out) {
   TF_CUDA(cudaGetDevice(&dev));
   TF_REQUIRE(dev >= 0 && dev < int(devices.size()), Status::NotSupported, "device ordinal " << dev << " >= 64");
   DeviceState& d = devices[dev];
-  if (!d.handle) {
-    TF_CUBLAS(cublasLtCreate(&d.handle));
-    TF_CUDA(cudaMalloc(&d.workspace, kWorkspaceBytes));
-  }
+  if (!d.handle) TF_CUBLAS(cublasLtCreate(&d.handle));
   // fp32 and fp32_accumulate share a plan (the same C type; beta is given at launch).
   const PlanKey key{args.m,         args.n,          args.k,
                     args.lda,       args.ldb,        args.ldc,
@@ -162,9 +159,11 @@ void cublaslt_prepare(const GemmArgs& args, OutType out) {
 void cublaslt_launch(const GemmArgs& args, cudaStream_t stream, OutType out) {
   std::lock_guard<std::mutex> lock(state_mutex());
   const Prepared p = prepare(args, out);
+  // The stream's own workspace: cuBLASLt's on two streams at once must not share one.
+  void* const ws = detail::stream_workspace(stream, {kWorkspaceBytes, 0}).partials;
   const float alpha = 1.0f, beta = out == OutType::fp32_accumulate ? 1.0f : 0.0f;
   TF_CUBLAS(cublasLtMatmul(p.device.handle, p.plan.op, &alpha, args.b, p.plan.a, args.a, p.plan.b, &beta, args.c,
-                           p.plan.c, args.c, p.plan.c, &p.plan.algo, p.device.workspace, kWorkspaceBytes, stream));
+                           p.plan.c, args.c, p.plan.c, &p.plan.algo, ws, kWorkspaceBytes, stream));
 }
 
 }  // namespace taxfree::gemm

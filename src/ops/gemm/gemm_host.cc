@@ -264,7 +264,7 @@ WorkspaceNeed workspace_need(const WorkPlan& plan, const GemmConfig& cfg) {
   return need;
 }
 
-Workspace splitk_workspace(cudaStream_t stream, const WorkspaceNeed& need) {
+Workspace stream_workspace(cudaStream_t stream, const WorkspaceNeed& need) {
   struct Buffer {
     void* partials = nullptr;
     size_t partial_bytes = 0;
