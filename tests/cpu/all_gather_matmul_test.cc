@@ -299,10 +299,15 @@ TEST(AgmmPlan, PullTilesReadOneRankEach) {
       const AgmmArgs b = args_for({m, 3584, int64_t(w) * 1024, 1});
       EXPECT_EQ(make_pull_plan(b, w, 132).source_unit, 1024 / 64);
     }
-  // Small M: the heuristic splits K (many CTAs per tile, few remote loads each), as for any GEMM.
+  // Small M: the heuristic splits K (many CTAs per tile, few remote loads each), as for any GEMM;
+  // the grid is the rank's share of SMs (a whole GPU's, or 1/W of one with simulated ranks).
   const AgmmArgs skinny = args_for({4, 3584, 8192, 1});
-  EXPECT_EQ(make_pull_plan(skinny, 2, 132).gemm.name(),
-            gemm::choose_gemm_config(4, 3584, 8192, skinny.dtype, skinny.b_layout, 132, gemm::KCuts::split).name());
+  for (int sms : {132, 66}) {
+    gemm::GemmConfig want = gemm::choose_gemm_config(4, 3584, 8192, skinny.dtype, skinny.b_layout, sms, gemm::KCuts::split);
+    want.max_ctas = sms;
+    EXPECT_EQ(make_pull_plan(skinny, 2, sms).gemm.name(), want.name());
+    EXPECT_EQ(make_fused_ce_plan(skinny, 2, sms).gemm.max_ctas, sms);
+  }
   EXPECT_TRUE(make_pull_plan(skinny, 2, 132).gemm.splits_k());
   expect_error([] { make_pull_plan(args_for({2 * 100, 4096, 8192, 0}), 2, 132); }, Status::NotSupported,
                "whole tiles per shard");

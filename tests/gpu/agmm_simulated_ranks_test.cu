@@ -1,17 +1,21 @@
 // all_gather_matmul's cross-rank variants with 2, 3, 4 and 8 ranks simulated on one GPU
 // (simulated_ranks.h): each rank's op is built on its RankShare (a span of one allocation as its
 // heap, SMs / W for its plans, no NCCL) and each rank has its own Problem (its shard, its B, or the
-// replicated B of ksplit and nsplit). Every variant that needs no NCCL -- decomposed, pull, push,
-// sm-specialized, fused-ce, ksplit (skinny, two-kernel, bands), nsplit -- runs on every rank, and
-// each rank's C is checked against the float64 reference, its gathered A bit for bit against the
-// shards and the same on every rank (C too where B is replicated). Outputs and op buffers are
-// poisoned before each launch, and every rank's launch is enqueued behind a gate so the ranks
-// start together. Then hundreds of launches without a reset with one rank late, and bsp's
-// NotSupported on a share without NCCL. What this cannot show: simulated_ranks.h.
+// replicated B of ksplit). The variants whose kernels are ours -- push, sm-specialized, fused-ce,
+// pull, ksplit's skinny and band paths -- run on every rank, and each rank's C is checked against
+// the float64 reference, its gathered A bit for bit against the shards and the same on every rank
+// (C too after ksplit). Outputs and op buffers are poisoned before each launch, and every rank's
+// launch is enqueued behind a gate so the ranks start together. Then hundreds of launches without
+// a reset with one rank late, and bsp's NotSupported on a share without NCCL.
 //
-// Needs eager module loading (CUDA_MODULE_LOADING=EAGER; skipped otherwise, and
-// scripts/gpu_check.sh runs it so): cuBLASLt's kernels load lazily at their first launch, which
-// waits for the device to go idle, while here the ranks' waiting kernels keep it busy.
+// Not here: decomposed, nsplit and ksplit's two-kernel path call cuBLASLt, which loads a kernel at
+// its first use and waits for the device to go idle, which the simulated ranks' waiting kernels
+// never let it (r180). What this cannot show besides: simulated_ranks.h.
+//
+// Needs CUDA_MODULE_LOADING=EAGER (our kernels loaded at start, for the same reason) and
+// CUDA_DEVICE_MAX_CONNECTIONS >= 16 (two streams per rank, each its own hardware queue: sharing one,
+// a waiting kernel holds back a peer's work queued behind it; r180 at W = 8); skipped otherwise.
+// scripts/gpu_check.sh runs it so.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
@@ -35,14 +39,16 @@ using test::SimulatedHeaps;
 
 __global__ void sleep_kernel(uint64_t ns) { dev::sleep_for_ns(ns); }
 
-// The driver reads CUDA_MODULE_LOADING when it starts.
-#define REQUIRE_EAGER_LOADING()                                                                       \
+// The driver reads both variables when it starts.
+#define REQUIRE_SIMULATION_ENV()                                                                      \
   do {                                                                                                \
     TF_REQUIRE_GPUS(1);                                                                               \
     const char* tf_mode_ = std::getenv("CUDA_MODULE_LOADING");                                        \
-    if (tf_mode_ == nullptr || std::string(tf_mode_) != "EAGER")                                      \
-      GTEST_SKIP() << "needs CUDA_MODULE_LOADING=EAGER (a lazily loaded kernel's first launch waits "   \
-                      "for the device to go idle; the simulated ranks keep it busy)";                 \
+    const char* tf_conn_ = std::getenv("CUDA_DEVICE_MAX_CONNECTIONS");                                \
+    if (tf_mode_ == nullptr || std::string(tf_mode_) != "EAGER" || tf_conn_ == nullptr ||             \
+        std::atoi(tf_conn_) < 16)                                                                     \
+      GTEST_SKIP() << "needs CUDA_MODULE_LOADING=EAGER and CUDA_DEVICE_MAX_CONNECTIONS >= 16 (see the " \
+                      "file's top)";                                                                  \
   } while (0)
 
 // K / W = 1032: a multiple of 8 (the shard rule), not of 64 (the GEMM's k-block).
@@ -81,7 +87,7 @@ class SimulatedAgmm {
     for (int r = 0; r < world(); ++r) {
       Problem& p = ps[size_t(r)];
       AgmmArgs a = in_place ? p.in_place_args(op(r), stream(r)) : p.args();
-      a.b_replicated = p.shape().gather_dim == 1 && splits(v);
+      a.b_replicated = p.shape().gather_dim == 1 && v == AgmmVariant::ksplit;
       if (r == late) sleep_kernel<<<1, 1, 0, stream(r)>>>(late_ns);
       try {
         gs.push_back(op(r).launch(v, a, stream(r)));
@@ -96,7 +102,7 @@ class SimulatedAgmm {
 
   // Waits for every rank (a device wait that gave up fails with its diagnostic), then checks every
   // rank's C against the reference and its gathered A against the shards; the gathered A, and C
-  // after ksplit / nsplit (the same sums in the same order everywhere), the same on every rank.
+  // after ksplit (the same sums in the same order everywhere), the same on every rank.
   void check(std::vector<Problem>& ps, const std::vector<GatheredA>& gs, AgmmVariant v, const std::string& what) {
     heaps_.sync(what);
     uint64_t hash0 = 0;
@@ -108,7 +114,7 @@ class SimulatedAgmm {
       const uint64_t hash = p.expect_gathered_values(gs[size_t(r)], at);
       if (r == 0) hash0 = hash;
       EXPECT_EQ(hash, hash0) << at << ": gathered A differs from rank 0's";
-      if (!splits(v)) continue;
+      if (v != AgmmVariant::ksplit) continue;
       if (r == 0) c0 = p.c_bits();
       else EXPECT_TRUE(p.c_bits() == c0) << at << ": C differs from rank 0's bit for bit";
     }
@@ -120,11 +126,10 @@ class SimulatedAgmm {
   }
 
  private:
-  static bool splits(AgmmVariant v) { return v == AgmmVariant::ksplit || v == AgmmVariant::nsplit; }
   static AgmmConfig config(int64_t max_m, int64_t max_k) {
     AgmmConfig c;
     c.max_m = max_m, c.max_k = max_k;
-    c.ksplit_max_n = 1024;  // the widest ksplit / nsplit shape here
+    c.ksplit_max_n = 1024;  // the widest ksplit shape here
     return c;
   }
   // Each rank's heap: the gathered A, ksplit's partials (its own and 2 (W - 1) received), flags.
@@ -143,8 +148,7 @@ struct SimVariant {
   AgmmVariant v;
 };
 // pull needs whole tiles per shard (gather_dim 0: M / W a multiple of 128): it runs on its own shapes.
-constexpr SimVariant kGatherVariants[] = {{"decomposed", AgmmVariant::decomposed},
-                                          {"push", AgmmVariant::push},
+constexpr SimVariant kGatherVariants[] = {{"push", AgmmVariant::push},
                                           {"sm-specialized", AgmmVariant::sm_specialized},
                                           {"fused-ce", AgmmVariant::fused_ce}};
 
@@ -154,7 +158,7 @@ std::string world_label(int w) { return "W=" + std::to_string(w) + " "; }
 // of 8 but not of 64, N = 1000) through every gathering variant, both gather dims, bf16 NK and
 // fp16 KN, and in place; pull on whole-tile shards (M = 256 W, K = 520; M = 333, K = 320 W).
 TEST(AgmmSim, GatheringVariantsAtTwoToEightRanks) {
-  REQUIRE_EAGER_LOADING();
+  REQUIRE_SIMULATION_ENV();
   for (int w : {2, 3, 4, 8}) {
     SimulatedAgmm sim(w, 500 * w, 504 * w);
     for (int gd : {0, 1}) {
@@ -164,8 +168,7 @@ TEST(AgmmSim, GatheringVariantsAtTwoToEightRanks) {
       auto ps = sim.problems(odd_shape(gd, t, l, w), 300 + uint64_t(w) * 2 + uint64_t(gd), false);
       const std::string shape = world_label(w) + label(ps[0].shape()) + " ";
       for (const SimVariant& sv : kGatherVariants) sim.run(ps, sv.v, shape + sv.name);
-      for (const SimVariant& sv : {kGatherVariants[0], kGatherVariants[1], kGatherVariants[3]})
-        sim.run(ps, sv.v, shape + sv.name + " in place", true);
+      for (const SimVariant& sv : kGatherVariants) sim.run(ps, sv.v, shape + sv.name + " in place", true);
       auto whole = sim.problems(gd == 0 ? Shape{256 * w, 1000, 520, 0, t, l} : Shape{333, 1000, 320 * w, 1, t, l},
                                 320 + uint64_t(w) * 2 + uint64_t(gd), false);
       const std::string whole_shape = world_label(w) + label(whole[0].shape()) + " ";
@@ -175,37 +178,39 @@ TEST(AgmmSim, GatheringVariantsAtTwoToEightRanks) {
   }
 }
 
-// ksplit's three paths by M (skinny <= 32, two-kernel, bands >= 512) and nsplit (N = 5: one rank
-// holds every column, the others none), B replicated, gather_dim 1.
-TEST(AgmmSim, KsplitAndNsplitAtTwoToEightRanks) {
-  REQUIRE_EAGER_LOADING();
+// ksplit's skinny path (M <= 32) and band path (M >= 512, and M = 127 forced), B replicated,
+// gather_dim 1, in place too.
+TEST(AgmmSim, KsplitSkinnyAndBandsAtTwoToEightRanks) {
+  REQUIRE_SIMULATION_ENV();
   for (int w : {2, 3, 4, 8}) {
     SimulatedAgmm sim(w, 1024, kSplitShardK * w);
-    for (int64_t m : {3, 127, 520}) {
-      auto ps = sim.problems({m, 1003, kSplitShardK * w, 1, DType::bf16, BLayout::NK}, 400 + uint64_t(m), true);
-      const std::string shape = world_label(w) + label(ps[0].shape()) + " ";
-      sim.run(ps, AgmmVariant::ksplit, shape + "ksplit");
-      sim.run(ps, AgmmVariant::nsplit, shape + "nsplit");
-      if (m == 127) sim.run(ps, AgmmVariant::ksplit, shape + "ksplit in place", true);
+    for (int64_t m : {3, 32, 520, 127}) {
+      auto ps = sim.problems({m, 1003, kSplitShardK * w, 1, m == 32 ? DType::fp16 : DType::bf16,
+                              m == 32 ? BLayout::KN : BLayout::NK},
+                             400 + uint64_t(m), true);
+      const std::string shape = world_label(w) + label(ps[0].shape()) + " ksplit" + (m == 127 ? " bands" : "");
+      if (m == 127) setenv("TAXFREE_AGMM_KSPLIT_PATH", "bands", 1);
+      sim.run(ps, AgmmVariant::ksplit, shape);
+      sim.run(ps, AgmmVariant::ksplit, shape + " in place", true);
+      unsetenv("TAXFREE_AGMM_KSPLIT_PATH");
     }
-    auto narrow = sim.problems({33, 5, kSplitShardK * w, 1, DType::fp16, BLayout::KN}, 410, true);
-    sim.run(narrow, AgmmVariant::nsplit, world_label(w) + label(narrow[0].shape()) + " nsplit");
   }
 }
 
 // Epochs, not resets: at three ranks, 210 launches back to back per rank cycling through the
-// gathering variants (and ksplit, nsplit at gather_dim 1), rank 1 sleeping 20 us before each of
+// gathering variants (and ksplit at gather_dim 1), rank 1 sleeping 20 us before each of
 // its launches, the last launch checked; then one more with rank 1 200 us late.
 TEST(AgmmSim, HundredsOfMixedLaunchesWithoutResetAtThreeRanks) {
-  REQUIRE_EAGER_LOADING();
+  REQUIRE_SIMULATION_ENV();
   constexpr int kWorld = 3;
   SimulatedAgmm sim(kWorld, 1024, kSplitShardK * kWorld);
   auto rows = sim.problems({kWorld * 128, 264, 520, 0, DType::bf16, BLayout::NK}, 500, false);  // whole tiles: pull
-  auto cols = sim.problems({96, 264, 1024 * kWorld, 1, DType::bf16, BLayout::KN}, 501, true);  // whole k-tiles: pull
-  const std::vector<AgmmVariant> gathering = {AgmmVariant::decomposed, AgmmVariant::pull, AgmmVariant::push,
-                                              AgmmVariant::sm_specialized, AgmmVariant::fused_ce};
+  // Whole k-tiles (pull), M <= 32 (ksplit's skinny path).
+  auto cols = sim.problems({32, 264, 1024 * kWorld, 1, DType::bf16, BLayout::KN}, 501, true);
+  const std::vector<AgmmVariant> gathering = {AgmmVariant::pull, AgmmVariant::push, AgmmVariant::sm_specialized,
+                                              AgmmVariant::fused_ce};
   std::vector<AgmmVariant> splitting = gathering;
-  splitting.push_back(AgmmVariant::ksplit), splitting.push_back(AgmmVariant::nsplit);
+  splitting.push_back(AgmmVariant::ksplit);
   for (auto* ps : {&rows, &cols}) {
     const std::vector<AgmmVariant>& cycle = ps == &rows ? gathering : splitting;
     const std::string shape = label((*ps)[0].shape());
@@ -224,7 +229,7 @@ TEST(AgmmSim, HundredsOfMixedLaunchesWithoutResetAtThreeRanks) {
 // bsp and bsp-own call NCCL: NotSupported on a share without a communicator, nothing enqueued
 // (the next launch of another variant still matches).
 TEST(AgmmSim, BspIsNotSupportedWithoutNccl) {
-  REQUIRE_EAGER_LOADING();
+  REQUIRE_SIMULATION_ENV();
   SimulatedAgmm sim(2, 1000, 1008);
   auto ps = sim.problems(odd_shape(0, DType::bf16, BLayout::NK, 2), 600, false);
   for (AgmmVariant v : {AgmmVariant::bsp, AgmmVariant::bsp_own}) {

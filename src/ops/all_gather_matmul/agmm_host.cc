@@ -190,6 +190,9 @@ PullPlan make_pull_plan(const AgmmArgs& a, int world, int num_sms) {
   // Split-K where the heuristic wants it: at small M a whole tile's k-loop would wait out ~100
   // remote loads in a row (r77: 214-233 us at M <= 8 on whole tiles).
   p.gemm = gemm::choose_gemm_config(a.m, a.n, a.k, a.dtype, a.b_layout, num_sms, gemm::KCuts::split);
+  // The rank's share: every compiled tile takes a whole SM (gemm_tiles.h), so a whole GPU's grid is
+  // unchanged, and W ranks simulated on one GPU stay co-resident.
+  p.gemm.max_ctas = num_sms;
   if (a.gather_dim == 0) {
     TF_REQUIRE(s.rows % p.gemm.bm == 0, Status::NotSupported,
                "all_gather_matmul pull at gather_dim 0 needs whole tiles per shard: M / world = "
@@ -219,6 +222,7 @@ FusedCePlan make_fused_ce_plan(const AgmmArgs& a, int world, int num_sms) {
   const ShardShape s = agmm_shard_shape(a.m, a.k, a.gather_dim, world);
   FusedCePlan p;
   p.gemm = gemm::choose_gemm_config(a.m, a.n, a.k, a.dtype, a.b_layout, num_sms, gemm::KCuts::none);
+  p.gemm.max_ctas = num_sms;  // as pull's
   agmm::PieceGrid& g = p.grid;
   g.world = world;
   g.gather_dim = a.gather_dim;

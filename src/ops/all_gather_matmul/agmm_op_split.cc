@@ -129,6 +129,7 @@ GatheredA AllGatherMatmul::launch_ksplit_bands(const AgmmArgs& a, cudaStream_t s
   l.gemm.k = sl.shard_cols;
   l.config = gemm::choose_gemm_config(a.m, a.n, sl.shard_cols, a.dtype, a.b_layout, share_.sm_count, gemm::KCuts::split,
                                       gemm::SwapAB::never);
+  l.config.max_ctas = share_.sm_count;  // as pull's: the rank's share
   l.own = im.ksplit_own, l.recv = im.ksplit_recv;
   l.ldp = sl.ldp, l.slot_floats = im.ksplit_slot_floats;
   l.flags = im.ksplit_band_flags, l.band_capacity = im.ksplit_sizes.band_flags;
