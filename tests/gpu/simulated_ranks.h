@@ -4,8 +4,9 @@
 // add) points into another rank's span exactly as it points into a peer GPU's heap; each rank has a
 // launch sequence and a non-blocking stream; all ranks share one abort flag and one wait record
 // (host-mapped, as a Team's), so a wait that gives up stops them all and names site, rank and peer.
-// share(r) gives rank r as an op object takes it (RankShare: the span as its heap, sms_per_rank()
-// SMs, launch sequences from a pool, no NCCL), so an op built on it runs its cross-rank variants.
+// share(r) gives rank r as an op object takes it (RankShare: the span as its heap, about
+// sms_per_rank() SMs, launch sequences from a pool, no NCCL), so an op built on it runs its
+// cross-rank variants.
 // What it cannot show: NVLink's ordering and latency (every peer is in the same GPU's memory).
 // Co-residency is the caller's part: kernels whose CTAs wait for peers must fit on the GPU together,
 // so plan each rank for sms_per_rank(). hold() / release() start every rank's work together.
@@ -102,7 +103,10 @@ class SimulatedHeaps {
       for (int q = 0; q < world_; ++q) heaps_of_.push_back(std::make_unique<SymmetricHeap>(view(q)));
     next_sequence_.resize(size_t(world_), 1);
     RankShare s;
-    s.rank = r, s.world = world_, s.sm_count = sms_per_rank_;
+    // kCopySms left over: copies between spans of one GPU may run as kernels (across GPUs the copy
+    // engines move them), and a rank's GEMM waiting for a peer's copy must leave them room (r181:
+    // fused-ce at W = 3, three 44-SM grids filling the GPU, waited out its deadline).
+    s.rank = r, s.world = world_, s.sm_count = (device_sms() - kCopySms) / world_;
     s.heap = heaps_of_[size_t(r)].get();
     s.fault = fault(r);
     s.new_sequence = [this, r] {
@@ -145,6 +149,7 @@ class SimulatedHeaps {
  private:
   static constexpr size_t kFaultBytes = 8 + sizeof(dev::WaitRecord);  // the flag, padding, the record
   static constexpr int kSequences = 64;  // per rank
+  static constexpr int kCopySms = 4;
 
   template <class T>
   static T* device_ptr(T* host) {
