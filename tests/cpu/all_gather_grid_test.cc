@@ -10,7 +10,7 @@ namespace {
 
 TEST(AllGatherPushGrid, ProtocolBlocksAndChunkPerSize) {
   AllGatherConfig c;
-  c.threads = 512, c.max_blocks = 264, c.ll_max_bytes = 1 << 20;
+  c.threads = 512, c.max_blocks = 132, c.ll_max_bytes = 1 << 20;  // one resident block per SM of an H200
   // Low-latency up to ll_max_bytes: two 8-byte lines per thread, at least one block.
   AllGatherPushGrid g = all_gather_push_grid(c, 16);
   EXPECT_TRUE(g.low_latency);
@@ -26,8 +26,8 @@ TEST(AllGatherPushGrid, ProtocolBlocksAndChunkPerSize) {
   EXPECT_FALSE(g.low_latency);
   EXPECT_EQ(g.chunk, uint64_t(64) << 10);
   EXPECT_EQ(g.blocks, 17);
-  g = all_gather_push_grid(c, uint64_t(256) << 20);
-  EXPECT_EQ(g.blocks, 264);
+  g = all_gather_push_grid(c, uint64_t(256) << 20);  // one wave: every block loops over its chunks
+  EXPECT_EQ(g.blocks, 132);
   // Fewer threads: smaller chunks; max_blocks caps both protocols.
   c.threads = 128, c.max_blocks = 5;
   g = all_gather_push_grid(c, 3 << 20);

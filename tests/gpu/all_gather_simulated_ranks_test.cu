@@ -1,11 +1,10 @@
 // all_gather's push kernels, both protocols, with 2, 3, 4 and 8 ranks simulated on one GPU
 // (simulated_ranks.h): the ready / arrived epoch flags, the low-latency lines and their parities
 // run for real whatever the world of the job. Each rank's grid comes from all_gather_push_grid with
-// at most SMs / W blocks: the direct kernel holds one 512-thread block per SM (82 registers), and
-// the W grids must be resident together, as their waits for each other need (r177: with 2 blocks
-// per SM per rank, as AllGather gives one GPU, four ranks' 3 MiB grids did not fit and waited out
-// their deadline). Every rank's recv is checked word for word after every launch,
-// in place and not, then after hundreds of launches without a reset.
+// at most 1/W of the blocks resident at once, so the W grids are resident together, as their waits
+// for each other need (r177: with 2 blocks per SM per rank, as AllGather then gave one GPU, four
+// ranks' 3 MiB grids did not fit and waited out their deadline). Every rank's recv is checked word
+// for word after every launch, in place and not, then after hundreds of launches without a reset.
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
@@ -107,7 +106,7 @@ class SimulatedAllGather {
 
 AllGatherConfig config_for(int world) {
   AllGatherConfig c;
-  c.max_blocks = SimulatedHeaps::device_sms() / world;  // one direct block per SM (see the top)
+  c.max_blocks = all_gather_push_resident_blocks(c.threads, SimulatedHeaps::device_sms()) / world;
   c.ll_max_bytes = 64 << 10;  // both protocols at moderate sizes
   return c;
 }

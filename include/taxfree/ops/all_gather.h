@@ -13,11 +13,11 @@
 //               * direct: each block waits until the peer's `recv` is free for this launch (the
 //                 peer has started it), stores its chunks of the local shard straight into the
 //                 peer's `recv` and raises a per-(sender, block) epoch flag; the kernel ends when
-//                 every incoming chunk has arrived. One block fits an SM (82 registers x 512
-//                 threads), so above SMs chunks (~8.5 MB per rank at 132 SMs, up to 2 x SMs blocks)
-//                 the grid is more than one wave, and since block b waits for block b of every
-//                 peer, progress relies on each GPU dispatching blocks in index order (what CUDA
-//                 does, not what it documents).
+//                 every incoming chunk has arrived.
+//               Both kernels' block b waits for block b of every peer, so a grid never has more
+//               blocks than are resident at once (all_gather_push_resident_blocks: one per SM at
+//               512 threads); larger shards loop over their chunks or lines. A grid of several
+//               waves would rely on every GPU dispatching blocks in index order.
 //
 // Contract: `recv` lies in the team's symmetric heap (push: required; nccl: either). `send` is
 // device memory of this rank; `send == recv + rank * bytes` (in place) is allowed, other overlaps
@@ -47,7 +47,7 @@ const char* variant_name(AllGatherVariant v);
 
 struct AllGatherConfig {
   int threads = 512;                  // per block
-  int max_blocks = 0;                 // 0: 2 x SMs
+  int max_blocks = 0;                 // 0: the blocks resident at once; never more
   // push: low-latency protocol up to this many bytes per rank (0: never). Up to 1 MiB its one
   // NVLink trip beats the direct protocol's handshake despite twice the bytes (measured, r3).
   uint64_t ll_max_bytes = 1 << 20;
@@ -79,6 +79,10 @@ struct AllGatherPushGrid {
 };
 AllGatherPushGrid all_gather_push_grid(const AllGatherConfig& config, uint64_t bytes);
 
+// Blocks of `threads` threads of both push kernels that `sm_count` SMs hold at once (occupancy):
+// the default and the limit of config.max_blocks.
+int all_gather_push_resident_blocks(int threads, int sm_count);
+
 // Enqueues the push kernel of grid `g` (config.threads threads per block) with arguments `a`: for
 // AllGather::launch, and for callers that own the flags and buffers (tests that simulate ranks on
 // one GPU). Every rank's flags start at 0; `a` as AllGatherPushArgs describes.
@@ -88,7 +92,8 @@ class AllGather {
  public:
   static constexpr int kMaxBlocks = 1024;
 
-  // Collective: allocates this op's flags in the symmetric heap.
+  // Collective: allocates this op's flags in the symmetric heap. Throws InvalidArgument for a
+  // config.max_blocks above the resident blocks.
   explicit AllGather(Team& team, AllGatherConfig config = {});
 
   // Validates, then enqueues. Throws InvalidArgument (naming the bad value) before any launch.

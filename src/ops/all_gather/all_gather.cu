@@ -97,9 +97,11 @@ const char* variant_name(AllGatherVariant v) { return v == AllGatherVariant::ncc
 AllGather::AllGather(Team& team, AllGatherConfig config) : team_(team), config_(config) {
   TF_REQUIRE(config_.threads >= 32 && config_.threads <= 512 && config_.threads % 32 == 0, Status::InvalidArgument,
              "all_gather threads per block " << config_.threads << " must be a multiple of 32 in [32, 512]");
-  if (config_.max_blocks <= 0) config_.max_blocks = std::min(2 * team.sm_count(), kMaxBlocks);
-  TF_REQUIRE(config_.max_blocks <= kMaxBlocks, Status::InvalidArgument,
-             "all_gather max_blocks " << config_.max_blocks << " exceeds " << kMaxBlocks);
+  const int resident = std::min(all_gather_push_resident_blocks(config_.threads, team.sm_count()), kMaxBlocks);
+  if (config_.max_blocks <= 0) config_.max_blocks = resident;
+  TF_REQUIRE(config_.max_blocks <= resident, Status::InvalidArgument,
+             "all_gather max_blocks " << config_.max_blocks << " exceeds the " << resident
+                                      << " blocks resident at once (a block waits for the same block of every peer)");
   TF_REQUIRE(config_.ll_max_bytes % 16 == 0, Status::InvalidArgument,
              "all_gather ll_max_bytes " << config_.ll_max_bytes << " must be a multiple of 16");
   const uint64_t w = uint64_t(team.world());
@@ -134,6 +136,15 @@ AllGatherPushGrid all_gather_push_grid(const AllGatherConfig& config, uint64_t b
     g.blocks = int(std::clamp<uint64_t>((bytes + g.chunk - 1) / g.chunk, 1, uint64_t(config.max_blocks)));
   }
   return g;
+}
+
+int all_gather_push_resident_blocks(int threads, int sm_count) {
+  int direct = 0, ll = 0;
+  TF_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&direct, all_gather_direct_kernel, threads, 0));
+  TF_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ll, all_gather_ll_kernel, threads, 0));
+  TF_REQUIRE(direct >= 1 && ll >= 1, Status::NotSupported,
+             "all_gather push kernels of " << threads << " threads do not fit an SM (" << direct << ", " << ll << ")");
+  return std::min(direct, ll) * sm_count;
 }
 
 void launch_all_gather_push(const AllGatherPushArgs& a, const AllGatherPushGrid& g, int threads, cudaStream_t stream) {
