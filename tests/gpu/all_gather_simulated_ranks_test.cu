@@ -1,13 +1,14 @@
 // all_gather's push kernels, both protocols, with 2, 3, 4 and 8 ranks simulated on one GPU
 // (simulated_ranks.h): the ready / arrived epoch flags, the low-latency lines and their parities
-// run for real whatever the world of the job. Each rank's grid comes from all_gather_push_grid with
-// at most 1/W of the blocks resident at once, so the W grids are resident together, as their waits
-// for each other need (r177: with 2 blocks per SM per rank, as AllGather then gave one GPU, four
+// run for real whatever the world of the job. Each rank's AllGather op is built on its RankShare,
+// so its grids never exceed the blocks resident on its share of the SMs and the W grids are
+// resident together, as their waits for each other need (r177: with 2 blocks per SM per rank, four
 // ranks' 3 MiB grids did not fit and waited out their deadline). Every rank's recv is checked word
 // for word after every launch, in place and not, then after hundreds of launches without a reset.
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -31,17 +32,18 @@ __global__ void fill_shard(uint32_t* p, uint64_t words, uint32_t step, uint32_t 
     p[i] = shard_word(step, rank, i);
 }
 
-// One push all_gather of up to max_bytes per rank over W simulated ranks. Every rank's span holds,
-// at the same offsets: ready flags [W], arrived flags [W][kMaxBlocks], LL lines [2][W][lines], recv.
+// W simulated ranks, an AllGather op on each rank's share (low-latency lines up to 64 KiB: both
+// protocols at moderate sizes), recv [W][max_bytes] in its heap after the op's flags, a send buffer.
 class SimulatedAllGather {
  public:
-  SimulatedAllGather(int world, const AllGatherConfig& config, uint64_t max_bytes)
-      : config_(config),
-        arrived_(round(8 * uint64_t(world))),
-        ll_(arrived_ + round(8 * uint64_t(world) * AllGather::kMaxBlocks)),
-        recv_(ll_ + round(2 * uint64_t(world) * (config.ll_max_bytes / 8) * 16)),
-        heaps_(world, recv_ + uint64_t(world) * max_bytes) {
+  SimulatedAllGather(int world, uint64_t max_bytes)
+      : heaps_(world, (uint64_t(world) + 2) * (uint64_t(1) << 20) + uint64_t(world) * max_bytes) {
+    AllGatherConfig c;
+    c.ll_max_bytes = 64 << 10;
     for (int r = 0; r < world; ++r) {
+      const RankShare s = heaps_.share(r);
+      ops_.push_back(std::make_unique<AllGather>(s, c));
+      recvs_.push_back(static_cast<char*>(s.heap->allocate(uint64_t(world) * max_bytes, 256, "recv")));
       sends_.push_back(nullptr);
       TF_CUDA(cudaMalloc(&sends_.back(), max_bytes));
     }
@@ -53,29 +55,19 @@ class SimulatedAllGather {
   SimulatedAllGather& operator=(const SimulatedAllGather&) = delete;
 
   int world() const { return heaps_.world(); }
-  char* recv(int r) const { return heaps_.base(r) + recv_; }
+  char* recv(int r) const { return recvs_[size_t(r)]; }
 
   // Rank r's step: fills its shard (in its recv slot when in_place, else its send buffer), then its
   // push launch, both on its stream.
   void launch(int r, uint64_t bytes, uint32_t step, bool in_place) {
-    char* send = in_place ? recv(r) + uint64_t(r) * bytes : sends_[size_t(r)];
-    fill_shard<<<64, 256, 0, heaps_.stream(r)>>>(reinterpret_cast<uint32_t*>(send), bytes / 4, step, uint32_t(r));
+    char* from = in_place ? recv(r) + uint64_t(r) * bytes : send(r);
+    fill_shard<<<64, 256, 0, heaps_.stream(r)>>>(reinterpret_cast<uint32_t*>(from), bytes / 4, step, uint32_t(r));
     TF_CUDA(cudaGetLastError());
-    AllGatherPushArgs a{};
-    a.view = heaps_.view(r);
-    a.send = send;
-    a.recv = recv(r);
-    a.bytes = bytes;
-    const AllGatherPushGrid g = all_gather_push_grid(config_, bytes);
-    a.chunk = g.chunk;
-    a.ready = reinterpret_cast<uint64_t*>(heaps_.base(r));
-    a.arrived = reinterpret_cast<uint64_t*>(heaps_.base(r) + arrived_);
-    a.ll = reinterpret_cast<uint4*>(heaps_.base(r) + ll_);
-    a.ll_lines = config_.ll_max_bytes / 8;
-    a.seq = heaps_.sequence(r);
-    a.fault = heaps_.fault(r);
-    launch_all_gather_push(a, g, config_.threads, heaps_.stream(r));
+    op(r).launch(AllGatherVariant::push, from, recv(r), bytes, heaps_.stream(r));
   }
+
+  AllGather& op(int r) { return *ops_[size_t(r)]; }
+  char* send(int r) const { return sends_[size_t(r)]; }
 
   // Waits for every rank; each rank's recv must hold every rank's shard of `step`.
   void check(uint64_t bytes, uint32_t step, const std::string& what) {
@@ -96,20 +88,10 @@ class SimulatedAllGather {
   }
 
  private:
-  static uint64_t round(uint64_t x) { return (x + 255) / 256 * 256; }
-
-  AllGatherConfig config_;
-  uint64_t arrived_, ll_, recv_;  // byte offsets in a rank's span (ready flags at 0)
   SimulatedHeaps heaps_;
-  std::vector<char*> sends_;
+  std::vector<std::unique_ptr<AllGather>> ops_;
+  std::vector<char*> recvs_, sends_;
 };
-
-AllGatherConfig config_for(int world) {
-  AllGatherConfig c;
-  c.max_blocks = all_gather_push_resident_blocks(c.threads, SimulatedHeaps::device_sms()) / world;
-  c.ll_max_bytes = 64 << 10;  // both protocols at moderate sizes
-  return c;
-}
 
 TEST(AllGatherSim, PushBothProtocolsAtTwoToEightRanks) {
   TF_REQUIRE_GPUS(1);
@@ -117,7 +99,7 @@ TEST(AllGatherSim, PushBothProtocolsAtTwoToEightRanks) {
   // 3 MiB + 16 (direct, every block several chunks).
   const uint64_t sizes[] = {16, 4096 + 48, 64 << 10, (64 << 10) + 16, (3 << 20) + 16};
   for (int world : {2, 3, 4, 8}) {
-    SimulatedAllGather ag(world, config_for(world), sizes[4]);
+    SimulatedAllGather ag(world, sizes[4]);
     uint32_t step = 0;
     for (uint64_t bytes : sizes)
       for (bool in_place : {false, true}) {
@@ -135,11 +117,26 @@ TEST(AllGatherSim, HundredsOfLaunchesWithoutResetAtThreeRanks) {
   TF_REQUIRE_GPUS(1);
   constexpr int kWorld = 3, kSteps = 300;
   for (uint64_t bytes : {uint64_t(4096), uint64_t(1) << 20}) {
-    SimulatedAllGather ag(kWorld, config_for(kWorld), bytes);
+    SimulatedAllGather ag(kWorld, bytes);
     for (uint32_t step = 1; step <= kSteps; ++step)
       for (int r = 0; r < kWorld; ++r) ag.launch(r, bytes, step, false);
     ag.check(bytes, kSteps, std::to_string(bytes) + " B after " + std::to_string(kSteps) + " launches");
   }
+}
+
+// The nccl variant needs a communicator: NotSupported on a share without one, nothing enqueued
+// (a push launch after it still gathers).
+TEST(AllGatherSim, NcclIsNotSupportedWithoutNccl) {
+  TF_REQUIRE_GPUS(1);
+  SimulatedAllGather ag(2, 4096);
+  try {
+    ag.op(0).launch(AllGatherVariant::nccl, ag.send(0), ag.recv(0), 4096, nullptr);
+    ADD_FAILURE() << "nccl launched without a communicator";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.status(), Status::NotSupported) << e.what();
+  }
+  for (int r = 0; r < 2; ++r) ag.launch(r, 4096, 1, false);
+  ag.check(4096, 1, "push after the refused nccl");
 }
 
 }  // namespace

@@ -36,6 +36,7 @@
 #include "taxfree/device/fault.cuh"
 #include "taxfree/device/launch_sequence.cuh"
 #include "taxfree/device/symmetric_view.cuh"
+#include "taxfree/runtime/rank_share.h"
 
 namespace taxfree {
 
@@ -95,6 +96,9 @@ class AllGather {
   // Collective: allocates this op's flags in the symmetric heap. Throws InvalidArgument for a
   // config.max_blocks above the resident blocks.
   explicit AllGather(Team& team, AllGatherConfig config = {});
+  // The same on a rank share (rank_share.h; tests simulate ranks on one GPU this way): the grids
+  // fit its SMs; the nccl variant throws NotSupported on a share without a communicator.
+  AllGather(RankShare share, AllGatherConfig config);
 
   // Validates, then enqueues. Throws InvalidArgument (naming the bad value) before any launch.
   void launch(AllGatherVariant variant, const void* send, void* recv, uint64_t bytes, cudaStream_t stream);
@@ -107,7 +111,7 @@ class AllGather {
  private:
   void validate(AllGatherVariant variant, const void* send, const void* recv, uint64_t bytes) const;
 
-  Team& team_;
+  RankShare share_;
   AllGatherConfig config_;
   uint64_t* ready_ = nullptr;
   uint64_t* arrived_ = nullptr;

@@ -3,6 +3,7 @@
 #include <nccl.h>
 
 #include <algorithm>
+#include <utility>
 
 #include "taxfree/device/ll_line.cuh"
 #include "taxfree/device/signal.cuh"
@@ -94,30 +95,35 @@ AllGatherVariant parse_all_gather_variant(const std::string& name) {
 
 const char* variant_name(AllGatherVariant v) { return v == AllGatherVariant::nccl ? "nccl" : "push"; }
 
-AllGather::AllGather(Team& team, AllGatherConfig config) : team_(team), config_(config) {
+AllGather::AllGather(Team& team, AllGatherConfig config) : AllGather(team.share(), config) {}
+
+AllGather::AllGather(RankShare share, AllGatherConfig config) : share_(std::move(share)), config_(config) {
+  TF_REQUIRE(share_.heap != nullptr && share_.new_sequence && share_.sm_count >= 1, Status::InvalidArgument,
+             "all_gather: rank share of rank " << share_.rank << " with " << share_.sm_count
+                                               << " SMs (needs a heap and a sequence source)");
   TF_REQUIRE(config_.threads >= 32 && config_.threads <= 512 && config_.threads % 32 == 0, Status::InvalidArgument,
              "all_gather threads per block " << config_.threads << " must be a multiple of 32 in [32, 512]");
-  const int resident = std::min(all_gather_push_resident_blocks(config_.threads, team.sm_count()), kMaxBlocks);
+  const int resident = std::min(all_gather_push_resident_blocks(config_.threads, share_.sm_count), kMaxBlocks);
   if (config_.max_blocks <= 0) config_.max_blocks = resident;
   TF_REQUIRE(config_.max_blocks <= resident, Status::InvalidArgument,
              "all_gather max_blocks " << config_.max_blocks << " exceeds the " << resident
                                       << " blocks resident at once (a block waits for the same block of every peer)");
   TF_REQUIRE(config_.ll_max_bytes % 16 == 0, Status::InvalidArgument,
              "all_gather ll_max_bytes " << config_.ll_max_bytes << " must be a multiple of 16");
-  const uint64_t w = uint64_t(team.world());
-  ready_ = team.heap().allocate_array<uint64_t>(w, "all_gather.ready");
-  arrived_ = team.heap().allocate_array<uint64_t>(w * kMaxBlocks, "all_gather.arrived");
+  const uint64_t w = uint64_t(share_.world);
+  ready_ = share_.heap->allocate_array<uint64_t>(w, "all_gather.ready");
+  arrived_ = share_.heap->allocate_array<uint64_t>(w * kMaxBlocks, "all_gather.arrived");
   TF_CUDA(cudaMemset(ready_, 0, w * sizeof(uint64_t)));
   TF_CUDA(cudaMemset(arrived_, 0, w * kMaxBlocks * sizeof(uint64_t)));
   if (config_.ll_max_bytes > 0) {
     const uint64_t n = 2 * w * (config_.ll_max_bytes / 8);
-    ll_ = team.heap().allocate_array<uint4>(n, "all_gather.ll");
+    ll_ = share_.heap->allocate_array<uint4>(n, "all_gather.ll");
     TF_CUDA(cudaMemset(ll_, 0, n * sizeof(uint4)));  // flag 0 is never an epoch
   }
   TF_CUDA(cudaDeviceSynchronize());
-  seq_ = team.new_sequence();
+  seq_ = share_.new_sequence();
   // Flags must be zero on every rank before any peer may write into them.
-  team.host_barrier("all_gather.init");
+  if (share_.host_barrier) share_.host_barrier("all_gather.init");
 }
 
 AllGatherPushGrid all_gather_push_grid(const AllGatherConfig& config, uint64_t bytes) {
@@ -160,13 +166,13 @@ void AllGather::validate(AllGatherVariant variant, const void* send, const void*
   TF_REQUIRE(send != nullptr && recv != nullptr, Status::InvalidArgument, "all_gather with a null buffer");
   TF_REQUIRE(reinterpret_cast<uintptr_t>(send) % 16 == 0 && reinterpret_cast<uintptr_t>(recv) % 16 == 0,
              Status::InvalidArgument, "all_gather buffers must be 16-byte aligned (send " << send << ", recv " << recv << ")");
-  const uint64_t total = bytes * uint64_t(team_.world());
-  const bool recv_in_heap = team_.heap().contains(recv, total);
+  const uint64_t total = bytes * uint64_t(share_.world);
+  const bool recv_in_heap = share_.heap->contains(recv, total);
   TF_REQUIRE(variant != AllGatherVariant::push || recv_in_heap, Status::InvalidArgument,
              "all_gather push: recv (" << recv << ", " << total
                                        << " bytes) must lie in the symmetric heap (allocate it with Team::heap())");
   const auto s = reinterpret_cast<uintptr_t>(send), r = reinterpret_cast<uintptr_t>(recv);
-  const bool in_place = s == r + uint64_t(team_.rank()) * bytes;
+  const bool in_place = s == r + uint64_t(share_.rank) * bytes;
   TF_REQUIRE(in_place || s + bytes <= r || r + total <= s, Status::InvalidArgument,
              "all_gather send and recv overlap (only send == recv + rank * bytes is allowed)");
 }
@@ -174,17 +180,19 @@ void AllGather::validate(AllGatherVariant variant, const void* send, const void*
 void AllGather::launch(AllGatherVariant variant, const void* send, void* recv, uint64_t bytes, cudaStream_t stream) {
   validate(variant, send, recv, bytes);
   if (variant == AllGatherVariant::nccl) {
-    auto& heap = team_.heap();
-    const uint64_t total = bytes * uint64_t(team_.world());
+    TF_REQUIRE(share_.comm != nullptr, Status::NotSupported,
+               "all_gather nccl: rank " << share_.rank << "'s share has no NCCL communicator (simulated ranks)");
+    auto& heap = *share_.heap;
+    const uint64_t total = bytes * uint64_t(share_.world);
     // Heap buffers are passed at their registered (window) address so NCCL takes its symmetric path.
     const void* s = heap.contains(send, bytes) ? heap.nccl_address(send) : send;
     void* r = heap.contains(recv, total) ? heap.nccl_address(recv) : recv;
-    TF_NCCL(ncclAllGather(s, r, bytes, ncclUint8, team_.comm(), stream));
+    TF_NCCL(ncclAllGather(s, r, bytes, ncclUint8, share_.comm, stream));
     return;
   }
   const AllGatherPushGrid g = all_gather_push_grid(config_, bytes);
   AllGatherPushArgs a;
-  a.view = team_.view();
+  a.view = share_.heap->view();
   a.send = static_cast<const char*>(send);
   a.recv = static_cast<char*>(recv);
   a.bytes = bytes;
@@ -194,7 +202,7 @@ void AllGather::launch(AllGatherVariant variant, const void* send, void* recv, u
   a.ll = ll_;
   a.ll_lines = config_.ll_max_bytes / 8;
   a.seq = seq_;
-  a.fault = team_.fault();
+  a.fault = share_.fault;
   a.skip_signal = skip_signal_ ? 1 : 0;
   launch_all_gather_push(a, g, config_.threads, stream);
 }
