@@ -1,9 +1,10 @@
 // RankShare: what an op object takes from the rank it is built on.
 //
-// Team::share() gives a GPU's whole share. Tests build one per rank simulated on one GPU
-// (tests/gpu/simulated_ranks.h: a span of one allocation as each rank's heap, 1/W of the SMs, no
-// NCCL), so an op's cross-rank protocols run where only one GPU is at hand. An op reads the share
-// once, at construction; the heap, the fault state and the functions must outlive it.
+// Team::share() gives a GPU's whole share; AllGather and AllGatherMatmul are built on one. Tests
+// build one per rank simulated on one GPU (tests/gpu/simulated_ranks.h: a span of one allocation
+// as each rank's heap, about 1/W of the SMs, no NCCL), so an op's cross-rank protocols run where
+// only one GPU is at hand. An op reads the share once, at construction; the heap, the fault state
+// and the functions must outlive it.
 #pragma once
 
 #include <nccl.h>
