@@ -1,11 +1,12 @@
 // Benchmark bookkeeping that needs no GPU: bandwidth formulas, statistics, size sweeps, filters,
-// heap placement.
+// heap placement, the heap over caller-owned memory.
 #include <gtest/gtest.h>
 
 #include <memory>
 #include <thread>
 #include <vector>
 
+#include "expect_error.h"
 #include "taxfree/bench/harness.h"
 #include "taxfree/runtime/coordinator.h"
 #include "taxfree/runtime/error.h"
@@ -136,6 +137,35 @@ TEST(Heap, PlacementAlignsAndNamesExhaustion) {
   }
   EXPECT_THROW(heap_place(0, 4096, 0, 256, "zero"), Error);
   EXPECT_THROW(heap_place(0, 4096, 16, 24, "align"), Error);
+}
+
+// A heap over caller-owned memory (ranks simulated on one GPU): every rank's span, the same calls,
+// the same offsets within the span; release to a mark; no NCCL window; a bad view refused.
+TEST(Heap, OverCallerMemoryGivesEveryRankTheSameOffsets) {
+  constexpr uint64_t kSpan = 1 << 16;
+  std::vector<char> memory(3 * kSpan);
+  std::vector<uint64_t> offsets[3];
+  for (int r = 0; r < 3; ++r) {
+    dev::SymmetricView v;
+    v.local_base = memory.data() + r * kSpan, v.stride = int64_t(kSpan), v.size = kSpan, v.rank = r, v.world = 3;
+    SymmetricHeap heap(v);
+    EXPECT_EQ(heap.capacity(), kSpan);
+    for (uint64_t bytes : {100, 4000, 16})
+      offsets[r].push_back(uint64_t(static_cast<char*>(heap.allocate(bytes, 256, "x")) - v.local_base));
+    const uint64_t mark = heap.mark();
+    heap.allocate(kSpan / 2, 4096, "big");
+    heap.release(mark);
+    EXPECT_EQ(heap.used(), mark);
+    EXPECT_TRUE(heap.contains(v.local_base + offsets[r][1], 4000));
+    test::expect_error([&] { heap.allocate(kSpan, 256, "too big"); }, Status::OutOfMemory, "'too big' asked for");
+    test::expect_error([&] { heap.nccl_address(v.local_base); }, Status::NotSupported, "no NCCL window");
+  }
+  EXPECT_EQ(offsets[0], (std::vector<uint64_t>{0, 256, 4352}));
+  EXPECT_EQ(offsets[1], offsets[0]);
+  EXPECT_EQ(offsets[2], offsets[0]);
+  dev::SymmetricView bad;
+  bad.local_base = memory.data(), bad.size = kSpan, bad.rank = 3, bad.world = 3;
+  test::expect_invalid([&] { SymmetricHeap h(bad); }, "rank 3 of 3");
 }
 
 }  // namespace
