@@ -207,8 +207,8 @@ TEST(AgmmSim, HundredsOfMixedLaunchesWithoutResetAtThreeRanks) {
   auto rows = sim.problems({kWorld * 128, 264, 520, 0, DType::bf16, BLayout::NK}, 500, false);  // whole tiles: pull
   // Whole k-tiles (pull), M <= 32 (ksplit's skinny path).
   auto cols = sim.problems({32, 264, 1024 * kWorld, 1, DType::bf16, BLayout::KN}, 501, true);
-  const std::vector<AgmmVariant> gathering = {AgmmVariant::pull, AgmmVariant::push, AgmmVariant::sm_specialized,
-                                              AgmmVariant::fused_ce};
+  std::vector<AgmmVariant> gathering = {AgmmVariant::pull};
+  for (const SimVariant& sv : kGatherVariants) gathering.push_back(sv.v);
   std::vector<AgmmVariant> splitting = gathering;
   splitting.push_back(AgmmVariant::ksplit);
   for (auto* ps : {&rows, &cols}) {
