@@ -50,6 +50,9 @@ int error_rank() { return g_rank.load(); }
 namespace detail {
 void throw_cuda(int code, const char* expr, const char* file, int line) {
   auto e = static_cast<cudaError_t>(code);
+  // Reported by this throw: a later cudaGetLastError check (after a launch) must not name it again
+  // (errors that corrupt the context stay sticky whatever this does).
+  (void)cudaGetLastError();
   Status s = (e == cudaErrorMemoryAllocation) ? Status::OutOfMemory
              : (e == cudaErrorNoDevice || e == cudaErrorInsufficientDriver) ? Status::NotSupported
                                                                              : Status::CudaError;

@@ -21,13 +21,14 @@ namespace taxfree::gemm {
 
 enum class OutType { same, fp32, fp32_accumulate };
 
-// Validates, then enqueues. Throws InvalidArgument (validation) or NotSupported (no cuBLASLt
-// algorithm for the shape) before enqueueing anything.
+// Validates, then enqueues. Throws InvalidArgument (validation), NotSupported (no cuBLASLt
+// algorithm for the shape) or OutOfMemory (the stream's first call: its workspace) before
+// enqueueing anything.
 void cublaslt_launch(const GemmArgs& args, cudaStream_t stream, OutType out = OutType::same);
 
-// Everything cublaslt_launch does before it enqueues (validation, the cached plan), for callers
-// that enqueue other work first and must not throw half-way: a later cublaslt_launch of the same
-// arguments (pointers included) then only enqueues.
-void cublaslt_prepare(const GemmArgs& args, OutType out = OutType::same);
+// Everything cublaslt_launch does before it enqueues (validation, the cached plan, `stream`'s
+// workspace), for callers that enqueue other work first and must not throw half-way: a later
+// cublaslt_launch of the same arguments (pointers included) on `stream` then only enqueues.
+void cublaslt_prepare(const GemmArgs& args, cudaStream_t stream, OutType out = OutType::same);
 
 }  // namespace taxfree::gemm

@@ -120,9 +120,17 @@ void validate(const GemmArgs& args, const GemmConfig& cfg);
 GemmConfig choose_gemm_config(int64_t m, int64_t n, int64_t k, DType dtype, BLayout b_layout, int num_sms = 132,
                               KCuts cuts = KCuts::split_or_cluster, SwapAB swap = SwapAB::choose);
 
+// Validates (InvalidArgument, NotSupported), then enqueues on `stream`. A split-K config uses the
+// stream's workspace, grown (stream-ordered) on first need: that can throw OutOfMemory.
 void launch(const GemmArgs& args, const GemmConfig& cfg, cudaStream_t stream);
 // With choose_gemm_config for this device.
 void launch(const GemmArgs& args, cudaStream_t stream);
+
+// What a launch does before it enqueues (GemmStep::prepare: validation, tensor maps, the stream's
+// workspace grown to the plan's need), for callers that enqueue other work first and must not fail
+// half-way: a later launch of the same arguments and config on the same stream needs no memory.
+enum class GemmStep { prepare, launch };
+void prepare(const GemmArgs& args, const GemmConfig& cfg, cudaStream_t stream);
 
 // SMs of the current device (cached per device).
 int device_sm_count();

@@ -6,6 +6,9 @@
 //       any compiled tile shape, dtype and B layout, chosen at run time from cfg and args.
 // Both validate first (validate_inputs + Epi::check), then build the tensor maps and the work plan
 // and launch on `stream`. args.c / args.ldc are not used: the epilogue params say where C goes.
+// GemmStep::prepare does everything but the launch (validation, tensor maps, the stream's workspace
+// grown to the plan's need), so a caller that enqueues other work before the GEMM can fail before
+// any of it: the launch of the same arguments on the same stream then needs no memory.
 // Split-K (cfg.splits_k()) needs a Ready policy that allows it (split_k_safe) and uses the stream's
 // workspace (ops/gemm.h).
 // fp32 epilogues (policies.cuh: kFloatOut) need configs without swap-AB or K clusters; K clusters
@@ -37,7 +40,8 @@ constexpr bool k_clusters_compiled() {
 
 template <class Shape, class T, device::Major kMajorB, class Order, class Ready, class Epi>
 void launch_gemm(const GemmArgs& args, const GemmConfig& cfg, const typename Order::Params& order,
-                 const typename Ready::Params& ready, const typename Epi::Params& epi, cudaStream_t stream) {
+                 const typename Ready::Params& ready, const typename Epi::Params& epi, cudaStream_t stream,
+                 GemmStep step = GemmStep::launch) {
   constexpr DType kDType = std::is_same_v<T, __nv_bfloat16> ? DType::bf16 : DType::fp16;
   constexpr BLayout kLayout = kMajorB == device::Major::K ? BLayout::NK : BLayout::KN;
   validate_inputs(args, cfg);
@@ -94,6 +98,7 @@ void launch_gemm(const GemmArgs& args, const GemmConfig& cfg, const typename Ord
       if (p.ready.a_bases[i] != nullptr)
         p.ready.a_maps[i] = detail::make_tensor_map(p.ready.a_bases[i], args.dtype, args.k, args.m, args.lda, 64, Shape::BM);
   p.epi = epi;
+  if (step == GemmStep::prepare) return;
 
   // A programmatic dependent launch (the kernel waits for the grid ahead before touching memory).
   const LaunchConfig launch(unsigned(movers + std::min<int64_t>(p.plan.units(), clusters) * kClusterSize),
@@ -104,7 +109,8 @@ void launch_gemm(const GemmArgs& args, const GemmConfig& cfg, const typename Ord
 namespace detail {
 template <int I, class Order, class Ready, class Epi>
 bool launch_compiled(const GemmArgs& args, const GemmConfig& cfg, const typename Order::Params& order,
-                     const typename Ready::Params& ready, const typename Epi::Params& epi, cudaStream_t stream) {
+                     const typename Ready::Params& ready, const typename Epi::Params& epi, cudaStream_t stream,
+                     GemmStep step) {
   constexpr CompiledTile kTile = kCompiledTiles[I];
   using Shape = TileShape<kTile.bm, kTile.bn, kTile.stages, kTile.cluster, kTile.swap, kTile.cluster_k>;
   // Not compiled (launch_gemm rejects these configs): fp32 epilogues with swap-AB, K clusters
@@ -115,32 +121,33 @@ bool launch_compiled(const GemmArgs& args, const GemmConfig& cfg, const typename
              cfg.swap_ab == kTile.swap && cfg.cluster_k == kTile.cluster_k) {
     const bool bf16 = args.dtype == DType::bf16;
     if (args.b_layout == BLayout::NK) {
-      if (bf16) launch_gemm<Shape, __nv_bfloat16, device::Major::K, Order, Ready, Epi>(args, cfg, order, ready, epi, stream);
-      else launch_gemm<Shape, __half, device::Major::K, Order, Ready, Epi>(args, cfg, order, ready, epi, stream);
+      if (bf16) launch_gemm<Shape, __nv_bfloat16, device::Major::K, Order, Ready, Epi>(args, cfg, order, ready, epi, stream, step);
+      else launch_gemm<Shape, __half, device::Major::K, Order, Ready, Epi>(args, cfg, order, ready, epi, stream, step);
       return true;
     }
     if constexpr (kTile.kn) {
-      if (bf16) launch_gemm<Shape, __nv_bfloat16, device::Major::MN, Order, Ready, Epi>(args, cfg, order, ready, epi, stream);
-      else launch_gemm<Shape, __half, device::Major::MN, Order, Ready, Epi>(args, cfg, order, ready, epi, stream);
+      if (bf16) launch_gemm<Shape, __nv_bfloat16, device::Major::MN, Order, Ready, Epi>(args, cfg, order, ready, epi, stream, step);
+      else launch_gemm<Shape, __half, device::Major::MN, Order, Ready, Epi>(args, cfg, order, ready, epi, stream, step);
       return true;
     }
   }
   if constexpr (I + 1 < int(std::size(kCompiledTiles)))
-    return launch_compiled<I + 1, Order, Ready, Epi>(args, cfg, order, ready, epi, stream);
+    return launch_compiled<I + 1, Order, Ready, Epi>(args, cfg, order, ready, epi, stream, step);
   return false;
 }
 }  // namespace detail
 
 template <class Order, class Ready, class Epi>
 void launch_gemm(const GemmArgs& args, const GemmConfig& cfg, const typename Order::Params& order,
-                 const typename Ready::Params& ready, const typename Epi::Params& epi, cudaStream_t stream) {
+                 const typename Ready::Params& ready, const typename Epi::Params& epi, cudaStream_t stream,
+                 GemmStep step = GemmStep::launch) {
   validate_inputs(args, cfg);  // names an unsupported config before anything is instantiated at run time
   TF_REQUIRE(!(float_out<Epi>() && cfg.swap_ab), Status::NotSupported,
              "GEMM config " << cfg.name() << ": an fp32 epilogue runs without swap-AB");
   TF_REQUIRE(cfg.cluster_k == 1 || (k_clusters_compiled<Ready, Epi>()), Status::NotSupported,
              "GEMM config " << cfg.name()
                             << ": K clusters are compiled for the plain GEMM only (its A policy, a 16-bit epilogue)");
-  const bool launched = detail::launch_compiled<0, Order, Ready, Epi>(args, cfg, order, ready, epi, stream);
+  const bool launched = detail::launch_compiled<0, Order, Ready, Epi>(args, cfg, order, ready, epi, stream, step);
   TF_REQUIRE(launched, Status::Internal, "config " << cfg.name() << " passed validation but has no kernel");
 }
 

@@ -54,7 +54,8 @@ struct PullGemmLaunch {
   int gather_dim = 0;
   const void* sources[kPullMaxWorld] = {};
 };
-void enqueue_pull_gemm(const PullGemmLaunch& l, cudaStream_t s);  // validate_policy_gemm first
+// validate_policy_gemm first; GemmStep::prepare (gemm_launch.cuh) before anything else is enqueued.
+void enqueue_pull_gemm(const PullGemmLaunch& l, cudaStream_t s, gemm::GemmStep step = gemm::GemmStep::launch);
 
 // Everything the push and sm-specialized variants enqueue for one launch.
 struct PushLaunch {
@@ -107,7 +108,8 @@ struct KsplitGemmLaunch {
   dev::LaunchSequence seq;      // the op's ksplit sequence (shared with the other ksplit paths)
   dev::FaultContext fault;
 };
-void enqueue_ksplit_gemm(const KsplitGemmLaunch& l, cudaStream_t s);
+// GemmStep::prepare (gemm_launch.cuh) before anything else is enqueued: split-K may grow the stream's workspace.
+void enqueue_ksplit_gemm(const KsplitGemmLaunch& l, cudaStream_t s, gemm::GemmStep step = gemm::GemmStep::launch);
 void enqueue_ksplit_band_sum(const KsplitGemmLaunch& l, cudaStream_t s);
 void preload_ksplit_gemm_kernels();
 

@@ -130,7 +130,7 @@ __global__ void __launch_bounds__(kSumThreads) ksplit_band_sum_kernel(const __gr
 
 }  // namespace
 
-void enqueue_ksplit_gemm(const KsplitGemmLaunch& l, cudaStream_t s) {
+void enqueue_ksplit_gemm(const KsplitGemmLaunch& l, cudaStream_t s, gemm::GemmStep step) {
   KsplitBands::Params epi;
   epi.view = l.view;
   epi.own = l.own, epi.recv = l.recv;
@@ -139,7 +139,7 @@ void enqueue_ksplit_gemm(const KsplitGemmLaunch& l, cudaStream_t s) {
   epi.bands_n = l.bands_n, epi.bn = l.bn;
   epi.counter = l.seq.counter;
   epi.skip_signal = l.skip_signal;
-  gemm::launch_gemm<gemm::GroupedOrder, gemm::AlwaysReady, KsplitBands>(l.gemm, l.config, {}, {}, epi, s);
+  gemm::launch_gemm<gemm::GroupedOrder, gemm::AlwaysReady, KsplitBands>(l.gemm, l.config, {}, {}, epi, s, step);
 }
 
 void enqueue_ksplit_band_sum(const KsplitGemmLaunch& l, cudaStream_t s) {

@@ -268,7 +268,7 @@ GatheredA AllGatherMatmul::launch_decomposed(const AgmmArgs& a, cudaStream_t s) 
     return g;
   };
   // All that can throw, first (gather_dim 1: one GEMM, the same for every source).
-  for (int src = 0; src < (a.gather_dim == 0 ? w : 1); ++src) gemm::cublaslt_prepare(source_gemm(src));
+  for (int src = 0; src < (a.gather_dim == 0 ? w : 1); ++src) gemm::cublaslt_prepare(source_gemm(src), s);
 
   // gather_dim 0, small shards: this rank's GEMM reads and writes only the caller's buffers, so it
   // need not wait for the begin barrier: the barrier runs on the side stream, enqueued before the
@@ -336,6 +336,7 @@ GatheredA AllGatherMatmul::launch_pull(const AgmmArgs& a, cudaStream_t s) {
   g.gather_dim = a.gather_dim;
   for (int q = 0; q < w; ++q) g.sources[q] = view.peer(im.gathered, q);
   agmm::validate_policy_gemm(g.gemm, g.config, true);  // before anything is enqueued
+  agmm::enqueue_pull_gemm(g, s, gemm::GemmStep::prepare);  // split-K's workspace, too
 
   uint64_t* epoch = im.dec_seq.counter;
   if (!in_place(a, slot)) copy_rows(const_cast<void*>(slot.ptr), slot.ld, a.a_shard, a.lda_shard, sh.rows, sh.cols, s);

@@ -70,7 +70,7 @@ GatheredA AllGatherMatmul::launch_ksplit(const AgmmArgs& a, cudaStream_t s) {
   ga.flags = im.side_flags;
   ga.seq = im.side_seq;
   ga.end_sequence = true;
-  gemm::cublaslt_prepare(g);  // all that can throw, first
+  gemm::cublaslt_prepare(g, s, gemm::OutType::fp32);  // all that can throw, first
 
   TF_CUDA(cudaEventRecord(im.fork, s));
   TF_CUDA(cudaStreamWaitEvent(im.side, im.fork, 0));
@@ -142,9 +142,9 @@ GatheredA AllGatherMatmul::launch_ksplit_bands(const AgmmArgs& a, cudaStream_t s
   l.dtype = a.dtype;
   l.seq = im.ksplit_seq;
   l.fault = share_.fault;
-  gemm::validate_inputs(l.gemm, l.config);  // before anything is enqueued
   TF_REQUIRE((a.m + 63) / 64 * l.bands_n <= l.band_capacity, Status::Internal,
              "ksplit: " << (a.m + 63) / 64 * l.bands_n << " bands exceed the " << l.band_capacity << " flags");
+  agmm::enqueue_ksplit_gemm(l, s, gemm::GemmStep::prepare);  // validation, split-K's workspace
 
   TF_CUDA(cudaEventRecord(im.fork, s));
   TF_CUDA(cudaStreamWaitEvent(im.side, im.fork, 0));
@@ -201,7 +201,7 @@ GatheredA AllGatherMatmul::launch_nsplit(const AgmmArgs& a, cudaStream_t s) {
     return src == rank ? gemm::OutType::fp32 : gemm::OutType::fp32_accumulate;
   };
   if (cols > 0)  // all that can throw, first
-    for (int src = 0; src < w; ++src) gemm::cublaslt_prepare(source_gemm(src), out_type(src));
+    for (int src = 0; src < w; ++src) gemm::cublaslt_prepare(source_gemm(src), s, out_type(src));
 
   agmm::BlockGather gc;
   gc.view = view;

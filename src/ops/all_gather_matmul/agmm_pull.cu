@@ -7,7 +7,7 @@
 
 namespace taxfree::agmm {
 
-void enqueue_pull_gemm(const PullGemmLaunch& l, cudaStream_t s) {
+void enqueue_pull_gemm(const PullGemmLaunch& l, cudaStream_t s, gemm::GemmStep step) {
   TF_REQUIRE(l.source_unit >= 1 && (l.first_k == 0 || !l.config.splits_k()), Status::Internal,
              "pull's GEMM: source unit " << l.source_unit << ", k-loop start " << l.first_k << " with config "
                                          << l.config.name());
@@ -17,7 +17,7 @@ void enqueue_pull_gemm(const PullGemmLaunch& l, cudaStream_t s) {
   ready.source_unit = l.source_unit;
   ready.k_first = l.first_k;
   gemm::launch_gemm<gemm::RotatedOrder, PullReady, gemm::StoreTo>(l.gemm, l.config, gemm::RotatedOrder::Params{l.first_m},
-                                                                 ready, {l.gemm.c, l.gemm.ldc}, s);
+                                                                 ready, {l.gemm.c, l.gemm.ldc}, s, step);
 }
 
 }  // namespace taxfree::agmm

@@ -149,18 +149,21 @@ std::mutex& state_mutex() {
   return mu;
 }
 
+// The stream's own workspace: cuBLASLt's on two streams at once must not share one.
+void* workspace_of(cudaStream_t stream) { return detail::stream_workspace(stream, {kWorkspaceBytes, 0}).partials; }
+
 }  // namespace
 
-void cublaslt_prepare(const GemmArgs& args, OutType out) {
+void cublaslt_prepare(const GemmArgs& args, cudaStream_t stream, OutType out) {
   std::lock_guard<std::mutex> lock(state_mutex());
   prepare(args, out);
+  workspace_of(stream);
 }
 
 void cublaslt_launch(const GemmArgs& args, cudaStream_t stream, OutType out) {
   std::lock_guard<std::mutex> lock(state_mutex());
   const Prepared p = prepare(args, out);
-  // The stream's own workspace: cuBLASLt's on two streams at once must not share one.
-  void* const ws = detail::stream_workspace(stream, {kWorkspaceBytes, 0}).partials;
+  void* const ws = workspace_of(stream);
   const float alpha = 1.0f, beta = out == OutType::fp32_accumulate ? 1.0f : 0.0f;
   TF_CUBLAS(cublasLtMatmul(p.device.handle, p.plan.op, &alpha, args.b, p.plan.a, args.a, p.plan.b, &beta, args.c,
                            p.plan.c, args.c, p.plan.c, &p.plan.algo, ws, kWorkspaceBytes, stream));

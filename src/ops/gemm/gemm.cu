@@ -3,10 +3,19 @@
 #include "taxfree/ops/gemm_launch.cuh"
 
 namespace taxfree::gemm {
+namespace {
+void plain_gemm(const GemmArgs& args, const GemmConfig& cfg, cudaStream_t stream, GemmStep step) {
+  validate(args, cfg);
+  launch_gemm<GroupedOrder, AlwaysReady, StoreTo>(args, cfg, {}, {}, {args.c, args.ldc}, stream, step);
+}
+}  // namespace
 
 void launch(const GemmArgs& args, const GemmConfig& cfg, cudaStream_t stream) {
-  validate(args, cfg);
-  launch_gemm<GroupedOrder, AlwaysReady, StoreTo>(args, cfg, {}, {}, {args.c, args.ldc}, stream);
+  plain_gemm(args, cfg, stream, GemmStep::launch);
+}
+
+void prepare(const GemmArgs& args, const GemmConfig& cfg, cudaStream_t stream) {
+  plain_gemm(args, cfg, stream, GemmStep::prepare);
 }
 
 void launch(const GemmArgs& args, cudaStream_t stream) {
