@@ -1,22 +1,24 @@
-// The fused flash_decode kernel with 2, 3, 4 and 8 ranks simulated on one GPU (simulated_ranks.h):
-// the cross-rank protocol (epochs, inbox parities, LL lines, the split merges, the rank combine)
-// runs for real, on the GPU one test process has, whatever the world of the job. Each rank is
-// planned (plan_fused, the op's own planner) for 1/W of the SMs and of the clusters, so the W grids
-// are resident together, the condition the fused schedules need (fused_schedule.h), now across W
-// kernels. Checked as on real ranks: every rank's output against a double softmax over the whole
-// sequences, bitwise equal across ranks, for the clustered, global and direct split merges, then
-// hundreds of launches without a reset.
+// The fused flash_decode op with 2, 3, 4 and 8 ranks simulated on one GPU (simulated_ranks.h):
+// one FlashDecode per rank, built on the rank's share (its span as the symmetric heap, about 1/W of
+// the SMs, no NCCL), so the op's own planner, buffers and launch path and the kernel's cross-rank
+// protocol (epochs, inbox parities, LL lines, the split merges, the rank combine) run for real on
+// the GPU one test process has, whatever the world of the job. Each rank's plan fills its share
+// (its part of the GPU's clusters too), so the W grids are resident together, the condition the
+// fused schedules need (fused_schedule.h), now across W kernels. Checked as on real ranks: every
+// rank's output against a double softmax over the whole sequences, bitwise equal across ranks, for
+// the clustered, global and direct split merges, then hundreds of launches without a reset; bsp is
+// refused (NotSupported) without NCCL.
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <set>
 #include <string>
 #include <vector>
 
-#include "../../src/ops/flash_decode/kernels.h"
 #include "flash_decode_dist_util.h"
 #include "flash_decode_util.h"
 #include "gpu_env.h"
@@ -34,47 +36,38 @@ const char* merge_name(SplitMerge m) {
   return m == SplitMerge::cluster ? "cluster" : m == SplitMerge::global ? "global" : "direct";
 }
 
-// W ranks of one fused flash_decode op on this GPU (see the top of the file).
+// W ranks of one fused flash_decode op on this GPU (see the top of the file): one FlashDecode per
+// rank, built on the rank's share (simulated_ranks.h), as on W GPUs.
 class SimulatedRanks {
  public:
-  SimulatedRanks(const Problem& p, int world, SplitMerge merge) : cfg_(config(p, merge)), sizes_(buffers(cfg_, world)),
-                                                                  heaps_(world, sizes_.fused_inbox_bytes) {
-    for (int r = 0; r < world; ++r) {
-      workspaces_.emplace_back(std::max<size_t>(sizes_.workspace_bytes, 256));
-      init_decode_workspace(workspaces_.back().p, workspaces_.back().n, nullptr);
-    }
-    TF_CUDA(cudaDeviceSynchronize());
+  SimulatedRanks(const Problem& p, int world, SplitMerge merge)
+      : heaps_(world, span_bytes(config(p, merge), world)) {
+    for (int r = 0; r < world; ++r) ops_.push_back(std::make_unique<FlashDecode>(heaps_.share(r), config(p, merge)));
   }
 
   cudaStream_t stream(int r) const { return heaps_.stream(r); }
   void sync(const std::string& what) { heaps_.sync(what); }
 
   // Rank r's plan of `a`, for its share of the GPU.
-  FusedPlan plan(const DecodeArgs& a) const {
-    validate_flash_decode_args(a, cfg_);
-    DecodeConfig dc;
-    dc.num_splits = cfg_.num_splits, dc.num_sms = heaps_.sms_per_rank();
-    const bool paged = a.layout != KvLayout::Contiguous;
-    FusedDevice d;
-    d.world = heaps_.world(), d.num_sms = heaps_.sms_per_rank();
-    d.ctas_per_sm = detail::dispatch(a.dtype, a.head_dim, [&]<class T, int D>() { return detail::fused_ctas_per_sm_t<T, D>(paged, false); });
-    d.direct_ctas_per_sm = detail::dispatch(a.dtype, a.head_dim, [&]<class T, int D>() { return detail::fused_ctas_per_sm_t<T, D>(paged, true); });
-    d.max_clusters = [&, w = heaps_.world()](int c) {
-      return detail::dispatch(a.dtype, a.head_dim, [&]<class T, int D>() { return detail::fused_max_clusters_t<T, D>(paged, c); }) / w;
-    };
-    return plan_fused(a, plan_decode(a, dc), cfg_, sizes_, d);
+  FusedPlan plan(int r, const DecodeArgs& a) const { return ops_[size_t(r)]->fused_plan(a); }
+
+  // Enqueues rank r's fused launch of `a` on its stream; its CTAs sleep `combine_delay_ns` between
+  // sending their partials and reading the peers' (FlashDecode::set_combine_delay_ns: the peers
+  // run ahead).
+  void launch(int r, const DecodeArgs& a, uint32_t combine_delay_ns = 0) {
+    FlashDecode& op = *ops_[size_t(r)];
+    op.set_combine_delay_ns(combine_delay_ns);
+    op.launch(Variant::fused, a, heaps_.stream(r));
   }
 
-  // Enqueues rank r's fused launch of `a` on its stream (its inbox at the start of its heap); its
-  // CTAs sleep `combine_delay_ns` between sending their partials and reading the peers'
-  // (FusedDecodeParams: the peers run ahead).
-  void launch(int r, const DecodeArgs& a, uint32_t combine_delay_ns = 0) {
-    const FusedPlan fp = plan(a);
-    attention::FusedDecodeParams params =
-        detail::make_fused_params(a, fp, sizes_, workspaces_[size_t(r)].p, heaps_.view(r),
-                                  reinterpret_cast<uint4*>(heaps_.base(r)), heaps_.sequence(r), heaps_.fault(r));
-    params.combine_delay_ns = combine_delay_ns;
-    detail::launch_fused(a, params, fp.grid, heaps_.stream(r));
+  // bsp needs NCCL, which simulated ranks do not have: refused before anything is enqueued.
+  void expect_bsp_refused(int r, const DecodeArgs& a) {
+    try {
+      ops_[size_t(r)]->launch(Variant::bsp, a, heaps_.stream(r));
+      ADD_FAILURE() << "bsp ran without NCCL on simulated rank " << r;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.status(), Status::NotSupported) << e.what();
+    }
   }
 
  private:
@@ -84,15 +77,15 @@ class SimulatedRanks {
     c.max_head_dim = p.head_dim, c.num_splits = p.num_splits, c.split_merge = merge;
     return c;
   }
-  static FlashDecodeBuffers buffers(const FlashDecodeConfig& c, int world) {
-    validate_flash_decode_config(c, world);
-    return flash_decode_buffers(c, world, ::taxfree::test::SimulatedHeaps::device_sms() / world);
+  // The op's heap buffers (fused inbox, bsp's gather buffer) with their 256-byte alignment.
+  static uint64_t span_bytes(const FlashDecodeConfig& c, int world) {
+    const int sms = ::taxfree::test::SimulatedHeaps::device_sms();
+    const FlashDecodeBuffers b = flash_decode_buffers(c, world, sms);
+    return b.fused_inbox_bytes + b.bsp_gather_bytes + 512;
   }
 
-  FlashDecodeConfig cfg_;
-  FlashDecodeBuffers sizes_;
   ::taxfree::test::SimulatedHeaps heaps_;
-  std::vector<Dev<char>> workspaces_;
+  std::vector<std::unique_ptr<FlashDecode>> ops_;
 };
 
 std::string schedule_name(const FusedPlan& fp) {
@@ -107,7 +100,7 @@ void run_and_check(SimulatedRanks& sim, const Global& g, std::vector<Local>& ls,
   sim.sync(what);
   const std::vector<uint16_t> out0 = ls[0].out_d.download();
   for (int r = 0; r < world; ++r) {
-    const std::string w = what + " rank " + std::to_string(r) + " (" + schedule_name(sim.plan(ls[size_t(r)].args(g.p))) + ")";
+    const std::string w = what + " rank " + std::to_string(r) + " (" + schedule_name(sim.plan(r, ls[size_t(r)].args(g.p))) + ")";
     const std::vector<uint16_t> out = r == 0 ? out0 : ls[size_t(r)].out_d.download();
     EXPECT_EQ(count_wrong(g, out, w), 0) << w;
     if (r > 0) EXPECT_TRUE(out == out0) << w << ": differs from rank 0";
@@ -138,8 +131,9 @@ TEST(FlashDecodeSim, FusedAtTwoToEightRanksEverySplitMerge) {
         SimulatedRanks sim(p, world, merge);
         std::vector<Local> ls(static_cast<size_t>(world));
         for (int r = 0; r < world; ++r) upload_local(g, ls[size_t(r)], r);
+        if (merge == SplitMerge::cluster && which == 0) sim.expect_bsp_refused(world - 1, ls.back().args(p));
         for (int r = 0; r < world; ++r) {  // a merge the share cannot hold falls back (plan_fused)
-          const FusedPlan fp = sim.plan(ls[size_t(r)].args(p));
+          const FusedPlan fp = sim.plan(r, ls[size_t(r)].args(p));
           ran[world].insert(fp.direct ? "direct" : fp.cluster > 0 ? "clustered" : "persistent");
         }
         const std::string what = "W=" + std::to_string(world) + " " + merge_name(merge) + " problem " + std::to_string(which);

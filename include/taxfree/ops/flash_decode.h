@@ -1,6 +1,7 @@
 // flash_decode: split-KV decode attention over this rank's slice of every sequence (partial
 // output + LSE), the cross-rank LSE combine, the sequence partition, and (end of this file) the
-// FlashDecode op that runs the whole thing across the ranks of a Team (`bsp` and `fused`).
+// FlashDecode op that runs the whole thing across the ranks of a Team, or of any RankShare
+// (`bsp` and `fused`).
 //
 //   plan  = plan_decode(args, cfg);                       // validates; picks the split count
 //   ws    = device allocation of plan.workspace_bytes, zeroed once (init_decode_workspace)
@@ -35,6 +36,7 @@
 #include <vector>
 
 #include "taxfree/device/launch_sequence.cuh"
+#include "taxfree/runtime/rank_share.h"
 
 namespace taxfree {
 class Team;
@@ -275,8 +277,8 @@ struct FusedPlan {
   bool direct = false;  // the direct split merge (FlashDecodeConfig::split_merge)
 };
 
-// What one rank's fused kernel may fill: the GPU (FlashDecode), or a share of it when several
-// ranks are simulated on one GPU (tests).
+// What one rank's fused kernel may fill: its share of the GPU (RankShare::sm_count; the whole GPU
+// on a Team), and what fits on it.
 struct FusedDevice {
   int world = 1;
   int num_sms = 0;             // SMs the rank's fused kernel may fill
@@ -295,10 +297,13 @@ FusedPlan plan_fused(const DecodeArgs& a, const DecodePlan& plan, const FlashDec
 
 class FlashDecode {
  public:
-  // Collective (every rank, same maxima and bsp_buffers): allocates the fused inbox and bsp's gather buffer in the
-  // team's symmetric heap (released with the heap's mark/release, after the op is destroyed), the
-  // split workspace in device memory, and a launch sequence; zeroes the inbox; host barrier.
+  // Collective (every rank, same maxima and bsp_buffers): allocates the fused inbox and bsp's gather
+  // buffer in the share's symmetric heap (released with the heap's mark/release, after the op is
+  // destroyed), the split workspace in device memory, and a launch sequence; zeroes the inbox;
+  // host barrier (where the share has one). Plans fill share.sm_count SMs (a Team: the whole GPU);
+  // bsp needs the share's NCCL communicator (NotSupported without).
   FlashDecode(Team& team, const FlashDecodeConfig& cfg);
+  FlashDecode(RankShare share, const FlashDecodeConfig& cfg);
   ~FlashDecode();
   FlashDecode(const FlashDecode&) = delete;
   FlashDecode& operator=(const FlashDecode&) = delete;
@@ -329,9 +334,11 @@ class FlashDecode {
   int fused_max_clusters(DType dtype, int head_dim, bool paged, int cluster);
   FusedDevice fused_device(const DecodeArgs& a);
   DecodeConfig split_config() const;
+  void require_comm() const;  // NotSupported without NCCL (bsp's gather)
   void launch_fused(const DecodeArgs& args, cudaStream_t stream);
 
-  Team& team_;
+  RankShare share_;
+  int device_sms_ = 0;             // of the whole GPU (share_.sm_count may be part of it)
   FlashDecodeConfig cfg_;
   uint4* inbox_ = nullptr;         // heap: fused LL lines, 2 parities of parity_lines_
   FlashDecodeBuffers sizes_{};

@@ -34,4 +34,8 @@ struct RankShare {
   std::function<void(const std::string&)> host_barrier;
 };
 
+// Throws InvalidArgument naming `op` unless the share has a heap and a sequence source, a rank in
+// [0, world) and at least one SM.
+void check_rank_share(const RankShare& share, const char* op);
+
 }  // namespace taxfree

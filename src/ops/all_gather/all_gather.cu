@@ -98,9 +98,7 @@ const char* variant_name(AllGatherVariant v) { return v == AllGatherVariant::ncc
 AllGather::AllGather(Team& team, AllGatherConfig config) : AllGather(team.share(), config) {}
 
 AllGather::AllGather(RankShare share, AllGatherConfig config) : share_(std::move(share)), config_(config) {
-  TF_REQUIRE(share_.heap != nullptr && share_.new_sequence && share_.sm_count >= 1, Status::InvalidArgument,
-             "all_gather: rank share of rank " << share_.rank << " with " << share_.sm_count
-                                               << " SMs (needs a heap and a sequence source)");
+  check_rank_share(share_, "all_gather");
   TF_REQUIRE(config_.threads >= 32 && config_.threads <= 512 && config_.threads % 32 == 0, Status::InvalidArgument,
              "all_gather threads per block " << config_.threads << " must be a multiple of 32 in [32, 512]");
   const int resident = std::min(all_gather_push_resident_blocks(config_.threads, share_.sm_count), kMaxBlocks);

@@ -31,11 +31,7 @@ AllGatherMatmul::AllGatherMatmul(Team& team, AgmmConfig config) : AllGatherMatmu
 
 AllGatherMatmul::AllGatherMatmul(RankShare share, AgmmConfig config)
     : share_(std::move(share)), config_(config), impl_(std::make_unique<Impl>()) {
-  TF_REQUIRE(share_.heap != nullptr && share_.new_sequence && share_.world >= 1 && share_.rank >= 0 &&
-                 share_.rank < share_.world && share_.sm_count >= 1,
-             Status::InvalidArgument,
-             "all_gather_matmul: rank share of rank " << share_.rank << " of " << share_.world << " with "
-                                                      << share_.sm_count << " SMs (needs a heap and a sequence source)");
+  check_rank_share(share_, "all_gather_matmul");
   TF_REQUIRE(config_.max_m >= 1 && config_.max_k >= 1, Status::InvalidArgument,
              "all_gather_matmul: capacity max_m=" << config_.max_m << " max_k=" << config_.max_k << " must be >= 1");
   TF_REQUIRE(config_.push_ctas >= 0 && config_.col_chunk >= 0, Status::InvalidArgument,

@@ -1,8 +1,9 @@
-// FlashDecode: flash_decode across the ranks of a Team, `bsp` (decode -> ncclAllGather -> combine)
+// FlashDecode: flash_decode across the ranks of a RankShare, `bsp` (decode -> ncclAllGather -> combine)
 // and `fused` (one kernel per rank, fused_decode_kernel.h). Host side: buffers, plans, launches.
 #include <nccl.h>
 
 #include <algorithm>
+#include <utility>
 
 #include "kernels.h"
 #include "taxfree/kernels/attention/fused_schedule.h"
@@ -21,12 +22,21 @@ int instance_index(DType dtype, int head_dim, bool paged) {
 constexpr int kClusterShrinkMaxTokens = 32768;
 }  // namespace
 
-FlashDecode::FlashDecode(Team& team, const FlashDecodeConfig& cfg) : team_(team), cfg_(cfg) {
-  validate_flash_decode_config(cfg, team.world());
-  const FlashDecodeBuffers bytes = flash_decode_buffers(cfg, team.world(), team.sm_count());
+FlashDecode::FlashDecode(Team& team, const FlashDecodeConfig& cfg) : FlashDecode(team.share(), cfg) {}
+
+FlashDecode::FlashDecode(RankShare share, const FlashDecodeConfig& cfg) : share_(std::move(share)), cfg_(cfg) {
+  check_rank_share(share_, "flash_decode");
+  validate_flash_decode_config(cfg, share_.world);
+  int dev = 0;
+  TF_CUDA(cudaGetDevice(&dev));
+  TF_CUDA(cudaDeviceGetAttribute(&device_sms_, cudaDevAttrMultiProcessorCount, dev));
+  TF_REQUIRE(share_.sm_count <= device_sms_, Status::InvalidArgument,
+             "flash_decode: rank " << share_.rank << "'s share of " << share_.sm_count << " SMs exceeds the device's "
+                                   << device_sms_);
+  const FlashDecodeBuffers bytes = flash_decode_buffers(cfg, share_.world, share_.sm_count);
 
   // Collective and ordered: the same allocations on every rank (same config, same world).
-  auto& heap = team.heap();
+  auto& heap = *share_.heap;
   inbox_ = static_cast<uint4*>(heap.allocate(bytes.fused_inbox_bytes, 256, "flash_decode.fused_inbox"));
   sizes_ = bytes;
   if (cfg.bsp_buffers == BspBuffers::symmetric)
@@ -40,9 +50,9 @@ FlashDecode::FlashDecode(Team& team, const FlashDecodeConfig& cfg) : team_(team)
   }
   TF_CUDA(cudaMemset(inbox_, 0, bytes.fused_inbox_bytes));  // epoch 0: no launch's lines
   TF_CUDA(cudaDeviceSynchronize());
-  seq_ = team.new_sequence();
+  seq_ = share_.new_sequence();
   // Peers write into this rank's inbox only after it is zero.
-  team.host_barrier("flash_decode.init");
+  if (share_.host_barrier) share_.host_barrier("flash_decode.init");
 }
 
 FlashDecode::~FlashDecode() {
@@ -73,21 +83,28 @@ int FlashDecode::fused_max_clusters(DType dtype, int head_dim, bool paged, int c
 DecodeConfig FlashDecode::split_config() const {
   DecodeConfig dc;
   dc.num_splits = cfg_.num_splits;
-  dc.num_sms = team_.sm_count();
+  dc.num_sms = share_.sm_count;
   return dc;
 }
 
 FusedDevice FlashDecode::fused_device(const DecodeArgs& a) {
   const bool paged = is_paged(a.layout);
   FusedDevice d;
-  d.world = team_.world();
-  d.num_sms = team_.sm_count();
+  d.world = share_.world;
+  d.num_sms = share_.sm_count;
   d.ctas_per_sm = fused_ctas_per_sm(a.dtype, a.head_dim, paged, false);
   d.direct_ctas_per_sm = fused_ctas_per_sm(a.dtype, a.head_dim, paged, true);
+  // A share's part of the clusters the whole GPU holds at once, rounded down, so the shares of
+  // ranks on one GPU never claim more than it holds together.
   d.max_clusters = [this, dtype = a.dtype, head_dim = a.head_dim, paged](int c) {
-    return fused_max_clusters(dtype, head_dim, paged, c);
+    return int(int64_t(fused_max_clusters(dtype, head_dim, paged, c)) * share_.sm_count / device_sms_);
   };
   return d;
+}
+
+void FlashDecode::require_comm() const {
+  TF_REQUIRE(share_.comm != nullptr, Status::NotSupported,
+             "flash_decode bsp: rank " << share_.rank << "'s share has no NCCL communicator (simulated ranks)");
 }
 
 FusedPlan FlashDecode::fused_plan(const DecodeArgs& a) {
@@ -146,13 +163,14 @@ void FlashDecode::launch(Variant variant, const DecodeArgs& a, cudaStream_t stre
              "variant=" << int(variant) << " is not a flash_decode Variant");
   if (variant == Variant::fused) return launch_fused(a, stream);
   validate_flash_decode_args(a, cfg_);  // before the first stage is enqueued
+  require_comm();
   for (Stage s : {Stage::decode, Stage::gather, Stage::combine}) launch_bsp_stage(s, a, stream);
 }
 
 void FlashDecode::launch_fused(const DecodeArgs& a, cudaStream_t stream) {
   const FusedPlan fp = fused_plan(a);  // validates
-  attention::FusedDecodeParams p = detail::make_fused_params(a, fp, sizes_, workspace_, team_.view(), inbox_, seq_,
-                                                             team_.fault());
+  attention::FusedDecodeParams p = detail::make_fused_params(a, fp, sizes_, workspace_, share_.heap->view(), inbox_,
+                                                             seq_, share_.fault);
   p.skip_signal = skip_signal_ ? 1 : 0;
   p.combine_delay_ns = combine_delay_ns_;
   p.trace = trace_;
@@ -190,7 +208,7 @@ void FlashDecode::launch_bsp_stage(Stage stage, const DecodeArgs& a, cudaStream_
              "stage=" << int(stage) << " is not a FlashDecode::Stage");
   validate_flash_decode_args(a, cfg_);
   const GatherLayout l = gather_layout(a.batch, a.q_heads, a.head_dim);
-  float* const mine = bsp_gather_ + int64_t(team_.rank()) * l.block_floats;
+  float* const mine = bsp_gather_ + int64_t(share_.rank) * l.block_floats;
   switch (stage) {
     case Stage::decode: {
       DecodeArgs d = a;  // this rank's partial into its own block
@@ -207,15 +225,16 @@ void FlashDecode::launch_bsp_stage(Stage stage, const DecodeArgs& a, cudaStream_
     case Stage::gather: {
       // In place (send = recv + rank * count). Heap blocks go at their window address, so NCCL
       // takes its symmetric-memory path.
+      require_comm();
       const bool window = cfg_.bsp_buffers == BspBuffers::symmetric;
-      const void* send = window ? team_.heap().nccl_address(mine) : mine;
-      void* recv = window ? team_.heap().nccl_address(bsp_gather_) : bsp_gather_;
-      TF_NCCL(ncclAllGather(send, recv, size_t(l.block_floats), ncclFloat, team_.comm(), stream));
+      const void* send = window ? share_.heap->nccl_address(mine) : mine;
+      void* recv = window ? share_.heap->nccl_address(bsp_gather_) : bsp_gather_;
+      TF_NCCL(ncclAllGather(send, recv, size_t(l.block_floats), ncclFloat, share_.comm, stream));
       return;
     }
     case Stage::combine: {
       CombineArgs c;
-      c.world = team_.world();
+      c.world = share_.world;
       c.batch = a.batch;
       c.q_heads = a.q_heads;
       c.head_dim = a.head_dim;
