@@ -1,16 +1,17 @@
 // all_gather_matmul's cross-rank variants with 2, 3, 4 and 8 ranks simulated on one GPU
 // (simulated_ranks.h): each rank's op is built on its RankShare (a span of one allocation as its
 // heap, SMs / W for its plans, no NCCL) and each rank has its own Problem (its shard, its B, or the
-// replicated B of ksplit). The variants whose kernels are ours -- push, sm-specialized, fused-ce,
-// pull, ksplit's skinny and band paths -- run on every rank, and each rank's C is checked against
+// replicated B of ksplit). Every variant but bsp (NCCL) -- push, sm-specialized, fused-ce, pull,
+// decomposed, nsplit, ksplit's three paths -- runs on every rank, and each rank's C is checked against
 // the float64 reference, its gathered A bit for bit against the shards and the same on every rank
-// (C too after ksplit). Outputs and op buffers are poisoned before each launch, and every rank's
+// (C too after ksplit and nsplit). Outputs and op buffers are poisoned before each launch, and every rank's
 // launch is enqueued behind a gate so the ranks start together. Then hundreds of launches without
 // a reset with one rank late, and bsp's NotSupported on a share without NCCL.
 //
-// Not here: decomposed, nsplit and ksplit's two-kernel path call cuBLASLt, which loads a kernel at
-// its first use and waits for the device to go idle, which the simulated ranks' waiting kernels
-// never let it (r180). What this cannot show besides: simulated_ranks.h.
+// decomposed, nsplit and ksplit's two-kernel path call cuBLASLt, which loads a kernel at its first
+// use and may wait for the device to go idle first, which the simulated ranks' waiting kernels
+// never let it (r180): every rank's op warms them first (AllGatherMatmul::warm_up, the same GEMM
+// arguments, no peer touched). What this cannot show: simulated_ranks.h.
 //
 // Needs CUDA_MODULE_LOADING=EAGER (our kernels loaded at start, for the same reason) and
 // CUDA_DEVICE_MAX_CONNECTIONS >= 16 (two streams per rank, each its own hardware queue: sharing one,
@@ -19,6 +20,7 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <memory>
 #include <string>
@@ -85,9 +87,7 @@ class SimulatedAgmm {
     std::vector<GatheredA> gs;
     heaps_.hold();
     for (int r = 0; r < world(); ++r) {
-      Problem& p = ps[size_t(r)];
-      AgmmArgs a = in_place ? p.in_place_args(op(r), stream(r)) : p.args();
-      a.b_replicated = p.shape().gather_dim == 1 && v == AgmmVariant::ksplit;
+      const AgmmArgs a = args(ps, r, v, in_place);
       if (r == late) sleep_kernel<<<1, 1, 0, stream(r)>>>(late_ns);
       try {
         gs.push_back(op(r).launch(v, a, stream(r)));
@@ -102,7 +102,7 @@ class SimulatedAgmm {
 
   // Waits for every rank (a device wait that gave up fails with its diagnostic), then checks every
   // rank's C against the reference and its gathered A against the shards; the gathered A, and C
-  // after ksplit (the same sums in the same order everywhere), the same on every rank.
+  // after ksplit and nsplit (the same sums in the same order everywhere), the same on every rank.
   void check(std::vector<Problem>& ps, const std::vector<GatheredA>& gs, AgmmVariant v, const std::string& what) {
     heaps_.sync(what);
     uint64_t hash0 = 0;
@@ -114,18 +114,29 @@ class SimulatedAgmm {
       const uint64_t hash = p.expect_gathered_values(gs[size_t(r)], at);
       if (r == 0) hash0 = hash;
       EXPECT_EQ(hash, hash0) << at << ": gathered A differs from rank 0's";
-      if (v != AgmmVariant::ksplit) continue;
+      if (v != AgmmVariant::ksplit && v != AgmmVariant::nsplit) continue;
       if (r == 0) c0 = p.c_bits();
       else EXPECT_TRUE(p.c_bits() == c0) << at << ": C differs from rank 0's bit for bit";
     }
   }
 
+  // Every rank's cuBLASLt kernels loaded (AllGatherMatmul::warm_up) before the gated launch, then
+  // as launch() and check() above.
   void run(std::vector<Problem>& ps, AgmmVariant v, const std::string& what, bool in_place = false) {
+    for (int r = 0; r < world(); ++r) op(r).warm_up(v, args(ps, r, v, in_place), stream(r));
     poison(ps);
     check(ps, launch(ps, v, in_place), v, what);
   }
 
  private:
+  // Rank r's arguments for `v` (in place: its shard copied into the op's slot on its stream).
+  AgmmArgs args(std::vector<Problem>& ps, int r, AgmmVariant v, bool in_place) {
+    Problem& p = ps[size_t(r)];
+    AgmmArgs a = in_place ? p.in_place_args(op(r), stream(r)) : p.args();
+    a.b_replicated = p.shape().gather_dim == 1 && (v == AgmmVariant::ksplit || v == AgmmVariant::nsplit);
+    return a;
+  }
+
   static AgmmConfig config(int64_t max_m, int64_t max_k) {
     AgmmConfig c;
     c.max_m = max_m, c.max_k = max_k;
@@ -193,6 +204,36 @@ TEST(AgmmSim, KsplitSkinnyAndBandsAtTwoToEightRanks) {
       sim.run(ps, AgmmVariant::ksplit, shape);
       sim.run(ps, AgmmVariant::ksplit, shape + " in place", true);
       unsetenv("TAXFREE_AGMM_KSPLIT_PATH");
+    }
+  }
+}
+
+// The variants that call cuBLASLt, each rank's kernels loaded first (warm_up): decomposed (the
+// copy engine's shards and arrival flags, a GEMM per arriving shard: the odd shapes, both gather
+// dims, in place), nsplit (a column block of C per rank, fp32 sums per arriving shard, then the
+// block all-gather) and ksplit's two-kernel path (M between the skinny and band paths), B
+// replicated.
+TEST(AgmmSim, CublasLtVariantsAtTwoToEightRanks) {
+  REQUIRE_SIMULATION_ENV();
+  for (int w : {2, 3, 4, 8}) {
+    SimulatedAgmm sim(w, std::max<int64_t>(1024, 500 * w), kSplitShardK * w);
+    for (int gd : {0, 1}) {
+      const bool bf16 = gd == 0;
+      auto ps = sim.problems(odd_shape(gd, bf16 ? DType::bf16 : DType::fp16, bf16 ? BLayout::NK : BLayout::KN, w),
+                             700 + uint64_t(w) * 2 + uint64_t(gd), false);
+      const std::string shape = world_label(w) + label(ps[0].shape()) + " ";
+      sim.run(ps, AgmmVariant::decomposed, shape + "decomposed");
+      sim.run(ps, AgmmVariant::decomposed, shape + "decomposed in place", true);
+    }
+    for (int64_t m : {40, 200}) {
+      auto ps = sim.problems({m, 1003, kSplitShardK * w, 1, m == 40 ? DType::fp16 : DType::bf16,
+                              m == 40 ? BLayout::KN : BLayout::NK},
+                             720 + uint64_t(m), true);
+      const std::string shape = world_label(w) + label(ps[0].shape()) + " ";
+      for (AgmmVariant v : {AgmmVariant::nsplit, AgmmVariant::ksplit}) {
+        sim.run(ps, v, shape + variant_name(v));
+        sim.run(ps, v, shape + variant_name(v) + " in place", true);
+      }
     }
   }
 }

@@ -301,6 +301,14 @@ class AllGatherMatmul {
   AllGatherMatmul& operator=(const AllGatherMatmul&) = delete;
 
   GatheredA launch(AgmmVariant variant, const AgmmArgs& args, cudaStream_t stream);
+  // This rank alone (not collective): runs on `stream` the cuBLASLt GEMMs launch(variant, args)
+  // would run, with the same arguments, and nothing else: their kernels are loaded and their plans
+  // made before a launch that must not stall. cuBLASLt loads a kernel at its first use, and the
+  // driver may wait for the device to go idle first, which never comes while another rank's
+  // kernels on the same GPU wait for this one (ranks simulated on one GPU). Touches no peer; leaves
+  // meaningless values in C and this rank's op buffers. Variants of our kernels only: validate().
+  // Throws as launch() would.
+  void warm_up(AgmmVariant variant, const AgmmArgs& args, cudaStream_t stream);
   // validate_agmm_args plus the checks that need the op (A_shard in place or apart from the op's
   // buffers). Throws InvalidArgument.
   void validate(const AgmmArgs& args) const;
@@ -333,6 +341,7 @@ class AllGatherMatmul {
   RankShare share_;
   AgmmConfig config_;
   bool skip_signal_ = false;
+  bool warm_only_ = false;  // warm_up(): the launch functions run their cuBLASLt GEMMs only
   std::unique_ptr<Impl> impl_;
 };
 

@@ -183,6 +183,22 @@ GatheredA AllGatherMatmul::launch(AgmmVariant variant, const AgmmArgs& args, cud
   TF_THROW(Status::InvalidArgument, "all_gather_matmul: variant " << int(variant) << " is not a variant");
 }
 
+void AllGatherMatmul::warm_up(AgmmVariant variant, const AgmmArgs& args, cudaStream_t stream) {
+  validate(args);
+  if (variant == AgmmVariant::automatic) variant = choose_agmm_variant(args, share_.world, config_);
+  if (variant != AgmmVariant::bsp && variant != AgmmVariant::decomposed && variant != AgmmVariant::nsplit &&
+      variant != AgmmVariant::ksplit)
+    return;  // our kernels only
+  warm_only_ = true;
+  try {
+    launch(variant, args, stream);
+  } catch (...) {
+    warm_only_ = false;
+    throw;
+  }
+  warm_only_ = false;
+}
+
 namespace {
 // Our GEMM over `gathered` with the piece waits; the caller sets present_source and seq.
 agmm::ReadyGemmLaunch ready_gemm(const RankShare& share, const char* gathered, const AgmmArgs& a,
@@ -213,6 +229,10 @@ GatheredA AllGatherMatmul::launch_bsp(const AgmmArgs& a, bool own_gemm, cudaStre
   Impl& im = *impl_;
   auto& heap = *share_.heap;
   char* gathered = sym ? im.gathered : im.gathered_plain;
+  if (warm_only_) {
+    if (!own_gemm) gemm::cublaslt_launch(gemm_args(a, gathered, sh.ld), s);
+    return {};
+  }
   char* recv = a.gather_dim == 0 ? gathered : (sym ? im.staging_sym : im.staging_plain);
   const int64_t row_ld = a.gather_dim == 0 ? sh.ld : sh.cols;  // of one shard inside recv
   const int64_t bytes = sh.rows * row_ld * kElem;               // per rank
@@ -265,6 +285,10 @@ GatheredA AllGatherMatmul::launch_decomposed(const AgmmArgs& a, cudaStream_t s) 
   };
   // All that can throw, first (gather_dim 1: one GEMM, the same for every source).
   for (int src = 0; src < (a.gather_dim == 0 ? w : 1); ++src) gemm::cublaslt_prepare(source_gemm(src), s);
+  if (warm_only_) {
+    for (int src = 0; src < (a.gather_dim == 0 ? w : 1); ++src) gemm::cublaslt_launch(source_gemm(src), s);
+    return {};
+  }
 
   // gather_dim 0, small shards: this rank's GEMM reads and writes only the caller's buffers, so it
   // need not wait for the begin barrier: the barrier runs on the side stream, enqueued before the

@@ -11,13 +11,16 @@ namespace taxfree {
 using namespace agmm;
 
 namespace {
-// TAXFREE_AGMM_KSPLIT_PATH=two-kernel | bands makes ksplit take that path at every M (read at each
-// launch, so one benchmark process can time them; every rank must see the same value). Throws
-// InvalidArgument for another value.
-enum class KsplitPath { by_size, two_kernel, bands };
-KsplitPath ksplit_path_override() {
+// The ksplit path of a launch: by M (below), or TAXFREE_AGMM_KSPLIT_PATH=two-kernel | bands at every
+// M (read at each launch, so one benchmark process can time them; every rank must see the same
+// value). Throws InvalidArgument for another value.
+enum class KsplitPath { skinny, two_kernel, bands };
+KsplitPath ksplit_path(const AgmmArgs& a) {
   const char* e = std::getenv("TAXFREE_AGMM_KSPLIT_PATH");
-  if (e == nullptr || *e == '\0') return KsplitPath::by_size;
+  if (e == nullptr || *e == '\0') {
+    if (a.m <= agmm::kSkinnyMaxM) return KsplitPath::skinny;
+    return a.m >= agmm::kBandsMinM ? KsplitPath::bands : KsplitPath::two_kernel;
+  }
   const std::string v(e);
   TF_REQUIRE(v == "two-kernel" || v == "bands", Status::InvalidArgument,
              "TAXFREE_AGMM_KSPLIT_PATH='" << v << "': two-kernel or bands");
@@ -33,13 +36,10 @@ KsplitPath ksplit_path_override() {
 // the caller's), the block all-gather of the A shards on a few SMs, with a launch sequence and flags
 // of its own (the exchange kernel ends ksplit's sequence, possibly before the gather starts).
 GatheredA AllGatherMatmul::launch_ksplit(const AgmmArgs& a, cudaStream_t s) {
-  switch (ksplit_path_override()) {
+  switch (ksplit_path(a)) {  // warm_up(): only the two-kernel path calls cuBLASLt
+    case KsplitPath::skinny: return warm_only_ ? GatheredA{} : launch_ksplit_skinny(a, s);
+    case KsplitPath::bands: return warm_only_ ? GatheredA{} : launch_ksplit_bands(a, s);
     case KsplitPath::two_kernel: break;
-    case KsplitPath::bands: return launch_ksplit_bands(a, s);
-    case KsplitPath::by_size:
-      if (a.m <= agmm::kSkinnyMaxM) return launch_ksplit_skinny(a, s);
-      if (a.m >= agmm::kBandsMinM) return launch_ksplit_bands(a, s);
-      break;
   }
   const agmm::KsplitSlices sl = make_ksplit_plan(a, share_.world, config_, share_.sm_count);
   Impl& im = *impl_;
@@ -71,6 +71,10 @@ GatheredA AllGatherMatmul::launch_ksplit(const AgmmArgs& a, cudaStream_t s) {
   ga.seq = im.side_seq;
   ga.end_sequence = true;
   gemm::cublaslt_prepare(g, s, gemm::OutType::fp32);  // all that can throw, first
+  if (warm_only_) {
+    gemm::cublaslt_launch(g, s, gemm::OutType::fp32);
+    return {};
+  }
 
   TF_CUDA(cudaEventRecord(im.fork, s));
   TF_CUDA(cudaStreamWaitEvent(im.side, im.fork, 0));
@@ -202,6 +206,11 @@ GatheredA AllGatherMatmul::launch_nsplit(const AgmmArgs& a, cudaStream_t s) {
   };
   if (cols > 0)  // all that can throw, first
     for (int src = 0; src < w; ++src) gemm::cublaslt_prepare(source_gemm(src), s, out_type(src));
+  if (warm_only_) {
+    if (cols > 0)
+      for (int src = 0; src < w; ++src) gemm::cublaslt_launch(source_gemm(src), s, out_type(src));
+    return {};
+  }
 
   agmm::BlockGather gc;
   gc.view = view;
