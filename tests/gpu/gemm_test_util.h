@@ -196,7 +196,10 @@ inline void expect_matches(const Problem& p, const std::vector<uint16_t>& out, c
 struct StreamGuard {
   cudaStream_t s = nullptr;
   StreamGuard() { TF_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking)); }
-  ~StreamGuard() { cudaStreamDestroy(s); }
+  ~StreamGuard() {
+    release_stream_workspace(s);
+    cudaStreamDestroy(s);
+  }
 };
 
 // Runs `cfg` twice into poisoned C: both runs must match the reference and agree bit for bit

@@ -1,7 +1,8 @@
 // GPU test of the GEMMs' stream workspace (gemm_detail.h): a launch prepared on a stream
 // (gemm::prepare, cublaslt_prepare) needs no device memory, so a fused op that prepares its GEMMs
 // before enqueuing anything cannot fail half-way for want of memory. Checked with the device's
-// memory exhausted: unprepared streams fail with OutOfMemory, the prepared one runs and is right.
+// memory exhausted: unprepared streams fail with OutOfMemory, the prepared one runs and is right;
+// then release_stream_workspace gives the memory back.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
@@ -68,6 +69,10 @@ TEST(GemmWorkspace, PreparedLaunchesNeedNoMemory) {
   GemmConfig cfg;
   cfg.bm = 128, cfg.bn = 128, cfg.stages = 6, cfg.splits = 4;
   StreamGuard warm, prepared, bare_ours, bare_lt;  // created while memory is free
+  // A stream destroyed earlier in this process without release_stream_workspace may have left its
+  // workspace to the same handle: the bare streams start with none.
+  release_stream_workspace(bare_ours.s);
+  release_stream_workspace(bare_lt.s);
   // Kernels loaded (lazy module loading allocates at first launch) and cuBLASLt's plan cached.
   launch(p.args(ours.c()), cfg, warm.s);
   cublaslt_launch(p.args(theirs.c()), warm.s);

@@ -25,6 +25,7 @@
 #include "taxfree/device/signal.cuh"
 #include "taxfree/device/launch_sequence.cuh"
 #include "taxfree/device/symmetric_view.cuh"
+#include "taxfree/ops/gemm.h"
 #include "taxfree/runtime/error.h"
 #include "taxfree/runtime/rank_share.h"
 #include "taxfree/runtime/symmetric_heap.h"
@@ -61,7 +62,10 @@ class SimulatedHeaps {
     TF_CUDA(cudaDeviceSynchronize());
   }
   ~SimulatedHeaps() {
-    for (cudaStream_t s : streams_) cudaStreamDestroy(s);
+    for (cudaStream_t s : streams_) {
+      gemm::release_stream_workspace(s);  // the ops' GEMMs ran on it
+      cudaStreamDestroy(s);
+    }
     cudaFreeHost(gate_);
     cudaFreeHost(abort_);
     cudaFree(sequences_);

@@ -132,6 +132,13 @@ void launch(const GemmArgs& args, cudaStream_t stream);
 enum class GemmStep { prepare, launch };
 void prepare(const GemmArgs& args, const GemmConfig& cfg, cudaStream_t stream);
 
+// Frees `stream`'s GEMM workspace on the current device (our split-K partials and counters,
+// cuBLASLt's; gemm_detail.h), stream-ordered after the work already queued on it; the next GEMM on
+// the stream allocates again. Call it before destroying a stream that ran GEMMs: the workspace is
+// otherwise kept for the life of the process (and a stream created later with the same handle
+// would inherit it). No-op for a stream without one.
+void release_stream_workspace(cudaStream_t stream);
+
 // SMs of the current device (cached per device).
 int device_sm_count();
 

@@ -38,7 +38,7 @@ WorkspaceNeed workspace_need(const WorkPlan& plan, const GemmConfig& cfg);
 // The GEMM workspace of `stream` on the current device, grown to `need` if smaller (stream
 // ordered; counters zeroed on allocation, kernels leave them zeroed): our GEMM's split-K partials
 // and counters, cuBLASLt's workspace (partials). Launches on one stream run in order, so they may
-// share it; two streams never do.
+// share it; two streams never do. Kept until release_stream_workspace (gemm.h).
 struct Workspace {
   void* partials = nullptr;
   uint32_t* counters = nullptr;

@@ -264,19 +264,33 @@ WorkspaceNeed workspace_need(const WorkPlan& plan, const GemmConfig& cfg) {
   return need;
 }
 
-Workspace stream_workspace(cudaStream_t stream, const WorkspaceNeed& need) {
-  struct Buffer {
-    void* partials = nullptr;
-    size_t partial_bytes = 0;
-    uint32_t* counters = nullptr;
-    size_t counters_len = 0;
-  };
-  static std::mutex mu;
-  static std::map<std::pair<int, cudaStream_t>, Buffer> buffers;  // (device, stream)
+namespace {
+struct StreamBuffer {
+  void* partials = nullptr;
+  size_t partial_bytes = 0;
+  uint32_t* counters = nullptr;
+  size_t counters_len = 0;
+};
+struct StreamBuffers {
+  std::mutex mu;
+  std::map<std::pair<int, cudaStream_t>, StreamBuffer> by_stream;  // (device, stream)
+};
+StreamBuffers& stream_buffers() {
+  static StreamBuffers b;
+  return b;
+}
+int current_device() {
   int dev = 0;
   TF_CUDA(cudaGetDevice(&dev));
-  std::lock_guard<std::mutex> lock(mu);
-  Buffer& b = buffers[{dev, stream}];
+  return dev;
+}
+}  // namespace
+
+Workspace stream_workspace(cudaStream_t stream, const WorkspaceNeed& need) {
+  const int dev = current_device();
+  StreamBuffers& all = stream_buffers();
+  std::lock_guard<std::mutex> lock(all.mu);
+  StreamBuffer& b = all.by_stream[{dev, stream}];
   // Grown, never shrunk; rounded up so a sweep of shapes reallocates a few times at most.
   // Stream-ordered: the old buffer is freed after the kernels already queued on `stream` that use
   // it, and nothing waits for the device (a host wait here could deadlock behind a kernel that
@@ -300,4 +314,17 @@ Workspace stream_workspace(cudaStream_t stream, const WorkspaceNeed& need) {
 }
 
 }  // namespace detail
+
+void release_stream_workspace(cudaStream_t stream) {
+  const int dev = detail::current_device();
+  detail::StreamBuffers& all = detail::stream_buffers();
+  std::lock_guard<std::mutex> lock(all.mu);
+  const auto it = all.by_stream.find({dev, stream});
+  if (it == all.by_stream.end()) return;
+  const detail::StreamBuffer b = it->second;
+  all.by_stream.erase(it);
+  if (b.partials) TF_CUDA(cudaFreeAsync(b.partials, stream));
+  if (b.counters) TF_CUDA(cudaFreeAsync(b.counters, stream));
+}
+
 }  // namespace taxfree::gemm
