@@ -120,10 +120,16 @@ class SimulatedAgmm {
     }
   }
 
-  // Every rank's cuBLASLt kernels loaded (AllGatherMatmul::warm_up) before the gated launch, then
-  // as launch() and check() above.
-  void run(std::vector<Problem>& ps, AgmmVariant v, const std::string& what, bool in_place = false) {
+  // Every rank's cuBLASLt kernels of `v` loaded (AllGatherMatmul::warm_up) and waited for: a gated
+  // launch must not load one.
+  void warm_up(std::vector<Problem>& ps, AgmmVariant v, bool in_place = false) {
     for (int r = 0; r < world(); ++r) op(r).warm_up(v, args(ps, r, v, in_place), stream(r));
+    heaps_.sync("warm-up");
+  }
+
+  // warm_up, then as launch() and check() above.
+  void run(std::vector<Problem>& ps, AgmmVariant v, const std::string& what, bool in_place = false) {
+    warm_up(ps, v, in_place);
     poison(ps);
     check(ps, launch(ps, v, in_place), v, what);
   }
@@ -239,7 +245,7 @@ TEST(AgmmSim, CublasLtVariantsAtTwoToEightRanks) {
 }
 
 // Epochs, not resets: at three ranks, 210 launches back to back per rank cycling through the
-// gathering variants (and ksplit at gather_dim 1), rank 1 sleeping 20 us before each of
+// gathering variants and decomposed (and ksplit, nsplit at gather_dim 1), rank 1 sleeping 20 us before each of
 // its launches, the last launch checked; then one more with rank 1 200 us late.
 TEST(AgmmSim, HundredsOfMixedLaunchesWithoutResetAtThreeRanks) {
   REQUIRE_SIMULATION_ENV();
@@ -248,13 +254,15 @@ TEST(AgmmSim, HundredsOfMixedLaunchesWithoutResetAtThreeRanks) {
   auto rows = sim.problems({kWorld * 128, 264, 520, 0, DType::bf16, BLayout::NK}, 500, false);  // whole tiles: pull
   // Whole k-tiles (pull), M <= 32 (ksplit's skinny path).
   auto cols = sim.problems({32, 264, 1024 * kWorld, 1, DType::bf16, BLayout::KN}, 501, true);
-  std::vector<AgmmVariant> gathering = {AgmmVariant::pull};
+  std::vector<AgmmVariant> gathering = {AgmmVariant::pull, AgmmVariant::decomposed};
   for (const SimVariant& sv : kGatherVariants) gathering.push_back(sv.v);
   std::vector<AgmmVariant> splitting = gathering;
   splitting.push_back(AgmmVariant::ksplit);
+  splitting.push_back(AgmmVariant::nsplit);
   for (auto* ps : {&rows, &cols}) {
     const std::vector<AgmmVariant>& cycle = ps == &rows ? gathering : splitting;
     const std::string shape = label((*ps)[0].shape());
+    for (AgmmVariant v : cycle) sim.warm_up(*ps, v);
     sim.poison(*ps);
     std::vector<GatheredA> gs;
     AgmmVariant v{};
