@@ -63,11 +63,13 @@ void expect_out_of_memory(F&& f, const std::string& what) {
 
 TEST(GemmWorkspace, PreparedLaunchesNeedNoMemory) {
   TF_REQUIRE_GPUS(1);
-  // Odd M and N; our GEMM with split-K 4 (fp32 partials in the workspace), cuBLASLt (its 32 MiB).
-  const Problem p = make_problem(100, 1000, 2056, DType::bf16, BLayout::NK, 31);
+  // Odd M and N; our GEMM with split-K 16 over 8 x 16 tiles (128 MiB of fp32 partials: more than
+  // the memory pool may keep free inside what it holds for earlier allocations, r187-r188 with
+  // 2 MiB), cuBLASLt (its 32 MiB).
+  const Problem p = make_problem(1000, 2040, 2056, DType::bf16, BLayout::NK, 31);
   Output ours(p), theirs(p);
   GemmConfig cfg;
-  cfg.bm = 128, cfg.bn = 128, cfg.stages = 6, cfg.splits = 4;
+  cfg.bm = 128, cfg.bn = 128, cfg.stages = 6, cfg.splits = 16;
   StreamGuard warm, prepared, bare_ours, bare_lt;  // created while memory is free
   // A stream destroyed earlier in this process without release_stream_workspace may have left its
   // workspace to the same handle: the bare streams start with none.
