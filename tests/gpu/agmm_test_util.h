@@ -196,8 +196,8 @@ class Problem {
   }
   void upload() {
     const int rank = rank_;
-    TF_CUDA(cudaMemcpy(a_dev_->p, shards_[size_t(rank)].data(), shards_[size_t(rank)].size() * 2, cudaMemcpyHostToDevice));
-    TF_CUDA(cudaMemcpy(b_dev_->p, b_.data(), b_.size() * 2, cudaMemcpyHostToDevice));
+    ::taxfree::test::copy_to_device(a_dev_->p, shards_[size_t(rank)].data(), shards_[size_t(rank)].size() * 2);
+    ::taxfree::test::copy_to_device(b_dev_->p, b_.data(), b_.size() * 2);
   }
   // Expected gathered A, element (r, c).
   uint16_t a_bits(int64_t r, int64_t c) const {

@@ -332,8 +332,8 @@ void simulate_ranks(Runner& run, const Data& d, const std::vector<std::vector<Sl
     std::vector<double> o, lse;
     reference(d, st, ln, o, lse);
     expect_matches(d, pr, o, lse, what + " rank " + std::to_string(r));
-    TF_CUDA(cudaMemcpy(obuf.p + r * o_stride, pr.o.data(), orows * 4, cudaMemcpyHostToDevice));
-    TF_CUDA(cudaMemcpy(lse_base + r * l_stride, pr.lse.data(), p.rows() * 4, cudaMemcpyHostToDevice));
+    ::taxfree::test::copy_to_device(obuf.p + r * o_stride, pr.o.data(), orows * 4);
+    ::taxfree::test::copy_to_device(lse_base + r * l_stride, pr.lse.data(), p.rows() * 4);
   }
   Dev<uint16_t> out(static_cast<size_t>(orows));
   Dev<float> o_out(static_cast<size_t>(orows)), lse_out(size_t(p.rows()));

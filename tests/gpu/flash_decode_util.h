@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "gpu_env.h"
 #include "taxfree/ops/flash_decode.h"
 #include "taxfree/runtime/error.h"
 
@@ -67,7 +68,7 @@ struct Dev {
     return *this;
   }
   ~Dev() { if (p) cudaFree(p); }
-  void upload(const std::vector<T>& h) { TF_CUDA(cudaMemcpy(p, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice)); }
+  void upload(const std::vector<T>& h) { ::taxfree::test::copy_to_device(p, h.data(), h.size() * sizeof(T)); }
   std::vector<T> download() const {
     std::vector<T> h(n);
     TF_CUDA(cudaMemcpy(h.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost));

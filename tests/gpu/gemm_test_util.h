@@ -16,6 +16,7 @@
 #include <tuple>
 #include <vector>
 
+#include "gpu_env.h"
 #include "taxfree/ops/gemm.h"
 #include "taxfree/ops/gemm_launch.cuh"
 #include "taxfree/runtime/error.h"
@@ -127,8 +128,8 @@ inline Problem make_problem(int64_t m, int64_t n, int64_t k, DType dtype, BLayou
   }
   p.da = std::make_unique<DevBuf>(p.a.size() * 2);
   p.db = std::make_unique<DevBuf>(p.b.size() * 2);
-  TF_CUDA(cudaMemcpy(p.da->p, p.a.data(), p.a.size() * 2, cudaMemcpyHostToDevice));
-  TF_CUDA(cudaMemcpy(p.db->p, p.b.data(), p.b.size() * 2, cudaMemcpyHostToDevice));
+  ::taxfree::test::copy_to_device(p.da->p, p.a.data(), p.a.size() * 2);
+  ::taxfree::test::copy_to_device(p.db->p, p.b.data(), p.b.size() * 2);
   return p;
 }
 
@@ -154,7 +155,7 @@ inline std::vector<uint16_t> fill_random(const Problem& p, Output& c, uint32_t s
   std::uniform_real_distribution<float> u(-4.0f, 4.0f);
   for (int64_t i = 0; i < p.m; ++i)
     for (int64_t j = 0; j < p.n; ++j) init[kGuard + i * p.ldc + j] = from_float(u(rng), p.dtype);
-  TF_CUDA(cudaMemcpy(c.buf.p, init.data(), init.size() * 2, cudaMemcpyHostToDevice));
+  ::taxfree::test::copy_to_device(c.buf.p, init.data(), init.size() * 2);
   return init;
 }
 

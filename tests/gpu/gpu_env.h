@@ -12,6 +12,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cstddef>
+
 namespace taxfree {
 class Team;
 }
@@ -24,6 +26,11 @@ int world_size();
 int rank();
 // This rank's team; only valid when world_size() > 0.
 Team& team();
+// cudaMemcpy host -> device that returns only when the bytes are in device memory. From pageable
+// memory cudaMemcpy may return while its last DMA is in flight, ordered only before later work on
+// the legacy stream; a kernel on a non-blocking stream could read (or overwrite) the old bytes
+// before it lands.
+void copy_to_device(void* dst, const void* src, size_t bytes);
 }  // namespace taxfree::test
 
 // Skip the current test unless `n` GPUs are available: one visible GPU for single-GPU tests, `n`

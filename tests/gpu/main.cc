@@ -38,6 +38,10 @@ int visible_gpus() { return g_visible; }
 int world_size() { return g_team ? g_team->world() : 0; }
 int rank() { return g_team ? g_team->rank() : 0; }
 Team& team() { return *g_team; }
+void copy_to_device(void* dst, const void* src, size_t bytes) {
+  TF_CUDA(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice));
+  TF_CUDA(cudaStreamSynchronize(cudaStreamLegacy));
+}
 }  // namespace taxfree::test
 
 int main(int argc, char** argv) {
