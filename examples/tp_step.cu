@@ -120,7 +120,8 @@ size_t flash_decode_step(Team& team) {
   auto* out_fused = device_alloc<__nv_bfloat16>(size_t(batch) * q_heads * d);
   auto* out_bsp = device_alloc<__nv_bfloat16>(size_t(batch) * q_heads * d);
   auto* len_d = device_alloc<int32_t>(batch);
-  TF_CUDA(cudaMemcpy(len_d, local.data(), batch * 4, cudaMemcpyHostToDevice));
+  // On the stream the kernels reading it run on (a pageable cudaMemcpy is not ordered with it).
+  TF_CUDA(cudaMemcpyAsync(len_d, local.data(), batch * 4, cudaMemcpyHostToDevice, team.stream()));
   fill<<<64, 256, 0, team.stream()>>>(q, int64_t(batch) * q_heads * d, 300);  // the same on every rank
   for (int b = 0; b < batch; ++b) {
     const int start = fd::partition_slice(lens[b], team.world(), team.rank()).start;

@@ -285,6 +285,9 @@ int run(Team& team, const RunRequest& req) {
     if (root) print_header(name, team, opt);
     for (const auto& c : cases) {
       bench->setup(team, c, opt);
+      // Setup's uploads land before any variant runs on the team's stream: a pageable cudaMemcpy
+      // may return with its last DMA in flight, ordered only before later legacy-stream work.
+      TF_CUDA(cudaDeviceSynchronize());
       std::map<std::string, double> medians;
       std::vector<Row> rows;
       std::vector<std::string> timed = variants;
