@@ -10,6 +10,7 @@
 #include "taxfree/bench/harness.h"
 #include "taxfree/runtime/coordinator.h"
 #include "taxfree/runtime/error.h"
+#include "taxfree/runtime/rank_share.h"
 #include "taxfree/runtime/symmetric_heap.h"
 
 namespace taxfree::bench {
@@ -166,6 +167,28 @@ TEST(Heap, OverCallerMemoryGivesEveryRankTheSameOffsets) {
   dev::SymmetricView bad;
   bad.local_base = memory.data(), bad.size = kSpan, bad.rank = 3, bad.world = 3;
   test::expect_invalid([&] { SymmetricHeap h(bad); }, "rank 3 of 3");
+}
+
+// What an op takes from a rank (rank_share.h): refused, naming the op and the bad value, without a
+// heap, without a sequence source, with a rank outside [0, world), or with no SMs.
+TEST(RankShare, CheckNamesTheOpAndWhatIsMissing) {
+  std::vector<char> memory(1 << 12);
+  dev::SymmetricView v;
+  v.local_base = memory.data(), v.stride = int64_t(memory.size()), v.size = memory.size(), v.rank = 0, v.world = 1;
+  SymmetricHeap heap(v);
+  RankShare good;
+  good.rank = 1, good.world = 2, good.sm_count = 66, good.heap = &heap;
+  good.new_sequence = [] { return dev::LaunchSequence{}; };
+  check_rank_share(good, "op");  // accepted
+  RankShare s = good;
+  s.heap = nullptr;
+  test::expect_invalid([&] { check_rank_share(s, "flash_decode"); }, "flash_decode: rank share of rank 1 of 2 with 66 SMs, no heap");
+  s = good, s.new_sequence = nullptr;
+  test::expect_invalid([&] { check_rank_share(s, "all_gather"); }, "no sequence source");
+  s = good, s.rank = 2;
+  test::expect_invalid([&] { check_rank_share(s, "all_gather_matmul"); }, "rank 2 of 2");
+  s = good, s.sm_count = 0;
+  test::expect_invalid([&] { check_rank_share(s, "op"); }, "with 0 SMs");
 }
 
 }  // namespace
