@@ -4,12 +4,11 @@
 // add) points into another rank's span exactly as it points into a peer GPU's heap; each rank has a
 // launch sequence and a non-blocking stream; all ranks share one abort flag and one wait record
 // (host-mapped, as a Team's), so a wait that gives up stops them all and names site, rank and peer.
-// share(r) gives rank r as an op object takes it (RankShare: the span as its heap, about
-// sms_per_rank() SMs, launch sequences from a pool, no NCCL), so an op built on it runs its
-// cross-rank variants.
+// share(r) gives rank r as an op object takes it (RankShare: the span as its heap, (SMs - 4) / W
+// SMs, launch sequences from a pool, no NCCL), so an op built on it runs its cross-rank variants;
+// kernels whose CTAs wait for peers must fit on the GPU together, which the ops' plans for that
+// share see to. hold() / release() start every rank's work together.
 // What it cannot show: NVLink's ordering and latency (every peer is in the same GPU's memory).
-// Co-residency is the caller's part: kernels whose CTAs wait for peers must fit on the GPU together,
-// so plan each rank for sms_per_rank(). hold() / release() start every rank's work together.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -44,7 +43,7 @@ class SimulatedHeaps {
  public:
   // `span_bytes` of zeroed heap per rank (rounded up to 256).
   SimulatedHeaps(int world, uint64_t span_bytes)
-      : world_(world), span_((span_bytes + 255) / 256 * 256), sms_per_rank_(device_sms() / world) {
+      : world_(world), span_((span_bytes + 255) / 256 * 256) {
     TF_CUDA(cudaMalloc(&heaps_, span_ * world));
     TF_CUDA(cudaMemset(heaps_, 0, span_ * world));
     TF_CUDA(cudaMalloc(&sequences_, sizeof(uint64_t) * 2 * kSequences * world));
@@ -74,7 +73,7 @@ class SimulatedHeaps {
   SimulatedHeaps(const SimulatedHeaps&) = delete;
   SimulatedHeaps& operator=(const SimulatedHeaps&) = delete;
 
-  // SMs of the current device (a rank plans for device_sms() / world).
+  // SMs of the current device.
   static int device_sms() {
     int dev = 0, sms = 0;
     TF_CUDA(cudaGetDevice(&dev));
@@ -83,7 +82,6 @@ class SimulatedHeaps {
   }
 
   int world() const { return world_; }
-  int sms_per_rank() const { return sms_per_rank_; }
   uint64_t span() const { return span_; }
   char* base(int r) const { return heaps_ + uint64_t(r) * span_; }
   cudaStream_t stream(int r) const { return streams_[size_t(r)]; }
@@ -164,7 +162,6 @@ class SimulatedHeaps {
 
   int world_;
   uint64_t span_;
-  int sms_per_rank_;
   char* heaps_ = nullptr;
   uint64_t* sequences_ = nullptr;  // [world][kSequences] (counter, finished) pairs, zeroed
   uint32_t* abort_ = nullptr;  // host-mapped: the abort flag, then (8-byte aligned) the wait record

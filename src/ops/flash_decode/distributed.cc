@@ -169,39 +169,26 @@ void FlashDecode::launch(Variant variant, const DecodeArgs& a, cudaStream_t stre
 
 void FlashDecode::launch_fused(const DecodeArgs& a, cudaStream_t stream) {
   const FusedPlan fp = fused_plan(a);  // validates
-  attention::FusedDecodeParams p = detail::make_fused_params(a, fp, sizes_, workspace_, share_.heap->view(), inbox_,
-                                                             seq_, share_.fault);
-  p.skip_signal = skip_signal_ ? 1 : 0;
-  p.combine_delay_ns = combine_delay_ns_;
-  p.trace = trace_;
-  detail::launch_fused(a, p, fp.grid, stream);
-}
-
-namespace detail {
-attention::FusedDecodeParams make_fused_params(const DecodeArgs& a, const FusedPlan& fp, const FlashDecodeBuffers& sizes,
-                                               void* workspace, const dev::SymmetricView& view, uint4* inbox,
-                                               const dev::LaunchSequence& seq, const dev::FaultContext& fault) {
   attention::FusedDecodeParams p{};
-  p.d = make_decode_params(a, fp.num_splits, workspace);
-  p.view = view;
-  p.ll = inbox;
-  p.parity_lines = int64_t(sizes.fused_parity_lines);
+  p.d = detail::make_decode_params(a, fp.num_splits, workspace_);
+  p.view = share_.heap->view();
+  p.ll = inbox_;
+  p.parity_lines = int64_t(sizes_.fused_parity_lines);
   p.rows = int64_t(a.batch) * a.q_heads;
-  p.seq = seq;
-  p.fault = fault;
+  p.seq = seq_;
+  p.fault = share_.fault;
   p.items = int(fp.items);
   p.cluster = fp.cluster;
   p.direct = fp.direct ? 1 : 0;
-  p.direct_begin = int64_t(sizes.fused_direct_begin);
-  p.direct_sender_lines = int64_t(sizes.fused_direct_sender_lines);
-  return p;
-}
-
-void launch_fused(const DecodeArgs& a, const attention::FusedDecodeParams& p, int grid, cudaStream_t stream) {
+  p.direct_begin = int64_t(sizes_.fused_direct_begin);
+  p.direct_sender_lines = int64_t(sizes_.fused_direct_sender_lines);
+  p.skip_signal = skip_signal_ ? 1 : 0;
+  p.combine_delay_ns = combine_delay_ns_;
+  p.trace = trace_;
   const bool paged = is_paged(a.layout);
-  dispatch(a.dtype, a.head_dim, [&]<class T, int D>() { launch_fused_t<T, D>(paged, p, grid, stream); });
+  detail::dispatch(a.dtype, a.head_dim,
+                   [&]<class T, int D>() { detail::launch_fused_t<T, D>(paged, p, fp.grid, stream); });
 }
-}  // namespace detail
 
 void FlashDecode::launch_bsp_stage(Stage stage, const DecodeArgs& a, cudaStream_t stream) {
   TF_REQUIRE(stage == Stage::decode || stage == Stage::gather || stage == Stage::combine, Status::InvalidArgument,

@@ -36,16 +36,6 @@ int fused_max_clusters_t(bool paged, int cluster);
 // decode_workspace_bytes).
 attention::DecodeParams make_decode_params(const DecodeArgs& a, int num_splits, void* workspace);
 
-// The fused kernel's parameters for plan `fp` of `a` on a rank whose heap view, inbox (in that heap,
-// fused_inbox_bytes zeroed before the first launch), launch sequence and fault context are given;
-// fault injection and trace off.
-attention::FusedDecodeParams make_fused_params(const DecodeArgs& a, const FusedPlan& fp, const FlashDecodeBuffers& sizes,
-                                               void* workspace, const dev::SymmetricView& view, uint4* inbox,
-                                               const dev::LaunchSequence& seq, const dev::FaultContext& fault);
-
-// launch_fused_t of a's instantiation.
-void launch_fused(const DecodeArgs& a, const attention::FusedDecodeParams& p, int grid, cudaStream_t stream);
-
 // f.template operator()<T, D>() for the instantiation of (dtype, head_dim); both validated.
 template <class F>
 decltype(auto) dispatch(DType dtype, int head_dim, F&& f) {
