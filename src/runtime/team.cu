@@ -10,6 +10,7 @@
 
 #include "taxfree/device/barrier.cuh"
 #include "taxfree/runtime/error.h"
+#include "taxfree/runtime/stream_release.h"
 
 namespace taxfree {
 
@@ -167,7 +168,11 @@ void Team::init(const TeamOptions& options) {
 Team::~Team() {
   const bool clean = finished_ && !client_->aborted();
   if (device_ >= 0) cudaSetDevice(device_);
-  if (clean && stream_) cudaStreamSynchronize(stream_);
+  if (clean && stream_) {
+    cudaStreamSynchronize(stream_);
+    run_stream_release_hooks(stream_);  // e.g. the GEMM workspace ops kept for it (after a failure
+                                        // the process ends anyway: nothing to tidy)
+  }
   heap_.reset();
   if (comm_) {
     if (clean) ncclCommDestroy(comm_);

@@ -131,12 +131,15 @@ void launch(const GemmArgs& args, cudaStream_t stream);
 // half-way: a later launch of the same arguments and config on the same stream needs no memory.
 enum class GemmStep { prepare, launch };
 void prepare(const GemmArgs& args, const GemmConfig& cfg, cudaStream_t stream);
+// With choose_gemm_config for this device (what launch(args, stream) will run).
+void prepare(const GemmArgs& args, cudaStream_t stream);
 
 // Frees `stream`'s GEMM workspace on the current device (our split-K partials and counters,
 // cuBLASLt's; gemm_detail.h), stream-ordered after the work already queued on it; the next GEMM on
 // the stream allocates again. Call it before destroying a stream that ran GEMMs: the workspace is
 // otherwise kept for the life of the process (and a stream created later with the same handle
-// would inherit it). No-op for a stream without one.
+// would inherit it). No-op for a stream without one. Team's own stream needs no call: the Team
+// releases it before destroying the stream (runtime/stream_release.h).
 void release_stream_workspace(cudaStream_t stream);
 
 // SMs of the current device (cached per device).

@@ -229,8 +229,12 @@ GatheredA AllGatherMatmul::launch_bsp(const AgmmArgs& a, bool own_gemm, cudaStre
   Impl& im = *impl_;
   auto& heap = *share_.heap;
   char* gathered = sym ? im.gathered : im.gathered_plain;
+  const gemm::GemmArgs g = gemm_args(a, gathered, sh.ld);
+  // All that can throw, first: the GEMM's plan and workspace before NCCL's collective is enqueued.
+  if (own_gemm) gemm::prepare(g, s);
+  else gemm::cublaslt_prepare(g, s);
   if (warm_only_) {
-    if (!own_gemm) gemm::cublaslt_launch(gemm_args(a, gathered, sh.ld), s);
+    if (!own_gemm) gemm::cublaslt_launch(g, s);
     return {};
   }
   char* recv = a.gather_dim == 0 ? gathered : (sym ? im.staging_sym : im.staging_plain);
@@ -248,7 +252,6 @@ GatheredA AllGatherMatmul::launch_bsp(const AgmmArgs& a, bool own_gemm, cudaStre
   TF_NCCL(ncclAllGather(sym ? heap.nccl_address(send) : send, sym ? heap.nccl_address(recv) : recv, size_t(bytes),
                         ncclUint8, share_.comm, s));
   if (a.gather_dim == 1) agmm::enqueue_interleave(recv, gathered, sh.ld, share_.world, sh.rows, sh.cols, s);
-  const gemm::GemmArgs g = gemm_args(a, gathered, sh.ld);
   if (own_gemm) gemm::launch(g, s);
   else gemm::cublaslt_launch(g, s);
   return {gathered, sh.ld};

@@ -8,6 +8,11 @@ void plain_gemm(const GemmArgs& args, const GemmConfig& cfg, cudaStream_t stream
   validate(args, cfg);
   launch_gemm<GroupedOrder, AlwaysReady, StoreTo>(args, cfg, {}, {}, {args.c, args.ldc}, stream, step);
 }
+
+GemmConfig device_config(const GemmArgs& args) {
+  validate(args, GemmConfig{});  // shapes and pointers, before the SM-count query below
+  return choose_gemm_config(args.m, args.n, args.k, args.dtype, args.b_layout, device_sm_count());
+}
 }  // namespace
 
 void launch(const GemmArgs& args, const GemmConfig& cfg, cudaStream_t stream) {
@@ -18,9 +23,8 @@ void prepare(const GemmArgs& args, const GemmConfig& cfg, cudaStream_t stream) {
   plain_gemm(args, cfg, stream, GemmStep::prepare);
 }
 
-void launch(const GemmArgs& args, cudaStream_t stream) {
-  validate(args, GemmConfig{});  // shapes and pointers, before the SM-count query below
-  launch(args, choose_gemm_config(args.m, args.n, args.k, args.dtype, args.b_layout, device_sm_count()), stream);
-}
+void launch(const GemmArgs& args, cudaStream_t stream) { launch(args, device_config(args), stream); }
+
+void prepare(const GemmArgs& args, cudaStream_t stream) { prepare(args, device_config(args), stream); }
 
 }  // namespace taxfree::gemm

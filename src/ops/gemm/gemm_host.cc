@@ -20,6 +20,7 @@
 #include "taxfree/ops/gemm_tiles.h"
 #include "taxfree/runtime/driver_api.h"
 #include "taxfree/runtime/error.h"
+#include "taxfree/runtime/stream_release.h"
 
 namespace taxfree::gemm {
 
@@ -290,6 +291,9 @@ Workspace stream_workspace(cudaStream_t stream, const WorkspaceNeed& need) {
   const int dev = current_device();
   StreamBuffers& all = stream_buffers();
   std::lock_guard<std::mutex> lock(all.mu);
+  // A stream the runtime owns (Team's) gives its workspace back before it is destroyed.
+  static const bool hooked = (add_stream_release_hook(&release_stream_workspace), true);
+  (void)hooked;
   StreamBuffer& b = all.by_stream[{dev, stream}];
   // Grown, never shrunk; rounded up so a sweep of shapes reallocates a few times at most.
   // Stream-ordered: the old buffer is freed after the kernels already queued on `stream` that use

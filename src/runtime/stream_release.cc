@@ -1,0 +1,50 @@
+#include "taxfree/runtime/stream_release.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <exception>
+#include <mutex>
+#include <vector>
+
+namespace taxfree {
+namespace {
+struct Hooks {
+  std::mutex mu;
+  std::vector<StreamReleaseHook> list;
+};
+Hooks& hooks() {
+  static Hooks h;
+  return h;
+}
+}  // namespace
+
+void add_stream_release_hook(StreamReleaseHook hook) {
+  Hooks& h = hooks();
+  std::lock_guard<std::mutex> lock(h.mu);
+  if (hook && std::find(h.list.begin(), h.list.end(), hook) == h.list.end()) h.list.push_back(hook);
+}
+
+bool run_stream_release_hooks(cudaStream_t stream) noexcept {
+  std::vector<StreamReleaseHook> list;
+  {
+    Hooks& h = hooks();
+    std::lock_guard<std::mutex> lock(h.mu);
+    list = h.list;  // a hook may register another: run a copy outside the lock
+  }
+  bool ok = true;
+  for (StreamReleaseHook hook : list) {
+    try {
+      hook(stream);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "taxfree: releasing what stream %p held failed: %s\n", static_cast<void*>(stream), e.what());
+      ok = false;
+    } catch (...) {
+      std::fprintf(stderr, "taxfree: releasing what stream %p held failed (unknown exception)\n",
+                   static_cast<void*>(stream));
+      ok = false;
+    }
+  }
+  return ok;
+}
+
+}  // namespace taxfree
