@@ -3,13 +3,13 @@
 # group, split-K, tail split, stream-K, swap-AB, K clusters, 224-column tiles) on the shapes that decide the heuristic, plus the default
 # sweep (heuristic vs cuBLASLt) for reference. Every case is also checked against cuBLASLt (-c 1).
 #
-#   scripts/gemm_tune.sh OUT_DIR [default|large|waves|mid|m128|kcluster|wide|offsweep|decode|swap|all]...   (default: all)
+#   scripts/gemm_tune.sh OUT_DIR [default|large|waves|mid|m128|kcluster|wide|offsweep|decode|swap|smallm|all]...   (default: all)
 #
 # Writes OUT_DIR/tune_<section>.{json,log} and OUT_DIR/summary.txt (scripts/gemm_tune_report.py:
 # per shape, every config's time and ratio to cuBLASLt, best first). Binaries come from ./build.
 # Exit code: the number of failed sections (a wrong element fails its section).
 set -u -o pipefail
-out=${1:?usage: scripts/gemm_tune.sh OUT_DIR [default|large|waves|mid|m128|kcluster|wide|offsweep|decode|swap|all]...}
+out=${1:?usage: scripts/gemm_tune.sh OUT_DIR [default|large|waves|mid|m128|kcluster|wide|offsweep|decode|swap|smallm|all]...}
 shift
 sections=${*:-all}
 mkdir -p "$out"
@@ -129,6 +129,19 @@ if want decode; then  # M = 1 and 16: B-streaming floor
     done
   done
   run decode --variant ours
+fi
+
+if want smallm; then  # M = 1-64 on today's swap-AB tiles: split-K 1-6 and stream-K, then heuristic vs cuBLASLt
+  for layout in nk kn; do
+    for m in 1 16 64; do
+      for n in 3584 7168 14336; do
+        for k in splitk=1 splitk=2 splitk=3 splitk=4 splitk=6 streamk=1; do add "M=$m,N=$n,K=$K,layout=$layout,swap=1,$k"; done
+      done
+    done
+  done
+  run smallm --variant ours
+  for layout in nk kn; do for m in 1 16 64; do for n in 3584 7168 14336; do add "M=$m,N=$n,K=$K,layout=$layout"; done; done; done
+  run smallm_heuristic
 fi
 
 if want swap; then  # swap-AB (C^T = B^T A^T): tile x split-K / stream-K vs the best plain config, vs cuBLASLt
