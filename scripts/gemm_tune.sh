@@ -131,11 +131,13 @@ if want decode; then  # M = 1 and 16: B-streaming floor
   run decode --variant ours
 fi
 
-if want smallm; then  # M = 1-64 on today's swap-AB tiles: split-K 1-6 and stream-K, then heuristic vs cuBLASLt
+if want smallm; then  # M = 1-64 on the swap-AB tiles: split-K 1-6, stream-K, K clusters; then heuristic vs cuBLASLt
   for layout in nk kn; do
     for m in 1 16 64; do
       for n in 3584 7168 14336; do
-        for k in splitk=1 splitk=2 splitk=3 splitk=4 splitk=6 streamk=1; do add "M=$m,N=$n,K=$K,layout=$layout,swap=1,$k"; done
+        cuts="splitk=1 splitk=2 splitk=3 splitk=4 splitk=6 streamk=1"
+        [ $m -le 16 ] && cuts="$cuts clusterk=2 clusterk=4"  # the 16x128 tile's K clusters
+        for k in $cuts; do add "M=$m,N=$n,K=$K,layout=$layout,swap=1,$k"; done
       done
     done
   done

@@ -70,7 +70,9 @@ TEST(GemmHeuristic, KClustersOnlyWhereTheyMeasuredFaster) {
       {1024, 1024, 8192, 1}, // 64 tiles of 8 n-blocks: 33.5-35.4 against 30.4-33.4
       {2048, 512, 8192, 1},  // 64 tiles of 4 n-blocks: 33.5 against 30.6
       {8192, 8192, 8192, 1},
-      {1, 3584, 8192, 1},
+      {1, 3584, 8192, 4},    // swap-AB, 28 tiles: 112 CTAs without split-K's serial end
+      {16, 7168, 8192, 2},   // swap-AB, 56 tiles
+      {1, 14336, 8192, 1},   // swap-AB, 112 whole tiles
   };
   for (const Expect& e : cases)
     for (BLayout layout : {BLayout::NK, BLayout::KN}) {
@@ -116,10 +118,11 @@ TEST(GemmHeuristic, DecodeSizesUseSwapABOverManyCtas) {
         EXPECT_TRUE(c.swap_ab) << what;
         EXPECT_GE(c.bm, m) << what << ": M fits one m-block";
         EXPECT_EQ(c.bm, 16) << what << ": the narrowest swap-AB tile";
-        // Tiles, or K ranges of split tiles, for enough SMs to saturate HBM (~60% of them).
+        // CTAs (tiles, K ranges of split tiles, or K clusters of tiles) for enough SMs to saturate
+        // HBM (~60% of them).
         GemmArgs shape;
         shape.m = m, shape.n = n, shape.k = 8192;
-        EXPECT_GE(detail::make_work_plan(shape, c, 132).units(), 80) << what << " leaves SMs idle";
+        EXPECT_GE(detail::make_work_plan(shape, c, 132).units() * c.cluster_k, 80) << what << " leaves SMs idle";
         EXPECT_GE(int64_t(c.stages) * c.bn * 128, 128 * 1024) << "too few B bytes in flight per SM for " << what;
       }
 }

@@ -92,22 +92,28 @@ INSTANTIATE_TEST_SUITE_P(Shapes, GemmSplit,
                                   "_" + layout_name(std::get<1>(info.param));
                          });
 
-// K clusters against split-K over the same K ranges: the same fp32 additions in the same order, so
-// the same bits, and both against the reference. Shapes: the decode-size GEMM the tile is for (28
-// tiles: one per cluster); M and N tails (rows and slice columns past the edge) with odd K; one
-// k-block per CTA; and many tiles per cluster (the ring is refilled only after each exchange).
+// Every compiled K-cluster tile (128 x 128; 16 x 128 swap-AB, summed by CTA 0) against split-K
+// over the same K ranges: the same fp32 additions in the same order, so the same bits, and both
+// against the reference. Shapes: the sizes the tiles are for (M = 128 N = 3584: 28 plain tiles,
+// one per cluster; M = 7 N = 3592: 29 swap-AB tiles); M and N tails (rows and columns past the
+// edge) with odd K; one k-block per CTA; and many tiles per cluster (the ring is refilled only
+// after each exchange).
 TEST(GemmSplit, KClustersMatchSplitKBitForBit) {
   TF_REQUIRE_GPUS(1);
-  const SplitShape shapes[] = {{128, 3584, 8192}, {300, 1000, 1001}, {1, 520, 256}, {1100, 2056, 704}};
+  const SplitShape shapes[] = {{128, 3584, 8192}, {7, 3592, 8200}, {300, 1000, 1001}, {1, 520, 256}, {1100, 2056, 704}};
+  std::vector<GemmConfig> clustered;
+  for (const GemmConfig& c : compiled_configs())
+    if (c.cluster_k > 1) clustered.push_back(c);
+  ASSERT_EQ(clustered.size(), 4u) << "a K-cluster tile was added or removed: update this test's comment";
   StreamGuard st;
   for (const SplitShape& s : shapes)
     for (const BLayout layout : {BLayout::NK, BLayout::KN}) {
       const DType dtype = layout == BLayout::NK ? DType::bf16 : DType::fp16;
       const Problem p = make_problem(s.m, s.n, s.k, dtype, layout, 99 + int(s.m + s.k) + int(layout));
       Output out(p);
-      for (const int ck : {2, 4}) {
-        GemmConfig cfg;
-        cfg.bm = 128, cfg.bn = 128, cfg.stages = 6, cfg.group_m = 2, cfg.cluster_k = ck;
+      for (GemmConfig cfg : clustered) {
+        const int ck = cfg.cluster_k;
+        cfg.group_m = 2;
         const std::string what = "M=" + std::to_string(s.m) + " N=" + std::to_string(s.n) + " K=" +
                                  std::to_string(s.k) + " " + layout_name(layout) + " " + cfg.name();
         expect_repeatable(p, out, cfg, st.s, what);

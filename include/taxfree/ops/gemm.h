@@ -58,10 +58,11 @@ enum class SplitScope {
 // before the TMA load of A's k-block k_block for those rows. Tile orders map to the same
 // (m-block, n-block) tiles; with M <= bm there is one m-block, so rotating it changes nothing.
 //
-// K clusters (cluster_k = 2 or 4; compiled for the 128 x 128 tile): each tile is computed by a cluster
-// of cluster_k CTAs, one K range each (the ranges split-K cluster_k would cut), whose fp32 sums are
-// added in shared memory across the cluster (K order, so the same bits as split-K cluster_k) instead
-// of through a global workspace. No workspace; the plain epilogue only (not fp32 epilogues); needs
+// K clusters (cluster_k = 2 or 4; compiled for the 128 x 128 tile and the 16 x 128 swap-AB tile):
+// each tile is computed by a cluster of cluster_k CTAs, one K range each (the ranges split-K
+// cluster_k would cut), whose fp32 sums are added in shared memory across the cluster (K order, so
+// the same bits as split-K cluster_k) instead of through a global workspace. No workspace; the
+// plain epilogue only (not fp32 epilogues); needs
 // K >= 64 * cluster_k and no split-K on top (splits = 1, scope all). A unit's loads wait for the
 // previous unit's exchange, so it pays when every tile's cluster is resident at once.
 struct GemmConfig {

@@ -33,6 +33,10 @@ inline constexpr CompiledTile kCompiledTiles[] = {
     // Swap-AB for M <= 64 (and a few m-blocks beyond): 16 KiB of B per stage whatever M is, so
     // 128-192 KiB of B in flight per SM; split-K / stream-K spread the few tiles over all SMs.
     {16, 128, 12, 1, true, true},  // M <= 16 (decode)
+    // The same with each tile's K on a cluster of 2 or 4 CTAs, summed by CTA 0 through distributed
+    // shared memory: split-K's spread over the SMs without its serial end through L2.
+    {16, 128, 12, 1, true, true, 2},
+    {16, 128, 12, 1, true, true, 4},
     {32, 128, 10, 1, true, true},  // M <= 32
     {64, 128, 8, 1, true, true},   // M <= 64, and M up to ~256 as m-blocks that share B through L2
 };

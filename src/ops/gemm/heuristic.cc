@@ -122,14 +122,19 @@ double estimate_seconds(const Candidate& c, const WorkPlan& plan, int64_t m, int
   const double epilogue = rows * t.bn * 2 / kSmStoreRate + kEpilogueFixed;
   const double partial = rows * t.bn * 4 / kSmStoreRate;
   const double part_read = rows * t.bn * 4 / kSmLoadRate;
-  const double exchange = ck > 1 ? (ck - 1.0) / ck * rows * t.bn * 4 / kDsmemRate + kClusterMeet : 0.0;
+  // K clusters: each CTA sends (S - 1) / S of its accumulators and writes 1 / S of the band; with
+  // swap-AB CTA 0 receives the other CTAs' whole (small) accumulators and writes the band alone.
+  const double exchange = ck == 1  ? 0.0
+                          : t.swap ? (ck - 1.0) * t.bm * t.bn * 4 / kDsmemRate + kClusterMeet
+                                   : (ck - 1.0) / ck * rows * t.bn * 4 / kDsmemRate + kClusterMeet;
+  const double band_share = t.swap ? 1.0 : 1.0 / ck;
 
   // Replays the static schedule: cluster i walks units i, i + active, ...; whole tiles come first
   // and are counted, the split units after them are walked.
   double makespan = 0;
   for (int64_t i = 0; i < active; ++i) {
     const int64_t whole = i < plan.dp_tiles ? (plan.dp_tiles - i + active - 1) / active : 0;
-    double busy = double(whole) * (double(plan.k_blocks / ck) * per_kb + epilogue / ck + exchange);
+    double busy = double(whole) * (double(plan.k_blocks / ck) * per_kb + epilogue * band_share + exchange);
     const int64_t first_split = plan.dp_tiles + ((i - plan.dp_tiles) % active + active) % active;
     for (SegmentWalk walk(plan, first_split, active); !walk.done();) {
       const WorkSegment w = walk.get();
@@ -194,7 +199,8 @@ GemmConfig choose_gemm_config(int64_t m, int64_t n, int64_t k, DType dtype, BLay
                                       : swap_tile_for(m, b_layout);
   std::vector<Candidate> candidates;
   for (const CompiledTile& t : kCompiledTiles) {  // listed largest first: near-ties keep the larger
-    if (t.swap ? &t != swap_tile : swap == SwapAB::always) continue;
+    // The swap-AB tile for M, with or without K clusters.
+    if (t.swap ? !swap_tile || t.bm != swap_tile->bm || t.bn != swap_tile->bn : swap == SwapAB::always) continue;
     if (b_layout == BLayout::KN && !t.kn) continue;
     if (!t.swap && m <= 64 && t.bm > 64) continue;  // half or more of a 128-row A tile would be zero fill
     if (t.cluster > 1 && m <= t.bm) continue;       // the peer CTA would compute only zero rows

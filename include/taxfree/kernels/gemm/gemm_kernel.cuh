@@ -27,12 +27,14 @@
 // the epilogue's orientation (store_band_transposed) differ. No clusters: A is what would be
 // shared along N, and it is small.
 //
-// K clusters (kClusterK = 2 or 4; no swap-AB, no M cluster): the kClusterK CTAs of a cluster
+// K clusters (kClusterK = 2 or 4; no M cluster): the kClusterK CTAs of a cluster
 // compute the same whole tile, CTA r over k-blocks [kb r / S, kb (r + 1) / S) (S = kClusterK: the
 // K ranges split-K S would cut), and sum their fp32 accumulators through distributed shared memory
 // instead of split-K's workspace: CTA r sends columns [q BN / S, (q + 1) BN / S) of its
 // accumulators into the stage ring of CTA q (send_k_slices), and CTA q adds the S slices in K order
-// (the same additions as split-K's reduction, so the same bits) and writes those columns of C. The
+// (the same additions as split-K's reduction, so the same bits) and writes those columns of C.
+// Swap-AB bands are small (64 x BM fp32 per consumer): there the other CTAs send their whole
+// accumulators to the cluster's CTA 0, which adds them in K order and writes the band. The
 // cluster runs together, so no part waits for a slow last one to read everything back through L2
 // (split-K's serial end: 4-5 us of 25.6 at M = 128 N = 3584; docs/notes/gemm-tuning.md). Per unit
 // every thread of the cluster meets at two cluster barriers (every stage ring is idle; the slices
@@ -100,8 +102,8 @@ struct TileShape {
   static_assert(!kSwapAB || BN == 64 || BN == 128, "swap-AB BN: one or two consumer warpgroups of 64 columns");
   static_assert(kCluster == 1 || (kCluster == 2 && !kSwapAB && BN % 16 == 0),
                 "clusters of 2 without swap-AB; each CTA multicasts half of B (whole 8-row swizzle atoms)");
-  static_assert(kClusterK == 1 || ((kClusterK == 2 || kClusterK == 4) && kCluster == 1 && !kSwapAB && BN / kClusterK >= 32),
-                "K clusters of 2 or 4 CTAs, without M clusters or swap-AB; each CTA writes at least 32 columns");
+  static_assert(kClusterK == 1 || ((kClusterK == 2 || kClusterK == 4) && kCluster == 1 && (kSwapAB || BN / kClusterK >= 32)),
+                "K clusters of 2 or 4 CTAs, without M clusters; each CTA writes at least 32 columns (swap-AB: CTA 0 all)");
 };
 
 // Shared memory: [stage 0: A | B] ... [stage S-1] [epilogue staging per consumer] [barriers]
@@ -125,9 +127,12 @@ struct SmemLayout {
   static_assert(kABytes % 1024 == 0 && kStageBytes % 1024 == 0, "stage buffers must stay 1024-byte aligned (swizzle atoms)");
   static_assert(kBBytes / Shape::kCluster % 1024 == 0, "each multicast half of B must stay 1024-byte aligned");
   static_assert(kDynamicBytes <= 232448, "exceeds the 227 KiB of shared memory per CTA on sm_90");
-  // K clusters: the slices CTA q receives (every sender's, its own included) fit in its stage ring.
-  static constexpr uint32_t kSliceBytes = Shape::kConsumers * 128 * (Shape::BN / 2 / Shape::kClusterK) * 4;
-  static_assert(Shape::kClusterK == 1 || Shape::kClusterK * kSliceBytes <= kEpiOffset, "K-cluster slices exceed the ring");
+  // K clusters: what a CTA receives fits in its stage ring: the slices of its columns (every
+  // sender's, its own included), or with swap-AB (CTA 0) the other CTAs' whole accumulators.
+  static constexpr uint32_t kExchangeBytes =
+      Shape::kSwapAB ? (Shape::kClusterK - 1) * Shape::kConsumers * 128 * (Shape::kAccN / 2) * 4
+                     : Shape::kClusterK * Shape::kConsumers * 128 * (Shape::BN / 2 / Shape::kClusterK) * 4;
+  static_assert(Shape::kClusterK == 1 || kExchangeBytes <= kEpiOffset, "K-cluster exchange exceeds the ring");
 };
 
 template <class Order, class Ready, class Epilogue>
@@ -202,6 +207,33 @@ __device__ __forceinline__ void sum_k_slices(float (&slice)[Shape::BN / 2 / Shap
         sum = s == 0 ? x : make_float2(sum.x + x.x, sum.y + x.y);
       }
       slice[4 * g + 2 * h] = sum.x, slice[4 * g + 2 * h + 1] = sum.y;
+    }
+}
+
+// Swap-AB: this CTA's (krank > 0) whole accumulator into CTA 0's ring at [krank - 1][consumer]
+// [pair][thread] (float2), after the first meeting.
+template <class Shape>
+__device__ __forceinline__ void send_k_partial(const float (&acc)[Shape::kAccN / 2], uint32_t ring, int krank,
+                                               int consumer) {
+  constexpr int kPairs = Shape::kAccN / 4;
+  const uint32_t dst = map_to_cta(ring, 0u) +
+                       uint32_t((((krank - 1) * Shape::kConsumers + consumer) * kPairs) * 128 + threadIdx.x % 128) * 8;
+#pragma unroll
+  for (int f = 0; f < kPairs; ++f) st_cluster_f32x2(dst + uint32_t(f * 128 * 8), acc[2 * f], acc[2 * f + 1]);
+}
+
+// Swap-AB, CTA 0: the other CTAs' accumulators added to its own in K order (after the second
+// meeting): the additions of split-K's reduction, so the same bits.
+template <class Shape>
+__device__ __forceinline__ void add_k_partials(float (&acc)[Shape::kAccN / 2], uint32_t ring, int consumer) {
+  constexpr int kPairs = Shape::kAccN / 4;
+#pragma unroll
+  for (int s = 1; s < Shape::kClusterK; ++s)
+#pragma unroll
+    for (int f = 0; f < kPairs; ++f) {
+      const float2 x =
+          ld_shared_f32x2(ring + uint32_t((((s - 1) * Shape::kConsumers + consumer) * kPairs + f) * 128 + threadIdx.x % 128) * 8);
+      acc[2 * f] += x.x, acc[2 * f + 1] += x.y;
     }
 }
 
@@ -334,7 +366,16 @@ __device__ __forceinline__ void consume(const GemmParams<Order, Ready, Epi>& p, 
       write = reduce_splits<kAccN>(acc, p.ws.partials + band * (64 * kAccN / 2), part_stride, w.part, w.parts,
                                    p.ws.counters + counter, flag, bar, valid_rows);
     }
-    if constexpr (Shape::kClusterK > 1) {
+    if constexpr (Shape::kClusterK > 1 && Shape::kSwapAB) {
+      static_assert(!float_out<Epi>(), "fp32 epilogues run without swap-AB");
+      cluster_sync();  // every CTA's k-loop is done: the rings are idle
+      if (krank != 0) send_k_partial<Shape>(acc, base, krank, consumer);
+      cluster_sync();  // release / acquire: every accumulator sent to CTA 0 has landed
+      if (krank == 0) add_k_partials<Shape>(acc, base, consumer);
+      cta_sync_unaligned();  // the ring is read: the producer may refill it
+      if (write && krank == 0)
+        store_band_transposed<Shape::BM, L::kEpiPitch, T, Epi>(p.epi, p.m, p.n, acc, staging, bar, row0, col0);
+    } else if constexpr (Shape::kClusterK > 1) {
       static_assert(!float_out<Epi>(), "fp32 epilogues count 64 x BN bands; K clusters write 64 x BN / S slices");
       constexpr int kSliceN = Shape::BN / Shape::kClusterK;
       float slice[kSliceN / 2];
