@@ -7,9 +7,10 @@
 //   epilogue  C band through shared memory to global
 //   split-K   partial write per part of a cut tile; its last part also reads all partials
 //   K cluster each CTA runs 1/S of the k-blocks and writes 1/S of the band after exchanging
-//             (S - 1)/S of its accumulators in shared memory; candidates only where every tile's
-//             cluster is resident at once (k_clusters_fit); clusters of 4 pack into the GPCs less
-//             densely than single CTAs
+//             (S - 1)/S of its accumulators in shared memory (swap-AB: CTA 0 receives the S - 1
+//             others' and writes the band); candidates only where every tile's cluster is
+//             resident at once (k_clusters_fit); clusters of 4 pack into the GPCs less densely
+//             than single CTAs
 //   HBM       (A + B + C) bytes / bandwidth, derated when too few SMs stream; A rows past M that
 //             TMA zero-fills count as streamed bytes (r11: M = 1 and 16 on 64-row tiles ran at
 //             about half the B-only HBM rate).

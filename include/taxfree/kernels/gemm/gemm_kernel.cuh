@@ -27,9 +27,9 @@
 // the epilogue's orientation (store_band_transposed) differ. No clusters: A is what would be
 // shared along N, and it is small.
 //
-// K clusters (kClusterK = 2 or 4; no M cluster): the kClusterK CTAs of a cluster
-// compute the same whole tile, CTA r over k-blocks [kb r / S, kb (r + 1) / S) (S = kClusterK: the
-// K ranges split-K S would cut), and sum their fp32 accumulators through distributed shared memory
+// K clusters (kClusterK = 2 or 4; no M cluster): the kClusterK CTAs of a cluster compute the
+// same whole tile, CTA r over k-blocks [kb r / S, kb (r + 1) / S) (S = kClusterK: the K ranges
+// split-K S would cut), and sum their fp32 accumulators through distributed shared memory
 // instead of split-K's workspace: CTA r sends columns [q BN / S, (q + 1) BN / S) of its
 // accumulators into the stage ring of CTA q (send_k_slices), and CTA q adds the S slices in K order
 // (the same additions as split-K's reduction, so the same bits) and writes those columns of C.
