@@ -32,16 +32,17 @@ bool run_stream_release_hooks(cudaStream_t stream) noexcept {
     list = h.list;  // a hook may register another: run a copy outside the lock
   }
   bool ok = true;
+  const auto report = [&](const char* what) {
+    std::fprintf(stderr, "taxfree: releasing what stream %p held failed: %s\n", static_cast<void*>(stream), what);
+    ok = false;
+  };
   for (StreamReleaseHook hook : list) {
     try {
       hook(stream);
     } catch (const std::exception& e) {
-      std::fprintf(stderr, "taxfree: releasing what stream %p held failed: %s\n", static_cast<void*>(stream), e.what());
-      ok = false;
+      report(e.what());
     } catch (...) {
-      std::fprintf(stderr, "taxfree: releasing what stream %p held failed (unknown exception)\n",
-                   static_cast<void*>(stream));
-      ok = false;
+      report("unknown exception");
     }
   }
   return ok;

@@ -62,9 +62,9 @@ enum class SplitScope {
 // each tile is computed by a cluster of cluster_k CTAs, one K range each (the ranges split-K
 // cluster_k would cut), whose fp32 sums are added in shared memory across the cluster (K order, so
 // the same bits as split-K cluster_k) instead of through a global workspace. No workspace; the
-// plain epilogue only (not fp32 epilogues); needs
-// K >= 64 * cluster_k and no split-K on top (splits = 1, scope all). A unit's loads wait for the
-// previous unit's exchange, so it pays when every tile's cluster is resident at once.
+// plain epilogue only (not fp32 epilogues); needs K >= 64 * cluster_k and no split-K on top
+// (splits = 1, scope all). A unit's loads wait for the previous unit's exchange, so it pays when
+// every tile's cluster is resident at once.
 struct GemmConfig {
   int bm = 128;      // rows of C per tile: 64 (one consumer warpgroup) or 128 (two); 16/32/64 with swap_ab
   int bn = 256;      // columns of C per tile: 64, 128, 256, or 224 (B [N, K] only: N = 3584 k in whole waves)
