@@ -121,8 +121,6 @@ TEST(FlashDecodeSplits, HeuristicGivesAboutOneCtaPerSm) {
   EXPECT_EQ(splits(4, 12, 8192), 2);    // measured 59.4 us (5 splits: 60.4)
   EXPECT_EQ(splits(4, 12, 32768), 2);
   EXPECT_EQ(splits(8, 8, 65536), 2);
-  for (int len : {8192, 32768, 131072, 524288}) EXPECT_EQ(splits(16, 12, len), 1);  // 192 groups
-  for (int len : {4096, 16384, 65536}) EXPECT_EQ(splits(32, 8, len), 1);
   EXPECT_EQ(splits(16, 8, 65536), 1);   // 128 groups
   EXPECT_EQ(splits(11, 12, 32768), 1);  // 132 groups: one per SM
   EXPECT_EQ(splits(1, 8, 2048), 8);     // capped: >= 256 tokens per split
@@ -130,15 +128,34 @@ TEST(FlashDecodeSplits, HeuristicGivesAboutOneCtaPerSm) {
   EXPECT_EQ(splits(1, 12, 0), 1);
   EXPECT_EQ(splits(1, 12, 100), 1);
   EXPECT_EQ(choose_splits(1, 12, 32768, 132, 2), 22);  // two waves
-  for (int b : {1, 3, 4, 8, 16, 32})
-    for (int h : {1, 8, 12})
-      for (int len : {1, 4096, 8192, 32768, 131072, 524288}) {
-        const int s = splits(b, h, len);
-        EXPECT_GE(s, 1);
-        EXPECT_LE(s, kMaxSplits);
-        if (s > 1) EXPECT_LE(int64_t(b) * h * s, 132) << "more than one CTA per SM";
-      }
   EXPECT_THROW(choose_splits(1, 12, 100, 0), Error);
+}
+
+// Past one CTA per SM the splits fill waves of two CTAs per SM (264 slots on 132 SMs).
+TEST(FlashDecodeSplits, HeuristicFillsWavesPastOneCtaPerSm) {
+  const auto splits = [](int b, int h, int len) { return choose_splits(b, h, len, 132); };
+  // 192 groups: 192, 384 and 576 CTAs fill 73% of their waves, 768 fill 97% (r196: 4 splits
+  // 0.93 of 1 split's time at 32K-128K tokens).
+  for (int len : {8192, 32768, 131072, 524288}) EXPECT_EQ(splits(16, 12, len), 4) << len;
+  for (int len : {4096, 16384, 65536}) EXPECT_EQ(splits(32, 8, len), 1) << len;  // 256 of 264
+  EXPECT_EQ(splits(32, 12, 32768), 2);   // 384 groups: 768 CTAs
+  EXPECT_EQ(splits(16, 12, 512), 1);     // two 256-token splits fill no better than one
+  EXPECT_EQ(splits(16, 12, 768), 1);     // three allowed: each fills 73%, the fewest wins the tie
+  EXPECT_EQ(splits(100, 11, 32768), 1);  // 1100 groups: past kMaxSplitWaves waves already
+  EXPECT_EQ(splits(25, 12, 32768), 3);   // 300 groups: 900 CTAs fill 85%, the fullest in 4 waves
+  // The invariant the workspace bound relies on, over a grid of shapes and SM counts.
+  for (int sms : {1, 7, 66, 132})
+    for (int b : {1, 3, 4, 8, 16, 32, 100})
+      for (int h : {1, 8, 12})
+        for (int len : {1, 300, 4096, 32768, 524288}) {
+          const int s = choose_splits(b, h, len, sms);
+          const int64_t ctas = int64_t(b) * h * s;
+          EXPECT_GE(s, 1);
+          EXPECT_LE(s, kMaxSplits);
+          if (s > 1)
+            EXPECT_LE(ctas, int64_t(kMaxSplitWaves) * attention::kCtasPerSm * sms)
+                << "b=" << b << " h=" << h << " len=" << len << " sms=" << sms;
+        }
 }
 
 TEST(FlashDecodeSplits, WorkspaceBytes) {

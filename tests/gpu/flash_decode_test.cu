@@ -283,6 +283,31 @@ TEST(FlashDecodeGpu, SmallBatchAutoPlanFreshInputs) {
   }
 }
 
+// More groups (batch x KV heads) than SMs: the heuristic's plan fills waves of two CTAs per SM
+// with more than one split per group (4 for 192 groups on 132 SMs), ragged lengths with an empty
+// sequence, three launches on one workspace (the split counters reset by the kernel).
+TEST(FlashDecodeGpu, LargeBatchAutoPlanFillsWaves) {
+  TF_REQUIRE_GPUS(1);
+  int dev = 0, sms = 0;
+  TF_CUDA(cudaGetDevice(&dev));
+  TF_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  Runner run;
+  Problem p;
+  p.q_heads = 96, p.kv_heads = 12, p.batch = 16;
+  Rng rng{777};
+  for (int b = 0; b < p.batch; ++b) p.lens.push_back(b == 5 ? 0 : 1 + int((rng.uniform() + 1.f) * 1499.f));
+  p.lens[9] = 3001;  // the longest: 12 256-token chunks, so up to 12 splits are allowed
+  const Data d = make_data(p, 778);
+  const std::vector<int32_t> starts(p.batch, 0);
+  std::vector<double> o, lse;
+  reference(d, starts, p.lens, o, lse);
+  const Result r = run.run(d, starts, p.lens, nullptr, {}, 3);
+  const std::string what = name(p) + " b=16 splits=" + std::to_string(r.num_splits);
+  EXPECT_EQ(r.num_splits, choose_splits(p.batch, p.kv_heads, 3001, sms)) << what;
+  if (sms == 132) EXPECT_EQ(r.num_splits, 4) << what;
+  expect_matches(d, r, o, lse, what);
+}
+
 TEST(FlashDecodeGpu, PagedMatchesContiguousBitwise) {
   TF_REQUIRE_GPUS(1);
   Runner run;

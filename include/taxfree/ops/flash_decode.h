@@ -57,6 +57,7 @@ inline constexpr int kMinPageSize = 16;   // a 16-token tile never straddles a p
 inline constexpr int kMaxPageSize = 256;
 inline constexpr int kMaxGqaRatio = 16;   // query heads per KV head: the MMA's 16 rows
 inline constexpr int kMaxSplits = 64;     // per (sequence, KV head); also the most ranks combined
+inline constexpr int kMaxSplitWaves = 4;  // choose_splits: split CTAs past one per SM, in waves
 inline constexpr int kMaxWorld = 64;
 
 struct DecodeArgs {
@@ -151,12 +152,18 @@ struct CombineArgs {
 void launch_combine(const CombineArgs& args, cudaStream_t stream);
 void validate_combine_args(const CombineArgs& args);
 
-// The split count the heuristic picks (pure): about one CTA per SM's worth of splits, splits =
-// num_sms x waves / G with G = batch x kv_heads groups (b=1: 11 splits for 12 KV heads, 16 for 8;
-// b=4 with 12: 2; G >= num_sms: 1). Every split adds a partial to the merge in the launch's tail,
-// and the decode cost beyond the KV bytes is a per-launch constant (docs/notes/decode-latency.md),
-// so the fewest CTAs that keep HBM busy win: measured on the H200, one CTA per SM beat two (b=1
-// 96/12 8K: 11 splits 18.0 us, 22 splits 22.0 us; b=4: 2 splits 59.4 us, 5 splits 60.4 us).
+// The split count the heuristic picks (pure). G = batch x kv_heads groups.
+// - G <= num_sms x waves: about one CTA per SM's worth of splits, num_sms x waves / G (b=1: 11
+//   splits for 12 KV heads, 16 for 8; b=4 with 12: 2). Every split adds a partial to the merge in
+//   the launch's tail, and the decode cost beyond the KV bytes is a per-launch constant
+//   (docs/notes/decode-latency.md), so the fewest CTAs that keep HBM busy win: measured on the
+//   H200, one CTA per SM beat two (b=1 96/12 8K: 11 splits 18.0 us, 22 splits 22.0 us; b=4: 2
+//   splits 59.4 us, 5 splits 60.4 us).
+// - G > num_sms x waves: CTAs run in waves of kCtasPerSm x num_sms slots; the fewest splits whose
+//   waves are at least 90% full, with G x splits <= kMaxSplitWaves waves (else the fullest, the
+//   fewest splits on a tie). A partly filled wave leaves SMs with one CTA beside SMs with two, and
+//   those finish late: b=16 96/12 (192 groups) at 32K-128K tokens, 4 splits 0.93 of 1 split's time
+//   (r196); b=32 64/8 (256 groups, 97% of a wave) keeps 1.
 // Never below one 256-token chunk per split, at most kMaxSplits, at least 1.
 int choose_splits(int batch, int kv_heads, int max_len, int num_sms, int waves = 1);
 

@@ -19,10 +19,11 @@ uint64_t max_workspace_bytes(const FlashDecodeConfig& c, int num_sms) {
   if (c.num_splits == 1) return 0;
   if (c.num_splits > 1)  // sizes only grow with each argument
     return decode_workspace_bytes(c.max_batch, c.max_q_heads, c.max_kv_heads, c.max_head_dim, c.num_splits);
-  // Heuristic: more than one split only while splits x batch x kv_heads <= num_sms
-  // (choose_splits), so a plan holds at most num_sms x group split partials.
+  // Heuristic: more than one split only while splits x batch x kv_heads <= kMaxSplitWaves x
+  // kCtasPerSm x num_sms (choose_splits), so a plan holds at most that many groups' partials.
   const int64_t group = std::min(kMaxGqaRatio, c.max_q_heads);
-  const int64_t parts = std::min(int64_t(num_sms) * group, int64_t(c.max_batch) * c.max_q_heads * kMaxSplits);
+  const int64_t ctas = int64_t(kMaxSplitWaves) * attention::kCtasPerSm * num_sms;
+  const int64_t parts = std::min(ctas * group, int64_t(c.max_batch) * c.max_q_heads * kMaxSplits);
   return round_up(uint64_t(c.max_batch) * c.max_kv_heads * sizeof(int), kAlign) +
          round_up(uint64_t(parts) * sizeof(float), kAlign) +
          round_up(uint64_t(parts) * c.max_head_dim * sizeof(float), kAlign);

@@ -19,6 +19,8 @@ constexpr size_t kWsAlign = 256;
 // Token positions are int32 and tile ends are rounded up to 16: stay well inside int32.
 constexpr int64_t kMaxCapacity = int64_t(1) << 30;
 constexpr int kMinSplitTokens = 256;  // heuristic: at least 16 tiles (4 per warp) per split
+// Heuristic past one CTA per SM: the fewest splits whose waves are this full (of kMaxSplitWaves).
+constexpr double kMinWaveFill = 0.9;
 
 bool aligned(const void* p, size_t a) { return reinterpret_cast<uintptr_t>(p) % a == 0; }
 bool is_pow2(int x) { return x > 0 && (x & (x - 1)) == 0; }
@@ -152,9 +154,23 @@ int choose_splits(int batch, int kv_heads, int max_len, int num_sms, int waves) 
              "choose_splits(batch=" << batch << ", kv_heads=" << kv_heads << ", num_sms=" << num_sms
                                     << ", waves=" << waves << "): all must be >= 1");
   if (max_len <= 0) return 1;
-  const int64_t per_sm = int64_t(num_sms) * waves / (int64_t(batch) * kv_heads);  // flash_decode.h
-  const int64_t by_len = (int64_t(max_len) + kMinSplitTokens - 1) / kMinSplitTokens;
-  return int(std::max<int64_t>(std::min({per_sm, by_len, int64_t(kMaxSplits)}), 1));
+  const int64_t groups = int64_t(batch) * kv_heads;
+  const int64_t by_len = std::min<int64_t>((int64_t(max_len) + kMinSplitTokens - 1) / kMinSplitTokens, kMaxSplits);
+  if (groups <= int64_t(num_sms) * waves)  // about one CTA per SM (flash_decode.h)
+    return int(std::max<int64_t>(std::min<int64_t>(int64_t(num_sms) * waves / groups, by_len), 1));
+  // More groups than SMs: CTAs fill waves of kCtasPerSm x num_sms slots, and a partly filled last
+  // wave leaves SMs with one CTA beside SMs with two (measured: 192 CTAs 6-7% slower than 768).
+  const int64_t slots = int64_t(attention::kCtasPerSm) * num_sms;
+  const auto fill = [&](int64_t s) {
+    const int64_t ctas = groups * s;
+    return double(ctas) / double((ctas + slots - 1) / slots * slots);
+  };
+  int64_t best = 1;
+  for (int64_t s = 1; s <= by_len && groups * s <= kMaxSplitWaves * slots; ++s) {
+    if (fill(s) >= kMinWaveFill) return int(s);
+    if (fill(s) > fill(best)) best = s;
+  }
+  return int(best);
 }
 
 size_t decode_workspace_bytes(int batch, int q_heads, int kv_heads, int head_dim, int num_splits) {

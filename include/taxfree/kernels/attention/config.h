@@ -67,4 +67,8 @@ TF_HD constexpr int ll_lines_per_row(int head_dim) { return head_dim / 2 + 1; }
 // deep at one CTA per SM measured never faster (docs/notes/decode-latency.md).
 TF_HD constexpr int stages_for(int head_dim) { return head_dim == 64 ? 6 : 3; }
 
+// Resident CTAs per SM the decode-family kernels are built for (register budget, and the 96 KB
+// ring above); the split heuristic counts waves in these slots.
+inline constexpr int kCtasPerSm = 2;
+
 }  // namespace taxfree::attention

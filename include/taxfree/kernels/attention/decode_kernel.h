@@ -28,9 +28,6 @@
 
 namespace taxfree::attention {
 
-// Resident CTAs per SM the decode-family kernels are built for (register budget).
-inline constexpr int kCtasPerSm = 2;
-
 template <int D>
 constexpr int decode_smem_bytes() {
   return int(sizeof(AttendSmem<D, stages_for(D)>));
