@@ -139,10 +139,14 @@ TEST(FlashDecodeSplits, HeuristicFillsWavesPastOneCtaPerSm) {
   for (int len : {8192, 32768, 131072, 524288}) EXPECT_EQ(splits(16, 12, len), 4) << len;
   for (int len : {4096, 16384, 65536}) EXPECT_EQ(splits(32, 8, len), 1) << len;  // 256 of 264
   EXPECT_EQ(splits(32, 12, 32768), 2);   // 384 groups: 768 CTAs
-  EXPECT_EQ(splits(16, 12, 512), 1);     // two 256-token splits fill no better than one
-  EXPECT_EQ(splits(16, 12, 768), 1);     // three allowed: each fills 73%, the fewest wins the tie
+  EXPECT_EQ(splits(16, 12, 4096), 4);    // 1024 tokens per split
+  EXPECT_EQ(splits(16, 12, 4095), 1);    // three splits allowed: each fills 73%, the fewest wins
+  EXPECT_EQ(splits(16, 12, 2048), 1);    // r200: 4 splits 1.07x one split's time
+  EXPECT_EQ(splits(16, 12, 1024), 1);
   EXPECT_EQ(splits(100, 11, 32768), 1);  // 1100 groups: past kMaxSplitWaves waves already
   EXPECT_EQ(splits(25, 12, 32768), 3);   // 300 groups: 900 CTAs fill 85%, the fullest in 4 waves
+  EXPECT_EQ(splits(17, 8, 32768), 7);    // 136 groups: 952 CTAs fill 90% (r200: 0.95 of 1 split)
+  EXPECT_EQ(splits(12, 12, 16384), 5);   // 144 groups: 720 CTAs fill 91% (r200: 0.93 of 1 split)
   // The invariant the workspace bound relies on, over a grid of shapes and SM counts.
   for (int sms : {1, 7, 66, 132})
     for (int b : {1, 3, 4, 8, 16, 32, 100})

@@ -153,39 +153,39 @@ TEST(FlashDecodeSim, FusedAtTwoToEightRanksEverySplitMerge) {
   }
 }
 
-// More groups (batch x KV heads = 96) than a rank's share has SMs: the split plan fills waves of
-// two CTAs per SM with several splits per group (4 at two ranks of 64 SMs, 2 at four of 32), so
+// More groups (batch x KV heads = 40) than a rank's share has SMs (four ranks of 32): the split
+// plan fills waves of two CTAs per SM with 3 splits per group (slices of 3072 tokens or more), so
 // the persistent fused grid runs several items per CTA, splits merged through global memory.
 // Ragged slices, a sequence empty on rank 0, one of a single token on the last rank.
-TEST(FlashDecodeSim, ManyGroupsPastOneCtaPerSmAtTwoAndFourRanks) {
+TEST(FlashDecodeSim, MoreGroupsThanSmsAtFourRanks) {
   TF_REQUIRE_GPUS(1);
-  for (int world : {2, 4})
-    for (SplitMerge merge : {SplitMerge::cluster, SplitMerge::global}) {
-      Problem p;
-      p.batch = 12, p.q_heads = 64, p.kv_heads = 8;
-      for (int r = 0; r < world; ++r) {
-        std::vector<int32_t> l;
-        for (int b = 0; b < p.batch; ++b)
-          l.push_back(b == 5 ? (r == world - 1 ? 1 : 0) : b % 4 == 3 && r == 0 ? 0 : 700 + 37 * b + 101 * r);
-        p.lens.push_back(l);
-      }
-      Global g = make_global(p, 5100 + uint64_t(world));
-      SimulatedRanks sim(p, world, merge);
-      std::vector<Local> ls(static_cast<size_t>(world));
-      for (int r = 0; r < world; ++r) upload_local(g, ls[size_t(r)], r);
-      const std::string what = "W=" + std::to_string(world) + " " + merge_name(merge) + " b=12 64/8";
-      for (int r = 0; r < world; ++r) {
-        const FusedPlan fp = sim.plan(r, ls[size_t(r)].args(p));
-        EXPECT_GT(fp.num_splits, 1) << what << " rank " << r << ": " << schedule_name(fp);
-        EXPECT_GT(fp.items, fp.grid) << what << " rank " << r << ": " << schedule_name(fp);
-      }
-      for (int step = 0; step < 3; ++step) {
-        draw_q(g, 7100 + uint64_t(step));
-        compute_reference(g);
-        for (Local& l : ls) l.q_d.upload(g.q);
-        run_and_check(sim, g, ls, what + " step " + std::to_string(step));
-      }
+  constexpr int kWorld = 4;
+  for (SplitMerge merge : {SplitMerge::cluster, SplitMerge::global}) {
+    Problem p;
+    p.batch = 5, p.q_heads = 16, p.kv_heads = 8;
+    for (int r = 0; r < kWorld; ++r) {
+      std::vector<int32_t> l;
+      for (int b = 0; b < p.batch; ++b)
+        l.push_back(b == 2 ? (r == kWorld - 1 ? 1 : 0) : b == 3 && r == 0 ? 0 : 3100 + 53 * b + 37 * r);
+      p.lens.push_back(l);
     }
+    Global g = make_global(p, 5100);
+    SimulatedRanks sim(p, kWorld, merge);
+    std::vector<Local> ls(static_cast<size_t>(kWorld));
+    for (int r = 0; r < kWorld; ++r) upload_local(g, ls[size_t(r)], r);
+    const std::string what = std::string("W=4 ") + merge_name(merge) + " b=5 16/8";
+    for (int r = 0; r < kWorld; ++r) {
+      const FusedPlan fp = sim.plan(r, ls[size_t(r)].args(p));
+      EXPECT_GT(fp.num_splits, 1) << what << " rank " << r << ": " << schedule_name(fp);
+      EXPECT_GT(fp.items, fp.grid) << what << " rank " << r << ": " << schedule_name(fp);
+    }
+    for (int step = 0; step < 3; ++step) {
+      draw_q(g, 7100 + uint64_t(step));
+      compute_reference(g);
+      for (Local& l : ls) l.q_d.upload(g.q);
+      run_and_check(sim, g, ls, what + " step " + std::to_string(step));
+    }
+  }
 }
 
 // Hundreds of launches back to back on every rank's stream, no host reset, rank 1 sleeping 20 us

@@ -160,10 +160,11 @@ void validate_combine_args(const CombineArgs& args);
 //   H200, one CTA per SM beat two (b=1 96/12 8K: 11 splits 18.0 us, 22 splits 22.0 us; b=4: 2
 //   splits 59.4 us, 5 splits 60.4 us).
 // - G > num_sms x waves: CTAs run in waves of kCtasPerSm x num_sms slots; the fewest splits whose
-//   waves are at least 90% full, with G x splits <= kMaxSplitWaves waves (else the fullest, the
-//   fewest splits on a tie). A partly filled wave leaves SMs with one CTA beside SMs with two, and
-//   those finish late: b=16 96/12 (192 groups) at 32K-128K tokens, 4 splits 0.93 of 1 split's time
-//   (r196); b=32 64/8 (256 groups, 97% of a wave) keeps 1.
+//   waves are at least 90% full, with G x splits <= kMaxSplitWaves waves and >= 1024 tokens per
+//   split (else the fullest, the fewest splits on a tie). A partly filled wave leaves SMs with one
+//   CTA beside SMs with two, and those finish late: b=16 96/12 (192 groups) at 8K-512K tokens, 4
+//   splits 0.93-0.95 of 1 split's time (r197); b=32 64/8 (256 groups, 97% of a wave) keeps 1.
+//   Shorter splits pay each CTA's fixed cost once per wave (4 splits at 1024 tokens: 1.27x, r200).
 // Never below one 256-token chunk per split, at most kMaxSplits, at least 1.
 int choose_splits(int batch, int kv_heads, int max_len, int num_sms, int waves = 1);
 
