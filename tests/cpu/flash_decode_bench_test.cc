@@ -105,5 +105,45 @@ TEST(FlashDecodeBench, ShapeEntriesNameFilterAndForcePlans) {
   }()), Error);
 }
 
+// Paged caches: page size and layout carried into the case params and back; only the single-GPU
+// bench takes them.
+TEST(FlashDecodeBench, ShapeEntriesForPagedCaches) {
+  namespace bi = ops::flash_decode::bench_inputs;
+  auto s = bi::shapes_of({"batch=4,kv=8192,page=16,layout=nhd"});
+  ASSERT_EQ(s.size(), 1u);
+  EXPECT_EQ(s[0].page, 16);
+  EXPECT_TRUE(s[0].nhd);
+  const Case c = s[0].to_case("bf16", "");
+  EXPECT_NE(c.label.find("page=16 nhd"), std::string::npos) << c.label;
+  const bi::Shape back = bi::Shape::from(c.params);
+  EXPECT_EQ(back.page, 16);
+  EXPECT_TRUE(back.nhd);
+  EXPECT_EQ(back.kv_bytes(), s[0].kv_bytes());
+
+  s = bi::shapes_of({"kv=8192,page=256"});  // issue shapes with 8K tokens, HND pages of 256
+  ASSERT_EQ(s.size(), 3u);
+  for (const auto& x : s) EXPECT_TRUE(x.page == 256 && !x.nhd);
+  EXPECT_EQ(bi::Shape::from(bi::shapes_of({"batch=1,kv=64"})[0].to_case("bf16", "").params).page, 0);
+
+  EXPECT_THROW(bi::shapes_of({"batch=1,kv=8192,page=8"}), Error);     // below the 16-token tile
+  EXPECT_THROW(bi::shapes_of({"batch=1,kv=8192,page=48"}), Error);    // not a power of two
+  EXPECT_THROW(bi::shapes_of({"batch=1,kv=8192,layout=nhd"}), Error);  // layout without pages
+  try {
+    make_bench("flash_decode")->check_options([] {
+      Options o;
+      o.shapes = {"batch=1,kv=8192,page=16"};
+      return o;
+    }());
+    ADD_FAILURE() << "flash_decode took a paged shape";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.status(), Status::NotSupported) << e.what();
+  }
+  EXPECT_NO_THROW(make_bench("decode")->check_options([] {
+    Options o;
+    o.shapes = {"batch=1,kv=8192,page=16"};
+    return o;
+  }()));
+}
+
 }  // namespace
 }  // namespace taxfree::bench

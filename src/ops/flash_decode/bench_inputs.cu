@@ -33,6 +33,7 @@ bench::Case Shape::to_case(const std::string& dtype, const char* kv_suffix) cons
   std::ostringstream label;
   label << "b=" << batch << " kv=" << kv << kv_suffix << " heads=" << q_heads << "/" << kv_heads << " d=" << head_dim;
   if (splits > 0) label << " splits=" << splits;
+  if (page > 0) label << " page=" << page << (nhd ? " nhd" : " hnd");
   c.label = label.str();
   c.count = int64_t(batch) * q_heads * head_dim;
   c.size_bytes = c.count * 2;
@@ -46,12 +47,14 @@ nlohmann::json Shape::params() const {
           {"heads", std::to_string(q_heads) + "/" + std::to_string(kv_heads)},
           {"q_heads", q_heads},   {"kv_heads", kv_heads},
           {"head_dim", head_dim}, {"kv_bytes", kv_bytes()},
-          {"splits", splits}};
+          {"splits", splits},     {"page", page},
+          {"layout", page == 0 ? "contiguous" : nhd ? "nhd" : "hnd"}};
 }
 
 Shape Shape::from(const nlohmann::json& p) {
   return {p.at("q_heads").get<int>(), p.at("kv_heads").get<int>(), p.at("head_dim").get<int>(),
-          p.at("batch").get<int>(),   p.at("kv").get<int>(),       p.value("splits", 0)};
+          p.at("batch").get<int>(),   p.at("kv").get<int>(),       p.value("splits", 0),
+          p.value("page", 0),         p.value("layout", std::string()) == "nhd"};
 }
 
 std::vector<Shape> issue_shapes() {
@@ -71,15 +74,21 @@ std::vector<Shape> shapes_of(const std::vector<std::string>& entries) {
                                                  {"kv", {}},
                                                  {"heads", {"96/12", "64/8"}},
                                                  {"head_dim", {"64", "128"}},
-                                                 {"splits", {}}});
+                                                 {"splits", {}},
+                                                 {"page", {"16", "32", "64", "128", "256"}},
+                                                 {"layout", {"hnd", "nhd"}}});
     const auto get = [&](const char* key, int def) { return kv.count(key) ? std::stoi(kv.at(key)) : def; };
     const std::string heads = kv.count("heads") ? kv.at("heads") : "";
     const int splits = get("splits", 0);
     TF_REQUIRE(splits <= kMaxSplits, Status::InvalidArgument,
                "--shape entry '" << e << "': splits=" << splits << " must be in [1, " << kMaxSplits << "]");
+    TF_REQUIRE(!kv.count("layout") || kv.count("page"), Status::InvalidArgument,
+               "--shape entry '" << e << "': layout applies to a paged cache; give page=16..256 too");
+    const int page = get("page", 0);
+    const bool nhd = kv.count("layout") && kv.at("layout") == "nhd";
     if (kv.count("batch") && kv.count("kv")) {
       const bool h64 = heads == "64/8";
-      out.push_back({h64 ? 64 : 96, h64 ? 8 : 12, get("head_dim", 128), get("batch", 1), get("kv", 1), splits});
+      out.push_back({h64 ? 64 : 96, h64 ? 8 : 12, get("head_dim", 128), get("batch", 1), get("kv", 1), splits, page, nhd});
       continue;
     }
     for (Shape s : issue_shapes()) {
@@ -87,7 +96,7 @@ std::vector<Shape> shapes_of(const std::vector<std::string>& entries) {
                          get("head_dim", s.head_dim) == s.head_dim &&
                          (heads.empty() || heads == std::to_string(s.q_heads) + "/" + std::to_string(s.kv_heads));
       if (!match) continue;
-      s.splits = splits;
+      s.splits = splits, s.page = page, s.nhd = nhd;
       out.push_back(s);
     }
   }

@@ -19,9 +19,11 @@ namespace taxfree::ops::flash_decode::bench_inputs {
 struct Shape {
   int q_heads, kv_heads, head_dim, batch, kv;  // kv: tokens per sequence (per rank when distributed)
   int splits = 0;  // forced splits per (sequence, KV head); 0: the heuristic's
+  int page = 0;    // paged cache: page size (power of two, 16-256), pages in a shuffled block table; 0: contiguous
+  bool nhd = false;  // paged: NHD layout ([pages][page][kv_heads][D]) instead of HND
   int64_t kv_bytes() const { return 2 * int64_t(batch) * kv_heads * kv * head_dim * 2; }  // K + V, 16-bit
   // Case params: batch, kv, heads ("96/12", the --shape form), q_heads, kv_heads, head_dim,
-  // kv_bytes, splits; and back.
+  // kv_bytes, splits, page, layout; and back.
   nlohmann::json params() const;
   static Shape from(const nlohmann::json& params);
   // The bench row: output elements as count, 16-bit bytes as size; `kv_suffix` follows the KV
@@ -34,7 +36,8 @@ struct Shape {
 std::vector<Shape> issue_shapes();
 
 // The shapes of --shape entries "k=v,..." (bench::parse_shape_entry) with keys batch, kv, heads
-// (96/12 or 64/8), head_dim (64 or 128) and splits (forced split count). An entry with batch and
+// (96/12 or 64/8), head_dim (64 or 128), splits (forced split count), page (paged cache: page
+// size) and layout (hnd or nhd, with page; hnd unless given). An entry with batch and
 // kv names a shape of any KV length (heads 96/12 and head_dim 128 unless given); any other entry
 // selects the issue shapes whose batch, kv, heads and head_dim match its keys. splits applies to
 // the shapes the entry names or selects. No entries: the

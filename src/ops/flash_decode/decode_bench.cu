@@ -6,6 +6,8 @@
 //   --shape batch=1,kv=32768,heads=96/12            an issue shape, the heuristic's plan
 //   --shape batch=1,kv=12345,splits=7               any KV length, forced plan
 //   --shape kv=8192,splits=11                       every issue shape with 8K tokens, 11 splits
+//   --shape batch=4,kv=8192,page=16,layout=nhd     a paged cache (pages dealt to the sequences
+//                                                   in a shuffled order), HND unless layout=nhd
 // Rank 0 prints each case's plan ("# plan: ..."). -b/-e do not apply (the size column is the
 // output bytes).
 #include <cuda_bf16.h>
@@ -17,6 +19,7 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <random>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -58,7 +61,11 @@ class DecodeBench final : public bench::OpBench {
     s_ = Shape::from(c.params);
     dtype_ = parse_dtype(opt.dtype);
     const size_t q_elems = size_t(s_.batch) * s_.q_heads * s_.head_dim;
-    const size_t kv_elems = size_t(s_.batch) * s_.kv_heads * s_.kv * s_.head_dim;
+    // Paged: every sequence owns ceil(kv / page) pages, dealt in a shuffled order so neighbouring
+    // pages of a sequence are not neighbours in memory (as in a serving system's pool).
+    const int64_t pages_per_seq = s_.page > 0 ? (int64_t(s_.kv) + s_.page - 1) / s_.page : 0;
+    const size_t kv_elems = s_.page > 0 ? size_t(s_.batch) * pages_per_seq * s_.page * s_.kv_heads * s_.head_dim
+                                        : size_t(s_.batch) * s_.kv_heads * s_.kv * s_.head_dim;
     TF_CUDA(cudaMalloc(&q_, q_elems * 2));
     TF_CUDA(cudaMalloc(&k_, kv_elems * 2));
     TF_CUDA(cudaMalloc(&v_, kv_elems * 2));
@@ -77,6 +84,16 @@ class DecodeBench final : public bench::OpBench {
     a_.dtype = dtype_;
     a_.q = q_, a_.k = k_, a_.v = v_, a_.layout = KvLayout::Contiguous, a_.capacity = s_.kv;
     a_.slice_len = lens_, a_.max_len = s_.kv;
+    if (s_.page > 0) {
+      table_.resize(size_t(s_.batch) * pages_per_seq);
+      for (size_t i = 0; i < table_.size(); ++i) table_[i] = int32_t(i);
+      std::shuffle(table_.begin(), table_.end(), std::mt19937_64(seed + 4));
+      TF_CUDA(cudaMalloc(&table_d_, table_.size() * 4));
+      TF_CUDA(cudaMemcpy(table_d_, table_.data(), table_.size() * 4, cudaMemcpyHostToDevice));
+      a_.layout = s_.nhd ? KvLayout::PagedNHD : KvLayout::PagedHND, a_.capacity = 0;
+      a_.page_size = s_.page, a_.num_pages = int(table_.size()), a_.max_pages_per_seq = int(pages_per_seq);
+      a_.block_table = table_d_, a_.host_block_table = table_;
+    }
     a_.out = out_, a_.lse_part = lse_;
     DecodeConfig cfg;
     cfg.num_splits = s_.splits;
@@ -124,10 +141,9 @@ class DecodeBench final : public bench::OpBench {
     int64_t wrong = 0;
     for (auto [b, h] : groups) {
       const size_t row0 = size_t(b) * s_.q_heads + size_t(h) * group;
-      const size_t kv0 = (size_t(b) * s_.kv_heads + h) * size_t(s_.kv) * d;
       TF_CUDA(cudaMemcpy(qb.data(), static_cast<uint16_t*>(q_) + row0 * d, qb.size() * 2, cudaMemcpyDeviceToHost));
-      TF_CUDA(cudaMemcpy(kb.data(), static_cast<uint16_t*>(k_) + kv0, kb.size() * 2, cudaMemcpyDeviceToHost));
-      TF_CUDA(cudaMemcpy(vb.data(), static_cast<uint16_t*>(v_) + kv0, vb.size() * 2, cudaMemcpyDeviceToHost));
+      download_rows(b, h, k_, kb);
+      download_rows(b, h, v_, vb);
       for (size_t i = 0; i < qb.size(); ++i) qf[i] = to_float(dtype_, qb[i]);
       for (size_t i = 0; i < kb.size(); ++i) kf[i] = to_float(dtype_, kb[i]), vf[i] = to_float(dtype_, vb[i]);
       ref::attend_group(group, d, qf.data(), kf.data(), vf.data(), d, 0, s_.kv, scale, ro.data(), rl.data());
@@ -161,19 +177,44 @@ class DecodeBench final : public bench::OpBench {
   int launches(const std::string&) const override { return 1; }
 
   void teardown() override {
-    for (void* p : {q_, k_, v_, out_, static_cast<void*>(lse_), static_cast<void*>(lens_), ws_})
+    for (void* p : {q_, k_, v_, out_, static_cast<void*>(lse_), static_cast<void*>(lens_), ws_,
+                    static_cast<void*>(table_d_)})
       if (p) cudaFree(p);
     q_ = k_ = v_ = out_ = ws_ = nullptr;
     lse_ = nullptr;
-    lens_ = nullptr;
+    lens_ = table_d_ = nullptr;
+    table_.clear();
   }
 
  private:
+  // K or V rows [0, kv) of sequence b, head h, into dst ([kv][D]), from either cache layout.
+  void download_rows(int b, int h, const void* cache, std::vector<uint16_t>& dst) const {
+    const int64_t d = s_.head_dim;
+    const auto* base = static_cast<const uint16_t*>(cache);
+    if (s_.page == 0) {
+      const size_t kv0 = (size_t(b) * s_.kv_heads + h) * size_t(s_.kv) * d;
+      TF_CUDA(cudaMemcpy(dst.data(), base + kv0, dst.size() * 2, cudaMemcpyDeviceToHost));
+      return;
+    }
+    const int64_t pages_per_seq = a_.max_pages_per_seq;
+    for (int64_t p = 0; p < pages_per_seq; ++p) {
+      const int64_t t0 = p * s_.page, rows = std::min<int64_t>(s_.page, s_.kv - t0);
+      const int64_t pg = table_[size_t(b * pages_per_seq + p)];
+      // HND: the page's rows of head h are contiguous; NHD: one row per token, kv_heads rows apart.
+      const int64_t first = s_.nhd ? (pg * s_.page * s_.kv_heads + h) * d : (pg * s_.kv_heads + h) * s_.page * d;
+      const size_t pitch = size_t(s_.nhd ? s_.kv_heads * d : d) * 2;
+      TF_CUDA(cudaMemcpy2D(dst.data() + t0 * d, size_t(d) * 2, base + first, pitch, size_t(d) * 2, size_t(rows),
+                           cudaMemcpyDeviceToHost));
+    }
+  }
+
   Shape s_{};
   DType dtype_ = DType::BF16;
   void *q_ = nullptr, *k_ = nullptr, *v_ = nullptr, *out_ = nullptr, *ws_ = nullptr;
   float* lse_ = nullptr;
   int32_t* lens_ = nullptr;
+  int32_t* table_d_ = nullptr;
+  std::vector<int32_t> table_;  // paged: [batch][pages_per_seq] block table (host mirror)
   DecodeArgs a_;
   DecodePlan plan_;
 };

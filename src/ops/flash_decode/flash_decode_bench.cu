@@ -66,7 +66,11 @@ class FlashDecodeBench final : public bench::OpBench {
   std::vector<std::string> parts() const override { return {"decode-only", "comm-only"}; }
   int launches(const std::string& v) const override { return v == "bsp" || v == "bsp-plain" ? 3 : 1; }
 
-  void check_options(const bench::Options& opt) const override { bench_inputs::shapes_of(opt.shapes); }
+  void check_options(const bench::Options& opt) const override {
+    for (const Shape& s : bench_inputs::shapes_of(opt.shapes))
+      TF_REQUIRE(s.page == 0, Status::NotSupported,
+                 "bench flash_decode: paged caches (page=" << s.page << ") are measured by `bench decode` only");
+  }
 
   std::vector<bench::Case> cases(const bench::Options& opt, const Team& team) const override {
     bench_inputs::parse_dtype(opt.dtype);
