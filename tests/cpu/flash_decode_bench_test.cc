@@ -94,6 +94,14 @@ TEST(FlashDecodeBench, ShapeEntriesNameFilterAndForcePlans) {
     EXPECT_EQ(x.splits, 11);
   }
 
+  s = bi::shapes_of({"batch=2,kv=100,q_heads=32,kv_heads=32"});  // any head counts (MHA here)
+  ASSERT_EQ(s.size(), 1u);
+  EXPECT_EQ(s[0].q_heads, 32);
+  EXPECT_EQ(s[0].kv_heads, 32);
+  EXPECT_NE(s[0].to_case("bf16", "").label.find("heads=32/32"), std::string::npos);
+  EXPECT_EQ(bi::shapes_of({"q_heads=64,kv=4096"}).size(), 3u);  // issue shapes with 64 query heads
+  EXPECT_THROW(bi::shapes_of({"batch=1,kv=8192,heads=64/8,kv_heads=4"}), Error);  // two head counts
+
   EXPECT_THROW(bi::shapes_of({"batch=1,kv=8192,splits=65"}), Error);
   EXPECT_THROW(bi::shapes_of({"batch=1,kv=8192,ring=deep"}), Error);  // the deep ring is gone
   EXPECT_THROW(bi::shapes_of({"batch=1,kv=8192,heads=7/3"}), Error);

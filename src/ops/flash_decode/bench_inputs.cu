@@ -73,6 +73,8 @@ std::vector<Shape> shapes_of(const std::vector<std::string>& entries) {
     const auto kv = bench::parse_shape_entry(e, {{"batch", {}},
                                                  {"kv", {}},
                                                  {"heads", {"96/12", "64/8"}},
+                                                 {"q_heads", {}},
+                                                 {"kv_heads", {}},
                                                  {"head_dim", {"64", "128"}},
                                                  {"splits", {}},
                                                  {"page", {"16", "32", "64", "128", "256"}},
@@ -82,18 +84,22 @@ std::vector<Shape> shapes_of(const std::vector<std::string>& entries) {
     const int splits = get("splits", 0);
     TF_REQUIRE(splits <= kMaxSplits, Status::InvalidArgument,
                "--shape entry '" << e << "': splits=" << splits << " must be in [1, " << kMaxSplits << "]");
+    TF_REQUIRE(!kv.count("heads") || !(kv.count("q_heads") || kv.count("kv_heads")), Status::InvalidArgument,
+               "--shape entry '" << e << "': give heads=Q/KV or q_heads and kv_heads, not both");
     TF_REQUIRE(!kv.count("layout") || kv.count("page"), Status::InvalidArgument,
                "--shape entry '" << e << "': layout applies to a paged cache; give page=16..256 too");
     const int page = get("page", 0);
     const bool nhd = kv.count("layout") && kv.at("layout") == "nhd";
     if (kv.count("batch") && kv.count("kv")) {
       const bool h64 = heads == "64/8";
-      out.push_back({h64 ? 64 : 96, h64 ? 8 : 12, get("head_dim", 128), get("batch", 1), get("kv", 1), splits, page, nhd});
+      out.push_back({get("q_heads", h64 ? 64 : 96), get("kv_heads", h64 ? 8 : 12), get("head_dim", 128),
+                     get("batch", 1), get("kv", 1), splits, page, nhd});
       continue;
     }
     for (Shape s : issue_shapes()) {
       const bool match = get("batch", s.batch) == s.batch && get("kv", s.kv) == s.kv &&
-                         get("head_dim", s.head_dim) == s.head_dim &&
+                         get("head_dim", s.head_dim) == s.head_dim && get("q_heads", s.q_heads) == s.q_heads &&
+                         get("kv_heads", s.kv_heads) == s.kv_heads &&
                          (heads.empty() || heads == std::to_string(s.q_heads) + "/" + std::to_string(s.kv_heads));
       if (!match) continue;
       s.splits = splits, s.page = page, s.nhd = nhd;

@@ -36,8 +36,9 @@ struct Shape {
 std::vector<Shape> issue_shapes();
 
 // The shapes of --shape entries "k=v,..." (bench::parse_shape_entry) with keys batch, kv, heads
-// (96/12 or 64/8), head_dim (64 or 128), splits (forced split count), page (paged cache: page
-// size) and layout (hnd or nhd, with page; hnd unless given). An entry with batch and
+// (96/12 or 64/8) or q_heads and kv_heads (any counts; the op checks them), head_dim (64 or 128),
+// splits (forced split count), page (paged cache: page size) and layout (hnd or nhd, with page;
+// hnd unless given). An entry with batch and
 // kv names a shape of any KV length (heads 96/12 and head_dim 128 unless given); any other entry
 // selects the issue shapes whose batch, kv, heads and head_dim match its keys. splits applies to
 // the shapes the entry names or selects. No entries: the
