@@ -103,7 +103,7 @@ struct DecodeArgs {
 struct DecodeConfig {
   int num_splits = 0;   // 0: heuristic; else 1..kMaxSplits (tuning/tests)
   int num_sms = 0;      // heuristic input; 0: the current device's
-  int waves = 1;        // heuristic target: waves x num_sms CTAs
+  int waves = 1;        // heuristic target while batch x kv_heads <= waves x num_sms: that many CTAs
 };
 
 struct DecodePlan {
