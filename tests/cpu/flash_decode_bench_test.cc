@@ -113,9 +113,9 @@ TEST(FlashDecodeBench, ShapeEntriesNameFilterAndForcePlans) {
   }()), Error);
 }
 
-// Paged caches: page size and layout carried into the case params and back; only the single-GPU
+// Paged caches and ragged batches: carried into the case params and back; only the single-GPU
 // bench takes them.
-TEST(FlashDecodeBench, ShapeEntriesForPagedCaches) {
+TEST(FlashDecodeBench, ShapeEntriesForPagedCachesAndRaggedBatches) {
   namespace bi = ops::flash_decode::bench_inputs;
   auto s = bi::shapes_of({"batch=4,kv=8192,page=16,layout=nhd"});
   ASSERT_EQ(s.size(), 1u);
@@ -133,19 +133,38 @@ TEST(FlashDecodeBench, ShapeEntriesForPagedCaches) {
   for (const auto& x : s) EXPECT_TRUE(x.page == 256 && !x.nhd);
   EXPECT_EQ(bi::Shape::from(bi::shapes_of({"batch=1,kv=64"})[0].to_case("bf16", "").params).page, 0);
 
+  // Ragged batches: lengths in [1, kv], fixed per shape, KV bytes of the live tokens.
+  s = bi::shapes_of({"batch=16,kv=65536,ragged=1"});
+  ASSERT_EQ(s.size(), 1u);
+  const std::vector<int32_t> lens = s[0].lens();
+  ASSERT_EQ(lens.size(), 16u);
+  int64_t tokens = 0;
+  for (int32_t n : lens) {
+    EXPECT_GE(n, 1);
+    EXPECT_LE(n, 65536);
+    tokens += n;
+  }
+  EXPECT_GT(*std::max_element(lens.begin(), lens.end()), *std::min_element(lens.begin(), lens.end()) + 1000);
+  EXPECT_EQ(s[0].kv_bytes(), 2 * tokens * 12 * 128 * 2);
+  const bi::Shape rb = bi::Shape::from(s[0].to_case("bf16", "").params);
+  EXPECT_TRUE(rb.ragged);
+  EXPECT_EQ(rb.lens(), lens);  // the same draw from the case params
+  EXPECT_EQ(bi::shapes_of({"batch=16,kv=65536"})[0].lens(), std::vector<int32_t>(16, 65536));
+  EXPECT_THROW(bi::shapes_of({"batch=1,kv=8192,ragged=2"}), Error);
+
   EXPECT_THROW(bi::shapes_of({"batch=1,kv=8192,page=8"}), Error);     // below the 16-token tile
   EXPECT_THROW(bi::shapes_of({"batch=1,kv=8192,page=48"}), Error);    // not a power of two
   EXPECT_THROW(bi::shapes_of({"batch=1,kv=8192,layout=nhd"}), Error);  // layout without pages
-  try {
-    make_bench("flash_decode")->check_options([] {
-      Options o;
-      o.shapes = {"batch=1,kv=8192,page=16"};
-      return o;
-    }());
-    ADD_FAILURE() << "flash_decode took a paged shape";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.status(), Status::NotSupported) << e.what();
-  }
+  for (const char* entry : {"batch=1,kv=8192,page=16", "batch=4,kv=8192,ragged=1"}) try {
+      make_bench("flash_decode")->check_options([&] {
+        Options o;
+        o.shapes = {entry};
+        return o;
+      }());
+      ADD_FAILURE() << "flash_decode took " << entry;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.status(), Status::NotSupported) << e.what();
+    }
   EXPECT_NO_THROW(make_bench("decode")->check_options([] {
     Options o;
     o.shapes = {"batch=1,kv=8192,page=16"};

@@ -12,12 +12,16 @@
 namespace taxfree::ops::flash_decode::bench_inputs {
 namespace {
 
-__host__ __device__ inline float hashed_value(uint64_t seed, uint64_t i) {
+// Element i of the splitmix64 stream `seed`.
+__host__ __device__ inline uint64_t hashed(uint64_t seed, uint64_t i) {
   uint64_t z = seed + 0x9E3779B97F4A7C15ull * (i + 1);
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  z ^= z >> 31;
-  return float(int(z >> 55) - 256) * (1.f / 256.f);  // z >> 55 in [0, 512)
+  return z ^ (z >> 31);
+}
+
+__host__ __device__ inline float hashed_value(uint64_t seed, uint64_t i) {
+  return float(int(hashed(seed, i) >> 55) - 256) * (1.f / 256.f);  // >> 55: [0, 512)
 }
 
 template <class T>
@@ -28,12 +32,27 @@ __global__ void fill_kernel(T* p, size_t n, uint64_t seed) {
 
 }  // namespace
 
+std::vector<int32_t> Shape::lens() const {
+  std::vector<int32_t> l(size_t(batch), kv);
+  if (ragged)
+    for (int b = 0; b < batch; ++b)
+      l[size_t(b)] = 1 + int32_t(hashed(uint64_t(batch) << 32 | uint32_t(kv), uint64_t(b)) % uint64_t(kv));
+  return l;
+}
+
+int64_t Shape::kv_bytes() const {
+  int64_t tokens = 0;
+  for (int32_t n : lens()) tokens += n;
+  return 2 * tokens * kv_heads * head_dim * 2;
+}
+
 bench::Case Shape::to_case(const std::string& dtype, const char* kv_suffix) const {
   bench::Case c;
   std::ostringstream label;
   label << "b=" << batch << " kv=" << kv << kv_suffix << " heads=" << q_heads << "/" << kv_heads << " d=" << head_dim;
   if (splits > 0) label << " splits=" << splits;
   if (page > 0) label << " page=" << page << (nhd ? " nhd" : " hnd");
+  if (ragged) label << " ragged";
   c.label = label.str();
   c.count = int64_t(batch) * q_heads * head_dim;
   c.size_bytes = c.count * 2;
@@ -48,13 +67,15 @@ nlohmann::json Shape::params() const {
           {"q_heads", q_heads},   {"kv_heads", kv_heads},
           {"head_dim", head_dim}, {"kv_bytes", kv_bytes()},
           {"splits", splits},     {"page", page},
-          {"layout", page == 0 ? "contiguous" : nhd ? "nhd" : "hnd"}};
+          {"layout", page == 0 ? "contiguous" : nhd ? "nhd" : "hnd"},
+          {"ragged", ragged ? 1 : 0}};
 }
 
 Shape Shape::from(const nlohmann::json& p) {
   return {p.at("q_heads").get<int>(), p.at("kv_heads").get<int>(), p.at("head_dim").get<int>(),
           p.at("batch").get<int>(),   p.at("kv").get<int>(),       p.value("splits", 0),
-          p.value("page", 0),         p.value("layout", std::string()) == "nhd"};
+          p.value("page", 0),         p.value("layout", std::string()) == "nhd",
+          p.value("ragged", 0) != 0};
 }
 
 std::vector<Shape> issue_shapes() {
@@ -78,7 +99,8 @@ std::vector<Shape> shapes_of(const std::vector<std::string>& entries) {
                                                  {"head_dim", {"64", "128"}},
                                                  {"splits", {}},
                                                  {"page", {"16", "32", "64", "128", "256"}},
-                                                 {"layout", {"hnd", "nhd"}}});
+                                                 {"layout", {"hnd", "nhd"}},
+                                                 {"ragged", {"0", "1"}}});
     const auto get = [&](const char* key, int def) { return kv.count(key) ? std::stoi(kv.at(key)) : def; };
     const std::string heads = kv.count("heads") ? kv.at("heads") : "";
     const int splits = get("splits", 0);
@@ -90,10 +112,11 @@ std::vector<Shape> shapes_of(const std::vector<std::string>& entries) {
                "--shape entry '" << e << "': layout applies to a paged cache; give page=16..256 too");
     const int page = get("page", 0);
     const bool nhd = kv.count("layout") && kv.at("layout") == "nhd";
+    const bool ragged = kv.count("ragged") && kv.at("ragged") == "1";
     if (kv.count("batch") && kv.count("kv")) {
       const bool h64 = heads == "64/8";
       out.push_back({get("q_heads", h64 ? 64 : 96), get("kv_heads", h64 ? 8 : 12), get("head_dim", 128),
-                     get("batch", 1), get("kv", 1), splits, page, nhd});
+                     get("batch", 1), get("kv", 1), splits, page, nhd, ragged});
       continue;
     }
     for (Shape s : issue_shapes()) {
@@ -102,7 +125,7 @@ std::vector<Shape> shapes_of(const std::vector<std::string>& entries) {
                          get("kv_heads", s.kv_heads) == s.kv_heads &&
                          (heads.empty() || heads == std::to_string(s.q_heads) + "/" + std::to_string(s.kv_heads));
       if (!match) continue;
-      s.splits = splits, s.page = page, s.nhd = nhd;
+      s.splits = splits, s.page = page, s.nhd = nhd, s.ragged = ragged;
       out.push_back(s);
     }
   }

@@ -21,9 +21,13 @@ struct Shape {
   int splits = 0;  // forced splits per (sequence, KV head); 0: the heuristic's
   int page = 0;    // paged cache: page size (power of two, 16-256), pages in a shuffled block table; 0: contiguous
   bool nhd = false;  // paged: NHD layout ([pages][page][kv_heads][D]) instead of HND
-  int64_t kv_bytes() const { return 2 * int64_t(batch) * kv_heads * kv * head_dim * 2; }  // K + V, 16-bit
+  bool ragged = false;  // sequence lengths drawn in [1, kv] (lens()) instead of all kv
+  // Tokens of each sequence: kv, or when ragged a fixed pseudo-random draw in [1, kv] per
+  // (batch, kv, sequence), the same on every run and machine.
+  std::vector<int32_t> lens() const;
+  int64_t kv_bytes() const;  // K + V bytes of the live tokens, 16-bit
   // Case params: batch, kv, heads ("96/12", the --shape form), q_heads, kv_heads, head_dim,
-  // kv_bytes, splits, page, layout; and back.
+  // kv_bytes, splits, page, layout, ragged; and back.
   nlohmann::json params() const;
   static Shape from(const nlohmann::json& params);
   // The bench row: output elements as count, 16-bit bytes as size; `kv_suffix` follows the KV
@@ -37,8 +41,8 @@ std::vector<Shape> issue_shapes();
 
 // The shapes of --shape entries "k=v,..." (bench::parse_shape_entry) with keys batch, kv, heads
 // (96/12 or 64/8) or q_heads and kv_heads (any counts; the op checks them), head_dim (64 or 128),
-// splits (forced split count), page (paged cache: page size) and layout (hnd or nhd, with page;
-// hnd unless given). An entry with batch and
+// splits (forced split count), page (paged cache: page size), layout (hnd or nhd, with page;
+// hnd unless given) and ragged (1: lengths drawn in [1, kv]). An entry with batch and
 // kv names a shape of any KV length (heads 96/12 and head_dim 128 unless given); any other entry
 // selects the issue shapes whose batch, kv, heads and head_dim match its keys. splits applies to
 // the shapes the entry names or selects. No entries: the

@@ -8,6 +8,7 @@
 //   --shape kv=8192,splits=11                       every issue shape with 8K tokens, 11 splits
 //   --shape batch=4,kv=8192,page=16,layout=nhd     a paged cache (pages dealt to the sequences
 //                                                   in a shuffled order), HND unless layout=nhd
+//   --shape batch=16,kv=65536,ragged=1              lengths drawn in [1, 65536] (a serving batch)
 // Rank 0 prints each case's plan ("# plan: ..."). -b/-e do not apply (the size column is the
 // output bytes).
 #include <cuda_bf16.h>
@@ -72,8 +73,8 @@ class DecodeBench final : public bench::OpBench {
     TF_CUDA(cudaMalloc(&out_, q_elems * 2));
     TF_CUDA(cudaMalloc(&lse_, size_t(s_.batch) * s_.q_heads * 4));
     TF_CUDA(cudaMalloc(&lens_, size_t(s_.batch) * 4));
-    const std::vector<int32_t> lens(size_t(s_.batch), s_.kv);
-    TF_CUDA(cudaMemcpy(lens_, lens.data(), lens.size() * 4, cudaMemcpyHostToDevice));
+    lens_h_ = s_.lens();
+    TF_CUDA(cudaMemcpy(lens_, lens_h_.data(), lens_h_.size() * 4, cudaMemcpyHostToDevice));
     const uint64_t seed = opt.seed ^ (uint64_t(s_.batch) << 40) ^ uint64_t(s_.kv);
     bench_inputs::fill(dtype_, q_, q_elems, seed + 1, nullptr);
     bench_inputs::fill(dtype_, k_, kv_elems, seed + 2, nullptr);
@@ -83,7 +84,8 @@ class DecodeBench final : public bench::OpBench {
     a_.batch = s_.batch, a_.q_heads = s_.q_heads, a_.kv_heads = s_.kv_heads, a_.head_dim = s_.head_dim;
     a_.dtype = dtype_;
     a_.q = q_, a_.k = k_, a_.v = v_, a_.layout = KvLayout::Contiguous, a_.capacity = s_.kv;
-    a_.slice_len = lens_, a_.max_len = s_.kv;
+    a_.slice_len = lens_, a_.max_len = *std::max_element(lens_h_.begin(), lens_h_.end());
+    a_.host_slice_len = lens_h_;
     if (s_.page > 0) {
       table_.resize(size_t(s_.batch) * pages_per_seq);
       for (size_t i = 0; i < table_.size(); ++i) table_[i] = int32_t(i);
@@ -146,7 +148,7 @@ class DecodeBench final : public bench::OpBench {
       download_rows(b, h, v_, vb);
       for (size_t i = 0; i < qb.size(); ++i) qf[i] = to_float(dtype_, qb[i]);
       for (size_t i = 0; i < kb.size(); ++i) kf[i] = to_float(dtype_, kb[i]), vf[i] = to_float(dtype_, vb[i]);
-      ref::attend_group(group, d, qf.data(), kf.data(), vf.data(), d, 0, s_.kv, scale, ro.data(), rl.data());
+      ref::attend_group(group, d, qf.data(), kf.data(), vf.data(), d, 0, lens_h_[size_t(b)], scale, ro.data(), rl.data());
       for (int g = 0; g < group; ++g) {
         for (int e = 0; e < d; ++e) {
           const double got = to_float(dtype_, out[(row0 + g) * d + e]), want = ro[size_t(g) * d + e];
@@ -159,9 +161,8 @@ class DecodeBench final : public bench::OpBench {
   }
 
   bench::Figures figures(const bench::Case& c, double seconds) const override {
-    const double kv_bytes = c.params.at("kv_bytes").get<double>();
-    const double flops = 4.0 * c.params.at("batch").get<double>() * c.params.at("q_heads").get<double>() *
-                         c.params.at("kv").get<double>() * c.params.at("head_dim").get<double>();
+    const double kv_bytes = c.params.at("kv_bytes").get<double>();  // 4 x kv_heads x head_dim per token
+    const double flops = kv_bytes * c.params.at("q_heads").get<double>() / c.params.at("kv_heads").get<double>();
     bench::Figures f;
     f.algbw_gbs = kv_bytes / seconds / 1e9;  // KV bytes read per second
     f.tflops = flops / seconds / 1e12;
@@ -215,6 +216,7 @@ class DecodeBench final : public bench::OpBench {
   int32_t* lens_ = nullptr;
   int32_t* table_d_ = nullptr;
   std::vector<int32_t> table_;  // paged: [batch][pages_per_seq] block table (host mirror)
+  std::vector<int32_t> lens_h_;  // tokens of each sequence (host mirror of lens_)
   DecodeArgs a_;
   DecodePlan plan_;
 };

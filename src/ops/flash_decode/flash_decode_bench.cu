@@ -68,8 +68,9 @@ class FlashDecodeBench final : public bench::OpBench {
 
   void check_options(const bench::Options& opt) const override {
     for (const Shape& s : bench_inputs::shapes_of(opt.shapes))
-      TF_REQUIRE(s.page == 0, Status::NotSupported,
-                 "bench flash_decode: paged caches (page=" << s.page << ") are measured by `bench decode` only");
+      TF_REQUIRE(s.page == 0 && !s.ragged, Status::NotSupported,
+                 "bench flash_decode: paged caches (page=" << s.page << ") and ragged batches (ragged=" << s.ragged
+                                                           << ") are measured by `bench decode` only");
   }
 
   std::vector<bench::Case> cases(const bench::Options& opt, const Team& team) const override {
