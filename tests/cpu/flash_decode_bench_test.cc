@@ -172,5 +172,31 @@ TEST(FlashDecodeBench, ShapeEntriesForPagedCachesAndRaggedBatches) {
   }()));
 }
 
+// The length-aware split plan on r204's ragged batches (lengths of `bench decode ... ragged=1`):
+// at least the counts that measured 0.93-0.99 of the floor there, where the max_len plan read
+// 0.77-0.90 (b=4: longest 1.29x the mean, 0.89 with 2 splits, 0.94 with 11); uniform and barely
+// ragged batches keep the max_len plan.
+TEST(FlashDecodeBench, RaggedBatchesOfR204GetEnoughSplits) {
+  namespace bi = ops::flash_decode::bench_inputs;
+  using ops::flash_decode::choose_splits;
+  struct Case {
+    const char* entry;
+    int at_least;  // the fewest splits r204 measured within 0.05 of its best
+  };
+  for (const Case c : {Case{"batch=16,kv=65536,heads=96/12,ragged=1", 4}, Case{"batch=32,kv=32768,heads=64/8,ragged=1", 4},
+                       Case{"batch=8,kv=65536,heads=64/8,ragged=1", 4}, Case{"batch=4,kv=32768,heads=96/12,ragged=1", 5}}) {
+    const bi::Shape s = bi::shapes_of({c.entry})[0];
+    const std::vector<int32_t> lens = s.lens();
+    const int planned = choose_splits(s.kv_heads, lens, 132);
+    EXPECT_GE(planned, c.at_least) << c.entry;
+    EXPECT_LE(int64_t(s.batch) * s.kv_heads * planned, int64_t(ops::flash_decode::kMaxSplitWaves) * 2 * 132) << c.entry;
+    EXPECT_GE(*std::max_element(lens.begin(), lens.end()) / planned, 1024) << c.entry;
+  }
+  // Uniform or mildly ragged: the max_len plan.
+  EXPECT_EQ(choose_splits(8, std::vector<int32_t>(8, 65536), 132), choose_splits(8, 8, 65536, 132));
+  EXPECT_EQ(choose_splits(12, std::vector<int32_t>{30000, 32768, 29000, 31000}, 132), choose_splits(4, 12, 32768, 132));
+  EXPECT_THROW(choose_splits(8, std::vector<int32_t>{}, 132), Error);
+}
+
 }  // namespace
 }  // namespace taxfree::bench

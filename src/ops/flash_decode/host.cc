@@ -25,6 +25,9 @@ constexpr int kMinSplitTokens = 256;  // heuristic: at least 16 tiles (4 per war
 // 1024 tokens, 1.07x at 2048, equal at 4096, 0.95x at 8192).
 constexpr double kMinWaveFill = 0.9;
 constexpr int kMinWaveSplitTokens = 1024;
+// Lengths of a batch are ragged when the longest is more than this times the mean (choose_splits
+// with lengths).
+constexpr double kRaggedRatio = 1.2;
 
 bool aligned(const void* p, size_t a) { return reinterpret_cast<uintptr_t>(p) % a == 0; }
 bool is_pow2(int x) { return x > 0 && (x & (x - 1)) == 0; }
@@ -178,6 +181,23 @@ int choose_splits(int batch, int kv_heads, int max_len, int num_sms, int waves) 
   return int(best);
 }
 
+int choose_splits(int kv_heads, std::span<const int32_t> lens, int num_sms, int waves) {
+  TF_REQUIRE(!lens.empty(), Status::InvalidArgument, "choose_splits: no sequence lengths");
+  int64_t total = 0;
+  int32_t max_len = 0;
+  for (int32_t n : lens) total += std::max<int32_t>(n, 0), max_len = std::max(max_len, n);
+  const int batch = int(lens.size());
+  const int base = choose_splits(batch, kv_heads, max_len, num_sms, waves);
+  // Uniform enough: the CTAs of one split count are about equally long.
+  if (double(max_len) * batch <= kRaggedRatio * double(total)) return base;
+  // Ragged: CTAs as long as their sequences' splits, so enough of them that the short ones
+  // backfill slots while the longest run (kMaxSplitWaves waves), each split >= kMinWaveSplitTokens.
+  const int64_t groups = int64_t(batch) * kv_heads;
+  const int64_t by_waves = int64_t(kMaxSplitWaves) * attention::kCtasPerSm * num_sms / groups;
+  const int64_t by_len = std::min<int64_t>(max_len / kMinWaveSplitTokens, kMaxSplits);
+  return int(std::max<int64_t>(base, std::min(by_waves, by_len)));
+}
+
 size_t decode_workspace_bytes(int batch, int q_heads, int kv_heads, int head_dim, int num_splits) {
   TF_REQUIRE(batch >= 0 && q_heads >= 0 && kv_heads >= 0 && head_dim >= 0 && num_splits >= 0,
              Status::InvalidArgument, "decode_workspace_bytes: negative size");
@@ -208,7 +228,8 @@ DecodePlan plan_decode(const DecodeArgs& a, const DecodeConfig& cfg) {
       TF_CUDA(cudaGetDevice(&dev));
       TF_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
     }
-    splits = choose_splits(a.batch, a.kv_heads, a.max_len, sms, cfg.waves);
+    splits = a.host_slice_len.empty() ? choose_splits(a.batch, a.kv_heads, a.max_len, sms, cfg.waves)
+                                      : choose_splits(a.kv_heads, a.host_slice_len, sms, cfg.waves);
   }
   return {splits, decode_workspace_bytes(a.batch, a.q_heads, a.kv_heads, a.head_dim, splits)};
 }
