@@ -113,8 +113,8 @@ TEST(FlashDecodeBench, ShapeEntriesNameFilterAndForcePlans) {
   }()), Error);
 }
 
-// Paged caches and ragged batches: carried into the case params and back; only the single-GPU
-// bench takes them.
+// Paged caches and ragged batches: carried into the case params and back; both benches take
+// ragged batches, only the single-GPU one paged caches.
 TEST(FlashDecodeBench, ShapeEntriesForPagedCachesAndRaggedBatches) {
   namespace bi = ops::flash_decode::bench_inputs;
   auto s = bi::shapes_of({"batch=4,kv=8192,page=16,layout=nhd"});
@@ -155,21 +155,28 @@ TEST(FlashDecodeBench, ShapeEntriesForPagedCachesAndRaggedBatches) {
   EXPECT_THROW(bi::shapes_of({"batch=1,kv=8192,page=8"}), Error);     // below the 16-token tile
   EXPECT_THROW(bi::shapes_of({"batch=1,kv=8192,page=48"}), Error);    // not a power of two
   EXPECT_THROW(bi::shapes_of({"batch=1,kv=8192,layout=nhd"}), Error);  // layout without pages
-  for (const char* entry : {"batch=1,kv=8192,page=16", "batch=4,kv=8192,ragged=1"}) try {
-      make_bench("flash_decode")->check_options([&] {
-        Options o;
-        o.shapes = {entry};
-        return o;
-      }());
-      ADD_FAILURE() << "flash_decode took " << entry;
-    } catch (const Error& e) {
-      EXPECT_EQ(e.status(), Status::NotSupported) << e.what();
-    }
-  EXPECT_NO_THROW(make_bench("decode")->check_options([] {
+  const auto options = [](const char* entry) {
     Options o;
-    o.shapes = {"batch=1,kv=8192,page=16"};
+    o.shapes = {entry};
     return o;
-  }()));
+  };
+  try {
+    make_bench("flash_decode")->check_options(options("batch=1,kv=8192,page=16"));
+    ADD_FAILURE() << "flash_decode took a paged cache";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.status(), Status::NotSupported) << e.what();
+  }
+  EXPECT_NO_THROW(make_bench("flash_decode")->check_options(options("batch=4,kv=8192,ragged=1")));
+  EXPECT_NO_THROW(make_bench("decode")->check_options(options("batch=1,kv=8192,page=16")));
+
+  // Figures count the live tokens: 4 x q_heads x head_dim FLOPs and 4 x kv_heads x head_dim bytes
+  // per token, whichever bench.
+  const Case rc = s[0].to_case("bf16", "");
+  for (const char* op : {"decode", "flash_decode"}) {
+    const Figures f = make_bench(op)->figures(rc, 1e-3);
+    EXPECT_DOUBLE_EQ(f.algbw_gbs, double(tokens) * 4 * 12 * 128 / 1e-3 / 1e9) << op;
+    EXPECT_DOUBLE_EQ(f.tflops, double(tokens) * 4 * 96 * 128 / 1e-3 / 1e12) << op;
+  }
 }
 
 // The length-aware split plan on r204's ragged batches (lengths of `bench decode ... ragged=1`):

@@ -46,6 +46,15 @@ int64_t Shape::kv_bytes() const {
   return 2 * tokens * kv_heads * head_dim * 2;
 }
 
+bench::Figures figures(const bench::Case& c, double seconds) {
+  const double kv_bytes = c.params.at("kv_bytes").get<double>();  // 4 x kv_heads x head_dim per token
+  const double flops = kv_bytes * c.params.at("q_heads").get<double>() / c.params.at("kv_heads").get<double>();
+  bench::Figures f;
+  f.algbw_gbs = kv_bytes / seconds / 1e9;
+  f.tflops = flops / seconds / 1e12;
+  return f;
+}
+
 bench::Case Shape::to_case(const std::string& dtype, const char* kv_suffix) const {
   bench::Case c;
   std::ostringstream label;

@@ -35,6 +35,10 @@ struct Shape {
   bench::Case to_case(const std::string& dtype, const char* kv_suffix) const;
 };
 
+// A case's KV bytes read per second (algbw) and attention FLOPs per second (4 x q_heads x
+// head_dim per live token: QK^T and PV).
+bench::Figures figures(const bench::Case& c, double seconds);
+
 // 96/12 heads x batch {1, 4, 16} x KV {8K, 32K, 128K, 512K}; 64/8 x batch {1, 8, 32} x KV {4K,
 // 16K, 64K}; head_dim 128.
 std::vector<Shape> issue_shapes();

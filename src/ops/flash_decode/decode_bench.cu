@@ -161,12 +161,7 @@ class DecodeBench final : public bench::OpBench {
   }
 
   bench::Figures figures(const bench::Case& c, double seconds) const override {
-    const double kv_bytes = c.params.at("kv_bytes").get<double>();  // 4 x kv_heads x head_dim per token
-    const double flops = kv_bytes * c.params.at("q_heads").get<double>() / c.params.at("kv_heads").get<double>();
-    bench::Figures f;
-    f.algbw_gbs = kv_bytes / seconds / 1e9;  // KV bytes read per second
-    f.tflops = flops / seconds / 1e12;
-    return f;
+    return bench_inputs::figures(c, seconds);
   }
 
   // KV bytes once through HBM at the copy bandwidth measured in this run (bytes read + written per

@@ -9,8 +9,10 @@
 // SplitMerge::direct).
 // Parts for the tax breakdown: decode-only (bsp's decode kernel alone; its algbw column is the KV
 // read rate, to compare with the measured HBM rate) and comm-only (the all-gather alone).
-// --shape entries as for `bench decode` (bench_inputs::shapes_of: batch, kv, heads, head_dim, and
-// splits forcing the plan of every variant and part); rank 0 prints the fused plan.
+// --shape entries as for `bench decode` (bench_inputs::shapes_of: batch, kv, heads, head_dim,
+// splits forcing the plan of every variant and part, ragged=1 for lengths drawn in [1, kv], each
+// rank holding that many tokens of each sequence, with host lengths given so the plan sees them);
+// rank 0 prints the fused plan. Paged caches are measured by `bench decode` only.
 //
 // Check: the output of sampled (sequence, KV head) groups against a double-precision reference
 // over the whole sequence (each rank regenerates every rank's KV on the host), and the output
@@ -68,9 +70,8 @@ class FlashDecodeBench final : public bench::OpBench {
 
   void check_options(const bench::Options& opt) const override {
     for (const Shape& s : bench_inputs::shapes_of(opt.shapes))
-      TF_REQUIRE(s.page == 0 && !s.ragged, Status::NotSupported,
-                 "bench flash_decode: paged caches (page=" << s.page << ") and ragged batches (ragged=" << s.ragged
-                                                           << ") are measured by `bench decode` only");
+      TF_REQUIRE(s.page == 0, Status::NotSupported,
+                 "bench flash_decode: paged caches (page=" << s.page << ") are measured by `bench decode` only");
   }
 
   std::vector<bench::Case> cases(const bench::Options& opt, const Team& team) const override {
@@ -98,8 +99,8 @@ class FlashDecodeBench final : public bench::OpBench {
     TF_CUDA(cudaMalloc(&out_, q_elems * 2));
     TF_CUDA(cudaMalloc(&all_out_, q_elems * 2 * team.world()));
     TF_CUDA(cudaMalloc(&lens_, size_t(s_.batch) * 4));
-    const std::vector<int32_t> lens(size_t(s_.batch), s_.kv);
-    TF_CUDA(cudaMemcpy(lens_, lens.data(), lens.size() * 4, cudaMemcpyHostToDevice));
+    lens_h_ = s_.lens();
+    TF_CUDA(cudaMemcpy(lens_, lens_h_.data(), lens_h_.size() * 4, cudaMemcpyHostToDevice));
     bench_inputs::fill(dtype_, q_, q_elems, q_seed(seed_), team.stream());
     bench_inputs::fill(dtype_, k_, kv_elems, k_seed(seed_, team.rank()), team.stream());
     bench_inputs::fill(dtype_, v_, kv_elems, v_seed(seed_, team.rank()), team.stream());
@@ -108,7 +109,8 @@ class FlashDecodeBench final : public bench::OpBench {
     a_.batch = s_.batch, a_.q_heads = s_.q_heads, a_.kv_heads = s_.kv_heads, a_.head_dim = s_.head_dim;
     a_.dtype = dtype_;
     a_.q = q_, a_.k = k_, a_.v = v_, a_.layout = KvLayout::Contiguous, a_.capacity = s_.kv;
-    a_.slice_len = lens_, a_.max_len = s_.kv;
+    a_.slice_len = lens_, a_.max_len = *std::max_element(lens_h_.begin(), lens_h_.end());
+    a_.host_slice_len = lens_h_;
     a_.out = out_;
 
     mark_ = team.heap().mark();
@@ -175,12 +177,9 @@ class FlashDecodeBench final : public bench::OpBench {
     return wrong;
   }
 
+  // Local KV bytes read per second and the local attention's rate.
   bench::Figures figures(const bench::Case& c, double seconds) const override {
-    bench::Figures f;
-    f.algbw_gbs = c.params.at("kv_bytes").get<double>() / seconds / 1e9;  // local KV bytes read per second
-    f.tflops = 4.0 * c.params.at("batch").get<double>() * c.params.at("q_heads").get<double>() *
-               c.params.at("kv").get<double>() * c.params.at("head_dim").get<double>() / seconds / 1e12;
-    return f;
+    return bench_inputs::figures(c, seconds);
   }
 
   // The local slice's KV once through HBM at the copy rate measured in this run, plus one flag
@@ -285,7 +284,7 @@ class FlashDecodeBench final : public bench::OpBench {
         k[i] = bench_inputs::value(k_seed(seed_, r), kv0 + i);
         v[i] = bench_inputs::value(v_seed(seed_, r), kv0 + i);
       }
-      ref::attend_group(group, d, q.data(), k.data(), v.data(), d, 0, s_.kv, scale,
+      ref::attend_group(group, d, q.data(), k.data(), v.data(), d, 0, lens_h_[size_t(g / s_.kv_heads)], scale,
                         o.data() + size_t(r) * group * d, lse.data() + size_t(r) * group);
     }
     std::vector<double> want(size_t(group) * d), po(size_t(world) * d), pl(static_cast<size_t>(world));
@@ -305,6 +304,7 @@ class FlashDecodeBench final : public bench::OpBench {
   uint64_t seed_ = 0, mark_ = 0;
   void *q_ = nullptr, *k_ = nullptr, *v_ = nullptr, *out_ = nullptr, *all_out_ = nullptr;
   int32_t* lens_ = nullptr;
+  std::vector<int32_t> lens_h_;  // this rank's tokens of each sequence (host mirror of lens_)
   DecodeArgs a_;
   std::unique_ptr<FlashDecode> op_, global_, plain_, direct_;
   std::map<int, std::vector<double>> reference_;
