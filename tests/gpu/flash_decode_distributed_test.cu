@@ -380,7 +380,7 @@ TEST(FlashDecodeDist, LargeBatchManyGroupsRepeatedSkewedSteps) {
 // another step's lines of other rows were) with one of two q, in a pattern that changes the
 // inputs at every step; odd slices with empty ones on some ranks; no barrier between steps and a
 // random rank delayed now and then. Every step is checked against its float64 reference, and
-// every 50th across ranks. Both with the clustered and with the direct split merge.
+// every 50th across ranks. With the clustered, the direct and the global split merge.
 TEST(FlashDecodeDist, LlThousandStepsChangingShapesAndInputs) {
   TF_REQUIRE_GPUS(1);
   auto& t = team();
@@ -403,8 +403,16 @@ TEST(FlashDecodeDist, LlThousandStepsChangingShapesAndInputs) {
     gs[i].push_back(std::move(other));
     upload_local(gs[i][0], ls[i]);
   }
-  for (auto merge : {Op::SplitMerge::cluster, Op::SplitMerge::direct}) {
+  // global at 64 forced splits: the persistent schedule with several items per CTA (512-768 items,
+  // many past their sequence's splits), its tickets over item counts that change every step.
+  for (auto merge : {Op::SplitMerge::cluster, Op::SplitMerge::direct, Op::SplitMerge::global}) {
+    big.num_splits = merge == Op::SplitMerge::global ? 64 : 0;
     Op op(big, BspBuffers::symmetric, merge);
+    if (merge == Op::SplitMerge::global)
+      for (int i = 0; i < 3; ++i) {
+        const FusedPlan fp = op->fused_plan(ls[i].args(ps[i]));
+        EXPECT_LT(fp.grid, fp.items) << "problem " << i << ": expected several items per CTA";
+      }
     if (merge == Op::SplitMerge::direct)
       for (int i = 0; i < 3; ++i) EXPECT_TRUE(op->fused_plan(ls[i].args(ps[i])).direct) << "problem " << i;
     Rng rng{4242};  // the same on every rank: the same problem sequence everywhere
@@ -421,7 +429,10 @@ TEST(FlashDecodeDist, LlThousandStepsChangingShapesAndInputs) {
       if (step % 97 == int(delay.below(97))) usleep(2000 + delay.below(20'000));  // skew
       op->launch(Variant::fused, l.args(ps[i]), t.stream());
       const auto out = download_out(l);
-      const std::string what = std::string(merge == Op::SplitMerge::direct ? "direct" : "cluster") + " step " +
+      const std::string what = std::string(merge == Op::SplitMerge::direct   ? "direct"
+                                           : merge == Op::SplitMerge::global ? "global"
+                                                                             : "cluster") +
+                               " step " +
                                std::to_string(step) + " problem " + std::to_string(i);
       EXPECT_EQ(count_wrong(g, out, what), 0) << what;  // no early exit: the peers would wait for this rank
       if (step % 50 == 49) expect_same_on_all_ranks(out, what);

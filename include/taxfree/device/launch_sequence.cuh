@@ -14,6 +14,14 @@
 // same numbering as begin / end); the block whose ticket completes the count advances the counter
 // to (launches + 1) << 32 for the next launch. Nothing in the launch's tail. At most 2^32 - 1
 // blocks per launch.
+//
+// work_take: the counter holds (launches << 32) | tickets taken in the current launch, and hands
+// out work items [0, items) to whichever block asks first (a dynamic persistent schedule). Each
+// block takes tickets until it gets one >= items, then stops: `blocks` such tickets, items +
+// blocks in all, and the block taking the last one advances the counter to the next launch. A
+// block's tickets increase. Every block must take tickets until one is >= items (a block that
+// stops early, e.g. after a device wait gave up, leaves the count wrong for later launches: fine
+// only where the failure ends the job, as a Team's does). items + blocks < 2^32.
 #pragma once
 
 #include <cstdint>
@@ -64,6 +72,15 @@ __device__ __forceinline__ uint64_t sequence_entered(const LaunchSequence& s, ui
   // The last block in: every block of the launch has taken its ticket; no later launch has started.
   if (uint32_t(ticket) == blocks - 1) fetch_add<Sem::relaxed, Scope::gpu>(s.counter, (uint64_t(1) << 32) - blocks);
   return (ticket >> 32) + 1;
+}
+
+// One thread of a block: the next work item (see work_take above); >= items: none left, and this
+// block must take no more in this launch. Relaxed: a ticket orders nothing, the items' data has
+// its own synchronisation.
+__device__ __forceinline__ uint32_t work_take(const LaunchSequence& s, uint32_t items, uint32_t blocks) {
+  const uint32_t t = uint32_t(fetch_add<Sem::relaxed, Scope::gpu>(s.counter, uint64_t(1)));
+  if (t == items + blocks - 1) fetch_add<Sem::relaxed, Scope::gpu>(s.counter, (uint64_t(1) << 32) - (items + blocks));
+  return t;
 }
 
 #endif  // __CUDACC__

@@ -360,7 +360,8 @@ class FlashDecode {
   float* bsp_gather_ = nullptr;    // heap or device memory (plain)
   void* workspace_ = nullptr;      // device memory
   size_t workspace_bytes_ = 0;
-  dev::LaunchSequence seq_{};
+  dev::LaunchSequence seq_{};      // the fused kernel's epochs
+  dev::LaunchSequence work_{};     // the persistent fused schedule's item tickets
   int occupancy_[16] = {};         // fused_ctas_per_sm cache, 0 = not queried yet
   std::map<int, int> max_clusters_;  // fused_max_clusters cache
   bool skip_signal_ = false;

@@ -51,6 +51,7 @@ FlashDecode::FlashDecode(RankShare share, const FlashDecodeConfig& cfg) : share_
   TF_CUDA(cudaMemset(inbox_, 0, bytes.fused_inbox_bytes));  // epoch 0: no launch's lines
   TF_CUDA(cudaDeviceSynchronize());
   seq_ = share_.new_sequence();
+  work_ = share_.new_sequence();
   // Peers write into this rank's inbox only after it is zero.
   if (share_.host_barrier) share_.host_barrier("flash_decode.init");
 }
@@ -176,6 +177,7 @@ void FlashDecode::launch_fused(const DecodeArgs& a, cudaStream_t stream) {
   p.parity_lines = int64_t(sizes_.fused_parity_lines);
   p.rows = int64_t(a.batch) * a.q_heads;
   p.seq = seq_;
+  p.work = work_;
   p.fault = share_.fault;
   p.items = int(fp.items);
   p.cluster = fp.cluster;

@@ -6,7 +6,8 @@
 // it that still decodes). Every rank ends with the full output; the combine sums the ranks'
 // partials in rank order from identical bits, so the output is bitwise identical on every rank.
 //
-// kSchedule persistent: grid fused_grid(items, resident slots) persistent CTAs, kThreads threads,
+// kSchedule persistent: grid fused_grid(items, resident slots) persistent CTAs taking items by
+// ticket (FusedDecodeParams::work), kThreads threads,
 // decode_smem_bytes<D>() dynamic shared memory. clustered: `items` CTAs in clusters of num_splits
 // (FusedDecodeParams::cluster), at least fused_cluster_smem_bytes<D>(). direct: `items` CTAs, all
 // resident, decode_smem_bytes<D>(); raw split partials to every rank, splits and ranks merged in one
@@ -174,16 +175,24 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) fused_decode_kernel(cons
       exchange(smem.post.tile, own_rows, int64_t(it.group) * d.group + rb.begin);
     }
     cluster_wait();  // every CTA's rows are in: no store into an inbox is still in flight
-  } else {
+  } else {  // items by ticket (dev::work_take), each CTA's in increasing order (fused_schedule.h)
     PartialTile<D>& tile = smem.post.tile;
-    for (int item = blockIdx.x; item < p.items; item += gridDim.x) {
-      const FusedItem it = fused_item(item, d.num_splits);
+    __shared__ uint32_t next_item;
+    const auto items = uint32_t(p.items);
+    uint32_t held = threadIdx.x == 0 ? dev::work_take(p.work, items, gridDim.x) : 0;  // thread 0's next ticket
+    for (;;) {
+      __syncthreads();  // the previous item's reads of smem.post and next_item end
+      if (threadIdx.x == 0) next_item = held;
+      __syncthreads();
+      const uint32_t item = next_item;
+      if (item >= items) break;
+      if (threadIdx.x == 0) held = dev::work_take(p.work, items, gridDim.x);  // its round trip behind this item
+      const FusedItem it = fused_item(int(item), d.num_splits);
       const TokenRange slice = slice_of(d.kv, it.group / d.kv_heads);
       const SplitRange sr = split_range(slice, d.num_splits, it.split);
       if (it.split >= sr.splits) continue;  // beyond this sequence's splits: no work, not counted
 
       const int group = d.group;
-      __syncthreads();  // the previous item's reads of smem.post end before the ring reuses it
       attend(it, slice, sr);
       if (sr.splits > 1) {  // the last split of the group to finish merges them (decode_kernel.h)
         const int64_t part0 = int64_t(it.group) * d.num_splits;
@@ -194,6 +203,8 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) fused_decode_kernel(cons
       }
       // The group's partial is in `tile` (both paths end with a CTA barrier).
       share_epoch();
+      // A wait gave up: the team's failure contract ends the job (team.h), so the CTA stops here,
+      // leaving the tickets and the split counters as they are.
       if (!exchange(tile, group, int64_t(it.group) * group)) break;
     }
   }

@@ -2,23 +2,31 @@
 // deadlock. Header-only, includable from plain C++ (the CPU tests simulate the schedule).
 //
 // Work items: item i = g * num_splits + s is split s of group g = b * kv_heads + kvh (the query
-// heads of KV head kvh of sequence b). The grid has G = min(items, resident CTA slots) CTAs and
-// CTA c takes items c, c + G, c + 2G, ... in that order (a persistent loop when items > G). For
-// each item a CTA attends its split; with several effective splits the last split to arrive
-// (cta_arrive_last, no waiting) merges them. The CTA holding the group's merged partial then
+// heads of KV head kvh of sequence b). The grid has G = min(items, resident CTA slots) CTAs, which
+// take items by ticket from a per-launch counter (dev::work_take: tickets in increasing order,
+// each CTA taking its next one while it works on the current item), so a CTA that spent longer on
+// an item (a longer sequence's split, a merge, a wait) does not hold back the items after it: a
+// static order (CTA c: items c, c + G, ...) made the CTA that merged a group the last to finish its
+// next item, so it merged again (r206: 1.09-1.23x the decode alone at world 1 on ragged batches
+// with 4 items per CTA). For each item a CTA attends its split; with several effective splits the
+// last split to arrive (cta_arrive_last, no waiting) merges them. The CTA holding the group's
+// merged partial then
 //   1. sends it to every peer (LL lines, partial_exchange.h), and only then
 //   2. waits (deadline) for every peer's lines of the same group, and combines.
 //
 // No deadlock, for any grid sizes, split counts and slice lengths that differ between ranks:
 //  (a) every CTA of a rank's grid is resident at once (G <= resident slots, checked on the host
 //      with the occupancy API), so a CTA that is not waiting is running and finishes its item;
-//  (b) along each CTA's item sequence the group index never decreases (i / num_splits);
+//  (b) along each CTA's item sequence the group index never decreases (i / num_splits), and a
+//      rank's items are taken in index order;
 //  (c) a CTA waits on group g only after its rank's partial of g is sent (step 1 before 2).
 //  Take, over all ranks, a waiting CTA whose group g is the smallest any CTA waits on. It needs
-//  rank p's partial of g; the splits of g on p belong to CTAs that are either past them (done),
-//  at them (running, by (a)), or before them at an item of a group <= g (b) that they are either
-//  computing (running) or waiting on; waiting on a group < g contradicts minimality, and waiting
-//  on g itself means p's partial of g is already sent (c). So p's partial of g arrives.
+//  rank p's partial of g. A split of g on p is done, or held by a CTA that is at it (running, by
+//  (a)) or before it at an item of a group <= g (b), or not taken yet, in which case every CTA of p
+//  works on or waits after an item below it (b), of a group <= g. A CTA of p waiting on a group < g
+//  contradicts minimality, and one waiting on g means p's partial of g is already sent (c). So the
+//  CTAs ahead of p's splits of g are running: they finish, take those splits and finish them, and
+//  p's partial of g arrives.
 // Nothing waits for a CTA of its own GPU, so no kernel of the same GPU has to be resident either.
 //
 // Clustered schedule (FusedDecodeParams::cluster = C = num_splits, 2..kMaxClusterCtas): used when

@@ -66,6 +66,7 @@ struct FusedDecodeParams {
   int64_t parity_lines;     // world x the op's largest rows x ll_lines_per_row(its largest head_dim)
   int64_t rows;             // batch * q_heads
   dev::LaunchSequence seq;  // epochs
+  dev::LaunchSequence work; // persistent schedule: the items' tickets (dev::work_take)
   dev::FaultContext fault;  // deadline, abort flag, wait record
   int items;                // d.num_splits * batch * kv_heads work items (fused_schedule.h)
   // 0: persistent grid, splits merged through global memory (FusedSchedule::persistent), or the
