@@ -249,23 +249,24 @@ TEST(FlashDecodeDistPlan, VariantNames) {
 }
 
 // ---- The fused schedule, simulated ------------------------------------------------------------
-// Every rank runs the kernel's loop: a CTA takes a ticket at its start, and at each item the next
-// ticket before working on the one it holds (dev::work_take: one counter per rank, so the tickets
-// are handed out in index order to whichever CTA asks); a split beyond its sequence's effective
+// Every rank runs the kernel's loop: CTA c starts with item c, and at each item takes the next
+// ticket before working on the one it holds (dev::work_take: one counter per rank, items grid,
+// grid + 1, ... handed out in index order to whichever CTA asks); a split beyond its sequence's effective
 // count is skipped; the last split of a group to arrive pushes the group's partial to every rank
 // and then waits for every rank's partial of the group. All CTAs are resident (fused_grid <=
 // resident slots). A rank on the clustered schedule has one "CTA" per group (its cluster): it
 // attends all its splits without waiting, pushes, then waits. A random scheduler steps any CTA
 // that can move; the run must finish (no state where every unfinished CTA waits), every rank must
 // combine every group exactly once, and every persistent CTA end holding exactly one ticket past
-// the items (items + grid tickets in all: what work_take's advance to the next launch counts on).
+// the items (items - grid + grid tickets in all: what work_take's advance to the next launch
+// counts on).
 struct SimRank {
   bool clustered = false;           // clustered schedule: CTA c = the cluster of group c
   int splits;                       // num_splits of this rank's launch
   std::vector<int> effective;       // [group] effective splits (1..splits; 1 for an empty slice)
   int grid;
   int tickets = 0;                  // persistent: tickets taken (the work counter)
-  std::vector<int> next;            // [cta] persistent: the ticket it holds (-1: not started); clustered: 0 / 1 done
+  std::vector<int> next;            // [cta] persistent: the item it holds; clustered: 0 / 1 done
   std::vector<int> waiting;         // [cta] group it waits on, or -1
   std::vector<int> arrived;         // [group] splits finished
   std::vector<char> pushed;         // [group]
@@ -305,10 +306,6 @@ bool simulate(std::mt19937& rng, int world, int groups, std::vector<SimRank>& ra
       s.waiting[size_t(c)] = c;
       continue;
     }
-    if (s.next[size_t(c)] < 0) {  // the CTA starts: its first ticket
-      s.next[size_t(c)] = s.tickets++;
-      continue;
-    }
     const int item = s.next[size_t(c)];
     s.next[size_t(c)] = s.tickets++;  // the next ticket, taken before this item's work
     const at::FusedItem it = at::fused_item(item, s.splits);
@@ -330,7 +327,9 @@ TEST(FlashDecodeDistSchedule, NoDeadlockForAnyGridsAndSplits) {
       for (int g = 0; g < groups; ++g) s.effective.push_back(1 + int(rng() % s.splits));
       const int resident = 1 + int(rng() % (s.splits * groups + 3));  // small grids: long persistent loops
       s.grid = s.clustered ? groups : at::fused_grid(int64_t(s.splits) * groups, resident);
-      s.next.assign(size_t(s.grid), s.clustered ? 0 : -1);
+      s.next.resize(size_t(s.grid));
+      for (int c = 0; c < s.grid; ++c) s.next[size_t(c)] = s.clustered ? 0 : c;  // CTA c starts with item c
+      s.tickets = s.clustered ? 0 : s.grid;  // tickets hand out items grid, grid + 1, ...
       s.waiting.assign(size_t(s.grid), -1);
       s.arrived.assign(size_t(groups), 0);
       s.pushed.assign(size_t(groups), 0);

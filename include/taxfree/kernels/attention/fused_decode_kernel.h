@@ -175,18 +175,19 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) fused_decode_kernel(cons
       exchange(smem.post.tile, own_rows, int64_t(it.group) * d.group + rb.begin);
     }
     cluster_wait();  // every CTA's rows are in: no store into an inbox is still in flight
-  } else {  // items by ticket (dev::work_take), each CTA's in increasing order (fused_schedule.h)
+  } else {  // CTA c: item c, then items grid.. by ticket (dev::work_take; fused_schedule.h)
     PartialTile<D>& tile = smem.post.tile;
     __shared__ uint32_t next_item;
-    const auto items = uint32_t(p.items);
-    uint32_t held = threadIdx.x == 0 ? dev::work_take(p.work, items, gridDim.x) : 0;  // thread 0's next ticket
+    const uint32_t grid = gridDim.x, later = uint32_t(p.items) - grid;  // items past the first wave
+    uint32_t held = blockIdx.x;  // thread 0's: the item after the current one
     for (;;) {
       __syncthreads();  // the previous item's reads of smem.post and next_item end
       if (threadIdx.x == 0) next_item = held;
       __syncthreads();
       const uint32_t item = next_item;
-      if (item >= items) break;
-      if (threadIdx.x == 0) held = dev::work_take(p.work, items, gridDim.x);  // its round trip behind this item
+      if (item >= grid + later) break;
+      // The next ticket, its round trip behind this item (the first item needs none).
+      if (threadIdx.x == 0) held = grid + dev::work_take(p.work, later, grid);
       const FusedItem it = fused_item(int(item), d.num_splits);
       const TokenRange slice = slice_of(d.kv, it.group / d.kv_heads);
       const SplitRange sr = split_range(slice, d.num_splits, it.split);
