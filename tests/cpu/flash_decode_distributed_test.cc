@@ -180,10 +180,18 @@ TEST(FlashDecodeDistPlan, WorkspaceBoundCoversEveryPlan) {
         for (auto [q, kv] : std::vector<std::pair<int, int>>{{96, 12}, {16, 1}, {12, 12}, {96, 6}, {32, 2}})
           for (int d : {64, 128})
             for (int max_len : {0, 1, 300, 4096, 100000, 524288}) {
-              const int splits = forced ? forced : choose_splits(batch, kv, max_len, sms);
-              EXPECT_LE(decode_workspace_bytes(batch, q, kv, d, splits), bound)
-                  << "forced=" << forced << " sms=" << sms << " batch=" << batch << " heads=" << q
-                  << "/" << kv << " d=" << d << " max_len=" << max_len;
+              // The plan from max_len, and from ragged lengths (host_slice_len given): the longest
+              // and ever shorter ones.
+              std::vector<int32_t> lens(static_cast<size_t>(batch));
+              for (int b = 0; b < batch; ++b) lens[size_t(b)] = max_len >> (2 * b);
+              for (int ragged : {0, 1}) {
+                const int splits = forced           ? forced
+                                   : ragged == 1 ? choose_splits(kv, lens, sms)
+                                                 : choose_splits(batch, kv, max_len, sms);
+                EXPECT_LE(decode_workspace_bytes(batch, q, kv, d, splits), bound)
+                    << "forced=" << forced << " sms=" << sms << " batch=" << batch << " heads=" << q << "/" << kv
+                    << " d=" << d << " max_len=" << max_len << " ragged=" << ragged << " splits=" << splits;
+              }
             }
     }
 }
