@@ -248,15 +248,13 @@ struct StridedPartials {
 // Partials read with plain loads for warp_merge_rows, located by `where` (see above). Weak loads,
 // unconditional within a kTermStep step, with the partial index clamped into [0, n): ptxas keeps
 // them back to back (per-load predicates or branches were serialised behind the math, seen in
-// SASS). kLoads float4 loads per lane in flight (4 registers each), up to kLoads / kR partials of
-// the warp's kR rows per round trip: kMergeLoads where few partials meet (ranks), kSplitMergeLoads
-// for the split merges (16 splits of two rows per warp, group 8 at D = 128, in one round trip
-// instead of two; the decode kernels then hold 252-255 registers, no spill, still two CTAs per SM).
-inline constexpr int kMergeLoads = 24;
-inline constexpr int kSplitMergeLoads = 32;
-template <int D, int kR, class Where, int kLoads>
+// SASS). kMergeLoads float4 loads per lane in flight (96 registers): all 11-16 splits of two rows
+// per warp (group 8, D = 128) in one round trip.
+template <int D, int kR, class Where>
 struct LoadedPartials {
-  static constexpr int kParts = kLoads / kR < Where::kMaxPartials ? kLoads / kR : Where::kMaxPartials;
+  static constexpr int kMergeLoads = 24;
+  static constexpr int kParts =
+      kMergeLoads / kR < Where::kMaxPartials ? kMergeLoads / kR : Where::kMaxPartials;
   static constexpr bool kStepped = kR * kParts <= kMaxSteppedValues;
   using L = MergeLayout<D>;
   const Where& where;
@@ -290,11 +288,11 @@ struct LoadedPartials {
 // The merge of n partials of rows [0, rows) located by `where`, read with LoadedPartials: each
 // merged row goes to emit(r, col, acc, lse) on the lanes that own it (lane `col` of the row's
 // segment: 4 values). No synchronisation inside.
-template <int D, int kLoads = kMergeLoads, class Where, class Emit>
+template <int D, class Where, class Emit>
 __device__ inline void merge_loaded_rows(const Where& where, int n, int rows, CombineScratch& scratch, Emit&& emit) {
   for_warp_rows<D>(rows, [&]<int kR>(std::integral_constant<int, kR>, const int (&r)[kR], const bool (&owner)[kR]) {
     const int col = (threadIdx.x & 31) % MergeLayout<D>::kLanes;
-    LoadedPartials<D, kR, Where, kLoads> src{where, n, col, r};
+    LoadedPartials<D, kR, Where> src{where, n, col, r};
     float4 acc[kR];
     float lse[kR];
     warp_merge_rows<D>(src, n, r, owner, scratch, acc, lse);
@@ -318,15 +316,15 @@ __device__ inline void merge_loaded_rows(const Where& where, int n, int rows, Co
 //
 // It runs in the launch's tail, so it is built for latency (warp_merge_rows): a warp merges its
 // whole rows (a half-warp per row when D = 64), lane j owning float4 column j; the LSEs and the o
-// values of all the warp's rows go out together, up to kLoads per lane (LoadedPartials): one round
-// trip for n <= kLoads / 2 at two rows per warp (group 8, D = 128). The sum S is a tree: the result
+// values of all the warp's rows go out together, up to LoadedPartials::kMergeLoads per lane: one
+// round trip for n <= 12 at two rows per warp (group 8, D = 128). The sum S is a tree: the result
 // differs from the host formula by float rounding only, and is the same bits wherever the
 // partials are read from.
-template <int D, int kLoads = kMergeLoads, class Where>
+template <int D, class Where>
 __device__ inline void cta_merge_partials(const Where& where, int n, int rows, CombineScratch& scratch,
                                           PartialTile<D>& out) {
   __syncthreads();  // scratch/out may still be read by the caller's previous step
-  merge_loaded_rows<D, kLoads>(where, n, rows, scratch, [&](int r, int col, float4 acc, float lse) {
+  merge_loaded_rows<D>(where, n, rows, scratch, [&](int r, int col, float4 acc, float lse) {
     reinterpret_cast<float4*>(out.o[r])[col] = acc;
     if (col == 0) out.lse[r] = lse;
   });
@@ -335,11 +333,11 @@ __device__ inline void cta_merge_partials(const Where& where, int n, int rows, C
 
 // cta_merge_partials of partials in global memory:
 //   partial i, row r:  o at o[i*o_part_stride + r*D + d],  lse at lse[i*lse_part_stride + r].
-template <int D, int kLoads = kMergeLoads>
+template <int D>
 __device__ inline void cta_combine_partials(const float* o, int64_t o_part_stride, const float* lse,
                                             int64_t lse_part_stride, int n, int rows,
                                             CombineScratch& scratch, PartialTile<D>& out) {
-  cta_merge_partials<D, kLoads>(StridedPartials{o, o_part_stride, lse, lse_part_stride}, n, rows, scratch, out);
+  cta_merge_partials<D>(StridedPartials{o, o_part_stride, lse, lse_part_stride}, n, rows, scratch, out);
 }
 
 // Arrival of one CTA at a counter shared by `expected` CTAs; returns true (uniformly across the

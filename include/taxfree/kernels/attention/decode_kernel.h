@@ -61,7 +61,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) decode_partial_kernel(co
     cta_store_tile<D>(tile, group, p.ws_o + (part0 + split) * group * D,
                       p.ws_lse + (part0 + split) * group);
     if (!cta_arrive_last(p.ws_count + bh, sr.splits)) return;
-    cta_combine_partials<D, kSplitMergeLoads>(p.ws_o + part0 * group * D, int64_t(group) * D, p.ws_lse + part0 * group,
+    cta_combine_partials<D>(p.ws_o + part0 * group * D, int64_t(group) * D, p.ws_lse + part0 * group,
                             group, sr.splits, group, smem.post.scratch, tile);
   }
 

@@ -199,7 +199,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) fused_decode_kernel(cons
         const int64_t part0 = int64_t(it.group) * d.num_splits;
         cta_store_tile<D>(tile, group, d.ws_o + (part0 + it.split) * group * D, d.ws_lse + (part0 + it.split) * group);
         if (!cta_arrive_last(d.ws_count + it.group, sr.splits)) continue;
-        cta_combine_partials<D, kSplitMergeLoads>(d.ws_o + part0 * group * D, int64_t(group) * D, d.ws_lse + part0 * group, group,
+        cta_combine_partials<D>(d.ws_o + part0 * group * D, int64_t(group) * D, d.ws_lse + part0 * group, group,
                                 sr.splits, group, smem.post.scratch, tile);
       }
       // The group's partial is in `tile` (both paths end with a CTA barrier).
