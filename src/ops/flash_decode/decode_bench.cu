@@ -144,11 +144,12 @@ class DecodeBench final : public bench::OpBench {
     for (auto [b, h] : groups) {
       const size_t row0 = size_t(b) * s_.q_heads + size_t(h) * group;
       TF_CUDA(cudaMemcpy(qb.data(), static_cast<uint16_t*>(q_) + row0 * d, qb.size() * 2, cudaMemcpyDeviceToHost));
-      download_rows(b, h, k_, kb);
-      download_rows(b, h, v_, vb);
+      const int len = lens_h_[size_t(b)];
+      download_rows(b, h, len, k_, kb);
+      download_rows(b, h, len, v_, vb);
       for (size_t i = 0; i < qb.size(); ++i) qf[i] = to_float(dtype_, qb[i]);
-      for (size_t i = 0; i < kb.size(); ++i) kf[i] = to_float(dtype_, kb[i]), vf[i] = to_float(dtype_, vb[i]);
-      ref::attend_group(group, d, qf.data(), kf.data(), vf.data(), d, 0, lens_h_[size_t(b)], scale, ro.data(), rl.data());
+      for (size_t i = 0; i < size_t(len) * d; ++i) kf[i] = to_float(dtype_, kb[i]), vf[i] = to_float(dtype_, vb[i]);
+      ref::attend_group(group, d, qf.data(), kf.data(), vf.data(), d, 0, len, scale, ro.data(), rl.data());
       for (int g = 0; g < group; ++g) {
         for (int e = 0; e < d; ++e) {
           const double got = to_float(dtype_, out[(row0 + g) * d + e]), want = ro[size_t(g) * d + e];
@@ -183,18 +184,18 @@ class DecodeBench final : public bench::OpBench {
   }
 
  private:
-  // K or V rows [0, kv) of sequence b, head h, into dst ([kv][D]), from either cache layout.
-  void download_rows(int b, int h, const void* cache, std::vector<uint16_t>& dst) const {
+  // K or V rows [0, len) of sequence b, head h, into dst ([kv][D]), from either cache layout.
+  void download_rows(int b, int h, int len, const void* cache, std::vector<uint16_t>& dst) const {
     const int64_t d = s_.head_dim;
     const auto* base = static_cast<const uint16_t*>(cache);
     if (s_.page == 0) {
       const size_t kv0 = (size_t(b) * s_.kv_heads + h) * size_t(s_.kv) * d;
-      TF_CUDA(cudaMemcpy(dst.data(), base + kv0, dst.size() * 2, cudaMemcpyDeviceToHost));
+      TF_CUDA(cudaMemcpy(dst.data(), base + kv0, size_t(len) * d * 2, cudaMemcpyDeviceToHost));
       return;
     }
-    const int64_t pages_per_seq = a_.max_pages_per_seq;
-    for (int64_t p = 0; p < pages_per_seq; ++p) {
-      const int64_t t0 = p * s_.page, rows = std::min<int64_t>(s_.page, s_.kv - t0);
+    const int64_t pages = (int64_t(len) + s_.page - 1) / s_.page, pages_per_seq = a_.max_pages_per_seq;
+    for (int64_t p = 0; p < pages; ++p) {
+      const int64_t t0 = p * s_.page, rows = std::min<int64_t>(s_.page, len - t0);
       const int64_t pg = table_[size_t(b * pages_per_seq + p)];
       // HND: the page's rows of head h are contiguous; NHD: one row per token, kv_heads rows apart.
       const int64_t first = s_.nhd ? (pg * s_.page * s_.kv_heads + h) * d : (pg * s_.kv_heads + h) * s_.page * d;

@@ -278,14 +278,15 @@ class FlashDecodeBench final : public bench::OpBench {
     std::vector<float> q(size_t(group) * d), k(size_t(s_.kv) * d), v(k.size());
     for (size_t i = 0; i < q.size(); ++i) q[i] = bench_inputs::value(q_seed(seed_), size_t(g) * group * d + i);
     std::vector<double> o(size_t(world) * group * d), lse(size_t(world) * group);  // [rank][row][d]
+    const int len = lens_h_[size_t(g / s_.kv_heads)];  // this rank's live tokens of the group's sequence
     for (int r = 0; r < world; ++r) {
       const size_t kv0 = size_t(g) * s_.kv * d;  // [batch][kv_heads][kv][d], group g = b*kv_heads+kvh
-      for (size_t i = 0; i < k.size(); ++i) {
+      for (size_t i = 0; i < size_t(len) * d; ++i) {
         k[i] = bench_inputs::value(k_seed(seed_, r), kv0 + i);
         v[i] = bench_inputs::value(v_seed(seed_, r), kv0 + i);
       }
-      ref::attend_group(group, d, q.data(), k.data(), v.data(), d, 0, lens_h_[size_t(g / s_.kv_heads)], scale,
-                        o.data() + size_t(r) * group * d, lse.data() + size_t(r) * group);
+      ref::attend_group(group, d, q.data(), k.data(), v.data(), d, 0, len, scale, o.data() + size_t(r) * group * d,
+                        lse.data() + size_t(r) * group);
     }
     std::vector<double> want(size_t(group) * d), po(size_t(world) * d), pl(static_cast<size_t>(world));
     for (int h = 0; h < group; ++h) {
