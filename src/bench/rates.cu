@@ -103,7 +103,7 @@ MachineRates measure_rates(Team& team) {
     TF_CUDA(cudaMemsetAsync(flag, 0, sizeof(uint64_t), s));
     team.sync(s);
     team.host_barrier("rates.flag");
-    const auto seq = team.new_sequence();
+    const auto seq = team.heap().allocate_sequence("bench.rates.sequence");
     constexpr int kRounds = 1000;
     for (int i = 0; i < 2; ++i) {
       team.device_barrier(s);

@@ -5,11 +5,10 @@
 namespace taxfree {
 
 void check_rank_share(const RankShare& s, const char* op) {
-  TF_REQUIRE(s.heap != nullptr && s.new_sequence && s.world >= 1 && s.rank >= 0 && s.rank < s.world && s.sm_count >= 1,
+  TF_REQUIRE(s.heap != nullptr && s.world >= 1 && s.rank >= 0 && s.rank < s.world && s.sm_count >= 1,
              Status::InvalidArgument,
              op << ": rank share of rank " << s.rank << " of " << s.world << " with " << s.sm_count << " SMs, "
-                << (s.heap ? "a heap" : "no heap") << ", " << (s.new_sequence ? "a" : "no")
-                << " sequence source (needs a heap, a sequence source, 0 <= rank < world and SMs >= 1)");
+                << (s.heap ? "a heap" : "no heap") << " (needs a heap, 0 <= rank < world and SMs >= 1)");
 }
 
 }  // namespace taxfree

@@ -107,6 +107,15 @@ void* SymmetricHeap::allocate(uint64_t bytes, uint64_t align, const std::string&
   return view_.local_base + offset;
 }
 
+dev::LaunchSequence SymmetricHeap::allocate_sequence(const std::string& tag) {
+  auto* words = static_cast<uint64_t*>(allocate(2 * sizeof(uint64_t), 128, tag));
+  // The legacy stream, synchronised: the zeroes land after any earlier user of these bytes (whose
+  // work the release contract has finished) and before anything enqueued after this returns.
+  TF_CUDA(cudaMemsetAsync(words, 0, 2 * sizeof(uint64_t), cudaStreamLegacy));
+  TF_CUDA(cudaStreamSynchronize(cudaStreamLegacy));
+  return {words, reinterpret_cast<uint32_t*>(words + 1)};
+}
+
 void SymmetricHeap::release(uint64_t mark) {
   TF_REQUIRE(mark <= used_, Status::InvalidArgument,
              "symmetric heap release to mark " << mark << " above the used size " << used_);

@@ -15,8 +15,6 @@
 namespace taxfree {
 
 namespace {
-constexpr int kSequencePool = 4096;
-
 double env_double(const char* name, double fallback) {
   const char* v = std::getenv(name);
   if (!v || !*v) return fallback;
@@ -158,9 +156,7 @@ void Team::init(const TeamOptions& options) {
 
   barrier_slots_ = heap_->allocate_array<uint64_t>(uint64_t(env_.world), "team.barrier");
   TF_CUDA(cudaMemset(barrier_slots_, 0, sizeof(uint64_t) * size_t(env_.world)));
-  TF_CUDA(cudaMalloc(&sequences_, sizeof(uint64_t) * 2 * kSequencePool));
-  TF_CUDA(cudaMemset(sequences_, 0, sizeof(uint64_t) * 2 * kSequencePool));
-  barrier_seq_ = new_sequence();
+  barrier_seq_ = heap_->allocate_sequence("team.barrier_sequence");
   TF_CUDA(cudaDeviceSynchronize());
   host_barrier("team-ready");
 }
@@ -178,7 +174,6 @@ Team::~Team() {
     if (clean) ncclCommDestroy(comm_);
     else ncclCommAbort(comm_);
   }
-  if (sequences_) cudaFree(sequences_);
   if (stream_) cudaStreamDestroy(stream_);
   if (abort_flag_) cudaFreeHost(abort_flag_);
   client_.reset();
@@ -195,23 +190,12 @@ dev::FaultContext Team::fault() const {
   return f;
 }
 
-dev::LaunchSequence Team::new_sequence() {
-  TF_REQUIRE(sequences_used_ < kSequencePool, Status::OutOfMemory,
-             "more than " << kSequencePool << " launch sequences created by one team");
-  dev::LaunchSequence s;
-  s.counter = sequences_ + 2 * sequences_used_;
-  s.finished = reinterpret_cast<uint32_t*>(sequences_ + 2 * sequences_used_ + 1);
-  ++sequences_used_;
-  return s;
-}
-
 RankShare Team::share() {
   RankShare s;
   s.rank = env_.rank, s.world = env_.world, s.sm_count = sm_count_;
   s.heap = heap_.get();
   s.fault = fault();
   s.comm = comm_;
-  s.new_sequence = [this] { return new_sequence(); };
   s.host_barrier = [this](const std::string& name) { host_barrier(name); };
   return s;
 }

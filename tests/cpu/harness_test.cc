@@ -170,7 +170,7 @@ TEST(Heap, OverCallerMemoryGivesEveryRankTheSameOffsets) {
 }
 
 // What an op takes from a rank (rank_share.h): refused, naming the op and the bad value, without a
-// heap, without a sequence source, with a rank outside [0, world), or with no SMs.
+// heap, with a rank outside [0, world), or with no SMs.
 TEST(RankShare, CheckNamesTheOpAndWhatIsMissing) {
   std::vector<char> memory(1 << 12);
   dev::SymmetricView v;
@@ -178,13 +178,10 @@ TEST(RankShare, CheckNamesTheOpAndWhatIsMissing) {
   SymmetricHeap heap(v);
   RankShare good;
   good.rank = 1, good.world = 2, good.sm_count = 66, good.heap = &heap;
-  good.new_sequence = [] { return dev::LaunchSequence{}; };
   check_rank_share(good, "op");  // accepted
   RankShare s = good;
   s.heap = nullptr;
   test::expect_invalid([&] { check_rank_share(s, "flash_decode"); }, "flash_decode: rank share of rank 1 of 2 with 66 SMs, no heap");
-  s = good, s.new_sequence = nullptr;
-  test::expect_invalid([&] { check_rank_share(s, "all_gather"); }, "no sequence source");
   s = good, s.rank = 2;
   test::expect_invalid([&] { check_rank_share(s, "all_gather_matmul"); }, "rank 2 of 2");
   s = good, s.sm_count = 0;

@@ -2,9 +2,9 @@
 // test: against a double-precision softmax over the whole sequences, with odd per-rank slices
 // (12345 tokens on rank 0, 1 on rank 1, 0 on the others), ragged and empty sequences, GQA 1..16,
 // head_dim 64/128, bf16 and fp16, paged vs contiguous (bitwise), forced split counts and the
-// persistent grid, large batch (192-256 groups), 1000 fused steps without a reset, rank skew,
-// CUDA-graph replay, inputs written by an early-triggering kernel ahead (dependent launch), and
-// outputs identical on every rank.
+// persistent grid, large batch (192-256 groups), 1000 fused steps without a reset, ops built and
+// dropped thousands of times, rank skew, CUDA-graph replay, inputs written by an early-triggering
+// kernel ahead (dependent launch), and outputs identical on every rank.
 //
 // Every rank draws the same global data from the same seed (no communication) and uploads only its
 // slice, placed at a rank-dependent offset inside its local cache (slice_start != 0) with NaN
@@ -504,6 +504,33 @@ TEST(FlashDecodeDist, ThousandFusedStepsWithoutResetFreshInputs) {
     }
   }
   t.sync(t.stream());
+}
+
+// Ops built, launched and dropped 2500 times in one Team (5000 launch sequences: more than the fixed
+// pool of 4096 a Team once had), each on the heap its predecessor left dirty: every op's epochs
+// start again from a zero counter and its results stay right; the heap ends where it began.
+TEST(FlashDecodeDist, OpsBuiltAndDroppedThousandsOfTimes) {
+  TF_REQUIRE_GPUS(1);
+  auto& t = team();
+  Problem p;
+  p.q_heads = 8, p.kv_heads = 2, p.batch = 2, p.lens = odd_lens(t.world());
+  for (auto& r : p.lens) r.resize(2);
+  const Global g = make_global(p, 77);
+  Local l;
+  upload_local(g, l);
+  const uint64_t start = t.heap().used();
+  for (int i = 0; i < 2500; ++i) {
+    Op op(p);
+    const Variant v = i % 2 ? Variant::fused : Variant::bsp;
+    if (i % 250 == 0 || i == 2499) {
+      check(g, run_checked(op, v, p, l), "op " + std::to_string(i) + " " + variant_name(v));
+      check(g, run_checked(op, Variant::fused, p, l), "op " + std::to_string(i) + " second launch");
+    } else {
+      op->launch(v, l.args(p), t.stream());
+      t.sync(t.stream());  // the op's work is done before its heap goes back
+    }
+  }
+  EXPECT_EQ(t.heap().used(), start);
 }
 
 TEST(FlashDecodeDist, RankSkew) {

@@ -438,6 +438,42 @@ TEST(LaunchSequence, BothWaysGiveEveryBlockTheLaunchsEpoch) {
     }
 }
 
+// A sequence allocated over memory a released user left dirty starts at zero, on its own 128-byte
+// line, and goes back with release(): the next allocation takes the same bytes.
+TEST(Heap, SequencesStartAtZeroOnTheirOwnLineAndGoBackWithRelease) {
+  TF_REQUIRE_GPUS(1);
+  auto& heap = team().heap();
+  const uint64_t mark = heap.mark();
+  void* dirty = heap.allocate(1024, 16, "test.dirty");
+  TF_CUDA(cudaMemset(dirty, 0xAB, 1024));
+  heap.release(mark);
+  char* pad = static_cast<char*>(heap.allocate(16, 16, "test.pad"));  // the next byte is not line-aligned
+  const dev::LaunchSequence s = heap.allocate_sequence("test.sequence");  // inside the dirty kilobyte
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(s.counter) % 128, 0u);
+  EXPECT_GE(reinterpret_cast<char*>(s.counter), pad + 16);
+  EXPECT_LE(reinterpret_cast<char*>(s.counter + 2), static_cast<char*>(dirty) + 1024);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(s.finished), reinterpret_cast<uintptr_t>(s.counter + 1));
+  EXPECT_TRUE(heap.contains(s.counter, 16));
+  uint64_t words[2] = {1, 1};
+  TF_CUDA(cudaMemcpy(words, s.counter, sizeof words, cudaMemcpyDeviceToHost));
+  EXPECT_EQ(words[0], 0u);
+  EXPECT_EQ(words[1], 0u);
+  // Many more than any fixed pool would hold (a Team's was 4096), each left dirty by the one before:
+  // every one takes the same line, zeroed.
+  const uint64_t m = heap.mark();
+  uint64_t* line = nullptr;
+  for (int i = 0; i < 10000; ++i) {
+    const dev::LaunchSequence t = heap.allocate_sequence("test.cycle");
+    if (i == 0) line = t.counter;
+    ASSERT_EQ(t.counter, line) << "cycle " << i;
+    TF_CUDA(cudaMemcpy(words, t.counter, sizeof words, cudaMemcpyDeviceToHost));
+    ASSERT_TRUE(words[0] == 0 && words[1] == 0) << "cycle " << i << ": " << words[0] << ", " << words[1];
+    TF_CUDA(cudaMemset(t.counter, 0xCD, sizeof words));
+    heap.release(m);
+  }
+  heap.release(mark);
+}
+
 TEST(Heap, CheckModeNamesMismatchedAllocations) {
   TF_REQUIRE_GPUS(2);
   auto& t = team();

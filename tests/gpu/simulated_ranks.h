@@ -22,7 +22,6 @@
 
 #include "taxfree/device/fault.cuh"
 #include "taxfree/device/signal.cuh"
-#include "taxfree/device/launch_sequence.cuh"
 #include "taxfree/device/symmetric_view.cuh"
 #include "taxfree/ops/gemm.h"
 #include "taxfree/runtime/error.h"
@@ -46,8 +45,6 @@ class SimulatedHeaps {
       : world_(world), span_((span_bytes + 255) / 256 * 256) {
     TF_CUDA(cudaMalloc(&heaps_, span_ * world));
     TF_CUDA(cudaMemset(heaps_, 0, span_ * world));
-    TF_CUDA(cudaMalloc(&sequences_, sizeof(uint64_t) * 2 * kSequences * world));
-    TF_CUDA(cudaMemset(sequences_, 0, sizeof(uint64_t) * 2 * kSequences * world));
     TF_CUDA(cudaHostAlloc(&abort_, kFaultBytes, cudaHostAllocMapped));
     std::memset(static_cast<void*>(abort_), 0, kFaultBytes);
     record_ = reinterpret_cast<dev::WaitRecord*>(abort_ + 2);  // 8-byte aligned after the flag
@@ -67,7 +64,6 @@ class SimulatedHeaps {
     }
     cudaFreeHost(gate_);
     cudaFreeHost(abort_);
-    cudaFree(sequences_);
     cudaFree(heaps_);
   }
   SimulatedHeaps(const SimulatedHeaps&) = delete;
@@ -91,19 +87,12 @@ class SimulatedHeaps {
     v.local_base = base(r), v.stride = int64_t(span_), v.size = span_, v.rank = r, v.world = world_;
     return v;
   }
-  // Rank r's i-th launch sequence (i < kSequences): the tests' kernels take i = 0, share(r) hands
-  // out the others.
-  dev::LaunchSequence sequence(int r, int i = 0) const {
-    uint64_t* at = sequences_ + 2 * (int64_t(r) * kSequences + i);
-    return {at, reinterpret_cast<uint32_t*>(at + 1)};
-  }
 
   // Rank r as an op takes it (rank_share.h). Its heap allocates from the span's start: an op built
   // on it and a test writing at base(r) directly do not mix.
   RankShare share(int r) {
     if (heaps_of_.empty())
       for (int q = 0; q < world_; ++q) heaps_of_.push_back(std::make_unique<SymmetricHeap>(view(q)));
-    next_sequence_.resize(size_t(world_), 1);
     RankShare s;
     // kCopySms left over: copies between spans of one GPU may run as kernels (across GPUs the copy
     // engines move them), and a rank's GEMM waiting for a peer's copy must leave them room (r181:
@@ -111,12 +100,6 @@ class SimulatedHeaps {
     s.rank = r, s.world = world_, s.sm_count = (device_sms() - kCopySms) / world_;
     s.heap = heaps_of_[size_t(r)].get();
     s.fault = fault(r);
-    s.new_sequence = [this, r] {
-      int& next = next_sequence_[size_t(r)];
-      TF_REQUIRE(next < kSequences, Status::OutOfMemory, "simulated rank " << r << ": more than " << kSequences - 1
-                                                                           << " launch sequences");
-      return sequence(r, next++);
-    };
     return s;
   }
   dev::FaultContext fault(int r, uint64_t timeout_ns = 5'000'000'000ull) const {
@@ -150,7 +133,6 @@ class SimulatedHeaps {
 
  private:
   static constexpr size_t kFaultBytes = 8 + sizeof(dev::WaitRecord);  // the flag, padding, the record
-  static constexpr int kSequences = 64;  // per rank
   static constexpr int kCopySms = 4;
 
   template <class T>
@@ -163,14 +145,12 @@ class SimulatedHeaps {
   int world_;
   uint64_t span_;
   char* heaps_ = nullptr;
-  uint64_t* sequences_ = nullptr;  // [world][kSequences] (counter, finished) pairs, zeroed
   uint32_t* abort_ = nullptr;  // host-mapped: the abort flag, then (8-byte aligned) the wait record
   dev::WaitRecord* record_ = nullptr;
   uint64_t* gate_ = nullptr;  // host-mapped: hold()'s kernels wait for it to reach gate_open_
   uint64_t gate_open_ = 0;
   std::vector<cudaStream_t> streams_;
   std::vector<std::unique_ptr<SymmetricHeap>> heaps_of_;  // share()'s, made at its first call
-  std::vector<int> next_sequence_;                          // share()'s next sequence per rank
 };
 
 }  // namespace taxfree::test

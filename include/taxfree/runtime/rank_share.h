@@ -13,7 +13,6 @@
 #include <string>
 
 #include "taxfree/device/fault.cuh"
-#include "taxfree/device/launch_sequence.cuh"
 #include "taxfree/runtime/symmetric_heap.h"
 
 namespace taxfree {
@@ -24,18 +23,17 @@ struct RankShare {
   // SMs this rank's kernels may fill at once. Plans size the grids that wait for peers to it, so
   // the W ranks of one GPU can be resident together.
   int sm_count = 0;
-  // The op's symmetric buffers. Allocation is collective: the same calls in the same order on
-  // every rank give every buffer the same offset.
+  // The op's symmetric buffers and launch sequences (allocate_sequence). Allocation is
+  // collective: the same calls in the same order on every rank give every buffer the same offset.
   SymmetricHeap* heap = nullptr;
   dev::FaultContext fault{};     // deadline, abort flag and record of every device wait
   ncclComm_t comm = nullptr;     // nullptr: no NCCL; the variants that call it throw NotSupported
-  std::function<dev::LaunchSequence()> new_sequence;     // a fresh launch counter of this rank
   // A host barrier of every rank; empty: none (one thread builds every simulated rank in turn).
   std::function<void(const std::string&)> host_barrier;
 };
 
-// Throws InvalidArgument naming `op` unless the share has a heap and a sequence source, a rank in
-// [0, world) and at least one SM.
+// Throws InvalidArgument naming `op` unless the share has a heap, a rank in [0, world) and at least
+// one SM.
 void check_rank_share(const RankShare& share, const char* op);
 
 }  // namespace taxfree

@@ -10,7 +10,9 @@
 //    or TeamOptions::check_heap) each call is compared across ranks and a mismatch is an
 //    InvalidUsage error naming the call, rank and sizes. Without it, a mismatch is undefined.
 //  - Exhaustion is an OutOfMemory error naming the requested and free bytes; nothing is allocated.
-//  - Memory is not initialised.
+//  - Memory is not initialised (allocate_sequence excepted).
+//  - release() hands the memory to the next allocate(): work still in flight on it (an op's
+//    kernels, flags a peer may still write) must have finished on every rank first.
 //  - Blocks: window registration (construction) waits for all ranks.
 #pragma once
 
@@ -20,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "taxfree/device/launch_sequence.cuh"
 #include "taxfree/device/symmetric_view.cuh"
 
 namespace taxfree {
@@ -43,6 +46,12 @@ class SymmetricHeap {
   T* allocate_array(uint64_t n, const std::string& tag = "", uint64_t align = 256) {
     return static_cast<T*>(allocate(n * sizeof(T), align, tag));
   }
+  // A fresh launch counter (launch_sequence.cuh) of this rank: an allocation of its own 128-byte
+  // line (no other data shares the line its atomics hit), both words zero. Returns after the zeroes
+  // are in memory, so any later launch on any stream sees them. Collective like allocate(); goes
+  // back with release() like any allocation, so ops built and dropped any number of times leave no
+  // counters behind.
+  dev::LaunchSequence allocate_sequence(const std::string& tag);
   // Stack discipline: release(mark()) frees everything allocated after mark() was taken.
   uint64_t mark() const { return used_; }
   void release(uint64_t mark);

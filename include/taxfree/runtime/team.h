@@ -57,8 +57,6 @@ class Team {
   CoordinatorClient& coordinator() { return *client_; }
   double timeout_s() const { return timeout_s_; }
 
-  // A fresh device-side launch counter for one op instance (see launch_sequence.cuh).
-  dev::LaunchSequence new_sequence();
   // This rank's whole GPU as an op's share (rank_share.h); refers to this Team.
   RankShare share();
 
@@ -95,8 +93,6 @@ class Team {
   dev::WaitRecord* record_ = nullptr;  // host-mapped
   uint64_t* barrier_slots_ = nullptr;  // heap
   dev::LaunchSequence barrier_seq_{};
-  uint64_t* sequences_ = nullptr;  // device pool of LaunchSequence counters
-  int sequences_used_ = 0;
   bool finished_ = false;
 };
 

@@ -119,7 +119,7 @@ AllGather::AllGather(RankShare share, AllGatherConfig config) : share_(std::move
     TF_CUDA(cudaMemset(ll_, 0, n * sizeof(uint4)));  // flag 0 is never an epoch
   }
   TF_CUDA(cudaDeviceSynchronize());
-  seq_ = share_.new_sequence();
+  seq_ = share_.heap->allocate_sequence("all_gather.sequence");
   // Flags must be zero on every rank before any peer may write into them.
   if (share_.host_barrier) share_.host_barrier("all_gather.init");
 }

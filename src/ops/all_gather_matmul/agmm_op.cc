@@ -97,16 +97,16 @@ AllGatherMatmul::AllGatherMatmul(RankShare share, AgmmConfig config)
     im.side_flags = heap.allocate_array<uint64_t>(w * agmm::kKsplitMaxCtas, "all_gather_matmul.ksplit_side_flags");
     TF_CUDA(cudaMemset(im.side_ready, 0, w * sizeof(uint64_t)));
     TF_CUDA(cudaMemset(im.side_flags, 0, w * agmm::kKsplitMaxCtas * sizeof(uint64_t)));
-    im.ksplit_seq = share_.new_sequence();
-    im.side_seq = share_.new_sequence();
+    im.ksplit_seq = heap.allocate_sequence("all_gather_matmul.ksplit_sequence");
+    im.side_seq = heap.allocate_sequence("all_gather_matmul.side_sequence");
   }
   if (!config_.bsp_symmetric) {
     TF_CUDA(cudaMalloc(&im.gathered_plain, size_t(im.capacity_bytes)));
     TF_CUDA(cudaMalloc(&im.staging_plain, size_t(im.capacity_bytes)));
   }
-  im.push_seq = share_.new_sequence();
-  im.gemm_seq = share_.new_sequence();
-  im.dec_seq = share_.new_sequence();
+  im.push_seq = heap.allocate_sequence("all_gather_matmul.push_sequence");
+  im.gemm_seq = heap.allocate_sequence("all_gather_matmul.gemm_sequence");
+  im.dec_seq = heap.allocate_sequence("all_gather_matmul.dec_sequence");
   // The second stream at the highest priority: the data movers should never queue behind the GEMM.
   int least = 0, greatest = 0;
   TF_CUDA(cudaDeviceGetStreamPriorityRange(&least, &greatest));

@@ -50,8 +50,8 @@ FlashDecode::FlashDecode(RankShare share, const FlashDecodeConfig& cfg) : share_
   }
   TF_CUDA(cudaMemset(inbox_, 0, bytes.fused_inbox_bytes));  // epoch 0: no launch's lines
   TF_CUDA(cudaDeviceSynchronize());
-  seq_ = share_.new_sequence();
-  work_ = share_.new_sequence();
+  seq_ = heap.allocate_sequence("flash_decode.sequence");
+  work_ = heap.allocate_sequence("flash_decode.work_tickets");
   // Peers write into this rank's inbox only after it is zero.
   if (share_.host_barrier) share_.host_barrier("flash_decode.init");
 }

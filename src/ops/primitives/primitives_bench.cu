@@ -164,7 +164,7 @@ class SignalBench final : public OpBench {
       flag_ = team.heap().allocate_array<uint64_t>(1, "bench.signal.flag");
       TF_CUDA(cudaMemset(flag_, 0, sizeof(uint64_t)));
       TF_CUDA(cudaDeviceSynchronize());
-      seq_ = team.new_sequence();
+      seq_ = team.heap().allocate_sequence("bench.signal.sequence");
       team.host_barrier("signal.init");
     }
   }
@@ -225,7 +225,7 @@ class BarrierBench final : public OpBench {
       TF_CUDA(cudaMemset(slots_, 0, sizeof(uint64_t) * team.world()));
       TF_CUDA(cudaMalloc(&value_, sizeof(int)));
       TF_CUDA(cudaDeviceSynchronize());
-      seq_ = team.new_sequence();
+      seq_ = team.heap().allocate_sequence("bench.barrier.sequence");
       team.host_barrier("barrier.init");
     }
   }
