@@ -476,12 +476,18 @@ TEST(FlashDecodeDist, LateReaderWhilePeersRunAheadIntoAnotherShape) {
   }
 }
 
+// Two sequences of odd_lens' first two slices, 2 KV heads: the long-running tests' small problem.
+Problem two_odd_sequences(int q_heads) {
+  Problem p;
+  p.q_heads = q_heads, p.kv_heads = 2, p.batch = 2, p.lens = odd_lens(team().world());
+  for (auto& r : p.lens) r.resize(2);
+  return p;
+}
+
 TEST(FlashDecodeDist, ThousandFusedStepsWithoutResetFreshInputs) {
   TF_REQUIRE_GPUS(1);
   auto& t = team();
-  Problem p;
-  p.q_heads = 16, p.kv_heads = 2, p.batch = 2, p.lens = odd_lens(t.world());
-  for (auto& r : p.lens) r.resize(2);
+  const Problem p = two_odd_sequences(16);
   Global g = make_global(p, 500);
   Local l;
   upload_local(g, l);
@@ -512,9 +518,7 @@ TEST(FlashDecodeDist, ThousandFusedStepsWithoutResetFreshInputs) {
 TEST(FlashDecodeDist, OpsBuiltAndDroppedThousandsOfTimes) {
   TF_REQUIRE_GPUS(1);
   auto& t = team();
-  Problem p;
-  p.q_heads = 8, p.kv_heads = 2, p.batch = 2, p.lens = odd_lens(t.world());
-  for (auto& r : p.lens) r.resize(2);
+  const Problem p = two_odd_sequences(8);
   const Global g = make_global(p, 77);
   Local l;
   upload_local(g, l);
