@@ -3,7 +3,10 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <cstring>
+#include <random>
+#include <utility>
 #include <sstream>
 
 #include "taxfree/bench/harness.h"
@@ -28,6 +31,25 @@ template <class T>
 __global__ void fill_kernel(T* p, size_t n, uint64_t seed) {
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
     p[i] = T(hashed_value(seed, i));
+}
+
+// The paged cache (DeviceKv) element by element: slot (page pg, offset o, head h, element e) holds
+// value(seed, kv_index(b, h, p * page + o, e)) where pg is page p of sequence b (owner[pg] = b *
+// pages_per_seq + p); slots past kv hold value(seed, contiguous elements + their own offset).
+template <class T>
+__global__ void fill_pages_kernel(T* p, size_t n, uint64_t seed, const int32_t* owner, int pages_per_seq, int page,
+                                  int kv_heads, int d, int kv, bool nhd, uint64_t contiguous) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    const int e = int(i % d);
+    const size_t row = i / d;  // HND: (pg * kv_heads + h) * page + o; NHD: (pg * page + o) * kv_heads + h
+    const int64_t pg = int64_t(row / (size_t(page) * kv_heads));
+    const int rest = int(row % (size_t(page) * kv_heads));
+    const int h = nhd ? rest % kv_heads : rest / page, o = nhd ? rest / kv_heads : rest % page;
+    const int b = owner[pg] / pages_per_seq;
+    const int64_t t = int64_t(owner[pg] % pages_per_seq) * page + o;
+    const uint64_t idx = t < kv ? ((uint64_t(b) * kv_heads + h) * uint64_t(kv) + uint64_t(t)) * d + e : contiguous + i;
+    p[i] = T(hashed_value(seed, idx));
+  }
 }
 
 }  // namespace
@@ -154,6 +176,60 @@ void fill(DType dtype, void* dst, size_t n, uint64_t seed, cudaStream_t stream) 
   if (dtype == DType::BF16) fill_kernel<<<1024, 256, 0, stream>>>(static_cast<__nv_bfloat16*>(dst), n, seed);
   else fill_kernel<<<1024, 256, 0, stream>>>(static_cast<__half*>(dst), n, seed);
   TF_CUDA(cudaGetLastError());
+}
+
+DeviceKv::DeviceKv(const Shape& s, DType dtype, uint64_t k_seed, uint64_t v_seed, uint64_t table_seed,
+                   cudaStream_t stream)
+    : s_(s) {
+  const size_t contiguous = size_t(s.batch) * s.kv_heads * s.kv * s.head_dim;
+  const int64_t pages_per_seq = s.page > 0 ? (int64_t(s.kv) + s.page - 1) / s.page : 0;
+  const size_t elems = s.page > 0 ? size_t(s.batch) * pages_per_seq * s.page * s.kv_heads * s.head_dim : contiguous;
+  TF_CUDA(cudaMalloc(&k_, elems * 2));
+  TF_CUDA(cudaMalloc(&v_, elems * 2));
+  if (s.page == 0) {
+    fill(dtype, k_, elems, k_seed, stream);
+    fill(dtype, v_, elems, v_seed, stream);
+    return;
+  }
+  table_.resize(size_t(s.batch) * pages_per_seq);
+  for (size_t i = 0; i < table_.size(); ++i) table_[i] = int32_t(i);
+  std::shuffle(table_.begin(), table_.end(), std::mt19937_64(table_seed));
+  std::vector<int32_t> owner(table_.size());
+  for (size_t i = 0; i < table_.size(); ++i) owner[size_t(table_[i])] = int32_t(i);
+  int32_t* owner_d = nullptr;
+  TF_CUDA(cudaMalloc(&table_d_, table_.size() * 4));
+  TF_CUDA(cudaMalloc(&owner_d, owner.size() * 4));
+  TF_CUDA(cudaMemcpyAsync(table_d_, table_.data(), table_.size() * 4, cudaMemcpyHostToDevice, stream));
+  TF_CUDA(cudaMemcpyAsync(owner_d, owner.data(), owner.size() * 4, cudaMemcpyHostToDevice, stream));
+  for (const auto& [dst, seed] : {std::pair{k_, k_seed}, std::pair{v_, v_seed}}) {
+    const auto launch = [&]<class T>(T* p) {
+      fill_pages_kernel<<<1024, 256, 0, stream>>>(p, elems, seed, owner_d, int(pages_per_seq), s.page, s.kv_heads,
+                                                  s.head_dim, s.kv, s.nhd, uint64_t(contiguous));
+    };
+    if (dtype == DType::BF16) launch(static_cast<__nv_bfloat16*>(dst));
+    else launch(static_cast<__half*>(dst));
+    TF_CUDA(cudaGetLastError());
+  }
+  // The host vectors are read by the copies above before this returns.
+  TF_CUDA(cudaStreamSynchronize(stream));
+  TF_CUDA(cudaFree(owner_d));
+}
+
+DeviceKv::~DeviceKv() {
+  for (void* p : {k_, v_, static_cast<void*>(table_d_)})
+    if (p) cudaFree(p);
+}
+
+void DeviceKv::describe(DecodeArgs& a) const {
+  a.k = k_, a.v = v_;
+  if (s_.page == 0) {
+    a.layout = KvLayout::Contiguous, a.capacity = s_.kv;
+    return;
+  }
+  a.layout = s_.nhd ? KvLayout::PagedNHD : KvLayout::PagedHND, a.capacity = 0;
+  a.page_size = s_.page, a.num_pages = int(table_.size());
+  a.max_pages_per_seq = int(table_.size() / size_t(s_.batch));
+  a.block_table = table_d_, a.host_block_table = table_;
 }
 
 float to_float(DType t, uint16_t u) {

@@ -61,6 +61,37 @@ float value(uint64_t seed, uint64_t i);
 // dst[i] = value(seed, i) in `dtype`, for i < n (device memory).
 void fill(DType dtype, void* dst, size_t n, uint64_t seed, cudaStream_t stream);
 
+// The index in value()'s stream of element e of token t of sequence b, KV head h: its offset in
+// the contiguous cache [batch][kv_heads][kv][head_dim].
+inline uint64_t kv_index(const Shape& s, int b, int h, int64_t t, int e) {
+  return ((uint64_t(b) * uint64_t(s.kv_heads) + uint64_t(h)) * uint64_t(s.kv) + uint64_t(t)) * uint64_t(s.head_dim) +
+         uint64_t(e);
+}
+
+// A case's K and V caches on the device: contiguous, or paged (Shape::page) with every sequence
+// owning ceil(kv / page) pages dealt in a shuffled order (a sequence's neighbouring pages are not
+// neighbours in memory, as in a serving system's pool), HND or NHD. In either layout element e of
+// token t of sequence b, head h holds value(seed, kv_index(b, h, t, e)) (K: k_seed, V: v_seed),
+// so a host reference regenerates any token without the block table; the slots of a last page
+// past kv hold other values of the stream. The fills run on `stream`.
+class DeviceKv {
+ public:
+  DeviceKv(const Shape& s, DType dtype, uint64_t k_seed, uint64_t v_seed, uint64_t table_seed, cudaStream_t stream);
+  ~DeviceKv();
+  DeviceKv(const DeviceKv&) = delete;
+  DeviceKv& operator=(const DeviceKv&) = delete;
+
+  // Sets a's k, v, layout, capacity and, paged, page_size, num_pages, max_pages_per_seq and both
+  // block tables (`a` keeps pointers into this object).
+  void describe(DecodeArgs& a) const;
+
+ private:
+  Shape s_;
+  void *k_ = nullptr, *v_ = nullptr;
+  int32_t* table_d_ = nullptr;
+  std::vector<int32_t> table_;  // paged: [batch][pages per sequence], the block table's host copy
+};
+
 float to_float(DType dtype, uint16_t bits);
 
 }  // namespace taxfree::ops::flash_decode::bench_inputs

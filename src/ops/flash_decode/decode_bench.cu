@@ -20,7 +20,6 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
-#include <random>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -62,40 +61,23 @@ class DecodeBench final : public bench::OpBench {
     s_ = Shape::from(c.params);
     dtype_ = parse_dtype(opt.dtype);
     const size_t q_elems = size_t(s_.batch) * s_.q_heads * s_.head_dim;
-    // Paged: every sequence owns ceil(kv / page) pages, dealt in a shuffled order so neighbouring
-    // pages of a sequence are not neighbours in memory (as in a serving system's pool).
-    const int64_t pages_per_seq = s_.page > 0 ? (int64_t(s_.kv) + s_.page - 1) / s_.page : 0;
-    const size_t kv_elems = s_.page > 0 ? size_t(s_.batch) * pages_per_seq * s_.page * s_.kv_heads * s_.head_dim
-                                        : size_t(s_.batch) * s_.kv_heads * s_.kv * s_.head_dim;
     TF_CUDA(cudaMalloc(&q_, q_elems * 2));
-    TF_CUDA(cudaMalloc(&k_, kv_elems * 2));
-    TF_CUDA(cudaMalloc(&v_, kv_elems * 2));
     TF_CUDA(cudaMalloc(&out_, q_elems * 2));
     TF_CUDA(cudaMalloc(&lse_, size_t(s_.batch) * s_.q_heads * 4));
     TF_CUDA(cudaMalloc(&lens_, size_t(s_.batch) * 4));
     lens_h_ = s_.lens();
     TF_CUDA(cudaMemcpy(lens_, lens_h_.data(), lens_h_.size() * 4, cudaMemcpyHostToDevice));
-    const uint64_t seed = opt.seed ^ (uint64_t(s_.batch) << 40) ^ uint64_t(s_.kv);
-    bench_inputs::fill(dtype_, q_, q_elems, seed + 1, nullptr);
-    bench_inputs::fill(dtype_, k_, kv_elems, seed + 2, nullptr);
-    bench_inputs::fill(dtype_, v_, kv_elems, seed + 3, nullptr);
+    seed_ = opt.seed ^ (uint64_t(s_.batch) << 40) ^ uint64_t(s_.kv);
+    bench_inputs::fill(dtype_, q_, q_elems, seed_ + 1, nullptr);
+    kv_ = std::make_unique<bench_inputs::DeviceKv>(s_, dtype_, seed_ + 2, seed_ + 3, seed_ + 4, nullptr);
 
     a_ = {};
     a_.batch = s_.batch, a_.q_heads = s_.q_heads, a_.kv_heads = s_.kv_heads, a_.head_dim = s_.head_dim;
     a_.dtype = dtype_;
-    a_.q = q_, a_.k = k_, a_.v = v_, a_.layout = KvLayout::Contiguous, a_.capacity = s_.kv;
+    a_.q = q_;
+    kv_->describe(a_);
     a_.slice_len = lens_, a_.max_len = *std::max_element(lens_h_.begin(), lens_h_.end());
     a_.host_slice_len = lens_h_;
-    if (s_.page > 0) {
-      table_.resize(size_t(s_.batch) * pages_per_seq);
-      for (size_t i = 0; i < table_.size(); ++i) table_[i] = int32_t(i);
-      std::shuffle(table_.begin(), table_.end(), std::mt19937_64(seed + 4));
-      TF_CUDA(cudaMalloc(&table_d_, table_.size() * 4));
-      TF_CUDA(cudaMemcpy(table_d_, table_.data(), table_.size() * 4, cudaMemcpyHostToDevice));
-      a_.layout = s_.nhd ? KvLayout::PagedNHD : KvLayout::PagedHND, a_.capacity = 0;
-      a_.page_size = s_.page, a_.num_pages = int(table_.size()), a_.max_pages_per_seq = int(pages_per_seq);
-      a_.block_table = table_d_, a_.host_block_table = table_;
-    }
     a_.out = out_, a_.lse_part = lse_;
     DecodeConfig cfg;
     cfg.num_splits = s_.splits;
@@ -137,18 +119,20 @@ class DecodeBench final : public bench::OpBench {
     }
     const double atol = dtype_ == DType::BF16 ? 6e-3 : 1.5e-3, rtol = dtype_ == DType::BF16 ? 1.2e-2 : 5e-3;
     const double scale = 1.0 / std::sqrt(double(d));
-    std::vector<uint16_t> qb(size_t(group) * d), kb(size_t(s_.kv) * d), vb(kb.size());
-    std::vector<float> qf(qb.size()), kf(kb.size()), vf(kb.size());
+    std::vector<uint16_t> qb(size_t(group) * d);
+    std::vector<float> qf(qb.size()), kf(size_t(s_.kv) * d), vf(kf.size());
     std::vector<double> ro(size_t(group) * d), rl(static_cast<size_t>(group));
     int64_t wrong = 0;
     for (auto [b, h] : groups) {
       const size_t row0 = size_t(b) * s_.q_heads + size_t(h) * group;
       TF_CUDA(cudaMemcpy(qb.data(), static_cast<uint16_t*>(q_) + row0 * d, qb.size() * 2, cudaMemcpyDeviceToHost));
       const int len = lens_h_[size_t(b)];
-      download_rows(b, h, len, k_, kb);
-      download_rows(b, h, len, v_, vb);
       for (size_t i = 0; i < qb.size(); ++i) qf[i] = to_float(dtype_, qb[i]);
-      for (size_t i = 0; i < size_t(len) * d; ++i) kf[i] = to_float(dtype_, kb[i]), vf[i] = to_float(dtype_, vb[i]);
+      // K and V regenerated (DeviceKv: the same values in either layout), so a kernel reading the
+      // wrong page or row shows up here.
+      const uint64_t kv0 = bench_inputs::kv_index(s_, b, h, 0, 0);
+      for (size_t i = 0; i < size_t(len) * d; ++i)
+        kf[i] = bench_inputs::value(seed_ + 2, kv0 + i), vf[i] = bench_inputs::value(seed_ + 3, kv0 + i);
       ref::attend_group(group, d, qf.data(), kf.data(), vf.data(), d, 0, len, scale, ro.data(), rl.data());
       for (int g = 0; g < group; ++g) {
         for (int e = 0; e < d; ++e) {
@@ -174,44 +158,22 @@ class DecodeBench final : public bench::OpBench {
   int launches(const std::string&) const override { return 1; }
 
   void teardown() override {
-    for (void* p : {q_, k_, v_, out_, static_cast<void*>(lse_), static_cast<void*>(lens_), ws_,
-                    static_cast<void*>(table_d_)})
+    for (void* p : {q_, out_, static_cast<void*>(lse_), static_cast<void*>(lens_), ws_})
       if (p) cudaFree(p);
-    q_ = k_ = v_ = out_ = ws_ = nullptr;
+    q_ = out_ = ws_ = nullptr;
     lse_ = nullptr;
-    lens_ = table_d_ = nullptr;
-    table_.clear();
+    lens_ = nullptr;
+    kv_.reset();
   }
 
  private:
-  // K or V rows [0, len) of sequence b, head h, into dst ([kv][D]), from either cache layout.
-  void download_rows(int b, int h, int len, const void* cache, std::vector<uint16_t>& dst) const {
-    const int64_t d = s_.head_dim;
-    const auto* base = static_cast<const uint16_t*>(cache);
-    if (s_.page == 0) {
-      const size_t kv0 = (size_t(b) * s_.kv_heads + h) * size_t(s_.kv) * d;
-      TF_CUDA(cudaMemcpy(dst.data(), base + kv0, size_t(len) * d * 2, cudaMemcpyDeviceToHost));
-      return;
-    }
-    const int64_t pages = (int64_t(len) + s_.page - 1) / s_.page, pages_per_seq = a_.max_pages_per_seq;
-    for (int64_t p = 0; p < pages; ++p) {
-      const int64_t t0 = p * s_.page, rows = std::min<int64_t>(s_.page, len - t0);
-      const int64_t pg = table_[size_t(b * pages_per_seq + p)];
-      // HND: the page's rows of head h are contiguous; NHD: one row per token, kv_heads rows apart.
-      const int64_t first = s_.nhd ? (pg * s_.page * s_.kv_heads + h) * d : (pg * s_.kv_heads + h) * s_.page * d;
-      const size_t pitch = size_t(s_.nhd ? s_.kv_heads * d : d) * 2;
-      TF_CUDA(cudaMemcpy2D(dst.data() + t0 * d, size_t(d) * 2, base + first, pitch, size_t(d) * 2, size_t(rows),
-                           cudaMemcpyDeviceToHost));
-    }
-  }
-
   Shape s_{};
   DType dtype_ = DType::BF16;
-  void *q_ = nullptr, *k_ = nullptr, *v_ = nullptr, *out_ = nullptr, *ws_ = nullptr;
+  uint64_t seed_ = 0;
+  void *q_ = nullptr, *out_ = nullptr, *ws_ = nullptr;
   float* lse_ = nullptr;
   int32_t* lens_ = nullptr;
-  int32_t* table_d_ = nullptr;
-  std::vector<int32_t> table_;  // paged: [batch][pages_per_seq] block table (host mirror)
+  std::unique_ptr<bench_inputs::DeviceKv> kv_;
   std::vector<int32_t> lens_h_;  // tokens of each sequence (host mirror of lens_)
   DecodeArgs a_;
   DecodePlan plan_;

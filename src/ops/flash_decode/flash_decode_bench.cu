@@ -1,5 +1,5 @@
 // `taxfree bench flash_decode`: decode attention with every sequence's KV split across the ranks
-// (`kv` tokens per rank, contiguous cache), the full output on every rank.
+// (`kv` tokens per rank, in each rank's own cache), the full output on every rank.
 //
 // Variants: bsp (decode -> ncclAllGather from the symmetric window -> combine), bsp-plain (same,
 // plain buffers; NCCL at its best is the faster of the two baselines), fused (one kernel; splits
@@ -11,8 +11,9 @@
 // read rate, to compare with the measured HBM rate) and comm-only (the all-gather alone).
 // --shape entries as for `bench decode` (bench_inputs::shapes_of: batch, kv, heads, head_dim,
 // splits forcing the plan of every variant and part, ragged=1 for lengths drawn in [1, kv], each
-// rank holding that many tokens of each sequence, with host lengths given so the plan sees them);
-// rank 0 prints the fused plan. Paged caches are measured by `bench decode` only.
+// rank holding that many tokens of each sequence, with host lengths given so the plan sees them;
+// page=16..256 and layout=hnd|nhd for a paged cache on every rank, its pages in a shuffled order);
+// rank 0 prints the fused plan.
 //
 // Check: the output of sampled (sequence, KV head) groups against a double-precision reference
 // over the whole sequence (each rank regenerates every rank's KV on the host), and the output
@@ -49,10 +50,12 @@ constexpr double kFlagLatencyS = 1.2e-6;
 // ones two groups per rank (different groups on every rank).
 constexpr int64_t kFullCheckWork = int64_t(1) << 21;
 
-// Seeds of the inputs: q is the same on every rank, K and V are per rank.
+// Seeds of the inputs: q is the same on every rank, K and V (and a paged cache's page order) are
+// per rank.
 uint64_t q_seed(uint64_t base) { return base * 31 + 1; }
 uint64_t k_seed(uint64_t base, int rank) { return base * 31 + 2 + 2 * uint64_t(rank); }
 uint64_t v_seed(uint64_t base, int rank) { return base * 31 + 3 + 2 * uint64_t(rank); }
+uint64_t page_order_seed(uint64_t base, int rank) { return ~(base * 31 + uint64_t(rank)); }
 
 class FlashDecodeBench final : public bench::OpBench {
  public:
@@ -68,11 +71,7 @@ class FlashDecodeBench final : public bench::OpBench {
   std::vector<std::string> parts() const override { return {"decode-only", "comm-only"}; }
   int launches(const std::string& v) const override { return v == "bsp" || v == "bsp-plain" ? 3 : 1; }
 
-  void check_options(const bench::Options& opt) const override {
-    for (const Shape& s : bench_inputs::shapes_of(opt.shapes))
-      TF_REQUIRE(s.page == 0, Status::NotSupported,
-                 "bench flash_decode: paged caches (page=" << s.page << ") are measured by `bench decode` only");
-  }
+  void check_options(const bench::Options& opt) const override { bench_inputs::shapes_of(opt.shapes); }
 
   std::vector<bench::Case> cases(const bench::Options& opt, const Team& team) const override {
     bench_inputs::parse_dtype(opt.dtype);
@@ -92,23 +91,22 @@ class FlashDecodeBench final : public bench::OpBench {
     dtype_ = bench_inputs::parse_dtype(opt.dtype);
     seed_ = opt.seed ^ (uint64_t(s_.batch) << 40) ^ (uint64_t(s_.q_heads) << 32) ^ uint64_t(s_.kv);
     const size_t q_elems = size_t(s_.batch) * s_.q_heads * s_.head_dim;
-    const size_t kv_elems = size_t(s_.batch) * s_.kv_heads * s_.kv * s_.head_dim;
     TF_CUDA(cudaMalloc(&q_, q_elems * 2));
-    TF_CUDA(cudaMalloc(&k_, kv_elems * 2));
-    TF_CUDA(cudaMalloc(&v_, kv_elems * 2));
     TF_CUDA(cudaMalloc(&out_, q_elems * 2));
     TF_CUDA(cudaMalloc(&all_out_, q_elems * 2 * team.world()));
     TF_CUDA(cudaMalloc(&lens_, size_t(s_.batch) * 4));
     lens_h_ = s_.lens();
     TF_CUDA(cudaMemcpy(lens_, lens_h_.data(), lens_h_.size() * 4, cudaMemcpyHostToDevice));
     bench_inputs::fill(dtype_, q_, q_elems, q_seed(seed_), team.stream());
-    bench_inputs::fill(dtype_, k_, kv_elems, k_seed(seed_, team.rank()), team.stream());
-    bench_inputs::fill(dtype_, v_, kv_elems, v_seed(seed_, team.rank()), team.stream());
+    const int r = team.rank();
+    kv_ = std::make_unique<bench_inputs::DeviceKv>(s_, dtype_, k_seed(seed_, r), v_seed(seed_, r),
+                                                   page_order_seed(seed_, r), team.stream());
 
     a_ = {};
     a_.batch = s_.batch, a_.q_heads = s_.q_heads, a_.kv_heads = s_.kv_heads, a_.head_dim = s_.head_dim;
     a_.dtype = dtype_;
-    a_.q = q_, a_.k = k_, a_.v = v_, a_.layout = KvLayout::Contiguous, a_.capacity = s_.kv;
+    a_.q = q_;
+    kv_->describe(a_);
     a_.slice_len = lens_, a_.max_len = *std::max_element(lens_h_.begin(), lens_h_.end());
     a_.host_slice_len = lens_h_;
     a_.out = out_;
@@ -214,10 +212,11 @@ class FlashDecodeBench final : public bench::OpBench {
     global_.reset();
     plain_.reset();
     if (team_ != nullptr) team_->heap().release(mark_);
-    for (void* p : {q_, k_, v_, out_, all_out_, static_cast<void*>(lens_)})
+    for (void* p : {q_, out_, all_out_, static_cast<void*>(lens_)})
       if (p) cudaFree(p);
-    q_ = k_ = v_ = out_ = all_out_ = nullptr;
+    q_ = out_ = all_out_ = nullptr;
     lens_ = nullptr;
+    kv_.reset();
     team_ = nullptr;
   }
 
@@ -280,7 +279,7 @@ class FlashDecodeBench final : public bench::OpBench {
     std::vector<double> o(size_t(world) * group * d), lse(size_t(world) * group);  // [rank][row][d]
     const int len = lens_h_[size_t(g / s_.kv_heads)];  // this rank's live tokens of the group's sequence
     for (int r = 0; r < world; ++r) {
-      const size_t kv0 = size_t(g) * s_.kv * d;  // [batch][kv_heads][kv][d], group g = b*kv_heads+kvh
+      const uint64_t kv0 = bench_inputs::kv_index(s_, g / s_.kv_heads, g % s_.kv_heads, 0, 0);
       for (size_t i = 0; i < size_t(len) * d; ++i) {
         k[i] = bench_inputs::value(k_seed(seed_, r), kv0 + i);
         v[i] = bench_inputs::value(v_seed(seed_, r), kv0 + i);
@@ -303,7 +302,8 @@ class FlashDecodeBench final : public bench::OpBench {
   Shape s_{};
   DType dtype_ = DType::BF16;
   uint64_t seed_ = 0, mark_ = 0;
-  void *q_ = nullptr, *k_ = nullptr, *v_ = nullptr, *out_ = nullptr, *all_out_ = nullptr;
+  void *q_ = nullptr, *out_ = nullptr, *all_out_ = nullptr;
+  std::unique_ptr<bench_inputs::DeviceKv> kv_;  // this rank's slice of every sequence
   int32_t* lens_ = nullptr;
   std::vector<int32_t> lens_h_;  // this rank's tokens of each sequence (host mirror of lens_)
   DecodeArgs a_;
