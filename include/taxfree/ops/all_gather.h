@@ -93,8 +93,9 @@ class AllGather {
  public:
   static constexpr int kMaxBlocks = 1024;
 
-  // Collective: allocates this op's flags in the symmetric heap. Throws InvalidArgument for a
-  // config.max_blocks above the resident blocks.
+  // Collective: allocates this op's flags and launch sequence in the symmetric heap (returned by
+  // the heap's release(mark) after the op is gone). Throws InvalidArgument for a config.max_blocks
+  // above the resident blocks.
   explicit AllGather(Team& team, AllGatherConfig config = {});
   // The same on a rank share (rank_share.h; tests simulate ranks on one GPU this way): the grids
   // fit its SMs; the nccl variant throws NotSupported on a share without a communicator.

@@ -288,9 +288,9 @@ AgmmVariant choose_agmm_variant(const AgmmArgs& args, int world, const AgmmConfi
 class AllGatherMatmul {
  public:
   // Collective: allocates the gathered A (and the BSP staging buffers) in the symmetric heap or in
-  // plain device memory, the ksplit partials (when enabled), and the flags; ends with a host
-  // barrier. The heap part is not returned when the op is destroyed (the heap is a stack): take
-  // Team::heap().mark() before constructing and release it after the op is gone.
+  // plain device memory, the ksplit partials (when enabled), the flags and launch sequences; ends
+  // with a host barrier. The heap part is not returned when the op is destroyed (the heap is a
+  // stack): take Team::heap().mark() before constructing and release it after the op is gone.
   explicit AllGatherMatmul(Team& team, AgmmConfig config = {});
   // The same on a rank share (rank_share.h): tests run W simulated ranks on one GPU this way. The
   // variants that call NCCL (bsp, bsp-own, and auto where it picks them) throw NotSupported on a

@@ -314,11 +314,10 @@ FusedPlan plan_fused(const DecodeArgs& a, const DecodePlan& plan, const FlashDec
 
 class FlashDecode {
  public:
-  // Collective (every rank, same maxima and bsp_buffers): allocates the fused inbox and bsp's gather
-  // buffer in the share's symmetric heap (released with the heap's mark/release, after the op is
-  // destroyed), the split workspace in device memory, and two launch sequences (the epochs, the
-  // persistent grid's item tickets; a Team hands out 4096, never reused); zeroes the inbox; host
-  // barrier (where the share has one). Plans fill share.sm_count SMs (a Team: the whole GPU);
+  // Collective (every rank, same maxima and bsp_buffers): allocates the fused inbox, bsp's gather
+  // buffer and two launch sequences (the epochs, the persistent grid's item tickets) in the share's
+  // symmetric heap (released with the heap's mark/release, after the op is destroyed), the split
+  // workspace in device memory; zeroes the inbox; host barrier (where the share has one). Plans fill share.sm_count SMs (a Team: the whole GPU);
   // bsp needs the share's NCCL communicator (NotSupported without).
   FlashDecode(Team& team, const FlashDecodeConfig& cfg);
   FlashDecode(RankShare share, const FlashDecodeConfig& cfg);
