@@ -4,7 +4,8 @@
 // cross-rank LSE combine of that group done by the CTA that sent it, straight from the lines once
 // they arrive (one thread per peer waits for them, so a waiting CTA leaves its SM to the CTA beside
 // it that still decodes). Every rank ends with the full output; the combine sums the ranks'
-// partials in rank order from identical bits, so the output is bitwise identical on every rank.
+// partials in rank order from identical bits, so the output is bitwise identical on every rank. A
+// team of one writes its partial as the output (cta_store_one_rank: the same bits as the combine).
 //
 // kSchedule persistent: grid fused_grid(items, resident slots) persistent CTAs taking items by
 // ticket (FusedDecodeParams::work), kThreads threads,
@@ -97,6 +98,11 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) fused_decode_kernel(cons
   // as the peers' lines arrive (no barrier between: the push only reads `part`). After
   // share_epoch. False: a wait gave up (the fault record names it); the CTA must stop.
   const auto exchange = [&](const PartialTile<D>& part, int rows, int64_t row) {
+    if (v.world == 1) {  // nothing to exchange; the combine of one partial is a copy
+      cta_store_one_rank<T, D>(part, rows, static_cast<T*>(d.out) + row * D);
+      mark(kTraceCombined);
+      return true;
+    }
     uint4* const inbox = p.ll + fused_inbox_span(epoch, p.parity_lines, v.world, p.rows, D).begin;  // this parity
     mark(kTraceMerged);
     if (!p.skip_signal) cta_push_partial_ll<D>(part, rows, inbox + v.rank * sender_lines + row * kRow, v, uint32_t(epoch));
