@@ -70,6 +70,7 @@ want() { [[ " $steps " == *" all "* || " $steps " == *" $1 "* ]]; }
 
 {
   date -u; echo "commit ${TAXFREE_COMMIT:-$(git rev-parse HEAD 2>/dev/null)}"; nvidia-smi; nvidia-smi topo -m
+  nvidia-smi --query-gpu=index,name,uuid,clocks.max.sm,power.limit --format=csv  # which physical GPUs ran
   echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"; env | grep -E '^(NCCL|NVSHMEM|TORCH_SYMM|CUDA)' | sort
   "$bin" info
 } >"$out/env.log" 2>&1

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <iomanip>
 #include <iostream>
@@ -110,6 +111,16 @@ uint32_t* g_gate = nullptr;  // host-mapped gate of the current run
 uint32_t g_gate_ticket = 0;
 
 }  // namespace
+
+std::string format_gpu_uuid(const unsigned char (&bytes)[16]) {
+  std::ostringstream s;
+  s << "GPU-" << std::hex << std::setfill('0');
+  for (int i = 0; i < 16; ++i) {
+    if (i == 4 || i == 6 || i == 8 || i == 10) s << '-';
+    s << std::setw(2) << int(bytes[i]);
+  }
+  return s.str();
+}
 
 std::vector<double> all_gather_doubles(CoordinatorClient& coordinator, const std::string& key, double v) {
   char text[32];
@@ -435,11 +446,17 @@ int run(Team& team, const RunRequest& req) {
     std::printf("# wrong elements in total: %lld %s\n", static_cast<long long>(total_wrong), total_wrong ? "FAIL" : "OK");
     std::fflush(stdout);
   }
+  cudaDeviceProp p{};
+  TF_CUDA(cudaGetDeviceProperties(&p, team.device()));
+  unsigned char uuid[16];
+  std::memcpy(uuid, p.uuid.bytes, sizeof uuid);
+  // Collective (every rank parses the same command line): each rank's GPU, in rank order.
+  const std::vector<std::string> gpus =
+      req.json_path.empty() ? std::vector<std::string>{}
+                            : team.coordinator().all_gather("bench.gpu_uuid", format_gpu_uuid(uuid), 60);
   if (root && !req.json_path.empty()) {
     int nccl = 0;
     ncclGetVersion(&nccl);
-    cudaDeviceProp p{};
-    cudaGetDeviceProperties(&p, team.device());
     nlohmann::json env = nlohmann::json::object();
     for (const char* k : {"NCCL_NVLS_ENABLE", "NCCL_PROTO", "NCCL_ALGO", "TAXFREE_TIMEOUT_S", "TAXFREE_HEAP_BYTES",
                           "CUDA_VISIBLE_DEVICES"})
@@ -452,6 +469,7 @@ int run(Team& team, const RunRequest& req) {
         {"env", env},
         {"nccl_version", nccl},
         {"device", p.name},
+        {"device_uuids", gpus},
         {"rates",
          {{"hbm_gbs", rates.hbm_bytes_per_s * 1e-9}, {"nvlink_ce_gbs", rates.nvlink_bytes_per_s * 1e-9},
           {"flag_latency_us", rates.flag_latency_s * 1e6}, {"launch_us", rates.launch_s * 1e6},

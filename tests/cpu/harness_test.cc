@@ -101,6 +101,15 @@ TEST(Harness, TimesCrossRanksExactly) {
   for (auto& c : ranks) c->finish();
 }
 
+// The bench JSON's GPU names read as nvidia-smi's (r219's GPU as the example).
+TEST(Harness, GpuUuidAsNvidiaSmiPrintsIt) {
+  const unsigned char b[16] = {0x8a, 0xe2, 0x30, 0x29, 0xba, 0x2f, 0xe6, 0x56,
+                               0x3c, 0xf4, 0x4c, 0x02, 0x30, 0xfd, 0x61, 0x62};
+  EXPECT_EQ(format_gpu_uuid(b), "GPU-8ae23029-ba2f-e656-3cf4-4c0230fd6162");
+  const unsigned char z[16] = {};
+  EXPECT_EQ(format_gpu_uuid(z), "GPU-00000000-0000-0000-0000-000000000000");
+}
+
 TEST(Harness, RunsPerSample) {
   Options o;  // 200 us samples, 20 iterations
   EXPECT_EQ(runs_per_sample(o, 20e-6, 1), 10);

@@ -67,6 +67,11 @@ struct ShapeKey {
 };
 std::map<std::string, std::string> parse_shape_entry(const std::string& entry, const std::vector<ShapeKey>& keys);
 
+// A GPU's 16-byte UUID (cudaDeviceProp::uuid) as nvidia-smi prints it:
+// "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx". The bench JSON names every rank's GPU this way: the
+// same binary's times differ between physical GPUs (e.g. how a clustered grid lands on the GPCs).
+std::string format_gpu_uuid(const unsigned char (&bytes)[16]);
+
 // Shape filters: each Options::shapes entry is "k=v,k=v"; a case matches if any entry's keys all
 // equal the case's params (numbers compared as numbers). No entries: everything matches.
 bool matches_shape_filters(const nlohmann::json& params, const std::vector<std::string>& filters);
