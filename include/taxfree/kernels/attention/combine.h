@@ -51,14 +51,24 @@ __device__ inline void cta_store_tile(const PartialTile<D>& t, int rows, float* 
 }
 
 // Store rows [0, rows) of `t.o` converted to T (bf16/fp16, round to nearest even) at
-// dst[r*D + d] (16-byte aligned, 16-byte stores).
-template <class T, int D>
+// dst[r*D + d] (16-byte aligned, 16-byte stores). kAsMerged: each value as a merge of this one
+// partial would give it (accumulate_weighted from +0 with weight exactly 1, or 0 for an empty row,
+// lse -inf): +0 + o, so -0 becomes +0, and +0 for an empty row whatever its o holds.
+template <class T, int D, bool kAsMerged = false>
 __device__ inline void cta_store_tile_as(const PartialTile<D>& t, int rows, T* dst) {
   constexpr int kVec = D / 8;
   for (int i = threadIdx.x; i < rows * kVec; i += blockDim.x) {
     const int r = i / kVec, c = i % kVec;
-    const float4 a = reinterpret_cast<const float4*>(t.o[r])[2 * c];
-    const float4 b = reinterpret_cast<const float4*>(t.o[r])[2 * c + 1];
+    float4 a = reinterpret_cast<const float4*>(t.o[r])[2 * c];
+    float4 b = reinterpret_cast<const float4*>(t.o[r])[2 * c + 1];
+    if constexpr (kAsMerged) {
+      const bool empty = t.lse[r] == -INFINITY;
+      const auto merged = [empty](float4 v) {
+        return empty ? make_float4(0.f, 0.f, 0.f, 0.f)
+                     : make_float4(__fadd_rn(0.f, v.x), __fadd_rn(0.f, v.y), __fadd_rn(0.f, v.z), __fadd_rn(0.f, v.w));
+      };
+      a = merged(a), b = merged(b);
+    }
     uint4 u;
     u.x = ptx::pack2<T>(a.x, a.y);
     u.y = ptx::pack2<T>(a.z, a.w);

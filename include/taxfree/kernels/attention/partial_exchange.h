@@ -234,27 +234,12 @@ __device__ inline bool cta_combine_ll(const PartialTile<D>& mine, int rows, cons
 }
 
 // A team of one: the cross-rank combine of rows [0, rows) over its one partial `mine`, without the
-// merge's code. cta_combine_ll at world 1 gives a non-empty row weight exactly 1 (exp(0) / 1), so
-// +0 + o, and an empty row (lse -inf) weight 0, so +0 whatever its o holds: this stores those
-// values (-0 becomes +0), the same bits as cta_combine_ll and the bsp combine. Every thread of the
-// CTA calls it; ends with a CTA barrier.
+// merge's code: cta_combine_ll at world 1 gives a non-empty row weight exactly 1 (exp(0) / 1) and
+// an empty row 0, which cta_store_tile_as<kAsMerged> reproduces, so the same bits as
+// cta_combine_ll and the bsp combine. Every thread of the CTA calls it; ends with a CTA barrier.
 template <class T, int D>
 __device__ inline void cta_store_one_rank(const PartialTile<D>& mine, int rows, T* out) {
-  constexpr int kVec = D / 8;  // 16-byte stores of 8 values
-  for (int i = threadIdx.x; i < rows * kVec; i += blockDim.x) {
-    const int r = i / kVec, c = i % kVec;
-    const bool empty = mine.lse[r] == -INFINITY;
-    const float* const o = mine.o[r] + c * 8;
-    float x[8];
-#pragma unroll
-    for (int k = 0; k < 8; ++k) x[k] = empty ? 0.f : __fadd_rn(0.f, o[k]);
-    uint4 u;
-    u.x = ptx::pack2<T>(x[0], x[1]);
-    u.y = ptx::pack2<T>(x[2], x[3]);
-    u.z = ptx::pack2<T>(x[4], x[5]);
-    u.w = ptx::pack2<T>(x[6], x[7]);
-    reinterpret_cast<uint4*>(out + int64_t(r) * D)[c] = u;
-  }
+  cta_store_tile_as<T, D, true>(mine, rows, out);
   __syncthreads();
 }
 
