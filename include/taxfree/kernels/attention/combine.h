@@ -118,45 +118,57 @@ __device__ inline void for_warp_rows(int rows, F&& f) {
   }(std::make_integer_sequence<int, L::kRowIters>{});
 }
 
+// Butterfly reduction of v[i] (i < kR, interleaved) over the first 2^levels lanes of each segment:
+// steps of distance 2^(levels-1), ..., 1, as a loop (a branch per step taken, none per step
+// skipped). Every lane of the warp calls it with the same `levels`.
+template <int kR, class Op>
+__device__ __forceinline__ void segment_butterfly(float (&v)[kR], int levels, Op op) {
+#pragma unroll 1
+  for (int off = (1 << levels) >> 1; off > 0; off >>= 1)
+#pragma unroll
+    for (int i = 0; i < kR; ++i) v[i] = op(v[i], __shfl_xor_sync(0xffffffffu, v[i], off));
+}
+
 // Row statistics (lse_stats' m and S) and weights (lse_weight) of kR rows' n partial LSEs, each
 // row spread over a segment of kLanes lanes (aligned within the warp): lane `col` holds partials
 // col, col + kLanes, ... of row i in l[i][k] (-inf past n). Owner lanes write weight p of row i to
-// w[i][p] for p < n; lse[i] is row i's merged lse. m and S are segment reductions (shuffles); the
-// kR rows' reductions are interleaved, so they cost one reduction's latency. Every lane of the
-// warp must call it. Ends with __syncwarp, so the weights are then readable by the warp.
+// w[i][p] for p < n; lse[i] is row i's merged lse on lanes col < n (the only ones that own a
+// weight; lane col = 0 always). m and S are segment reductions (shuffles); the kR rows' reductions
+// are interleaved, so they cost one reduction's latency, and each spans only the lanes that hold
+// partials (the first 2^ceil(log2 n)): a wider step would only bring those lanes a -inf (max) or
+// a +0 (sum), so they get the full butterfly's bits in fewer steps. The merge runs on one warp's
+// serial chain in the launch's tail, where each step is a shuffle's round trip: merging one or two
+// partials (a team of one or two ranks) takes 270-370 SM clocks less than with every step, eight
+// ~50 less, 9-16 ~55 more (the loop's branches; tools/merge_probe, r229). Each weight divides the
+// sum's own term (lse_weight_of_term), not a second expf. Every lane of the warp must call it.
+// Ends with __syncwarp, so the weights are then readable by the warp.
 template <int kLanes, int kR, int kLse>
 __device__ inline void segment_lse_weights(const float (&l)[kR][kLse], int n, int col, const bool (&owner)[kR],
                                            float* const (&w)[kR], float (&lse)[kR]) {
   constexpr float kNegInf = -INFINITY;
-  float m[kR], s[kR];
+  const int levels = 32 - __clz((n < kLanes ? n : kLanes) - 1);  // ceil(log2(min(n, kLanes))), n >= 1
+  float m[kR], s[kR], e[kR][kLse];
 #pragma unroll
   for (int i = 0; i < kR; ++i) {
     m[i] = kNegInf;
 #pragma unroll
     for (int k = 0; k < kLse; ++k) m[i] = fmaxf(m[i], l[i][k]);
   }
-#pragma unroll
-  for (int off = kLanes / 2; off > 0; off >>= 1)
-#pragma unroll
-    for (int i = 0; i < kR; ++i) m[i] = fmaxf(m[i], __shfl_xor_sync(0xffffffffu, m[i], off));
+  segment_butterfly(m, levels, [](float a, float b) { return fmaxf(a, b); });
 #pragma unroll
   for (int i = 0; i < kR; ++i) {
-    s[i] = 0.f;
-    if (m[i] != kNegInf)
+    s[i] = 0.f;  // m = -inf: every l is -inf, every term 0
 #pragma unroll
-      for (int k = 0; k < kLse; ++k) s[i] += l[i][k] == kNegInf ? 0.f : expf(l[i][k] - m[i]);
+    for (int k = 0; k < kLse; ++k) s[i] += e[i][k] = lse_term(l[i][k], m[i]);
   }
-#pragma unroll
-  for (int off = kLanes / 2; off > 0; off >>= 1)
-#pragma unroll
-    for (int i = 0; i < kR; ++i) s[i] += __shfl_xor_sync(0xffffffffu, s[i], off);
+  segment_butterfly(s, levels, [](float a, float b) { return a + b; });
 #pragma unroll
   for (int i = 0; i < kR; ++i) {
     const LseStats st{m[i], s[i]};
     if (owner[i])
 #pragma unroll
       for (int k = 0; k < kLse; ++k)
-        if (col + k * kLanes < n) w[i][col + k * kLanes] = lse_weight(l[i][k], st);
+        if (col + k * kLanes < n) w[i][col + k * kLanes] = lse_weight_of_term(l[i][k], e[i][k], st);
     lse[i] = lse_total(st);
   }
   __syncwarp();

@@ -27,16 +27,16 @@ struct LseStats {
   float sum;  // S: sum_i exp(lse_i - m); 0 when every partial is empty
 };
 
+// Partial i's term of S, exp(lse_i - m) (0 for an empty partial).
+TF_HD inline float lse_term(float lse_i, float max) { return lse_i == -INFINITY ? 0.f : expf(lse_i - max); }
+
 // Stats over lse[0], lse[stride], ..., lse[(n-1)*stride].
 TF_HD inline LseStats lse_stats(const float* lse, int n, int64_t stride = 1) {
   float m = -INFINITY;
   for (int i = 0; i < n; ++i) m = fmaxf(m, lse[i * stride]);
   if (m == -INFINITY) return {m, 0.f};
   float s = 0.f;
-  for (int i = 0; i < n; ++i) {
-    const float x = lse[i * stride];
-    if (x != -INFINITY) s += expf(x - m);
-  }
+  for (int i = 0; i < n; ++i) s += lse_term(lse[i * stride], m);
   return {m, s};
 }
 
@@ -45,9 +45,13 @@ TF_HD inline float lse_total(LseStats st) {
   return st.max == -INFINITY ? -INFINITY : st.max + logf(st.sum);
 }
 
-// Weight of partial i in the merged output; weights of non-empty partials sum to 1.
+// Weight of partial i in the merged output, from its term (lse_term(lse_i, st.max), which a caller
+// that summed S has at hand); weights of non-empty partials sum to 1.
+TF_HD inline float lse_weight_of_term(float lse_i, float term, LseStats st) {
+  return lse_i == -INFINITY ? 0.f : term / st.sum;
+}
 TF_HD inline float lse_weight(float lse_i, LseStats st) {
-  return lse_i == -INFINITY ? 0.f : expf(lse_i - st.max) / st.sum;
+  return lse_weight_of_term(lse_i, lse_term(lse_i, st.max), st);
 }
 
 // Host reference use and small device cases: merge n partials of `dim` values each.
