@@ -1,7 +1,8 @@
 // merge_probe: SM clocks of the split merge the fused flash_decode kernel runs in its tail
 // (cta_merge_inbox_rows, cluster_merge.h: n partials of `rows` rows from a CTA's shared-memory
 // inbox), by n and rows, and of its pieces: two CTA barriers alone, and segment_lse_weights (the
-// LSE statistics and weights of one warp's row). One CTA of kThreads threads repeats each piece
+// LSE statistics and weights of one warp's row; its merged lse is never read there, so the
+// compiler drops lse_total's logf from that piece). One CTA of kThreads threads repeats each piece
 // `kIters` times between clock64 reads of thread 0 (each merge starts and ends with a CTA
 // barrier, so repeats do not overlap). Run on a GPU machine: build/tools/merge_probe.
 // docs/notes/decode-latency.md (twenty-sixth session) has what it measured.

@@ -136,12 +136,10 @@ __device__ __forceinline__ void segment_butterfly(float (&v)[kR], int levels, Op
 // weight; lane col = 0 always). m and S are segment reductions (shuffles); the kR rows' reductions
 // are interleaved, so they cost one reduction's latency, and each spans only the lanes that hold
 // partials (the first 2^ceil(log2 n)): a wider step would only bring those lanes a -inf (max) or
-// a +0 (sum), so they get the full butterfly's bits in fewer steps. The merge runs on one warp's
-// serial chain in the launch's tail, where each step is a shuffle's round trip: merging one or two
-// partials (a team of one or two ranks) takes 270-370 SM clocks less than with every step, eight
-// ~50 less, 9-16 ~55 more (the loop's branches; tools/merge_probe, r229). Each weight divides the
-// sum's own term (lse_weight_of_term), not a second expf. Every lane of the warp must call it.
-// Ends with __syncwarp, so the weights are then readable by the warp.
+// a +0 (sum), so they get the full butterfly's bits in fewer steps: each step is a shuffle round
+// trip on the serial chain of the launch's tail (docs/notes/decode-latency.md, r229). Each weight
+// divides the sum's own term (lse_weight_of_term), not a second expf. Every lane of the warp must
+// call it. Ends with __syncwarp, so the weights are then readable by the warp.
 template <int kLanes, int kR, int kLse>
 __device__ inline void segment_lse_weights(const float (&l)[kR][kLse], int n, int col, const bool (&owner)[kR],
                                            float* const (&w)[kR], float (&lse)[kR]) {
