@@ -162,6 +162,28 @@ TEST(FlashDecodeSplits, HeuristicFillsWavesPastOneCtaPerSm) {
         }
 }
 
+TEST(FlashDecodeSplits, LongestFirstOrder) {
+  const std::vector<int32_t> lens = {3, 9, 9, 1, 0, 12};
+  EXPECT_EQ(longest_first(lens), (std::vector<int>{5, 1, 2, 0, 3, 4}));  // ties keep batch order
+  for (const std::vector<int32_t>& own : {std::vector<int32_t>{}, {7}, {9, 9, 3, 0}, {5, 5, 5}})
+    EXPECT_TRUE(longest_first(own).empty()) << own.size();  // already longest first
+  // Up to kMaxOrderedBatch sequences: a permutation, lengths non-increasing, ties by index.
+  std::vector<int32_t> many(at::kMaxOrderedBatch);
+  for (size_t i = 0; i < many.size(); ++i) many[i] = int32_t((i * 2654435761u) % 97);
+  const std::vector<int> order = longest_first(many);
+  ASSERT_EQ(order.size(), many.size());
+  std::vector<int> seen(order);
+  std::sort(seen.begin(), seen.end());
+  for (size_t i = 0; i < seen.size(); ++i) ASSERT_EQ(seen[i], int(i));
+  for (size_t z = 1; z < order.size(); ++z) {
+    const int32_t prev = many[size_t(order[z - 1])], cur = many[size_t(order[z])];
+    ASSERT_GE(prev, cur) << z;
+    if (prev == cur) ASSERT_LT(order[z - 1], order[z]) << z;
+  }
+  many.push_back(100);  // one past the bound: the batch's own order
+  EXPECT_TRUE(longest_first(many).empty());
+}
+
 TEST(FlashDecodeSplits, WorkspaceBytes) {
   EXPECT_EQ(decode_workspace_bytes(4, 96, 12, 128, 1), 0u);
   const size_t ws = decode_workspace_bytes(4, 96, 12, 128, 5);

@@ -131,7 +131,7 @@ struct Runner {
   ~Runner() { cudaStreamDestroy(stream); }
 
   Result run(const Data& d, const std::vector<int32_t>& starts, const std::vector<int32_t>& lens,
-             const Paged* pg = nullptr, DecodeConfig cfg = {}, int repeats = 1) {
+             const Paged* pg = nullptr, DecodeConfig cfg = {}, int repeats = 1, bool host_lens = true) {
     const Problem& p = d.pb;
     Dev<int32_t> s_d(starts.size()), l_d(lens.size());
     s_d.upload(starts), l_d.upload(lens);
@@ -150,7 +150,7 @@ struct Runner {
     }
     a.slice_start = s_d.p, a.slice_len = l_d.p;
     a.max_len = std::max(0, *std::max_element(lens.begin(), lens.end()));
-    a.host_slice_start = starts, a.host_slice_len = lens;
+    if (host_lens) a.host_slice_start = starts, a.host_slice_len = lens;  // else no batch order
     a.o_part = o.p, a.lse_part = lse.p, a.out = out.p;
     const DecodePlan plan = plan_decode(a, cfg);
     Dev<unsigned char> ws(plan.workspace_bytes);
@@ -305,6 +305,33 @@ TEST(FlashDecodeGpu, MoreGroupsThanSmsAutoPlanFillsWaves) {
   const std::string what = name(p) + " b=4 on 16 SMs, splits=" + std::to_string(r.num_splits);
   EXPECT_EQ(r.num_splits, 2) << what;
   expect_matches(d, r, o, lse, what);
+}
+
+// The batch order (longest first, from host lengths; params.h) decides which CTAs start first, not
+// what they compute: the same bits as the batch's own order (no host lengths) at one split count,
+// with the longest sequence last, an empty one and a one-token one.
+TEST(FlashDecodeGpu, LongestFirstOrderSameBitsAsBatchOrder) {
+  TF_REQUIRE_GPUS(1);
+  Runner run;
+  Problem p;
+  p.q_heads = 16, p.kv_heads = 2, p.head_dim = 64, p.batch = 37;
+  Rng rng{4242};
+  for (int b = 0; b < p.batch; ++b) p.lens.push_back(1 + int((rng.uniform() + 1.f) * 700.f));
+  p.lens[0] = 1, p.lens[5] = 0, p.lens[36] = 2100;
+  ASSERT_FALSE(longest_first(p.lens).empty());
+  const Data d = make_data(p, 4243);
+  const std::vector<int32_t> starts(size_t(p.batch), 0);
+  std::vector<double> o, lse;
+  reference(d, starts, p.lens, o, lse);
+  DecodeConfig cfg;
+  cfg.num_splits = 3;
+  const Result ordered = run.run(d, starts, p.lens, nullptr, cfg, 2);
+  const Result plain = run.run(d, starts, p.lens, nullptr, cfg, 1, false);
+  expect_matches(d, ordered, o, lse, name(p) + " longest first");
+  expect_matches(d, plain, o, lse, name(p) + " batch order");
+  EXPECT_EQ(0, std::memcmp(ordered.o.data(), plain.o.data(), plain.o.size() * 4));
+  EXPECT_EQ(0, std::memcmp(ordered.lse.data(), plain.lse.data(), plain.lse.size() * 4));
+  EXPECT_EQ(ordered.out, plain.out);
 }
 
 TEST(FlashDecodeGpu, PagedMatchesContiguousBitwise) {

@@ -89,8 +89,8 @@ struct DecodeArgs {
 
   // Optional host copies of the device arrays above: when non-empty they are validated (lengths
   // >= 0, slices inside the capacity, pages in range), and host_slice_len plans the splits of a
-  // ragged batch (choose_splits with lengths: 0.77-1.0 of the time planned from max_len, r205).
-  // They must hold the same values.
+  // ragged batch (choose_splits with lengths: 0.77-1.0 of the time planned from max_len, r205)
+  // and the order its CTAs start in (longest_first). They must hold the same values.
   std::span<const int32_t> host_slice_start;
   std::span<const int32_t> host_slice_len;
   std::span<const int32_t> host_block_table;
@@ -176,6 +176,15 @@ int choose_splits(int batch, int kv_heads, int max_len, int num_sms, int waves =
 // time planned from the longest alone on 9 ragged shapes, b=8 64/8 64K 230 -> 188 us, 0.93 of the
 // floor); else as above with max_len the longest.
 int choose_splits(int kv_heads, std::span<const int32_t> lens, int num_sms, int waves = 1);
+
+// The order in which a launch starts the sequences of a batch of these lengths: longest first,
+// equal lengths in batch order. Under the ragged plan a sequence's CTAs are as long as its splits,
+// so in batch order a long sequence late in the batch starts its CTAs last and finishes alone;
+// longest first, the short sequences' CTAs fill the slots the long ones leave. Empty (the batch's
+// own order) when that is already the order, or past 256 sequences (attention::kMaxOrderedBatch).
+// The decode kernels take it from DecodeArgs::host_slice_len when given; the fused kernel only in
+// a team of one (its deadlock argument needs the same order on every rank, fused_schedule.h).
+std::vector<int> longest_first(std::span<const int32_t> lens);
 
 // Rank r's slice [start, end) of a sequence of `len` tokens split contiguously over `world`
 // ranks, balanced in units of `align` tokens: with U = ceil(len/align) units, rank r gets

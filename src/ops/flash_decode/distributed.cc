@@ -172,6 +172,9 @@ void FlashDecode::launch_fused(const DecodeArgs& a, cudaStream_t stream) {
   const FusedPlan fp = fused_plan(a);  // validates
   attention::FusedDecodeParams p{};
   p.d = detail::make_decode_params(a, fp.num_splits, workspace_);
+  // Each rank's order follows its own slice lengths; the no-deadlock argument of the persistent
+  // schedule needs one order on every rank (fused_schedule.h), so only a team of one keeps it.
+  if (share_.world > 1) p.d.batch_ordered = 0;
   p.view = share_.heap->view();
   p.ll = inbox_;
   p.parity_lines = int64_t(sizes_.fused_parity_lines);

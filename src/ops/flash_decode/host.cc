@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <functional>
+#include <vector>
 
 #include "kernels.h"
 #include "taxfree/kernels/attention/config.h"
@@ -198,6 +200,15 @@ int choose_splits(int kv_heads, std::span<const int32_t> lens, int num_sms, int 
   return int(std::max<int64_t>(base, std::min(by_waves, by_len)));
 }
 
+std::vector<int> longest_first(std::span<const int32_t> lens) {
+  if (lens.size() > size_t(attention::kMaxOrderedBatch) || std::is_sorted(lens.begin(), lens.end(), std::greater<>()))
+    return {};
+  std::vector<int> order(lens.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = int(i);
+  std::stable_sort(order.begin(), order.end(), [&](int x, int y) { return lens[size_t(x)] > lens[size_t(y)]; });
+  return order;
+}
+
 size_t decode_workspace_bytes(int batch, int q_heads, int kv_heads, int head_dim, int num_splits) {
   TF_REQUIRE(batch >= 0 && q_heads >= 0 && kv_heads >= 0 && head_dim >= 0 && num_splits >= 0,
              Status::InvalidArgument, "decode_workspace_bytes: negative size");
@@ -295,6 +306,9 @@ attention::DecodeParams make_decode_params(const DecodeArgs& a, int num_splits, 
   p.kv_heads = a.kv_heads;
   p.group = a.q_heads / a.kv_heads;
   p.num_splits = num_splits;
+  const std::vector<int> order = longest_first(a.host_slice_len);
+  p.batch_ordered = order.empty() ? 0 : 1;
+  for (size_t z = 0; z < order.size(); ++z) p.batch_order[z] = uint8_t(order[z]);
   const float scale = a.softmax_scale > 0.f ? a.softmax_scale : 1.f / std::sqrt(float(a.head_dim));
   p.scale_log2 = scale * 1.44269504088896340736f;
   if (num_splits > 1) {  // sections as decode_workspace_bytes sizes them

@@ -26,6 +26,10 @@ inline constexpr int kThreads = kWarps * 32;
 // Query heads per KV head that one CTA serves: the 16 rows of the MMA. GQA ratios 1..16.
 inline constexpr int kMaxRows = 16;
 
+// Batches up to this size may carry an order (DecodeParams::batch_order, one byte per sequence in
+// the kernel arguments).
+inline constexpr int kMaxOrderedBatch = 256;
+
 // Most partials one combine merges: splits of one (batch, kv_head), or ranks of a team.
 inline constexpr int kMaxParts = 64;
 

@@ -4,10 +4,10 @@
 //
 // decode_partial_kernel<T, D, kPaged> — grid (num_splits, kv_heads, batch), kThreads threads,
 // decode_smem_bytes<D>() dynamic shared memory (96 KB, two CTAs per SM; config.h).
-//   CTA (s, h, b) attends split s of sequence b's slice for the query heads of KV head h. With one
-//   effective split it writes the outputs directly; otherwise it stores its partial in the
-//   workspace, and the last of the sequence's splits to finish (atomic arrival counter) merges
-//   them and writes the outputs: one kernel, no separate combine launch.
+//   CTA (s, h, z) attends split s of sequence b = batch_at(p, z)'s slice (params.h) for the query
+//   heads of KV head h. With one effective split it writes the outputs directly; otherwise it
+//   stores its partial in the workspace, and the last of the sequence's splits to finish (atomic
+//   arrival counter) merges them and writes the outputs: one kernel, no separate combine launch.
 //
 // combine_kernel — grid ceil(rows / kCombineRows), kThreads threads, static shared memory.
 //   Merges `world` rank partials per row (the BSP combine after the all-gather).
@@ -43,7 +43,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) decode_partial_kernel(co
   // time at batch <= 2 and the same at batch 4-32 (r155, world 1).
   dev::wait_prior_grid();
 
-  const int split = blockIdx.x, kvh = blockIdx.y, b = blockIdx.z;
+  const int split = blockIdx.x, kvh = blockIdx.y, b = batch_at(p, blockIdx.z);
   const TokenRange slice = slice_of(p.kv, b);
   const SplitRange sr = split_range(slice, p.num_splits, split);
   if (split >= sr.splits) return;  // beyond this sequence's splits: no work, not counted

@@ -116,6 +116,13 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) fused_decode_kernel(cons
     mark(kTraceCombined);
     return true;
   };
+  // Item i of the launch, its group position mapped through the batch order (params.h).
+  const auto item_at = [&](int i) {
+    FusedItem it = fused_item(i, d.num_splits);
+    const int pos = it.group / d.kv_heads;
+    it.group = batch_at(d, pos) * d.kv_heads + (it.group - pos * d.kv_heads);
+    return it;
+  };
   const auto attend = [&](const FusedItem& it, const TokenRange& slice, const SplitRange& sr) {
     const int64_t row0 = int64_t(it.group) * d.group;  // = b*q_heads + kvh*group
     cta_attend_chunk<T, D, kStages, kPaged>(d.kv, static_cast<const T*>(d.q) + row0 * D, d.group,
@@ -129,7 +136,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) fused_decode_kernel(cons
     static_assert(sizeof(float) * direct_stage_rows(D) * (D + 1) <= offsetof(Post, scratch),
                   "the direct merge's stage must not reach the scratch its merges use");
     __shared__ int counts[kDirectMaxWorld];
-    const FusedItem it = fused_item(blockIdx.x, d.num_splits);
+    const FusedItem it = item_at(blockIdx.x);
     const TokenRange slice = slice_of(d.kv, it.group / d.kv_heads);
     const SplitRange sr = split_range(slice, d.num_splits, it.split);
     const int64_t row0 = int64_t(it.group) * d.group;
@@ -159,7 +166,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) fused_decode_kernel(cons
     }
   } else if constexpr (kSchedule == FusedSchedule::clustered) {  // one item per CTA; the cluster holds the group's splits
     auto& cluster_inbox = *reinterpret_cast<ClusterInbox<D>*>(smem_raw + sizeof(AttendSmem<D, kStages>));
-    const FusedItem it = fused_item(blockIdx.x, d.num_splits);
+    const FusedItem it = item_at(blockIdx.x);
     const TokenRange slice = slice_of(d.kv, it.group / d.kv_heads);
     const SplitRange sr = split_range(slice, d.num_splits, it.split);
     const RowBlock rb = cluster_rows(d.group, d.num_splits, it.split);
@@ -194,7 +201,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) fused_decode_kernel(cons
       if (item >= grid + later) break;
       // The next ticket, its round trip behind this item (the first item needs none).
       if (threadIdx.x == 0) held = grid + dev::work_take(p.work, later, grid);
-      const FusedItem it = fused_item(int(item), d.num_splits);
+      const FusedItem it = item_at(int(item));
       const TokenRange slice = slice_of(d.kv, it.group / d.kv_heads);
       const SplitRange sr = split_range(slice, d.num_splits, it.split);
       if (it.split >= sr.splits) continue;  // beyond this sequence's splits: no work, not counted

@@ -1,8 +1,10 @@
 // Work schedule of the fused multi-rank decode kernel, and why its cross-rank waits cannot
 // deadlock. Header-only, includable from plain C++ (the CPU tests simulate the schedule).
 //
-// Work items: item i = g * num_splits + s is split s of group g = b * kv_heads + kvh (the query
-// heads of KV head kvh of sequence b). The grid has G = min(items, resident CTA slots) CTAs: CTA c
+// Work items: item i = g * num_splits + s is split s of group g = z * kv_heads + kvh (the query
+// heads of KV head kvh of the sequence at position z of the batch order, params.h; below "group g"
+// means this position, which maps to the same group on every rank only if every rank has the same
+// order: the host orders the batch only for a team of one, where nothing waits). The grid has G = min(items, resident CTA slots) CTAs: CTA c
 // starts with item c, and takes items G, G + 1, ... by ticket from a per-launch counter
 // (dev::work_take: tickets in increasing order, each CTA taking its next one while it works on
 // the current item; the first needs no ticket, whose round trip would delay every CTA's start,
@@ -60,7 +62,7 @@
 namespace taxfree::attention {
 
 struct FusedItem {
-  int group;  // b * kv_heads + kvh
+  int group;  // z * kv_heads + kvh, z the batch position (fused_decode_kernel maps it to the sequence)
   int split;  // 0 .. num_splits-1 (splits past a sequence's effective count have no work)
 };
 

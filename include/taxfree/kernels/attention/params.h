@@ -10,6 +10,11 @@
 //   ws_lse    [batch][kv_heads][num_splits][group]
 //   ws_count  [batch][kv_heads]               int32 arrival counters, 0 between launches
 // Query head h uses KV head h / group (group = q_heads / kv_heads, 1..16).
+//
+// Batch order: CTA position z of the decode grid (blockIdx.z; in the fused kernel, item i's group
+// position i / num_splits / kv_heads) attends sequence batch_order[z] when batch_ordered, else z.
+// Any permutation gives the same results; it decides which CTAs the hardware (or the fused
+// kernel's tickets) starts first.
 #pragma once
 
 #include <vector_types.h>  // uint4
@@ -38,7 +43,14 @@ struct DecodeParams {
   float* o_part;     // any of the three outputs may be null
   float* lse_part;
   void* out;
+  int batch_ordered;  // 0: position z is sequence z; else batch_order[0, batch) is a permutation
+  uint8_t batch_order[kMaxOrderedBatch];
 };
+
+// The sequence at position `pos` of the launch's batch order.
+TF_HD inline int batch_at(const DecodeParams& p, int pos) {
+  return p.batch_ordered ? int(p.batch_order[pos]) : pos;
+}
 
 // Cross-rank (BSP) combine: `world` partials laid out with a stride between ranks, so both the
 // dense [world][batch][q_heads][D] + [world][batch][q_heads] layout and one interleaved buffer per
