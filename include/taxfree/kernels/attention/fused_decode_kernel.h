@@ -116,18 +116,21 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) fused_decode_kernel(cons
     mark(kTraceCombined);
     return true;
   };
-  // Item i of the launch, its group position mapped through the batch order (params.h).
-  const auto item_at = [&](int i) {
-    FusedItem it = fused_item(i, d.num_splits);
-    const int pos = it.group / d.kv_heads;
-    it.group = batch_at(d, pos) * d.kv_heads + (it.group - pos * d.kv_heads);
-    return it;
+  // Item i of the launch: split `split` of group (b, kvh), b the sequence at the item's batch
+  // position (params.h). b and kvh travel with it: deriving them again from the group costs a
+  // division on every CTA's way to its first load.
+  struct Item {
+    int group, split, b, kvh;
   };
-  const auto attend = [&](const FusedItem& it, const TokenRange& slice, const SplitRange& sr) {
+  const auto item_at = [&](int i) {
+    const FusedItem f = fused_item(i, d.num_splits);
+    const int pos = f.group / d.kv_heads, kvh = f.group - pos * d.kv_heads, b = batch_at(d, pos);
+    return Item{b * d.kv_heads + kvh, f.split, b, kvh};
+  };
+  const auto attend = [&](const Item& it, const TokenRange& slice, const SplitRange& sr) {
     const int64_t row0 = int64_t(it.group) * d.group;  // = b*q_heads + kvh*group
-    cta_attend_chunk<T, D, kStages, kPaged>(d.kv, static_cast<const T*>(d.q) + row0 * D, d.group,
-                                            it.group / d.kv_heads, it.group % d.kv_heads, sr.tile_begin,
-                                            sr.tile_end, slice, d.scale_log2, smem);
+    cta_attend_chunk<T, D, kStages, kPaged>(d.kv, static_cast<const T*>(d.q) + row0 * D, d.group, it.b, it.kvh,
+                                            sr.tile_begin, sr.tile_end, slice, d.scale_log2, smem);
     mark(kTraceAttended);
   };
 
@@ -136,8 +139,8 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) fused_decode_kernel(cons
     static_assert(sizeof(float) * direct_stage_rows(D) * (D + 1) <= offsetof(Post, scratch),
                   "the direct merge's stage must not reach the scratch its merges use");
     __shared__ int counts[kDirectMaxWorld];
-    const FusedItem it = item_at(blockIdx.x);
-    const TokenRange slice = slice_of(d.kv, it.group / d.kv_heads);
+    const Item it = item_at(blockIdx.x);
+    const TokenRange slice = slice_of(d.kv, it.b);
     const SplitRange sr = split_range(slice, d.num_splits, it.split);
     const int64_t row0 = int64_t(it.group) * d.group;
     const bool attends = it.split < sr.splits;
@@ -166,8 +169,8 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) fused_decode_kernel(cons
     }
   } else if constexpr (kSchedule == FusedSchedule::clustered) {  // one item per CTA; the cluster holds the group's splits
     auto& cluster_inbox = *reinterpret_cast<ClusterInbox<D>*>(smem_raw + sizeof(AttendSmem<D, kStages>));
-    const FusedItem it = item_at(blockIdx.x);
-    const TokenRange slice = slice_of(d.kv, it.group / d.kv_heads);
+    const Item it = item_at(blockIdx.x);
+    const TokenRange slice = slice_of(d.kv, it.b);
     const SplitRange sr = split_range(slice, d.num_splits, it.split);
     const RowBlock rb = cluster_rows(d.group, d.num_splits, it.split);
     const int per = cluster_rows_per_cta(d.group, d.num_splits);
@@ -201,8 +204,8 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) fused_decode_kernel(cons
       if (item >= grid + later) break;
       // The next ticket, its round trip behind this item (the first item needs none).
       if (threadIdx.x == 0) held = grid + dev::work_take(p.work, later, grid);
-      const FusedItem it = item_at(int(item));
-      const TokenRange slice = slice_of(d.kv, it.group / d.kv_heads);
+      const Item it = item_at(int(item));
+      const TokenRange slice = slice_of(d.kv, it.b);
       const SplitRange sr = split_range(slice, d.num_splits, it.split);
       if (it.split >= sr.splits) continue;  // beyond this sequence's splits: no work, not counted
 

@@ -36,6 +36,7 @@ struct DecodeParams {
   int kv_heads;
   int group;
   int num_splits;    // grid.x; per-sequence effective splits come from split_range
+  int batch_ordered; // 0: position z is sequence z; else batch_order[0, batch) is a permutation
   float scale_log2;  // softmax_scale * log2(e)
   float* ws_o;       // only read/written when a sequence has > 1 effective split
   float* ws_lse;
@@ -43,7 +44,7 @@ struct DecodeParams {
   float* o_part;     // any of the three outputs may be null
   float* lse_part;
   void* out;
-  int batch_ordered;  // 0: position z is sequence z; else batch_order[0, batch) is a permutation
+  // Last: the fields every CTA reads first share constant-cache lines (batch_ordered among them).
   uint8_t batch_order[kMaxOrderedBatch];
 };
 
