@@ -116,15 +116,17 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) fused_decode_kernel(cons
     mark(kTraceCombined);
     return true;
   };
-  // Item i of the launch: split `split` of group (b, kvh), b the sequence at the item's batch
-  // position (params.h). b and kvh travel with it: deriving them again from the group costs a
-  // division on every CTA's way to its first load.
+  // Item i of the launch: split `split` of group (b, kvh). Only the persistent schedule, which runs
+  // items in waves, starts them in the batch order (params.h); the others run every item at once.
+  // b and kvh travel with the item: deriving them again from the group costs a division on every
+  // CTA's way to its first load.
   struct Item {
     int group, split, b, kvh;
   };
   const auto item_at = [&](int i) {
     const FusedItem f = fused_item(i, d.num_splits);
-    const int pos = f.group / d.kv_heads, kvh = f.group - pos * d.kv_heads, b = batch_at(d, pos);
+    const int pos = f.group / d.kv_heads, kvh = f.group - pos * d.kv_heads;
+    const int b = kSchedule == FusedSchedule::persistent ? batch_at(d, pos) : pos;
     return Item{b * d.kv_heads + kvh, f.split, b, kvh};
   };
   const auto attend = [&](const Item& it, const TokenRange& slice, const SplitRange& sr) {
