@@ -59,7 +59,10 @@ TEST(FlashDecodeFusedPlan, ClusteredWhereEveryGroupsClusterFits) {
 }
 
 TEST(FlashDecodeFusedPlan, PersistentWhereNoClusterFits) {
-  // A long slice keeps its 11 splits, which do not fit as clusters: the persistent grid.
+  // A long slice keeps its 11 splits, which do not fit as clusters: the persistent grid. Past 16K
+  // tokens already (clusters stream slower there, distributed.cc).
+  EXPECT_EQ(plan(args(16384), SplitMerge::cluster, device()).cluster, 8);
+  EXPECT_EQ(plan(args(16385), SplitMerge::cluster, device()).cluster, 0);
   FusedPlan fp = plan(args(65536), SplitMerge::cluster, device());
   EXPECT_EQ(fp.cluster, 0);
   EXPECT_EQ(fp.num_splits, 11);

@@ -244,7 +244,7 @@ struct FlashDecodeConfig {
   // count all three give the same bits, and bsp's):
   //   cluster  inside a thread-block cluster (distributed shared memory) when one cluster of 2..16
   //            splits per (sequence, KV head) fits at once on this GPU, one CTA per SM (for slices
-  //            up to 32K tokens the heuristic's split count may shrink to fit, to no less than half
+  //            up to 16K tokens the heuristic's split count may shrink to fit, to no less than half
   //            of it); otherwise as `global`;
   //   global   through global memory, by the last split to finish (the persistent grid);
   //   direct   not before the exchange: every split sends its raw partial to every rank, and the

@@ -19,7 +19,7 @@ int instance_index(DType dtype, int head_dim, bool paged) {
   return (dtype == DType::FP16 ? 4 : 0) + (head_dim == 128 ? 2 : 0) + (paged ? 1 : 0);
 }
 // Longest slice for which a fused plan gives up splits to run clustered (see fused_plan).
-constexpr int kClusterShrinkMaxTokens = 32768;
+constexpr int kClusterShrinkMaxTokens = 16384;
 }  // namespace
 
 FlashDecode::FlashDecode(Team& team, const FlashDecodeConfig& cfg) : FlashDecode(team.share(), cfg) {}
@@ -143,9 +143,11 @@ FusedPlan plan_fused(const DecodeArgs& a, const DecodePlan& plan, const FlashDec
   // The clustered schedule (fused_schedule.h): one cluster of C splits per group, at one CTA per SM,
   // when all of them fit at once (its no-deadlock condition). A forced split count is kept or not
   // clustered. The heuristic's may shrink to the largest C that fits, down to half of it, while
-  // slices are short: the merge saves ~3 us, fewer CTAs stream KV slower (r55, 96/12 heads, batch
-  // 1, 8 clustered splits against 11 in global memory: 26 vs 35 us at 8K tokens, 66 vs 69 at 32K,
-  // 222 vs 213 at 128K, 824 vs 777 at 512K).
+  // slices are short: the merge in shared memory saves a constant, but clusters stream KV slower
+  // on some GPUs, more so the longer the slice (world 1, 96/12 heads, batch 1, 8 splits either way:
+  // clustered 58.6 vs 56.2 us at 32K, r231; auto plans on another H200, r233: 0.3 us faster at 8K,
+  // 0.2-0.9 slower at 12K-24K, 1.4-2.3 slower at 32K; 64/8's 9 clusters of 9 were 0.7-1.2 faster up
+  // to 32K there but 2.4 slower at 32K on r231's GPU).
   const int hi = std::min(plan.num_splits, attention::kMaxClusterCtas);
   const bool shrink = cfg.num_splits == 0 && a.max_len <= kClusterShrinkMaxTokens;
   const int lo = shrink ? std::max(2, (plan.num_splits + 1) / 2) : plan.num_splits;
