@@ -183,7 +183,8 @@ int choose_splits(int kv_heads, std::span<const int32_t> lens, int num_sms, int 
 // longest first, the short sequences' CTAs fill the slots the long ones leave. Empty (the batch's
 // own order) when that is already the order, or past 256 sequences (attention::kMaxOrderedBatch).
 // The decode kernels take it from DecodeArgs::host_slice_len when given; the fused kernel only in
-// a team of one (its deadlock argument needs the same order on every rank, fused_schedule.h).
+// its persistent schedule (the others run every item at once) and in a team of one (its deadlock
+// argument needs the same order on every rank, fused_schedule.h).
 std::vector<int> longest_first(std::span<const int32_t> lens);
 
 // Rank r's slice [start, end) of a sequence of `len` tokens split contiguously over `world`

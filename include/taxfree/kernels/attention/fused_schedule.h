@@ -4,15 +4,15 @@
 // Work items: item i = g * num_splits + s is split s of group g = z * kv_heads + kvh (the query
 // heads of KV head kvh of the sequence at position z of the batch order, params.h; below "group g"
 // means this position, which maps to the same group on every rank only if every rank has the same
-// order: the host orders the batch only for a team of one, where nothing waits). The grid has G = min(items, resident CTA slots) CTAs: CTA c
-// starts with item c, and takes items G, G + 1, ... by ticket from a per-launch counter
-// (dev::work_take: tickets in increasing order, each CTA taking its next one while it works on
-// the current item; the first needs no ticket, whose round trip would delay every CTA's start,
-// r207: +0.8 us at 96/12 b=1 8K with one item per CTA), so a CTA that spent longer on
-// an item (a longer sequence's split, a merge, a wait) does not hold back the items after it: a
-// static order (CTA c: items c, c + G, ...) made the CTA that merged a group the last to finish its
-// next item, so it merged again (r206: 1.09-1.23x the decode alone at world 1 on ragged batches
-// with 4 items per CTA). For each item a CTA attends its split; with several effective splits the
+// order: the host orders the batch only for a team of one, where nothing waits). The grid has
+// G = min(items, resident CTA slots) CTAs: CTA c starts with item c, and takes items G, G + 1, ...
+// by ticket from a per-launch counter (dev::work_take: tickets in increasing order, each CTA taking
+// its next one while it works on the current item; the first needs no ticket, whose round trip
+// would delay every CTA's start, r207: +0.8 us at 96/12 b=1 8K with one item per CTA), so a CTA
+// that spent longer on an item (a longer sequence's split, a merge, a wait) does not hold back the
+// items after it: a static order (CTA c: items c, c + G, ...) made the CTA that merged a group the
+// last to finish its next item, so it merged again (r206: 1.09-1.23x the decode alone at world 1
+// on ragged batches with 4 items per CTA). For each item a CTA attends its split; with several effective splits the
 // last split to arrive (cta_arrive_last, no waiting) merges them. The CTA holding the group's
 // merged partial then
 //   1. sends it to every peer (LL lines, partial_exchange.h), and only then

@@ -11,8 +11,9 @@
 //   ws_count  [batch][kv_heads]               int32 arrival counters, 0 between launches
 // Query head h uses KV head h / group (group = q_heads / kv_heads, 1..16).
 //
-// Batch order: CTA position z of the decode grid (blockIdx.z; in the fused kernel, item i's group
-// position i / num_splits / kv_heads) attends sequence batch_order[z] when batch_ordered, else z.
+// Batch order: CTA position z of the decode grid (blockIdx.z; in the fused kernel's persistent
+// schedule, item i's position i / num_splits / kv_heads) attends sequence batch_order[z] when
+// batch_ordered, else z.
 // Any permutation gives the same results; it decides which CTAs the hardware (or the fused
 // kernel's tickets) starts first.
 #pragma once
