@@ -173,10 +173,11 @@ void FlashDecode::launch(Variant variant, const DecodeArgs& a, cudaStream_t stre
 void FlashDecode::launch_fused(const DecodeArgs& a, cudaStream_t stream) {
   const FusedPlan fp = fused_plan(a);  // validates
   attention::FusedDecodeParams p{};
-  p.d = detail::make_decode_params(a, fp.num_splits, workspace_);
-  // Each rank's order follows its own slice lengths; the no-deadlock argument of the persistent
-  // schedule needs one order on every rank (fused_schedule.h), so only a team of one keeps it.
-  if (share_.world > 1) p.d.batch_ordered = 0;
+  // Only the persistent schedule takes the batch order (the others run every item at once), and
+  // only in a team of one: each rank's order follows its own slice lengths, and the schedule's
+  // no-deadlock argument needs one order on every rank (fused_schedule.h).
+  const bool persistent = fp.cluster == 0 && !fp.direct;
+  p.d = detail::make_decode_params(a, fp.num_splits, workspace_, persistent && share_.world == 1);
   p.view = share_.heap->view();
   p.ll = inbox_;
   p.parity_lines = int64_t(sizes_.fused_parity_lines);

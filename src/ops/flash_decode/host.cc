@@ -261,7 +261,7 @@ void launch_decode_partial(const DecodeArgs& a, const DecodePlan& plan, void* wo
                                   << " bytes num_splits=" << plan.num_splits << " needs");
   }
 
-  const attention::DecodeParams p = detail::make_decode_params(a, plan.num_splits, workspace);
+  const attention::DecodeParams p = detail::make_decode_params(a, plan.num_splits, workspace, true);
   const dim3 grid(unsigned(plan.num_splits), unsigned(a.kv_heads), unsigned(a.batch));
   detail::dispatch(a.dtype, a.head_dim, [&]<class T, int D>() {
     detail::launch_decode_t<T, D>(paged(a.layout), p, grid, stream);
@@ -269,7 +269,7 @@ void launch_decode_partial(const DecodeArgs& a, const DecodePlan& plan, void* wo
 }
 
 namespace detail {
-attention::DecodeParams make_decode_params(const DecodeArgs& a, int num_splits, void* workspace) {
+attention::DecodeParams make_decode_params(const DecodeArgs& a, int num_splits, void* workspace, bool ordered) {
   attention::DecodeParams p{};
   attention::KvView& kv = p.kv;
   const int64_t d = a.head_dim;
@@ -306,7 +306,7 @@ attention::DecodeParams make_decode_params(const DecodeArgs& a, int num_splits, 
   p.kv_heads = a.kv_heads;
   p.group = a.q_heads / a.kv_heads;
   p.num_splits = num_splits;
-  const std::vector<int> order = longest_first(a.host_slice_len);
+  const std::vector<int> order = ordered ? longest_first(a.host_slice_len) : std::vector<int>{};
   p.batch_ordered = order.empty() ? 0 : 1;
   for (size_t z = 0; z < order.size(); ++z) p.batch_order[z] = uint8_t(order[z]);
   const float scale = a.softmax_scale > 0.f ? a.softmax_scale : 1.f / std::sqrt(float(a.head_dim));

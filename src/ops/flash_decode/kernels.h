@@ -32,9 +32,9 @@ template <class T, int D>
 int fused_max_clusters_t(bool paged, int cluster);
 
 // Kernel parameters of a validated DecodeArgs: KV view (strides per layout, slices), shape, scale,
-// outputs, and the split workspace sections (when num_splits > 1; `workspace` as sized by
-// decode_workspace_bytes).
-attention::DecodeParams make_decode_params(const DecodeArgs& a, int num_splits, void* workspace);
+// outputs, the split workspace sections (when num_splits > 1; `workspace` as sized by
+// decode_workspace_bytes), and with `ordered` the batch order of a.host_slice_len (longest_first).
+attention::DecodeParams make_decode_params(const DecodeArgs& a, int num_splits, void* workspace, bool ordered);
 
 // f.template operator()<T, D>() for the instantiation of (dtype, head_dim); both validated.
 template <class F>
