@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <vector>
 
 #include "expect_error.h"
 #include "taxfree/kernels/attention/fused_schedule.h"
@@ -82,6 +83,29 @@ TEST(FlashDecodeFusedPlan, PersistentWhereNoClusterFits) {
   EXPECT_EQ(fp.items, 192);
   EXPECT_EQ(fp.resident, 80);
   EXPECT_EQ(fp.grid, 80);
+}
+
+TEST(FlashDecodeFusedPlan, ClustersLandOnePerGpcWhereTheLayoutIsKnown) {
+  // An H200's counts (r236): two GPCs of 18 SMs, five of 16, one of 8, four units of 2.
+  static constexpr int kH200[16] = {132, 66, 39, 30, 22, 17, 15, 15, 9, 7, 7, 7, 7, 7, 7, 7};
+  FusedDevice d = device();
+  d.max_clusters = [](int c) { return c >= 1 && c <= 16 ? kH200[c - 1] : 0; };
+  DecodeArgs a = args(8192);
+  a.q_heads = 64, a.kv_heads = 8;  // 8 groups, 16 splits by plan_decode
+  // Without the layout the largest size that fits: 9 clusters of 9 fit, 10 of 10 do not.
+  EXPECT_EQ(plan(a, SplitMerge::cluster, d).cluster, 9);
+  // With it, 8 of 9 would put two on an 18-SM GPC; 8 of 8 land one on each of the 8 GPCs.
+  d.gpcs = infer_gpc_layout(std::vector<int>(kH200, kH200 + 16));
+  ASSERT_TRUE(d.gpcs.known);
+  FusedPlan fp = plan(a, SplitMerge::cluster, d);
+  EXPECT_EQ(fp.cluster, 8);
+  EXPECT_EQ(fp.num_splits, 8);
+  EXPECT_EQ(fp.grid, 64);
+  // 12 groups land one per GPC at no size down to half the splits: the largest that fits, as before.
+  EXPECT_EQ(plan(args(8192), SplitMerge::cluster, d).cluster, 8);
+  // 7 groups: clusters of 16 fit and land one per GPC.
+  a.q_heads = 56, a.kv_heads = 7;
+  EXPECT_EQ(plan(a, SplitMerge::cluster, d).cluster, 16);
 }
 
 TEST(FlashDecodeFusedPlan, DirectWhereConfiguredAndResident) {

@@ -31,11 +31,13 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "taxfree/device/launch_sequence.cuh"
+#include "taxfree/runtime/gpc_layout.h"
 #include "taxfree/runtime/rank_share.h"
 
 namespace taxfree {
@@ -313,11 +315,14 @@ struct FusedDevice {
   int direct_ctas_per_sm = 0;  // ... of the direct kernel
   // Clusters of `cluster` CTAs of the clustered kernel resident at once on that share.
   std::function<int(int cluster)> max_clusters;
+  // The GPCs as the clustered kernel's clusters see them (unknown: no preference among sizes).
+  GpcLayout gpcs;
 };
 
 // The fused plan of `a` (validated) given its split plan, the op's config and buffers, and the
 // device share: the direct schedule where configured and it fits, else the clustered one where all
-// clusters fit at once, else the persistent grid (fused_schedule.h). Throws NotSupported where the
+// clusters fit at once (of the sizes allowed, the largest whose clusters land one per GPC where
+// the layout is known, else the largest), else the persistent grid (fused_schedule.h). Throws NotSupported where the
 // share holds no fused CTA.
 FusedPlan plan_fused(const DecodeArgs& a, const DecodePlan& plan, const FlashDecodeConfig& cfg,
                      const FlashDecodeBuffers& sizes, const FusedDevice& device);
@@ -376,6 +381,7 @@ class FlashDecode {
   dev::LaunchSequence work_{};     // the persistent fused schedule's item tickets
   int occupancy_[16] = {};         // fused_ctas_per_sm cache, 0 = not queried yet
   std::map<int, int> max_clusters_;  // fused_max_clusters cache
+  std::optional<GpcLayout> gpcs_;    // of the whole GPU, inferred at the first fused plan
   bool skip_signal_ = false;
   uint32_t combine_delay_ns_ = 0;
   uint64_t* trace_ = nullptr;

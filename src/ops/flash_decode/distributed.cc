@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <utility>
+#include <vector>
 
 #include "kernels.h"
 #include "taxfree/kernels/attention/fused_schedule.h"
@@ -100,6 +101,14 @@ FusedDevice FlashDecode::fused_device(const DecodeArgs& a) {
   d.max_clusters = [this, dtype = a.dtype, head_dim = a.head_dim, paged](int c) {
     return int(int64_t(fused_max_clusters(dtype, head_dim, paged, c)) * share_.sm_count / device_sms_);
   };
+  // A device fact (every clustered launch runs one CTA per SM); of no use to a share of the GPU,
+  // whose clusters land among other shares'.
+  if (!gpcs_) {
+    std::vector<int> counts;
+    for (int c = 1; c <= GpcLayout::kMaxCluster; ++c) counts.push_back(fused_max_clusters(a.dtype, a.head_dim, paged, c));
+    gpcs_ = infer_gpc_layout(counts);
+  }
+  if (share_.sm_count == device_sms_) d.gpcs = *gpcs_;
   return d;
 }
 
@@ -151,13 +160,24 @@ FusedPlan plan_fused(const DecodeArgs& a, const DecodePlan& plan, const FlashDec
   const int hi = std::min(plan.num_splits, attention::kMaxClusterCtas);
   const bool shrink = cfg.num_splits == 0 && a.max_len <= kClusterShrinkMaxTokens;
   const int lo = shrink ? std::max(2, (plan.num_splits + 1) / 2) : plan.num_splits;
-  for (int c = hi; c >= lo; --c)
-    if (device.max_clusters(c) >= groups) {
-      fp.cluster = fp.num_splits = c;
-      fp.items = int64_t(c) * groups;
-      fp.grid = int(fp.items);
+  // Of the sizes that fit, the largest whose clusters land one per GPC, else the largest: the
+  // scheduler deals clusters round-robin over the GPCs, and where some hold two and others one the
+  // doubled ones stream last (b=1 32K, 8 splits: 8 clusters of 8 at 0.95 of the global schedule's
+  // time, 10-12 at 1.05-1.12, r236; 64/8's 8 clusters of 9 put two on one GPC, of 8 one on each).
+  int c_fit = 0;
+  for (int c = hi; c >= lo; --c) {
+    if (device.max_clusters(c) < groups) continue;
+    if (c_fit == 0) c_fit = c;
+    if (device.gpcs.holding(c) >= groups) {
+      c_fit = c;
       break;
     }
+  }
+  if (c_fit > 0) {
+    fp.cluster = fp.num_splits = c_fit;
+    fp.items = int64_t(c_fit) * groups;
+    fp.grid = int(fp.items);
+  }
   return fp;
 }
 
