@@ -31,7 +31,6 @@
 #include <cstdint>
 #include <functional>
 #include <map>
-#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -381,7 +380,7 @@ class FlashDecode {
   dev::LaunchSequence work_{};     // the persistent fused schedule's item tickets
   int occupancy_[16] = {};         // fused_ctas_per_sm cache, 0 = not queried yet
   std::map<int, int> max_clusters_;  // fused_max_clusters cache
-  std::optional<GpcLayout> gpcs_;    // of the whole GPU, inferred at the first fused plan
+  GpcLayout gpcs_;                   // of the whole GPU (unknown for a share of it)
   bool skip_signal_ = false;
   uint32_t combine_delay_ns_ = 0;
   uint64_t* trace_ = nullptr;

@@ -12,11 +12,12 @@
 // SMs come in TPC pairs (S is even) and a GPC holds at most 18 (9 TPCs). An H200 reads
 // 132 66 39 30 22 17 15 15 9 7 7 7 7 7 7 7: two GPCs of 18, five of 16, one of 8 and four units of 2.
 // Where the counts fit no such layout (another architecture, a share of the SMs, other work
-// resident), the layout is unknown and says so. Host only, no CUDA calls.
+// resident), the layout is unknown and says so. Host only; infer_gpc_layout makes no CUDA calls.
 #pragma once
 
 #include <array>
 #include <span>
+#include <vector>
 
 namespace taxfree {
 
@@ -34,5 +35,13 @@ struct GpcLayout {
 // The layout whose counts are `max_clusters` (size c at index c - 1, c = 1..16). Unknown with
 // fewer entries, with no cluster of one resident, or unless the layout gives back every count.
 GpcLayout infer_gpc_layout(std::span<const int> max_clusters);
+
+// The counts of `device` (sizes 1..16 at one CTA per SM with the whole shared memory, asked of a
+// kernel of its own; empty where the device launches no clusters), cached per device, thread-safe.
+// Occupancy queries only: no launch, no allocation, safe during stream capture. Throws only where
+// the device cannot be selected.
+std::vector<int> device_cluster_counts(int device);
+// infer_gpc_layout(device_cluster_counts(device)).
+GpcLayout device_gpc_layout(int device);
 
 }  // namespace taxfree

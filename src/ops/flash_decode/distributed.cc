@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <utility>
-#include <vector>
 
 #include "kernels.h"
 #include "taxfree/kernels/attention/fused_schedule.h"
@@ -21,6 +20,8 @@ int instance_index(DType dtype, int head_dim, bool paged) {
 }
 // Longest slice for which a fused plan gives up splits to run clustered (see fused_plan).
 constexpr int kClusterShrinkMaxTokens = 16384;
+// Longest slice for which a fused plan prefers clusters that land one per GPC (see fused_plan).
+constexpr int kClusterOnePerGpcMaxTokens = 8192;
 }  // namespace
 
 FlashDecode::FlashDecode(Team& team, const FlashDecodeConfig& cfg) : FlashDecode(team.share(), cfg) {}
@@ -34,6 +35,9 @@ FlashDecode::FlashDecode(RankShare share, const FlashDecodeConfig& cfg) : share_
   TF_REQUIRE(share_.sm_count <= device_sms_, Status::InvalidArgument,
              "flash_decode: rank " << share_.rank << "'s share of " << share_.sm_count << " SMs exceeds the device's "
                                    << device_sms_);
+  // Where clusters land (the clustered plan's choice of size): a fact of the whole GPU, of no use
+  // to a share of it, whose clusters land among other shares'.
+  if (share_.sm_count == device_sms_) gpcs_ = device_gpc_layout(dev);
   const FlashDecodeBuffers bytes = flash_decode_buffers(cfg, share_.world, share_.sm_count);
 
   // Collective and ordered: the same allocations on every rank (same config, same world).
@@ -101,14 +105,7 @@ FusedDevice FlashDecode::fused_device(const DecodeArgs& a) {
   d.max_clusters = [this, dtype = a.dtype, head_dim = a.head_dim, paged](int c) {
     return int(int64_t(fused_max_clusters(dtype, head_dim, paged, c)) * share_.sm_count / device_sms_);
   };
-  // A device fact (every clustered launch runs one CTA per SM); of no use to a share of the GPU,
-  // whose clusters land among other shares'.
-  if (!gpcs_) {
-    std::vector<int> counts;
-    for (int c = 1; c <= GpcLayout::kMaxCluster; ++c) counts.push_back(fused_max_clusters(a.dtype, a.head_dim, paged, c));
-    gpcs_ = infer_gpc_layout(counts);
-  }
-  if (share_.sm_count == device_sms_) d.gpcs = *gpcs_;
+  d.gpcs = gpcs_;
   return d;
 }
 
@@ -160,15 +157,17 @@ FusedPlan plan_fused(const DecodeArgs& a, const DecodePlan& plan, const FlashDec
   const int hi = std::min(plan.num_splits, attention::kMaxClusterCtas);
   const bool shrink = cfg.num_splits == 0 && a.max_len <= kClusterShrinkMaxTokens;
   const int lo = shrink ? std::max(2, (plan.num_splits + 1) / 2) : plan.num_splits;
-  // Of the sizes that fit, the largest whose clusters land one per GPC, else the largest: the
-  // scheduler deals clusters round-robin over the GPCs, and where some hold two and others one the
-  // doubled ones stream last (b=1 32K, 8 splits: 8 clusters of 8 at 0.95 of the global schedule's
-  // time, 10-12 at 1.05-1.12, r236; 64/8's 8 clusters of 9 put two on one GPC, of 8 one on each).
+  // Of the sizes that fit, the largest, or while slices are short the largest whose clusters land
+  // one per GPC where there is one: the scheduler deals clusters round-robin over the GPCs, 64/8's
+  // 8 clusters of 9 put two on one GPC (of 8, one on each), and a plan of 9 was measured ~1 us
+  // slower before it streams, then 1/9 faster per token (b=1, 9 vs 8 clusters: 10.90 vs 10.15 us at
+  // 4K, 14.75 vs 14.84 at 8K, 22.94 vs 24.12 at 16K, r237).
+  const bool one_per_gpc = a.max_len <= kClusterOnePerGpcMaxTokens;
   int c_fit = 0;
   for (int c = hi; c >= lo; --c) {
     if (device.max_clusters(c) < groups) continue;
     if (c_fit == 0) c_fit = c;
-    if (device.gpcs.holding(c) >= groups) {
+    if (one_per_gpc && device.gpcs.holding(c) >= groups) {
       c_fit = c;
       break;
     }
