@@ -95,18 +95,19 @@ TEST(FlashDecodeFusedPlan, ClustersLandOnePerGpcWhereTheLayoutIsKnown) {
     a.q_heads = 64, a.kv_heads = 8;  // 8 groups, 16 splits by plan_decode
     return a;
   };
-  DecodeArgs a = args_of(8192);
+  DecodeArgs a = args_of(4096);
   // Without the layout the largest size that fits: 9 clusters of 9 fit, 10 of 10 do not.
   EXPECT_EQ(plan(a, SplitMerge::cluster, d).cluster, 9);
-  // With it, up to 8K tokens: 8 of 9 would put two on an 18-SM GPC; 8 of 8 land one on each GPC.
+  // With it, up to 7K tokens: 8 of 9 would put two on an 18-SM GPC; 8 of 8 land one on each GPC.
   d.gpcs = infer_gpc_layout(std::vector<int>(kH200, kH200 + 16));
   ASSERT_TRUE(d.gpcs.known);
   FusedPlan fp = plan(a, SplitMerge::cluster, d);
   EXPECT_EQ(fp.cluster, 8);
   EXPECT_EQ(fp.num_splits, 8);
   EXPECT_EQ(fp.grid, 64);
-  // Past 8K tokens the largest that fits again (9 streams 1/9 faster per token, r237).
-  EXPECT_EQ(plan(args_of(16384), SplitMerge::cluster, d).cluster, 9);
+  EXPECT_EQ(plan(args_of(7168), SplitMerge::cluster, d).cluster, 8);
+  // Past 7K tokens the largest that fits again (9 streams 1/9 faster per token, r237).
+  EXPECT_EQ(plan(args_of(7169), SplitMerge::cluster, d).cluster, 9);
   // 12 groups land one per GPC at no size down to half the splits: the largest that fits, as before.
   EXPECT_EQ(plan(args(8192), SplitMerge::cluster, d).cluster, 8);
   // 7 groups: clusters of 16 fit and land one per GPC.

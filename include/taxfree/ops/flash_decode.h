@@ -320,8 +320,9 @@ struct FusedDevice {
 
 // The fused plan of `a` (validated) given its split plan, the op's config and buffers, and the
 // device share: the direct schedule where configured and it fits, else the clustered one where all
-// clusters fit at once (of the sizes allowed, the largest whose clusters land one per GPC where
-// the layout is known, else the largest), else the persistent grid (fused_schedule.h). Throws NotSupported where the
+// clusters fit at once (of the sizes allowed, the largest; for slices up to 7K tokens the largest
+// whose clusters land one per GPC where the layout is known and one does), else the persistent
+// grid (fused_schedule.h). Throws NotSupported where the
 // share holds no fused CTA.
 FusedPlan plan_fused(const DecodeArgs& a, const DecodePlan& plan, const FlashDecodeConfig& cfg,
                      const FlashDecodeBuffers& sizes, const FusedDevice& device);

@@ -21,7 +21,7 @@ int instance_index(DType dtype, int head_dim, bool paged) {
 // Longest slice for which a fused plan gives up splits to run clustered (see fused_plan).
 constexpr int kClusterShrinkMaxTokens = 16384;
 // Longest slice for which a fused plan prefers clusters that land one per GPC (see fused_plan).
-constexpr int kClusterOnePerGpcMaxTokens = 8192;
+constexpr int kClusterOnePerGpcMaxTokens = 7168;
 }  // namespace
 
 FlashDecode::FlashDecode(Team& team, const FlashDecodeConfig& cfg) : FlashDecode(team.share(), cfg) {}
@@ -160,8 +160,9 @@ FusedPlan plan_fused(const DecodeArgs& a, const DecodePlan& plan, const FlashDec
   // Of the sizes that fit, the largest, or while slices are short the largest whose clusters land
   // one per GPC where there is one: the scheduler deals clusters round-robin over the GPCs, 64/8's
   // 8 clusters of 9 put two on one GPC (of 8, one on each), and a plan of 9 was measured ~1 us
-  // slower before it streams, then 1/9 faster per token (b=1, 9 vs 8 clusters: 10.90 vs 10.15 us at
-  // 4K, 14.75 vs 14.84 at 8K, 22.94 vs 24.12 at 16K, r237).
+  // slower to start, then 1/9 faster per token (b=1, 9 vs 8 clusters: 10.90 vs 10.15 us at 4K,
+  // 14.75 vs 14.84 at 8K, 22.94 vs 24.12 at 16K, r237; r238 the same within 0.1 us): even below
+  // ~7.5K tokens.
   const bool one_per_gpc = a.max_len <= kClusterOnePerGpcMaxTokens;
   int c_fit = 0;
   for (int c = hi; c >= lo; --c) {
