@@ -3,8 +3,8 @@
 // clusters of 8 on an H200 lost to the same splits unclustered, eight did not). CUDA names no GPC,
 // but every CTA of a cluster runs on one GPC, so SMs that share a cluster share a GPC. On the GPU
 // machine, `build/tools/gpc_probe` prints:
-//   1. max active clusters of C CTAs at one CTA per SM (cudaOccupancyMaxActiveClusters, the count
-//      the fused plan reads), C = 1..16;
+//   1. max active clusters of C CTAs at one CTA per SM (cudaOccupancyMaxActiveClusters), C = 1..16,
+//      and the GPC sizes the library infers from such counts (GpcLayout, the fused plan reads it);
 //   2. the GPCs: SMs joined by sharing a cluster over launches of the most clusters of 16, 8, 4 and
 //      2 CTAs (union-find on %smid), with each group's size;
 //   3. where the scheduler puts N clusters of C (every CTA resident at once): clusters per GPC,
@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "taxfree/runtime/error.h"
+#include "taxfree/runtime/gpc_layout.h"
 
 namespace {
 
@@ -100,6 +101,11 @@ int main() {
   std::vector<int> most(17, 0);
   std::printf("max active clusters by size:");
   for (int c = 1; c <= 16; ++c) std::printf(" %d:%d", c, most[size_t(c)] = max_clusters(c));
+  std::printf("\n");
+  const GpcLayout layout = device_gpc_layout(dev);
+  std::printf("layout the library infers from those counts (gpc_layout.h):%s", layout.known ? "" : " unknown");
+  for (int s = GpcLayout::kMaxSms; s >= 1; --s)
+    if (layout.gpcs_of_size[size_t(s)] > 0) std::printf(" %dx%d", layout.gpcs_of_size[size_t(s)], s);
   std::printf("\n");
 
   Groups g(sms);
