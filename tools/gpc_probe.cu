@@ -102,9 +102,9 @@ int main() {
   std::printf("max active clusters by size:");
   for (int c = 1; c <= 16; ++c) std::printf(" %d:%d", c, most[size_t(c)] = max_clusters(c));
   std::printf("\n");
-  const GpcLayout layout = device_gpc_layout(dev);
+  const taxfree::GpcLayout layout = taxfree::device_gpc_layout(dev);
   std::printf("layout the library infers from those counts (gpc_layout.h):%s", layout.known ? "" : " unknown");
-  for (int s = GpcLayout::kMaxSms; s >= 1; --s)
+  for (int s = taxfree::GpcLayout::kMaxSms; s >= 1; --s)
     if (layout.gpcs_of_size[size_t(s)] > 0) std::printf(" %dx%d", layout.gpcs_of_size[size_t(s)], s);
   std::printf("\n");
 
