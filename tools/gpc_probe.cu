@@ -102,12 +102,8 @@ int main() {
   std::printf("max active clusters by size:");
   for (int c = 1; c <= 16; ++c) std::printf(" %d:%d", c, most[size_t(c)] = max_clusters(c));
   std::printf("\n");
-  const taxfree::GpcLayout layout = taxfree::device_gpc_layout(dev);
-  std::printf("layout the library infers from those counts (gpc_layout.h):%s", layout.known ? "" : " unknown");
-  for (int s = taxfree::GpcLayout::kMaxSms; s >= 1; --s)
-    if (layout.gpcs_of_size[size_t(s)] > 0) std::printf(" %dx%d", layout.gpcs_of_size[size_t(s)], s);
-  std::printf("\n");
-
+  std::printf("layout the library infers from those counts (gpc_layout.h): %s\n",
+              taxfree::to_string(taxfree::device_gpc_layout(dev)).c_str());
   Groups g(sms);
   for (int size : {16, 8, 4, 2})
     for (int rep = 0; rep < 4 && most[size_t(size)] > 0; ++rep) {

@@ -17,6 +17,7 @@
 #include "taxfree/device/scoped_memory.cuh"
 #include "taxfree/runtime/coordinator.h"
 #include "taxfree/runtime/error.h"
+#include "taxfree/runtime/gpc_layout.h"
 #include "taxfree/runtime/team.h"
 
 namespace taxfree::bench {
@@ -255,6 +256,10 @@ int run(Team& team, const RunRequest& req) {
                 "(graph %.2f us)\n",
                 rates.hbm_bytes_per_s * 1e-9, rates.nvlink_bytes_per_s * 1e-9, rates.flag_latency_s * 1e6,
                 rates.launch_s * 1e6, rates.graph_launch_s * 1e6);
+  // Where clusters land differs between chips of one model (floorsweeping), and with it what the
+  // clustered plans choose: every run names its GPU's GPCs (gpc_layout.h).
+  const std::string gpcs = to_string(device_gpc_layout(team.device()));
+  if (root) std::printf("# GPCs (count x usable SMs, rank 0's GPU): %s\n", gpcs.c_str());
 
   nlohmann::json results = nlohmann::json::array(), summary = nlohmann::json::array();
   int64_t total_wrong = 0;
@@ -470,6 +475,7 @@ int run(Team& team, const RunRequest& req) {
         {"nccl_version", nccl},
         {"device", p.name},
         {"device_uuids", gpus},
+        {"gpcs", gpcs},
         {"rates",
          {{"hbm_gbs", rates.hbm_bytes_per_s * 1e-9}, {"nvlink_ce_gbs", rates.nvlink_bytes_per_s * 1e-9},
           {"flag_latency_us", rates.flag_latency_s * 1e6}, {"launch_us", rates.launch_s * 1e6},

@@ -89,4 +89,13 @@ std::vector<int> device_cluster_counts(int device) {
 
 GpcLayout device_gpc_layout(int device) { return infer_gpc_layout(device_cluster_counts(device)); }
 
+std::string to_string(const GpcLayout& layout) {
+  if (!layout.known) return "unknown";
+  std::string text;
+  for (int s = GpcLayout::kMaxSms; s >= 1; --s)
+    if (const int n = layout.gpcs_of_size[size_t(s)]; n > 0)
+      text += (text.empty() ? "" : " ") + std::to_string(n) + "x" + std::to_string(s);
+  return text;
+}
+
 }  // namespace taxfree

@@ -30,6 +30,7 @@ TEST(GpcLayout, H200CountsGiveItsGpcs) {
     const int want = s == 18 ? 2 : s == 16 ? 5 : s == 8 ? 1 : s == 2 ? 4 : 0;
     EXPECT_EQ(l.gpcs_of_size[size_t(s)], want) << "GPCs of " << s << " SMs";
   }
+  EXPECT_EQ(to_string(l), "2x18 5x16 1x8 4x2");
   // r236's placements: 8 clusters of 8 one per GPC, the 8th of 9 on a GPC that already has one.
   EXPECT_EQ(l.holding(8), 8);
   EXPECT_EQ(l.holding(9), 7);
@@ -59,6 +60,7 @@ TEST(GpcLayout, UnknownWhereTheCountsFitNoLayout) {
   // Half the H200's counts, as a share of half its SMs might scale them: no GPC sizes give these.
   EXPECT_FALSE(infer_gpc_layout(std::vector<int>{66, 33, 19, 15, 11, 8, 7, 7, 4, 3, 3, 3, 3, 3, 3, 3}).known);
   EXPECT_FALSE(infer_gpc_layout(std::vector<int>(16, 0)).known);  // nothing resident
+  EXPECT_EQ(to_string(infer_gpc_layout(counts_of({9, 16, 16}))), "unknown");
 }
 
 }  // namespace

@@ -17,6 +17,7 @@
 
 #include <array>
 #include <span>
+#include <string>
 #include <vector>
 
 namespace taxfree {
@@ -43,5 +44,8 @@ GpcLayout infer_gpc_layout(std::span<const int> max_clusters);
 std::vector<int> device_cluster_counts(int device);
 // infer_gpc_layout(device_cluster_counts(device)).
 GpcLayout device_gpc_layout(int device);
+
+// "COUNTxSMS ..." by size, largest first (an H200: "2x18 5x16 1x8 4x2"), or "unknown".
+std::string to_string(const GpcLayout& layout);
 
 }  // namespace taxfree
