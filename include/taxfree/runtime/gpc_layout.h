@@ -39,8 +39,8 @@ GpcLayout infer_gpc_layout(std::span<const int> max_clusters);
 
 // The counts of `device` (sizes 1..16 at one CTA per SM with the whole shared memory, asked of a
 // kernel of its own; empty where the device launches no clusters), cached per device, thread-safe.
-// Occupancy queries only: no launch, no allocation, safe during stream capture. Throws only where
-// the device cannot be selected.
+// A function attribute and occupancy queries only: no launch, no allocation, no stream work
+// (the current device is restored). Throws only where the device cannot be selected.
 std::vector<int> device_cluster_counts(int device);
 // infer_gpc_layout(device_cluster_counts(device)).
 GpcLayout device_gpc_layout(int device);
