@@ -3,8 +3,8 @@
 // clusters of 8 on an H200 lost to the same splits unclustered, eight did not). CUDA names no GPC,
 // but every CTA of a cluster runs on one GPC, so SMs that share a cluster share a GPC. On the GPU
 // machine, `build/tools/gpc_probe` prints:
-//   1. max active clusters of C CTAs at one CTA per SM (cudaOccupancyMaxActiveClusters), C = 1..16,
-//      and the GPC sizes the library infers from such counts (GpcLayout, the fused plan reads it);
+//   1. max active clusters of C CTAs at one CTA per SM, C = 1..16 (device_cluster_counts), and
+//      the GPC sizes the library infers from them (GpcLayout, the fused plan reads it);
 //   2. the GPCs: SMs joined by sharing a cluster over launches of the most clusters of 16, 8, 4 and
 //      2 CTAs (union-find on %smid), with each group's size;
 //   3. where the scheduler puts N clusters of C (every CTA resident at once): clusters per GPC,
@@ -57,14 +57,6 @@ cudaLaunchConfig_t config(int clusters, int size, cudaLaunchAttribute* attr) {
   return c;
 }
 
-int max_clusters(int size) {
-  cudaLaunchAttribute attr;
-  const cudaLaunchConfig_t c = config(size, size, &attr);
-  int n = 0;
-  TF_CUDA(cudaOccupancyMaxActiveClusters(&n, record_sm, &c));
-  return n;
-}
-
 // The SM of every CTA of one launch of `clusters` clusters of `size`.
 std::vector<int> placement(int clusters, int size) {
   const int n = clusters * size;
@@ -98,9 +90,13 @@ int main() {
   TF_CUDA(cudaFuncSetAttribute(record_sm, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
   std::printf("SMs %d, shared memory per CTA %d bytes (one CTA per SM)\n", sms, g_smem);
 
-  std::vector<int> most(17, 0);
+  // most[c]: max active clusters of c, as the library counts them (record_sm also takes an SM).
+  std::vector<int> most = taxfree::device_cluster_counts(dev);
+  TF_REQUIRE(most.size() == size_t(taxfree::GpcLayout::kMaxCluster), taxfree::Status::NotSupported,
+             "gpc_probe: this device reports no cluster occupancy");
+  most.insert(most.begin(), 0);
   std::printf("max active clusters by size:");
-  for (int c = 1; c <= 16; ++c) std::printf(" %d:%d", c, most[size_t(c)] = max_clusters(c));
+  for (int c = 1; c <= taxfree::GpcLayout::kMaxCluster; ++c) std::printf(" %d:%d", c, most[size_t(c)]);
   std::printf("\n");
   std::printf("layout the library infers from those counts (gpc_layout.h): %s\n",
               taxfree::to_string(taxfree::device_gpc_layout(dev)).c_str());
