@@ -438,5 +438,30 @@ TEST(AgmmVariants, AutoPicksKsplitOnlyWhereItRuns) {
   EXPECT_NE(choose_agmm_variant(a, 2, cfg), AgmmVariant::ksplit);
 }
 
+// One rank: nothing travels, so auto never overlaps a copy with the GEMM (bsp), except ksplit's one
+// kernel at skinny M and nsplit above it (one product straight into C), where ksplit's conditions
+// hold.
+TEST(AgmmVariants, AutoAtOneRankPicksBspOrTheSplitsThatWriteCOnce) {
+  AgmmConfig cfg;
+  for (int gd : {0, 1})
+    for (int64_t m : {1, 32, 33, 256, 1024, 8192})
+      for (int64_t n : {3584, 4096, 7168})
+        for (bool replicated : {false, true}) {
+          AgmmArgs a = args_for({m, n, 8192, gd});
+          a.b_replicated = replicated;
+          const bool splits = gd == 1 && replicated && m <= cfg.ksplit_max_m;
+          const AgmmVariant want = !splits ? AgmmVariant::bsp : m <= agmm::kSkinnyMaxM ? AgmmVariant::ksplit
+                                                                                     : AgmmVariant::nsplit;
+          EXPECT_EQ(choose_agmm_variant(a, 1, cfg), want) << "M=" << m << " N=" << n << " gd " << gd
+                                                           << (replicated ? " replicated" : "");
+        }
+  AgmmArgs a = args_for({256, 3584, 8192, 1});
+  a.b_replicated = true;
+  EXPECT_EQ(choose_agmm_variant(a, 1, cfg), AgmmVariant::nsplit);
+  EXPECT_EQ(choose_agmm_variant(a, 2, cfg), AgmmVariant::ksplit);  // two ranks: the table above
+  cfg.ksplit_max_m = 0;
+  EXPECT_EQ(choose_agmm_variant(a, 1, cfg), AgmmVariant::bsp);
+}
+
 }  // namespace
 }  // namespace taxfree
