@@ -5,7 +5,9 @@
 
 Each row is one case; each variant gets its median time (us) and the op's throughput figure
 (busbw GB/s for collectives, TFLOP/s for GEMMs, GB/s for memory-bound kernels); the last columns
-are the best non-baseline variant's speedup over the fastest baseline and time over the floor.
+are the best non-baseline variant's speedup over the fastest baseline and time over the floor. A
+variant whose every median is under 0.1 us timed nothing (flash_decode's comm-only at one rank: no
+exchange) and is left out, named under its table; at one rank the NVLink rate is not printed.
 --taxes: instead, per op, the bench summary's three-tax breakdown of the BSP baseline (DESIGN.md:
 bulk-synchronous = BSP - max(compute-only, communication-only); data locality = intermediates'
 HBM round trip at the measured rate; launch = BSP's extra kernels x the measured launch cost)
@@ -18,6 +20,7 @@ from collections import OrderedDict
 FIGURE = {"all_gather": ("busbw_gbs", "busbw GB/s"), "put_get": ("algbw_gbs", "GB/s"),
           "gemm": ("tflops", "TFLOP/s"), "decode": ("algbw_gbs", "GB/s"),
           "flash_decode": ("algbw_gbs", "GB/s")}
+kNothingUs = 0.1  # a variant whose every median is below this timed no work
 
 
 def fmt(x, digits=1):
@@ -37,8 +40,9 @@ def main():
     r = d["rates"]
     v = d["nccl_version"]
     lat = f", flag one-way {r['flag_latency_us']:.2f} us" if r.get("flag_latency_us") else ""
-    print(f"Measured in the same run: HBM copy {r['hbm_gbs']:.0f} GB/s, NVLink copy engine "
-          f"{r['nvlink_ce_gbs']:.0f} GB/s{lat}, launch {r['launch_us']:.2f} us (graph {r['graph_launch_us']:.2f} us); "
+    link = f", NVLink copy engine {r['nvlink_ce_gbs']:.0f} GB/s" if r.get("nvlink_ce_gbs") else ""
+    print(f"Measured in the same run: HBM copy {r['hbm_gbs']:.0f} GB/s{link}{lat}, launch {r['launch_us']:.2f} us "
+          f"(graph {r['graph_launch_us']:.2f} us); "
           f"{d['config']['ranks']} ranks, {d['device']}, NCCL {v // 10000}.{v // 100 % 100}.{v % 100}.\n")
     if a.taxes:
         for op in ops:
@@ -49,6 +53,8 @@ def main():
         if not rows:
             continue
         variants = list(OrderedDict.fromkeys(x["variant"] for x in rows))
+        empty = [v for v in variants if all(x["time_us"]["median"] < kNothingUs for x in rows if x["variant"] == v)]
+        variants = [v for v in variants if v not in empty]
         key, label = FIGURE.get(op, (None, None))
         cases = list(OrderedDict.fromkeys((x["case"], x["size"]) for x in rows))[:: a.every]
         head = ["case", "size (B)"]
@@ -71,6 +77,8 @@ def main():
             best = s.get("best_us") or s.get("baseline_us")
             cells.append(f"{best / fl:.2f}" if fl and best else "-")
             print("| " + " | ".join(cells) + " |")
+        if empty:
+            print(f"\nLeft out, timed nothing (every median < {kNothingUs} us): {', '.join(empty)}.")
         print()
 
 

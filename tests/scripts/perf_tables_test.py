@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""scripts/perf_tables.py on a small bench JSON: the variant table's speedup and floor ratio, and
---taxes' three-tax rows ('-' where a tax does not apply)."""
+"""scripts/perf_tables.py on a small bench JSON: the variant table's speedup and floor ratio, what a
+one-rank run leaves out, and --taxes' three-tax rows ('-' where a tax does not apply)."""
 import json
 import os
 import subprocess
@@ -26,9 +26,9 @@ BENCH = {
 }
 
 
-def run(*args):
+def run(*args, bench=BENCH):
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
-        json.dump(BENCH, f)
+        json.dump(bench, f)
     try:
         return subprocess.run([sys.executable, SCRIPT, f.name, *args], check=True, capture_output=True,
                               text=True).stdout
@@ -48,6 +48,19 @@ class PerfTables(unittest.TestCase):
         self.assertEqual(r[2:6], ["34.00", "1.0", "27.00", "2.0"])
         self.assertEqual(r[6], "1.26x (fused)")
         self.assertEqual(r[7], "2.00")  # best / floor = 27 / 13.5
+
+    def test_one_rank_leaves_out_what_timed_nothing(self):
+        one = json.loads(json.dumps(BENCH))
+        one["config"]["ranks"], one["rates"]["nvlink_ce_gbs"], one["rates"]["flag_latency_us"] = 1, 0.0, 0.0
+        one["results"].append({"op": "flash_decode", "case": "b=1", "size": 100, "variant": "comm-only",
+                               "time_us": {"median": 0.02}, "algbw_gbs": 5e6})
+        out = run(bench=one)
+        self.assertNotIn("NVLink", out)
+        self.assertNotIn("comm-only us", out)
+        self.assertIn("Left out, timed nothing (every median < 0.1 us): comm-only.", out)
+        (r,) = rows(out)
+        self.assertEqual(r[2:], ["34.00", "1.0", "27.00", "2.0", "1.26x (fused)", "2.00"])
+        self.assertIn("NVLink copy engine 390 GB/s", run())
 
     def test_taxes(self):
         out = run("--taxes")
