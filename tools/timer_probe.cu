@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "taxfree/device/stream_read.cuh"
 #include "taxfree/ops/flash_decode.h"
 #include "taxfree/runtime/error.h"
 #include "taxfree/runtime/team.h"
@@ -64,16 +65,8 @@ __device__ void spin_body(long long cycles, unsigned long long* span) {
 
 __global__ void spin(long long cycles, unsigned long long* span) { spin_body(cycles, span); }
 
-// Reads `n` uint4 with a grid-stride loop (HBM-bound for n well past L2); one lane's sum is kept.
-__device__ void stream_body(const uint4* src, int64_t n, unsigned* sink) {
-  unsigned acc = 0;
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    const uint4 v = src[i];
-    acc ^= v.x ^ v.y ^ v.z ^ v.w;
-  }
-  if (acc == 0x12345678u) *sink = acc;
-}
-__global__ void stream(const uint4* src, int64_t n, unsigned* sink) { stream_body(src, n, sink); }
+// Reads `n` uint4 (HBM-bound for n well past L2).
+__global__ void stream(const uint4* src, int64_t n, unsigned* sink) { taxfree::dev::stream_read(src, n, sink); }
 
 // The same two with dynamic shared memory touched once (as the decode kernels hold ~200 KB).
 __global__ void spin_smem(long long cycles) {
@@ -86,7 +79,7 @@ __global__ void spin_smem(long long cycles) {
 __global__ void stream_smem(const uint4* src, int64_t n, unsigned* sink) {
   extern __shared__ unsigned smem[];
   smem[threadIdx.x] = threadIdx.x;
-  stream_body(src, n, sink);
+  taxfree::dev::stream_read(src, n, sink);
   __syncthreads();
   if (smem[(threadIdx.x + 1) % blockDim.x] == 0xFFFFFFFFu) *sink = 1;
 }

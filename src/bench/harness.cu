@@ -15,6 +15,7 @@
 #include <sstream>
 
 #include "taxfree/device/scoped_memory.cuh"
+#include "taxfree/device/stream_read.cuh"
 #include "taxfree/runtime/coordinator.h"
 #include "taxfree/runtime/error.h"
 #include "taxfree/runtime/gpc_layout.h"
@@ -46,15 +47,9 @@ __global__ void gate_kernel(const uint32_t* open, uint32_t ticket, uint64_t time
 // --cold's flush: reads a buffer of four times the L2, so that every line a timed op touches is
 // evicted and the L2 holds clean lines, as after a layer whose weights streamed through it. The
 // memset it replaces left dirty lines, whose write-backs the timed op then paid beside its own
-// reads (up to the L2's 50 MB on an H200, ~12 µs at the HBM rate). The XOR is stored only on a
-// value that cannot be foreseen, so the loads are not dead code; a store there is harmless.
+// reads (r246: 1.4-4.6 us of small cold decode shapes).
 __global__ void l2_evict_kernel(const uint4* words, int64_t count, uint32_t* sink) {
-  uint32_t x = 0;
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < count; i += int64_t(gridDim.x) * blockDim.x) {
-    const uint4 v = words[i];
-    x ^= v.x ^ v.y ^ v.z ^ v.w;
-  }
-  if (x == 0x9e3779b9u) *sink = x;
+  dev::stream_read(words, count, sink);
 }
 
 // Sum of every rank's value (all ranks call; the coordinator carries it).
