@@ -123,15 +123,16 @@ class FlashDecodeBench final : public bench::OpBench {
     if (team.rank() == 0)
       std::printf("# plan: %s -> fused splits=%d grid=%d cluster=%d; fused-direct splits=%d grid=%d direct=%d\n",
                   c.label.c_str(), fp.num_splits, fp.grid, fp.cluster, dp.num_splits, dp.grid, int(dp.direct));
+    cfg.split_merge = FlashDecodeConfig::SplitMerge::global;
+    global_ = std::make_unique<FlashDecode>(team, cfg);
     if (const char* prefix = std::getenv("TAXFREE_FD_TRACE"); prefix != nullptr && *prefix != '\0') {
       const std::string tail = "." + std::to_string(s_.batch) + "x" + std::to_string(s_.kv) + "x" +
                                std::to_string(s_.q_heads) + "-" + std::to_string(s_.kv_heads) + ".rank" +
                                std::to_string(team.rank()) + ".txt";
       traces_[0].start(*op_, fp.grid, prefix + tail);
       traces_[1].start(*direct_, dp.grid, prefix + std::string(".direct") + tail);
+      traces_[2].start(*global_, global_->fused_plan(a_).grid, prefix + std::string(".global") + tail);
     }
-    cfg.split_merge = FlashDecodeConfig::SplitMerge::global;
-    global_ = std::make_unique<FlashDecode>(team, cfg);
     cfg.bsp_buffers = BspBuffers::plain;
     plain_ = std::make_unique<FlashDecode>(team, cfg);
     for (FlashDecode* f : {op_.get(), global_.get(), direct_.get()}) f->set_skip_signal(opt.skip_signal_rank == team.rank());
@@ -221,9 +222,10 @@ class FlashDecodeBench final : public bench::OpBench {
   }
 
  private:
-  // TAXFREE_FD_TRACE=PREFIX: the last launch's timeline (FusedDecodeParams::trace) of `fused` and
-  // of `fused-direct`, one line per CTA: "cta" then the FusedTraceEvent values (%globaltimer ns, 0 =
-  // not reached; the SM last), into PREFIX[.direct].<batch>x<kv>x<q_heads>-<kv_heads>.rank<r>.txt.
+  // TAXFREE_FD_TRACE=PREFIX: the last launch's timeline (FusedDecodeParams::trace) of `fused`,
+  // `fused-direct` and `fused-global`, one line per CTA: "cta" then the FusedTraceEvent values
+  // (%globaltimer ns, 0 = not reached; the SM last), into
+  // PREFIX[.direct|.global].<batch>x<kv>x<q_heads>-<kv_heads>.rank<r>.txt.
   struct Trace {
     uint64_t* buf = nullptr;
     int ctas = 0;
@@ -309,7 +311,7 @@ class FlashDecodeBench final : public bench::OpBench {
   DecodeArgs a_;
   std::unique_ptr<FlashDecode> op_, global_, plain_, direct_;
   std::map<int, std::vector<double>> reference_;
-  Trace traces_[2];  // TAXFREE_FD_TRACE only: fused, fused-direct
+  Trace traces_[3];  // TAXFREE_FD_TRACE only: fused, fused-direct, fused-global
 };
 
 }  // namespace
