@@ -98,13 +98,13 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) fused_decode_kernel(cons
   // as the peers' lines arrive (no barrier between: the push only reads `part`). After
   // share_epoch. False: a wait gave up (the fault record names it); the CTA must stop.
   const auto exchange = [&](const PartialTile<D>& part, int rows, int64_t row) {
+    mark(kTraceMerged);
     if (v.world == 1) {  // nothing to exchange; the combine of one partial is a copy
       cta_store_one_rank<T, D>(part, rows, static_cast<T*>(d.out) + row * D);
       mark(kTraceCombined);
       return true;
     }
     uint4* const inbox = p.ll + fused_inbox_span(epoch, p.parity_lines, v.world, p.rows, D).begin;  // this parity
-    mark(kTraceMerged);
     if (!p.skip_signal) cta_push_partial_ll<D>(part, rows, inbox + v.rank * sender_lines + row * kRow, v, uint32_t(epoch));
     mark(kTracePushed);
     if (p.combine_delay_ns != 0) dev::sleep_for_ns(p.combine_delay_ns);
@@ -217,6 +217,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) fused_decode_kernel(cons
         const int64_t part0 = int64_t(it.group) * d.num_splits;
         cta_store_tile<D>(tile, group, d.ws_o + (part0 + it.split) * group * D, d.ws_lse + (part0 + it.split) * group);
         if (!cta_arrive_last(d.ws_count + it.group, sr.splits)) continue;
+        mark(kTraceSynced);  // every split's partial is in
         cta_combine_partials<D>(d.ws_o + part0 * group * D, int64_t(group) * D, d.ws_lse + part0 * group, group,
                                 sr.splits, group, smem.post.scratch, tile);
       }

@@ -103,7 +103,9 @@ struct FusedDecodeParams {
 };
 
 // Points of the fused kernel's timeline that FusedDecodeParams::trace records, and last the SM the
-// CTA ran on (not a time).
+// CTA ran on (not a time). synced: the group's split partials are all in (cluster barrier, or the
+// split counter's last arrival); merged: the group's partial of this rank is ready to send (or, in a
+// team of one, to store).
 enum FusedTraceEvent { kTraceStart, kTraceAttended, kTraceSynced, kTraceMerged, kTracePushed, kTraceArrived,
                        kTraceCombined, kTraceEnd, kTraceSm, kFusedTraceEvents };
 
