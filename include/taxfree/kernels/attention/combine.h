@@ -265,16 +265,13 @@ struct StridedPartials {
   __device__ const float* lse_of(int p) const { return lse + p * lse_stride; }
 };
 
-// Partials read with plain loads for warp_merge_rows, located by `where` (see above). Weak loads,
-// unconditional within a kTermStep step, with the partial index clamped into [0, n): ptxas keeps
-// them back to back (per-load predicates or branches were serialised behind the math, seen in
-// SASS). kMergeLoads float4 loads per lane in flight (96 registers): all 11-16 splits of two rows
-// per warp (group 8, D = 128) in one round trip.
-template <int D, int kR, class Where>
+// Partials read with plain loads for warp_merge_rows, located by `where` (see above), kP of each
+// row per fetch. Weak loads, unconditional within a kTermStep step, with the partial index clamped
+// into [0, n): ptxas keeps them back to back (per-load predicates or branches were serialised
+// behind the math, seen in SASS).
+template <int D, int kR, class Where, int kP>
 struct LoadedPartials {
-  static constexpr int kMergeLoads = 24;
-  static constexpr int kParts =
-      kMergeLoads / kR < Where::kMaxPartials ? kMergeLoads / kR : Where::kMaxPartials;
+  static constexpr int kParts = kP;
   static constexpr bool kStepped = kR * kParts <= kMaxSteppedValues;
   using L = MergeLayout<D>;
   const Where& where;
@@ -308,17 +305,32 @@ struct LoadedPartials {
 // The merge of n partials of rows [0, rows) located by `where`, read with LoadedPartials: each
 // merged row goes to emit(r, col, acc, lse) on the lanes that own it (lane `col` of the row's
 // segment: 4 values). No synchronisation inside.
+//
+// Partials per fetch: as many as kMergeLoads float4 per lane allow (128 registers at D = 128: all
+// 16 splits of two rows per warp, group 8, in one L2 round trip; at 24 loads splits 13-16 took a
+// second one, +0.5 us of the merge, r251; D = 64 stays at 24, where 32 spilled in the combine
+// kernel), or kFewParts when n is that small: a fetch runs all its loads and terms whatever n, and
+// that straight-line code is run once per launch, in the tail, with its instructions not yet in
+// the SM's caches (r251: with 32 loads and no small fetch, n = 1-2 merges read 1-4% slower).
 template <int D, class Where, class Emit>
 __device__ inline void merge_loaded_rows(const Where& where, int n, int rows, CombineScratch& scratch, Emit&& emit) {
+  constexpr int kMergeLoads = D == 128 ? 32 : 24, kFewParts = 8;
   for_warp_rows<D>(rows, [&]<int kR>(std::integral_constant<int, kR>, const int (&r)[kR], const bool (&owner)[kR]) {
     const int col = (threadIdx.x & 31) % MergeLayout<D>::kLanes;
-    LoadedPartials<D, kR, Where> src{where, n, col, r};
-    float4 acc[kR];
-    float lse[kR];
-    warp_merge_rows<D>(src, n, r, owner, scratch, acc, lse);
+    const auto merge = [&]<int kP>(std::integral_constant<int, kP>) {
+      LoadedPartials<D, kR, Where, kP> src{where, n, col, r};
+      float4 acc[kR];
+      float lse[kR];
+      warp_merge_rows<D>(src, n, r, owner, scratch, acc, lse);
 #pragma unroll
-    for (int i = 0; i < kR; ++i)
-      if (owner[i]) emit(r[i], col, acc[i], lse[i]);
+      for (int i = 0; i < kR; ++i)
+        if (owner[i]) emit(r[i], col, acc[i], lse[i]);
+    };
+    constexpr int kAll = kMergeLoads / kR < Where::kMaxPartials ? kMergeLoads / kR : Where::kMaxPartials;
+    if constexpr (kAll > kFewParts) {
+      if (n <= kFewParts) return merge(std::integral_constant<int, kFewParts>{});
+    }
+    merge(std::integral_constant<int, kAll>{});
   });
 }
 
@@ -336,7 +348,7 @@ __device__ inline void merge_loaded_rows(const Where& where, int n, int rows, Co
 //
 // It runs in the launch's tail, so it is built for latency (warp_merge_rows): a warp merges its
 // whole rows (a half-warp per row when D = 64), lane j owning float4 column j; the LSEs and the o
-// values of all the warp's rows go out together, up to LoadedPartials::kMergeLoads per lane: one
+// values of all the warp's rows go out together, up to merge_loaded_rows' kMergeLoads per lane: one
 // round trip for n <= 12 at two rows per warp (group 8, D = 128). The sum S is a tree: the result
 // differs from the host formula by float rounding only, and is the same bits wherever the
 // partials are read from.
