@@ -310,8 +310,8 @@ struct LoadedPartials {
 // 16 splits of two rows per warp, group 8, in one L2 round trip; at 24 loads splits 13-16 took a
 // second one, +0.5 us of the merge, r251; D = 64 stays at 24, where 32 spilled in the combine
 // kernel), or kFewParts when n is that small: a fetch runs all its loads and terms whatever n, and
-// that straight-line code is run once per launch, in the tail, with its instructions not yet in
-// the SM's caches (r251: with 32 loads and no small fetch, n = 1-2 merges read 1-4% slower).
+// that straight-line code runs once per launch, in the tail, likely with its instructions not yet
+// in the SM's caches (r251: with 32 loads and no small fetch, n = 1-2 merges read 1-4% slower).
 template <int D, class Where, class Emit>
 __device__ inline void merge_loaded_rows(const Where& where, int n, int rows, CombineScratch& scratch, Emit&& emit) {
   constexpr int kMergeLoads = D == 128 ? 32 : 24, kFewParts = 8;
@@ -349,7 +349,7 @@ __device__ inline void merge_loaded_rows(const Where& where, int n, int rows, Co
 // It runs in the launch's tail, so it is built for latency (warp_merge_rows): a warp merges its
 // whole rows (a half-warp per row when D = 64), lane j owning float4 column j; the LSEs and the o
 // values of all the warp's rows go out together, up to merge_loaded_rows' kMergeLoads per lane: one
-// round trip for n <= 12 at two rows per warp (group 8, D = 128). The sum S is a tree: the result
+// round trip for n <= 16 at two rows per warp (group 8, D = 128). The sum S is a tree: the result
 // differs from the host formula by float rounding only, and is the same bits wherever the
 // partials are read from.
 template <int D, class Where>
