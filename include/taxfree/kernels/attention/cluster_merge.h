@@ -115,7 +115,7 @@ __device__ inline bool cluster_inbox_wait(ClusterInbox<D>& inbox, const dev::Fau
 }
 
 // The inbox's partials for cta_merge_partials: at most a cluster's, so a warp merging one row loads
-// 16 partials per round trip, not merge_loaded_rows' 32 (a smaller unrolled loop in the launch's tail).
+// 16 partials per round trip, not merge_loaded_rows' 24-32 (a smaller unrolled loop in the launch's tail).
 struct ClusterPartials : StridedPartials {
   static constexpr int kMaxPartials = kMaxClusterCtas;
 };
