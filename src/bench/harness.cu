@@ -35,6 +35,11 @@ constexpr int kTimingRounds = 16;
 // behind the gate in one batch (what the stream takes without blocking the host).
 constexpr int kMaxRunsPerSample = 64;
 constexpr int kMaxGatedLaunches = 600;
+// --cold: untimed flushed runs of a variant after another variant's round. With one, the first
+// cold sample of a round was 7-9 us slower in 8-16 of 16 rounds (flash_decode fused-global and
+// decode-only, 64/8 b=1 4K/16K; the second 0-8, the third 0-5), and a variant timed alone never
+// (r254-r257: not the gate, the host, the flush's size or what is queued behind; cause unknown).
+constexpr int kColdSwitchRuns = 4;
 
 // Holds the stream until the host has queued a whole timed batch, so the GPU never waits for the
 // host's launches inside a timed region. Bounded: after `timeout_ns` it lets the batch run anyway.
@@ -377,8 +382,13 @@ int run(Team& team, const RunRequest& req) {
           const std::string& v = pending[vi].variant;
           const int reps_all = pending[vi].reps;
           const int n = opt.iters / rounds + (r < opt.iters % rounds ? 1 : 0);
-          team.device_barrier(s);
-          bench->run(v, s);  // untimed: the variant's first run after another's
+          // Untimed: the variant's first runs after another's. Cold, kColdSwitchRuns of them, each
+          // behind its own flush: the first cold samples after a switch read slow (below).
+          for (int k = 0; k < (flush ? kColdSwitchRuns : 1); ++k) {
+            if (flush) flush_l2(s);
+            team.device_barrier(s);
+            bench->run(v, s);
+          }
           std::vector<Event> starts(static_cast<size_t>(n)), stops(static_cast<size_t>(n));
           // Queue the whole batch behind a gate when it fits the stream's queue.
           const bool gated = double(n) * (3 + reps_all * bench->launches(v)) <= kMaxGatedLaunches;
