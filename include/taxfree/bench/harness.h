@@ -48,7 +48,8 @@ double max_over_ranks(CoordinatorClient& coordinator, const std::string& key, do
 // launches: about o.sample_us worth (so what a sample adds once and the launch gaps of small ops do
 // not dominate; nccl-tests also times back-to-back runs), 1-64, no more than lets a round's batch of
 // samples queue behind the gate (each sample: 3 items + runs x launches, at most 600 items), and 1
-// with a cold L2 (every run follows its own flush).
+// with a cold L2 (every run follows its own flush; a round then starts with four untimed flushed
+// runs, see harness.cu).
 int runs_per_sample(const Options& o, double run_s, int launches);
 
 // Parse "-b 1K", "64M", "1G" (powers of 1024) into bytes; throws InvalidArgument naming the text.
