@@ -38,7 +38,8 @@ constexpr int kMaxGatedLaunches = 600;
 // --cold: untimed flushed runs of a variant after another variant's round. With one, the first
 // cold sample of a round was 7-9 us slower in 8-16 of 16 rounds (flash_decode fused-global and
 // decode-only, 64/8 b=1 4K/16K; the second 0-8, the third 0-5), and a variant timed alone never
-// (r254-r257: not the gate, the host, the flush's size or what is queued behind; cause unknown).
+// (r254-r257: not the gate, the host, the flush's size or what is queued behind; cause unknown;
+// r258: with four, 0-5 of 48 samples slow per row).
 constexpr int kColdSwitchRuns = 4;
 
 // Holds the stream until the host has queued a whole timed batch, so the GPU never waits for the
@@ -383,7 +384,7 @@ int run(Team& team, const RunRequest& req) {
           const int reps_all = pending[vi].reps;
           const int n = opt.iters / rounds + (r < opt.iters % rounds ? 1 : 0);
           // Untimed: the variant's first runs after another's. Cold, kColdSwitchRuns of them, each
-          // behind its own flush: the first cold samples after a switch read slow (below).
+          // behind its own flush: the first cold samples after a switch read slow (see kColdSwitchRuns).
           for (int k = 0; k < (flush ? kColdSwitchRuns : 1); ++k) {
             if (flush) flush_l2(s);
             team.device_barrier(s);
