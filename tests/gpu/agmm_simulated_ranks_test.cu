@@ -21,8 +21,10 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <memory>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -291,6 +293,44 @@ TEST(AgmmSim, BspIsNotSupportedWithoutNccl) {
     }
   }
   sim.run(ps, AgmmVariant::push, "push after the refused bsp");
+}
+
+// Shapes nobody listed at a random world, fresh every run (TAXFREE_TEST_SEED=N repeats one; its
+// seed is in every failure): 2-8 simulated ranks (5-7 included, which no other test runs), either
+// gather dim, dtype and B layout, M, N and K log-uniform within the shard rules (gather_dim 0: M a
+// multiple of W; 1: K / W a multiple of 8), through two variants drawn from those a share runs
+// (the gathering ones and decomposed; ksplit and nsplit too where B is replicated), the second
+// in place.
+TEST(AgmmSim, RandomShapesAtRandomWorlds) {
+  REQUIRE_SIMULATION_ENV();
+  const uint64_t seed = test::test_seed();
+  RecordProperty("seed", std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  const auto uni = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  const auto log_uni = [&](int lo, int hi) {
+    return int64_t(std::exp(std::uniform_real_distribution<double>(std::log(lo), std::log(hi + 1.0))(rng)));
+  };
+  for (int i = 0; i < 6; ++i) {
+    const int w = uni(2, 8), gd = uni(0, 1);
+    const DType t = uni(0, 1) ? DType::bf16 : DType::fp16;
+    const BLayout l = uni(0, 1) ? BLayout::NK : BLayout::KN;
+    const int64_t n = log_uni(1, 1024);
+    const int64_t m = gd == 0 ? w * log_uni(1, 400) : log_uni(1, 1000);
+    const int64_t k = gd == 0 ? log_uni(1, 2000) : w * 8 * log_uni(1, 250);
+    const bool same_b = gd == 1 && uni(0, 1);
+    std::vector<AgmmVariant> pool = {AgmmVariant::push, AgmmVariant::sm_specialized, AgmmVariant::fused_ce,
+                                     AgmmVariant::decomposed};
+    if (same_b) pool.push_back(AgmmVariant::ksplit), pool.push_back(AgmmVariant::nsplit);
+    SimulatedAgmm sim(w, m, k);
+    auto ps = sim.problems({m, n, k, gd, t, l}, rng(), same_b);
+    const std::string shape = world_label(w) + label(ps[0].shape()) + (same_b ? " B replicated" : "") + " (seed " +
+                              std::to_string(seed) + ", shape " + std::to_string(i) + ") ";
+    for (int in_place = 0; in_place < 2; ++in_place) {
+      const AgmmVariant v = pool[size_t(uni(0, int(pool.size()) - 1))];
+      sim.run(ps, v, shape + variant_name(v) + (in_place ? " in place" : ""), in_place == 1);
+    }
+    if (HasFailure()) return;
+  }
 }
 
 }  // namespace

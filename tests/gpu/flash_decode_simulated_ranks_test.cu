@@ -10,11 +10,14 @@
 // refused (NotSupported) without NCCL.
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <map>
 #include <memory>
+#include <random>
 #include <set>
 #include <string>
 #include <vector>
@@ -204,6 +207,57 @@ TEST(FlashDecodeSim, ManyFusedStepsWithoutResetAtThreeRanks) {
     for (int i = 0; i < kSteps; ++i)
       for (int r = 0; r < kWorld; ++r) sim.launch(r, ls[size_t(r)].args(p), r == 1 ? 20'000u : 0u);
     run_and_check(sim, g, ls, std::string("after ") + std::to_string(kSteps) + " steps, " + merge_name(merge));
+  }
+}
+
+// Shapes nobody listed at a random world, fresh every run (TAXFREE_TEST_SEED=N repeats one; its
+// seed is in every failure): 2-8 simulated ranks (5-7 included, which no other test runs), each
+// split merge, either dtype and head_dim, 1-8 KV heads at any GQA ratio, batch 1-12, every rank's
+// slice of every sequence drawn on its own (log-uniform, a quarter of them empty or one token).
+// Two steps per problem with fresh q, every rank against the double reference and bitwise equal
+// to rank 0.
+TEST(FlashDecodeSim, RandomShapesAtRandomWorlds) {
+  TF_REQUIRE_GPUS(1);
+  const uint64_t seed = ::taxfree::test::test_seed();
+  RecordProperty("seed", std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  const auto uni = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  const auto log_uni = [&](int lo, int hi) {
+    return int(std::exp(std::uniform_real_distribution<double>(std::log(lo), std::log(hi + 1.0))(rng)));
+  };
+  for (int i = 0; i < 8; ++i) {
+    const int world = uni(2, 8);
+    const SplitMerge merge = SplitMerge(uni(0, 2));
+    Problem p;
+    p.dtype = uni(0, 1) ? DType::BF16 : DType::FP16;
+    p.head_dim = uni(0, 1) ? 128 : 64;
+    p.kv_heads = log_uni(1, 8), p.q_heads = p.kv_heads * uni(1, kMaxGqaRatio), p.batch = log_uni(1, 12);
+    // Slices that keep the reference near 5e7 multiply-adds and the host cache near 1e7 values.
+    const double cap = std::min(5e7 / (2.0 * p.q_heads * p.head_dim), 1e7 / (double(p.kv_heads) * p.head_dim)) /
+                       (double(p.batch) * world);
+    p.lens.assign(size_t(world), {});
+    for (auto& rank_lens : p.lens)
+      for (int b = 0; b < p.batch; ++b) {
+        const int kind = uni(0, 7);
+        rank_lens.push_back(kind == 0 ? 0 : kind == 1 ? 1 : log_uni(1, std::max(1, std::min(int(cap), 20000))));
+      }
+    Global g = make_global(p, rng());
+    SimulatedRanks sim(p, world, merge);
+    std::vector<Local> ls(static_cast<size_t>(world));
+    for (int r = 0; r < world; ++r) upload_local(g, ls[size_t(r)], r);
+    const std::string what = "W=" + std::to_string(world) + " " + merge_name(merge) + " " +
+                             (p.dtype == DType::BF16 ? "bf16" : "fp16") + " D=" + std::to_string(p.head_dim) +
+                             " q/kv=" + std::to_string(p.q_heads) + "/" + std::to_string(p.kv_heads) +
+                             " batch=" + std::to_string(p.batch) + " longest=" +
+                             std::to_string(*std::max_element(g.total.begin(), g.total.end())) + " (seed " +
+                             std::to_string(seed) + ", shape " + std::to_string(i) + ")";
+    for (int step = 0; step < 2; ++step) {
+      draw_q(g, rng());
+      compute_reference(g);
+      for (Local& l : ls) l.q_d.upload(g.q);
+      run_and_check(sim, g, ls, what + " step " + std::to_string(step));
+    }
+    if (HasFailure()) return;
   }
 }
 

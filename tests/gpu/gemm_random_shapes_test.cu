@@ -8,7 +8,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 #include <random>
 #include <string>
 
@@ -21,14 +20,9 @@ namespace {
 
 using namespace test;
 
-uint64_t test_seed() {
-  if (const char* s = std::getenv("TAXFREE_TEST_SEED"); s && *s) return std::strtoull(s, nullptr, 10);
-  return (uint64_t(std::random_device{}()) << 32) | std::random_device{}();
-}
-
 TEST(GemmRandomShapes, HeuristicConfigMatchesReference) {
   TF_REQUIRE_GPUS(1);
-  const uint64_t seed = test_seed();
+  const uint64_t seed = ::taxfree::test::test_seed();
   RecordProperty("seed", std::to_string(seed));
   std::mt19937_64 rng(seed);
   const auto log_uniform = [&](double lo, double hi) {

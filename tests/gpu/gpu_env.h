@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 
 #include <cstddef>
+#include <cstdint>
 
 namespace taxfree {
 class Team;
@@ -31,6 +32,9 @@ Team& team();
 // the legacy stream; a kernel on a non-blocking stream could read (or overwrite) the old bytes
 // before it lands.
 void copy_to_device(void* dst, const void* src, size_t bytes);
+// Seed of a test that draws fresh shapes every run: TAXFREE_TEST_SEED when set (to repeat a run),
+// else a fresh one. Such tests name it in every failure.
+uint64_t test_seed();
 }  // namespace taxfree::test
 
 // Skip the current test unless `n` GPUs are available: one visible GPU for single-GPU tests, `n`

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <iostream>
 #include <memory>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -41,6 +42,10 @@ Team& team() { return *g_team; }
 void copy_to_device(void* dst, const void* src, size_t bytes) {
   TF_CUDA(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice));
   TF_CUDA(cudaStreamSynchronize(cudaStreamLegacy));
+}
+uint64_t test_seed() {
+  if (const char* s = std::getenv("TAXFREE_TEST_SEED"); s && *s) return std::strtoull(s, nullptr, 10);
+  return (uint64_t(std::random_device{}()) << 32) | std::random_device{}();
 }
 }  // namespace taxfree::test
 
