@@ -22,6 +22,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <random>
@@ -327,7 +328,9 @@ TEST(AgmmSim, RandomShapesAtRandomWorlds) {
                               std::to_string(seed) + ", shape " + std::to_string(i) + ") ";
     for (int in_place = 0; in_place < 2; ++in_place) {
       const AgmmVariant v = pool[size_t(uni(0, int(pool.size()) - 1))];
-      sim.run(ps, v, shape + variant_name(v) + (in_place ? " in place" : ""), in_place == 1);
+      const std::string what = shape + variant_name(v) + (in_place ? " in place" : "");
+      std::printf("%s\n", what.c_str());
+      sim.run(ps, v, what, in_place == 1);
     }
     if (HasFailure()) return;
   }

@@ -235,11 +235,13 @@ TEST(FlashDecodeSim, RandomShapesAtRandomWorlds) {
     // Slices that keep the reference near 5e7 multiply-adds and the host cache near 1e7 values.
     const double cap = std::min(5e7 / (2.0 * p.q_heads * p.head_dim), 1e7 / (double(p.kv_heads) * p.head_dim)) /
                        (double(p.batch) * world);
+    // The longest slice log-uniform over problems, the others within 4x of it.
+    const int top = log_uni(1, std::max(1, std::min(int(cap), 20000)));
     p.lens.assign(size_t(world), {});
     for (auto& rank_lens : p.lens)
       for (int b = 0; b < p.batch; ++b) {
         const int kind = uni(0, 7);
-        rank_lens.push_back(kind == 0 ? 0 : kind == 1 ? 1 : log_uni(1, std::max(1, std::min(int(cap), 20000))));
+        rank_lens.push_back(kind == 0 ? 0 : kind == 1 ? 1 : uni(std::max(1, top / 4), top));
       }
     Global g = make_global(p, rng());
     SimulatedRanks sim(p, world, merge);
@@ -251,6 +253,7 @@ TEST(FlashDecodeSim, RandomShapesAtRandomWorlds) {
                              " batch=" + std::to_string(p.batch) + " longest=" +
                              std::to_string(*std::max_element(g.total.begin(), g.total.end())) + " (seed " +
                              std::to_string(seed) + ", shape " + std::to_string(i) + ")";
+    std::printf("%s: %s\n", what.c_str(), schedule_name(sim.plan(0, ls[0].args(p))).c_str());
     for (int step = 0; step < 2; ++step) {
       draw_q(g, rng());
       compute_reference(g);
