@@ -213,7 +213,8 @@ TEST(FlashDecodeSim, ManyFusedStepsWithoutResetAtThreeRanks) {
 // Shapes nobody listed at a random world, fresh every run (TAXFREE_TEST_SEED=N repeats one; its
 // seed is in every failure): 2-8 simulated ranks (5-7 included, which no other test runs), each
 // split merge, either dtype and head_dim, 1-8 KV heads at any GQA ratio, batch 1-12, every rank's
-// slice of every sequence drawn on its own (log-uniform, a quarter of them empty or one token).
+// slice of every sequence drawn on its own (a quarter of them empty or one token), a contiguous or
+// paged cache (either layout, any page size).
 // Two steps per problem with fresh q, every rank against the double reference and bitwise equal
 // to rank 0.
 TEST(FlashDecodeSim, RandomShapesAtRandomWorlds) {
@@ -247,7 +248,15 @@ TEST(FlashDecodeSim, RandomShapesAtRandomWorlds) {
     SimulatedRanks sim(p, world, merge);
     std::vector<Local> ls(static_cast<size_t>(world));
     for (int r = 0; r < world; ++r) upload_local(g, ls[size_t(r)], r);
-    const std::string what = "W=" + std::to_string(world) + " " + merge_name(merge) + " " +
+    std::string cache = "contiguous";
+    if (uni(0, 2) == 0) {  // every rank's slice in a paged cache of one layout and page size
+      const KvLayout layout = uni(0, 1) ? KvLayout::PagedHND : KvLayout::PagedNHD;
+      const int page = 16 << uni(0, 4);
+      for (Local& l : ls)
+        l.paged = std::make_unique<Paged>(make_paged(l.k, l.v, p.batch, p.kv_heads, l.cap, p.head_dim, layout, page, rng()));
+      cache = std::string(layout == KvLayout::PagedHND ? "HND" : "NHD") + " page " + std::to_string(page);
+    }
+    const std::string what = "W=" + std::to_string(world) + " " + merge_name(merge) + " " + cache + " " +
                              (p.dtype == DType::BF16 ? "bf16" : "fp16") + " D=" + std::to_string(p.head_dim) +
                              " q/kv=" + std::to_string(p.q_heads) + "/" + std::to_string(p.kv_heads) +
                              " batch=" + std::to_string(p.batch) + " longest=" +

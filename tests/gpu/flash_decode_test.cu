@@ -535,8 +535,8 @@ TEST(FlashDecodeGpu, LongSequenceSmoke) {
 }
 
 // Shapes nobody listed, fresh every run (TAXFREE_TEST_SEED=N repeats one; its seed is in every
-// failure): either dtype and head_dim, 1-16 KV heads at any GQA ratio, batch 1-48 of lengths drawn
-// log-uniform (empty and one-token sequences among them), slices starting and ending mid-tile, a
+// failure): either dtype and head_dim, 1-16 KV heads at any GQA ratio, batch 1-48 (or 200-600) of
+// lengths drawn log-uniform (empty and one-token sequences among them), slices starting and ending mid-tile, a
 // contiguous or paged cache (either layout, any page size), the plan made for the device or for
 // fewer SMs (the wave-filling branches). The heuristic's plan runs twice on one workspace (bitwise
 // equal: the kernel leaves its counters reset) against the double reference.
@@ -556,7 +556,8 @@ TEST(FlashDecodeGpu, RandomShapesHeuristicPlan) {
     Problem p;
     p.dtype = uni(0, 1) ? DType::BF16 : DType::FP16;
     p.head_dim = uni(0, 1) ? 128 : 64;
-    p.kv_heads = log_uni(1, 16), p.q_heads = p.kv_heads * uni(1, kMaxGqaRatio), p.batch = log_uni(1, 48);
+    p.kv_heads = log_uni(1, 16), p.q_heads = p.kv_heads * uni(1, kMaxGqaRatio);
+    p.batch = uni(0, 7) ? log_uni(1, 48) : log_uni(200, 600);  // past 256: no longest-first order
     if (uni(0, 3) == 0) p.q_scale = 6.f, p.softmax_scale = 0.2f;
     // Lengths that keep the reference near 1e8 multiply-adds and the host cache near 1.6e7 values.
     const double cap = std::min(1e8 / (2.0 * p.q_heads * p.head_dim), 1.6e7 / (double(p.kv_heads) * p.head_dim)) / p.batch;
