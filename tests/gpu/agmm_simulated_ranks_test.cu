@@ -198,6 +198,34 @@ TEST(AgmmSim, GatheringVariantsAtTwoToEightRanks) {
   }
 }
 
+// push and sm-specialized on 2-CTA pair tiles whose last pair ends in its first CTA (an odd count
+// of bm-row m-blocks): the waiting GEMM counts every CTA's tile toward publishing the launch's
+// epoch, the one past M too. r267 (AgmmSim.RandomShapesAtRandomWorlds, W = 4 M = 584): the count
+// fell one short per n-block, the epoch was published while tiles still waited for it, and they
+// waited out their deadline. The shape is found from the plans, so a retuned heuristic still
+// lands on one.
+TEST(AgmmSim, PairTilesWithAnOddLastPair) {
+  REQUIRE_SIMULATION_ENV();
+  for (int w : {2, 3, 4}) {
+    const int sms = SimulatedHeaps::rank_sms(w);
+    Shape s{0, 815, 175, 0, DType::bf16, BLayout::KN};
+    for (int64_t rows = 1; rows <= 1000 && s.m == 0; ++rows) {
+      AgmmArgs a;
+      a.m = rows * w, a.n = s.n, a.k = s.k, a.gather_dim = 0, a.dtype = s.dtype, a.b_layout = s.layout;
+      const gemm::GemmConfig c = make_sm_specialized_plan(a, w, AgmmConfig{}, sms).gemm;
+      if (c.cluster_m == 2 && (a.m + c.bm - 1) / c.bm % 2 == 1) s.m = a.m;
+    }
+    ASSERT_GT(s.m, 0) << "no shape with an odd last pair at W=" << w << " (" << sms << " SMs a rank)";
+    SimulatedAgmm sim(w, s.m, s.k);
+    auto ps = sim.problems(s, 340 + uint64_t(w), false);
+    const std::string shape = world_label(w) + label(s) + " ";
+    for (AgmmVariant v : {AgmmVariant::push, AgmmVariant::sm_specialized}) {
+      sim.run(ps, v, shape + variant_name(v));
+      sim.run(ps, v, shape + variant_name(v) + " in place", true);
+    }
+  }
+}
+
 // ksplit's skinny path (M <= 32) and band path (M >= 512, and M = 127 forced), B replicated,
 // gather_dim 1, in place too.
 TEST(AgmmSim, KsplitSkinnyAndBandsAtTwoToEightRanks) {

@@ -77,6 +77,9 @@ class SimulatedHeaps {
     return sms;
   }
 
+  // SMs of each rank's share at `world` ranks (share(r).sm_count).
+  static int rank_sms(int world) { return (device_sms() - kCopySms) / world; }
+
   int world() const { return world_; }
   uint64_t span() const { return span_; }
   char* base(int r) const { return heaps_ + uint64_t(r) * span_; }
@@ -97,7 +100,7 @@ class SimulatedHeaps {
     // kCopySms left over: copies between spans of one GPU may run as kernels (across GPUs the copy
     // engines move them), and a rank's GEMM waiting for a peer's copy must leave them room (r181:
     // fused-ce at W = 3, three 44-SM grids filling the GPU, waited out its deadline).
-    s.rank = r, s.world = world_, s.sm_count = (device_sms() - kCopySms) / world_;
+    s.rank = r, s.world = world_, s.sm_count = rank_sms(world_);
     s.heap = heaps_of_[size_t(r)].get();
     s.fault = fault(r);
     return s;

@@ -1,5 +1,7 @@
 // Our GEMM with the piece-wait A-ready policy (piece_ready.cuh), shared by push and fused-ce: the
 // one translation unit that instantiates it (every compiled tile, both dtypes and B layouts).
+#include <algorithm>
+
 #include "agmm_internal.h"
 #include "piece_ready.cuh"
 #include "taxfree/ops/gemm_launch.cuh"
@@ -20,7 +22,12 @@ void enqueue_ready_gemm(const ReadyGemmLaunch& l, cudaStream_t s) {
   ready.pieces = l.grid;
   ready.bm = l.config.bm;
   ready.k_blocks = int((l.gemm.k + 63) / 64);
-  ready.tiles = uint32_t(gemm::make_tile_grid(l.gemm.m, l.gemm.n, l.config.bm, l.config.bn, l.config.group_m).tiles());
+  // Every CTA of an M cluster counts its own tile, the last cluster's second CTA too when M ends in
+  // its first: the cluster grid's tiles times the cluster (not ceil(M / bm) m-blocks, which counts
+  // one short there, so the launch's epoch would be published while tiles still wait for it).
+  const int cluster = std::max(1, l.config.cluster_m);
+  ready.tiles = uint32_t(
+      gemm::make_tile_grid(l.gemm.m, l.gemm.n, l.config.bm * cluster, l.config.bn, l.config.group_m).tiles() * cluster);
   ready.present_source = l.present_source;
   ready.start_mask = piece_start_mask(l.grid);
   ready.k_first = l.first_k;

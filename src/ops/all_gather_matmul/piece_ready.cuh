@@ -35,7 +35,7 @@ struct PieceReady {
     PieceGrid pieces;
     int bm = 128;                     // the GEMM's tile rows
     int k_blocks = 1;                 // ceil(k / 64)
-    uint32_t tiles = 0;               // output tiles of the GEMM
+    uint32_t tiles = 0;               // CTA tiles of the GEMM: an M cluster's every CTA counts one
     int present_source = -1;          // a source whose pieces are in place before the launch, or -1
     int start_mask = 0;               // piece_start_mask(pieces): k-blocks that start no piece
     int k_first = 0;                  // first_k_block(pieces, rank), or 0: the k-loop's rotation
