@@ -327,9 +327,10 @@ TEST(AgmmSim, BspIsNotSupportedWithoutNccl) {
 // Shapes nobody listed at a random world, fresh every run (TAXFREE_TEST_SEED=N repeats one; its
 // seed is in every failure): 2-8 simulated ranks (5-7 included, which no other test runs), either
 // gather dim, dtype and B layout, M, N and K log-uniform within the shard rules (gather_dim 0: M a
-// multiple of W; 1: K / W a multiple of 8), through two variants drawn from those a share runs
-// (the gathering ones and decomposed; ksplit and nsplit too where B is replicated), the second
-// in place.
+// multiple of W; 1: K / W a multiple of 8; a quarter of them whole tiles per shard), through two
+// variants drawn from those a share runs (the gathering ones and decomposed; pull where the shards
+// are whole tiles; ksplit and nsplit where B is replicated), the second
+// in place, then 12 launches back to back of variants drawn the same way.
 TEST(AgmmSim, RandomShapesAtRandomWorlds) {
   REQUIRE_SIMULATION_ENV();
   const uint64_t seed = test::test_seed();
@@ -344,22 +345,41 @@ TEST(AgmmSim, RandomShapesAtRandomWorlds) {
     const DType t = uni(0, 1) ? DType::bf16 : DType::fp16;
     const BLayout l = uni(0, 1) ? BLayout::NK : BLayout::KN;
     const int64_t n = log_uni(1, 1024);
-    const int64_t m = gd == 0 ? w * log_uni(1, 400) : log_uni(1, 1000);
-    const int64_t k = gd == 0 ? log_uni(1, 2000) : w * 8 * log_uni(1, 250);
+    const bool whole = uni(0, 3) == 0;  // shards of whole 128-row tiles or 64-column k-blocks: pull runs
+    const int64_t m = gd == 0 ? w * (whole ? 128 * log_uni(1, 3) : log_uni(1, 400)) : log_uni(1, 1000);
+    const int64_t k = gd == 0 ? log_uni(1, 2000) : w * (whole ? 64 * log_uni(1, 31) : 8 * log_uni(1, 250));
     const bool same_b = gd == 1 && uni(0, 1);
     std::vector<AgmmVariant> pool = {AgmmVariant::push, AgmmVariant::sm_specialized, AgmmVariant::fused_ce,
                                      AgmmVariant::decomposed};
     if (same_b) pool.push_back(AgmmVariant::ksplit), pool.push_back(AgmmVariant::nsplit);
+    try {  // pull where its plan takes the shape (whole tiles per shard for the GEMM it picks)
+      AgmmArgs a;
+      a.m = m, a.n = n, a.k = k, a.gather_dim = gd, a.dtype = t, a.b_layout = l;
+      make_pull_plan(a, w, SimulatedHeaps::rank_sms(w));
+      pool.push_back(AgmmVariant::pull);
+    } catch (const Error& e) {
+      if (e.status() != Status::NotSupported) throw;
+    }
     SimulatedAgmm sim(w, m, k);
     auto ps = sim.problems({m, n, k, gd, t, l}, rng(), same_b);
     const std::string shape = world_label(w) + label(ps[0].shape()) + (same_b ? " B replicated" : "") + " (seed " +
                               std::to_string(seed) + ", shape " + std::to_string(i) + ") ";
+    const auto draw = [&] { return pool[size_t(uni(0, int(pool.size()) - 1))]; };
     for (int in_place = 0; in_place < 2; ++in_place) {
-      const AgmmVariant v = pool[size_t(uni(0, int(pool.size()) - 1))];
+      const AgmmVariant v = draw();
       const std::string what = shape + variant_name(v) + (in_place ? " in place" : "");
       std::printf("%s\n", what.c_str());
       sim.run(ps, v, what, in_place == 1);
     }
+    // Then launches back to back without a reset, each variant drawn, one rank 20 us late before
+    // each: every op's epochs across variants; the last launch checked.
+    for (AgmmVariant v : pool) sim.warm_up(ps, v);
+    sim.poison(ps);
+    const int late = uni(0, w - 1);
+    std::vector<GatheredA> gs;
+    AgmmVariant last{};
+    for (int j = 0; j < 12; ++j) gs = sim.launch(ps, last = draw(), false, late, 20'000);
+    sim.check(ps, gs, last, shape + "12 drawn launches, rank " + std::to_string(late) + " late, the last " + variant_name(last));
     if (HasFailure()) return;
   }
 }

@@ -215,8 +215,8 @@ TEST(FlashDecodeSim, ManyFusedStepsWithoutResetAtThreeRanks) {
 // split merge, either dtype and head_dim, 1-8 KV heads at any GQA ratio, batch 1-12, every rank's
 // slice of every sequence drawn on its own (a quarter of them empty or one token), a contiguous or
 // paged cache (either layout, any page size).
-// Two steps per problem with fresh q, every rank against the double reference and bitwise equal
-// to rank 0.
+// Two steps per problem with fresh q, then 20 with one rank late in each and one more, every rank
+// against the double reference and bitwise equal to rank 0.
 TEST(FlashDecodeSim, RandomShapesAtRandomWorlds) {
   TF_REQUIRE_GPUS(1);
   const uint64_t seed = ::taxfree::test::test_seed();
@@ -269,6 +269,12 @@ TEST(FlashDecodeSim, RandomShapesAtRandomWorlds) {
       for (Local& l : ls) l.q_d.upload(g.q);
       run_and_check(sim, g, ls, what + " step " + std::to_string(step));
     }
+    // 20 steps back to back, one rank sleeping 20 us between sending and reading in each, then one
+    // more checked: the inbox parities under a rank that falls behind.
+    const int late = uni(0, world - 1);
+    for (int j = 0; j < 20; ++j)
+      for (int r = 0; r < world; ++r) sim.launch(r, ls[size_t(r)].args(p), r == late ? 20'000u : 0u);
+    run_and_check(sim, g, ls, what + " after 20 steps with rank " + std::to_string(late) + " late");
     if (HasFailure()) return;
   }
 }
