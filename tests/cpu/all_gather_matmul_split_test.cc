@@ -106,6 +106,21 @@ TEST(AgmmNsplit, PartialHoldsEveryBlockWithinCapacity) {
   EXPECT_EQ(nsplit_partial_floats(off, 2), 0);
 }
 
+// ksplit's side gather: 16 CTAs on a whole H100 / H200, an eighth of a smaller share (W ranks
+// simulated on one GPU: their waiting grids fit together), never none; a configured width wins.
+TEST(AgmmKsplit, SideGatherScalesWithTheShare) {
+  const AgmmConfig def;
+  EXPECT_EQ(side_gather_ctas(def, 132), agmm::kSideGatherCtas);
+  EXPECT_EQ(side_gather_ctas(def, 114), 14);
+  EXPECT_EQ(side_gather_ctas(def, 64), 8);
+  EXPECT_EQ(side_gather_ctas(def, 16), 2);
+  EXPECT_EQ(side_gather_ctas(def, 7), 1);
+  EXPECT_EQ(side_gather_ctas(def, 1), 1);
+  AgmmConfig set;
+  set.side_gather_ctas = 40;
+  EXPECT_EQ(side_gather_ctas(set, 16), 40);
+}
+
 // The A shards as a block all-gather (nsplit, and ksplit's side-stream gather on at most
 // kSideGatherCtas SMs): rank r's shard at columns r * shard_cols, every row once, in order, no idle
 // CTA, for every world.

@@ -24,6 +24,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <iterator>
 #include <memory>
 #include <random>
 #include <string>
@@ -304,6 +305,27 @@ TEST(AgmmSim, HundredsOfMixedLaunchesWithoutResetAtThreeRanks) {
       sim.check(*ps, sim.launch(*ps, last, false, 1, 200'000), last, shape + " " + variant_name(last) + ", rank 1 late");
     }
   }
+}
+
+// ksplit's two-kernel path among other variants, back to back at eight ranks with one late: the
+// launches AgmmSim.RandomShapesAtRandomWorlds drew in r269 (seed 10707698007169557191, shape 5),
+// where the side gather's 16 CTAs per rank, waiting for their peers' "free" flags, filled the GPU
+// the eight 16-SM shares have and starved a rank's gather of the SMs it needed to raise its own
+// (r270: 4 of 4 runs timed out; 0 of 4 with 2 CTAs). The gather now takes an eighth of the share
+// (side_gather_ctas(): 16 on a whole GPU, 2 here).
+TEST(AgmmSim, KsplitAmongOtherVariantsAtEightRanksWithOneLate) {
+  REQUIRE_SIMULATION_ENV();
+  constexpr int kWorld = 8;
+  SimulatedAgmm sim(kWorld, 443, 2176);
+  auto ps = sim.problems({443, 5, 2176, 1, DType::fp16, BLayout::KN}, 810, true);
+  using V = AgmmVariant;
+  const V seq[] = {V::fused_ce, V::ksplit, V::fused_ce, V::fused_ce, V::decomposed, V::push,
+                   V::nsplit, V::decomposed, V::nsplit, V::sm_specialized, V::fused_ce, V::ksplit};
+  for (V v : seq) sim.warm_up(ps, v);
+  sim.poison(ps);
+  std::vector<GatheredA> gs;
+  for (V v : seq) gs = sim.launch(ps, v, false, 4, 20'000);
+  sim.check(ps, gs, seq[std::size(seq) - 1], label(ps[0].shape()) + " after 12 mixed launches, rank 4 late");
 }
 
 // bsp and bsp-own call NCCL: NotSupported on a share without a communicator, nothing enqueued

@@ -74,7 +74,7 @@
 //                rank order, writes C and stores the rounded slice into every peer with a second
 //                flag, and they copy it into C (fewer bytes, one more flag latency). Beside the
 //                GEMM, on the op's side stream, a block all-gather of the A shards on
-//                AgmmConfig::side_gather_ctas SMs at most (agmm::kSideGatherCtas by default;
+//                side_gather_ctas() SMs at most (agmm::kSideGatherCtas on a whole GPU;
 //                stores into a peer once it raised its "free" flag for this launch, as push).
 //              - bands (M >= kBandsMinM): our GEMM's fp32 epilogue stores each 64-row band of
 //                P_rank into this rank's partial and straight into every peer's slot (whole
@@ -152,7 +152,7 @@ struct AgmmConfig {
   int push_ctas = 0;           // push: SMs for the push kernel; 0 = choose per shape (push_plan)
   int64_t col_chunk = 0;       // push: piece width in columns (multiple of 64); 0 = per shape
   int side_gather_ctas = 0;    // ksplit's two-kernel path: SMs for the A gather beside the GEMM, at
-                               // most agmm::kKsplitMaxCtas; 0 = agmm::kSideGatherCtas
+                               // most agmm::kKsplitMaxCtas; 0 = side_gather_ctas()'s default
   // ksplit: capacity of the fp32 partials, (2 * (world - 1) + 1) * ksplit_max_m * ksplit_max_n * 4
   // bytes of heap, plus the skinny path's line inboxes (ksplit_heap: 18 MiB per peer at the
   // defaults and world 2); 210 MiB for 2 ranks at the defaults, about 1.05 GiB for 8 (the default
@@ -247,6 +247,12 @@ PullPlan make_pull_plan(const AgmmArgs& args, int world, int num_sms);
 // naming ksplit_max_m / ksplit_max_n for a shape over the op's capacity (after the checks of
 // agmm_shard_shape). Pure.
 agmm::KsplitSlices make_ksplit_plan(const AgmmArgs& args, int world, const AgmmConfig& config, int num_sms);
+
+// CTAs of ksplit's side gather (the two-kernel path's block all-gather of the A shards beside its
+// GEMM) on a share of `num_sms` SMs: AgmmConfig::side_gather_ctas when set, else an eighth of the
+// SMs, from 1 to agmm::kSideGatherCtas (16 on a 132-SM GPU). It scales with the share because its
+// CTAs wait for peers: W ranks simulated on one GPU must fit their waiting grids together. Pure.
+int side_gather_ctas(const AgmmConfig& config, int num_sms);
 
 // What ksplit's skinny path runs for a shape (m <= agmm::kSkinnyMaxM): the column slices, one CTA
 // per slice up to `resident_ctas` (CTAs of the kernel the GPU holds at once: SMs x CTAs per SM,

@@ -265,7 +265,8 @@ TF_HOST_DEVICE BlockGatherPlan shard_gather_plan(int64_t m, int64_t shard_cols, 
 // ksplit's two-kernel path gathers the A shards on the op's side stream while its partial GEMM
 // runs, with this many CTAs at most: enough SMs to keep NVLink busy (as the exchange kernel: 64 KB
 // of stores in flight per SM), few enough to leave the GEMM the rest of the GPU. Not swept yet;
-// AgmmConfig::side_gather_ctas overrides it.
+// a share of fewer SMs takes an eighth of them (side_gather_ctas()); AgmmConfig::side_gather_ctas
+// overrides it.
 constexpr int kSideGatherCtas = 16;
 
 }  // namespace taxfree::agmm

@@ -270,6 +270,10 @@ agmm::KsplitSlices make_ksplit_plan(const AgmmArgs& a, int world, const AgmmConf
   return k;
 }
 
+int side_gather_ctas(const AgmmConfig& cfg, int num_sms) {
+  return cfg.side_gather_ctas > 0 ? cfg.side_gather_ctas : std::clamp(num_sms / 8, 1, agmm::kSideGatherCtas);
+}
+
 agmm::KsplitSkinny make_ksplit_skinny_plan(const AgmmArgs& a, int world, const AgmmConfig& cfg, int resident_ctas) {
   const ShardShape s = check_replicated_split(a, world, cfg, "ksplit");
   TF_REQUIRE(a.m <= agmm::kSkinnyMaxM, Status::InvalidArgument,

@@ -64,8 +64,7 @@ GatheredA AllGatherMatmul::launch_ksplit(const AgmmArgs& a, cudaStream_t s) {
   l.slices = sl;
   l.seq = im.ksplit_seq;
   l.fault = share_.fault;
-  const int side_ctas = config_.side_gather_ctas > 0 ? config_.side_gather_ctas : agmm::kSideGatherCtas;
-  agmm::BlockGather ga = shard_gather(share_, a, slot, im.gathered, side_ctas);
+  agmm::BlockGather ga = shard_gather(share_, a, slot, im.gathered, side_gather_ctas(config_, share_.sm_count));
   ga.ready = im.side_ready;
   ga.flags = im.side_flags;
   ga.seq = im.side_seq;
