@@ -7,8 +7,12 @@
 // for word after every launch, in place and not, then after hundreds of launches without a reset.
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <memory>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -121,6 +125,39 @@ TEST(AllGatherSim, HundredsOfLaunchesWithoutResetAtThreeRanks) {
     for (uint32_t step = 1; step <= kSteps; ++step)
       for (int r = 0; r < kWorld; ++r) ag.launch(r, bytes, step, false);
     ag.check(bytes, kSteps, std::to_string(bytes) + " B after " + std::to_string(kSteps) + " launches");
+  }
+}
+
+// Sizes and worlds nobody listed, fresh every run (TAXFREE_TEST_SEED=N repeats one; its seed is in
+// every failure): 2-8 simulated ranks, 10 launches back to back without a check between, each of a
+// size drawn log-uniform from 16 B to 2 MiB (multiples of 16: both protocols, switching between
+// them from one epoch to the next), in place or not, then the last checked; 6 such bursts a run.
+TEST(AllGatherSim, RandomSizesBackToBackAtRandomWorlds) {
+  TF_REQUIRE_GPUS(1);
+  const uint64_t seed = test::test_seed();
+  RecordProperty("seed", std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  const auto log_uniform = [&](double lo, double hi) {
+    return uint64_t(std::exp(std::uniform_real_distribution<double>(std::log(lo), std::log(hi))(rng)));
+  };
+  constexpr uint64_t kMaxBytes = 2 << 20;
+  for (int burst = 0; burst < 6; ++burst) {
+    const int world = std::uniform_int_distribution<int>(2, 8)(rng);
+    SimulatedAllGather ag(world, kMaxBytes);
+    uint64_t bytes = 0;
+    bool in_place = false;
+    std::string sizes;
+    for (uint32_t step = 1; step <= 10; ++step) {
+      bytes = std::max<uint64_t>(16, log_uniform(16, double(kMaxBytes)) / 16 * 16);
+      in_place = rng() % 2;
+      sizes += " " + std::to_string(bytes) + (in_place ? "i" : "");
+      for (int r = 0; r < world; ++r) ag.launch(r, bytes, step, in_place);
+    }
+    const std::string what = "W=" + std::to_string(world) + " sizes" + sizes + " (i: in place; seed " +
+                             std::to_string(seed) + ", burst " + std::to_string(burst) + ")";
+    std::printf("%s\n", what.c_str());
+    ag.check(bytes, 10, what);
+    if (HasFailure()) return;
   }
 }
 
