@@ -401,7 +401,8 @@ TEST(AgmmSim, RandomShapesAtRandomWorlds) {
     std::vector<GatheredA> gs;
     AgmmVariant last{};
     for (int j = 0; j < 12; ++j) gs = sim.launch(ps, last = draw(), false, late, 20'000);
-    sim.check(ps, gs, last, shape + "12 drawn launches, rank " + std::to_string(late) + " late, the last " + variant_name(last));
+    sim.check(ps, gs, last,
+              shape + "12 drawn launches, rank " + std::to_string(late) + " late, the last " + variant_name(last));
     if (HasFailure()) return;
   }
 }

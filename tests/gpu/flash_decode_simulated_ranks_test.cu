@@ -212,11 +212,11 @@ TEST(FlashDecodeSim, ManyFusedStepsWithoutResetAtThreeRanks) {
 
 // Shapes nobody listed at a random world, fresh every run (TAXFREE_TEST_SEED=N repeats one; its
 // seed is in every failure): 2-8 simulated ranks (5-7 included, which no other test runs), each
-// split merge, either dtype and head_dim, 1-8 KV heads at any GQA ratio, batch 1-12, every rank's
-// slice of every sequence drawn on its own (a quarter of them empty or one token), a contiguous or
-// paged cache (either layout, any page size).
-// Two steps per problem with fresh q, then 20 with one rank late in each and one more, every rank
-// against the double reference and bitwise equal to rank 0.
+// split merge, either dtype and head_dim, 1-8 KV heads at any GQA ratio, batch 1-12, a third of
+// the time a split count of 1-64 instead of the heuristic's, every rank's slice of every sequence
+// drawn on its own (a quarter of them empty or one token), a contiguous or paged cache (either
+// layout, any page size). Two steps per problem with fresh q, then 20 with one rank late in each
+// and one more, every rank against the double reference and bitwise equal to rank 0.
 TEST(FlashDecodeSim, RandomShapesAtRandomWorlds) {
   TF_REQUIRE_GPUS(1);
   const uint64_t seed = ::taxfree::test::test_seed();
@@ -233,6 +233,7 @@ TEST(FlashDecodeSim, RandomShapesAtRandomWorlds) {
     p.dtype = uni(0, 1) ? DType::BF16 : DType::FP16;
     p.head_dim = uni(0, 1) ? 128 : 64;
     p.kv_heads = log_uni(1, 8), p.q_heads = p.kv_heads * uni(1, kMaxGqaRatio), p.batch = log_uni(1, 12);
+    if (uni(0, 2) == 0) p.num_splits = uni(1, kMaxSplits);  // else the heuristic's
     // Slices that keep the reference near 5e7 multiply-adds and the host cache near 1e7 values.
     const double cap = std::min(5e7 / (2.0 * p.q_heads * p.head_dim), 1e7 / (double(p.kv_heads) * p.head_dim)) /
                        (double(p.batch) * world);
@@ -259,7 +260,8 @@ TEST(FlashDecodeSim, RandomShapesAtRandomWorlds) {
     const std::string what = "W=" + std::to_string(world) + " " + merge_name(merge) + " " + cache + " " +
                              (p.dtype == DType::BF16 ? "bf16" : "fp16") + " D=" + std::to_string(p.head_dim) +
                              " q/kv=" + std::to_string(p.q_heads) + "/" + std::to_string(p.kv_heads) +
-                             " batch=" + std::to_string(p.batch) + " longest=" +
+                             " batch=" + std::to_string(p.batch) + " splits=" +
+                             (p.num_splits ? std::to_string(p.num_splits) : std::string("auto")) + " longest=" +
                              std::to_string(*std::max_element(g.total.begin(), g.total.end())) + " (seed " +
                              std::to_string(seed) + ", shape " + std::to_string(i) + ")";
     std::printf("%s: %s\n", what.c_str(), schedule_name(sim.plan(0, ls[0].args(p))).c_str());

@@ -538,7 +538,7 @@ TEST(FlashDecodeGpu, LongSequenceSmoke) {
 // failure): either dtype and head_dim, 1-16 KV heads at any GQA ratio, batch 1-48 (or 200-600) of
 // lengths drawn log-uniform (empty and one-token sequences among them), slices starting and ending mid-tile, a
 // contiguous or paged cache (either layout, any page size), the plan made for the device or for
-// fewer SMs (the wave-filling branches). The heuristic's plan runs twice on one workspace (bitwise
+// fewer SMs (the wave-filling branches), or a split count of 1-64 forced. The heuristic's plan runs twice on one workspace (bitwise
 // equal: the kernel leaves its counters reset) against the double reference.
 TEST(FlashDecodeGpu, RandomShapesHeuristicPlan) {
   TF_REQUIRE_GPUS(1);
@@ -584,12 +584,16 @@ TEST(FlashDecodeGpu, RandomShapesHeuristicPlan) {
       what += std::string(layout == KvLayout::PagedHND ? " HND" : " NHD") + " page " + std::to_string(pg->page_size);
     }
     DecodeConfig cfg;
-    if (uni(0, 3) == 0) cfg.num_sms = log_uni(4, sms);
+    const int plan_by = uni(0, 5);  // the heuristic for this device, for fewer SMs, or a split count
+    if (plan_by == 0) cfg.num_sms = log_uni(4, sms);
+    if (plan_by == 1) cfg.num_splits = uni(1, kMaxSplits);
     std::vector<double> o, lse;
     reference(d, starts, lens, o, lse);
     const Result r = run.run(d, starts, lens, pg.get(), cfg, 2);
-    what += " planned for " + std::to_string(cfg.num_sms ? cfg.num_sms : sms) + " SMs, splits=" +
-            std::to_string(r.num_splits) + " (seed " + std::to_string(seed) + ", shape " + std::to_string(i) + ")";
+    what += cfg.num_splits ? std::string(" forced")
+                           : " planned for " + std::to_string(cfg.num_sms ? cfg.num_sms : sms) + " SMs,";
+    what += " splits=" + std::to_string(r.num_splits) + " (seed " + std::to_string(seed) + ", shape " +
+            std::to_string(i) + ")";
     std::printf("%s\n", what.c_str());
     SCOPED_TRACE(what);
     expect_matches(d, r, o, lse, what);
