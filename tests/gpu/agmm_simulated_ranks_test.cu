@@ -21,17 +21,16 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <iterator>
 #include <memory>
-#include <random>
 #include <string>
 #include <vector>
 
 #include "agmm_test_util.h"
 #include "gpu_env.h"
+#include "random_draws.h"
 #include "simulated_ranks.h"
 #include "taxfree/device/scoped_memory.cuh"
 #include "taxfree/ops/all_gather_matmul.h"
@@ -41,6 +40,7 @@ namespace taxfree {
 namespace {
 
 using namespace agmm_test;
+using test::Draws;
 using test::SimulatedHeaps;
 
 __global__ void sleep_kernel(uint64_t ns) { dev::sleep_for_ns(ns); }
@@ -355,22 +355,16 @@ TEST(AgmmSim, BspIsNotSupportedWithoutNccl) {
 // in place, then 12 launches back to back of variants drawn the same way.
 TEST(AgmmSim, RandomShapesAtRandomWorlds) {
   REQUIRE_SIMULATION_ENV();
-  const uint64_t seed = test::test_seed();
-  RecordProperty("seed", std::to_string(seed));
-  std::mt19937_64 rng(seed);
-  const auto uni = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
-  const auto log_uni = [&](int lo, int hi) {
-    return int64_t(std::exp(std::uniform_real_distribution<double>(std::log(lo), std::log(hi + 1.0))(rng)));
-  };
+  Draws rnd;
   for (int i = 0; i < 6; ++i) {
-    const int w = uni(2, 8), gd = uni(0, 1);
-    const DType t = uni(0, 1) ? DType::bf16 : DType::fp16;
-    const BLayout l = uni(0, 1) ? BLayout::NK : BLayout::KN;
-    const int64_t n = log_uni(1, 1024);
-    const bool whole = uni(0, 3) == 0;  // shards of whole 128-row tiles or 64-column k-blocks: pull runs
-    const int64_t m = gd == 0 ? w * (whole ? 128 * log_uni(1, 3) : log_uni(1, 400)) : log_uni(1, 1000);
-    const int64_t k = gd == 0 ? log_uni(1, 2000) : w * (whole ? 64 * log_uni(1, 31) : 8 * log_uni(1, 250));
-    const bool same_b = gd == 1 && uni(0, 1);
+    const int w = rnd.uni(2, 8), gd = rnd.uni(0, 1);
+    const DType t = rnd.uni(0, 1) ? DType::bf16 : DType::fp16;
+    const BLayout l = rnd.uni(0, 1) ? BLayout::NK : BLayout::KN;
+    const int64_t n = rnd.log_uni(1, 1024);
+    const bool whole = rnd.uni(0, 3) == 0;  // shards of whole 128-row tiles or 64-column k-blocks: pull runs
+    const int64_t m = gd == 0 ? w * (whole ? 128 * rnd.log_uni(1, 3) : rnd.log_uni(1, 400)) : rnd.log_uni(1, 1000);
+    const int64_t k = gd == 0 ? rnd.log_uni(1, 2000) : w * (whole ? 64 * rnd.log_uni(1, 31) : 8 * rnd.log_uni(1, 250));
+    const bool same_b = gd == 1 && rnd.uni(0, 1);
     std::vector<AgmmVariant> pool = {AgmmVariant::push, AgmmVariant::sm_specialized, AgmmVariant::fused_ce,
                                      AgmmVariant::decomposed};
     if (same_b) pool.push_back(AgmmVariant::ksplit), pool.push_back(AgmmVariant::nsplit);
@@ -383,10 +377,9 @@ TEST(AgmmSim, RandomShapesAtRandomWorlds) {
       if (e.status() != Status::NotSupported) throw;
     }
     SimulatedAgmm sim(w, m, k);
-    auto ps = sim.problems({m, n, k, gd, t, l}, rng(), same_b);
-    const std::string shape = world_label(w) + label(ps[0].shape()) + (same_b ? " B replicated" : "") + " (seed " +
-                              std::to_string(seed) + ", shape " + std::to_string(i) + ") ";
-    const auto draw = [&] { return pool[size_t(uni(0, int(pool.size()) - 1))]; };
+    auto ps = sim.problems({m, n, k, gd, t, l}, rnd.bits(), same_b);
+    const std::string shape = world_label(w) + label(ps[0].shape()) + (same_b ? " B replicated " : " ") + rnd.where(i) + " ";
+    const auto draw = [&] { return pool[size_t(rnd.uni(0, int(pool.size()) - 1))]; };
     for (int in_place = 0; in_place < 2; ++in_place) {
       const AgmmVariant v = draw();
       const std::string what = shape + variant_name(v) + (in_place ? " in place" : "");
@@ -397,7 +390,7 @@ TEST(AgmmSim, RandomShapesAtRandomWorlds) {
     // each: every op's epochs across variants; the last launch checked.
     for (AgmmVariant v : pool) sim.warm_up(ps, v);
     sim.poison(ps);
-    const int late = uni(0, w - 1);
+    const int late = rnd.uni(0, w - 1);
     std::vector<GatheredA> gs;
     AgmmVariant last{};
     for (int j = 0; j < 12; ++j) gs = sim.launch(ps, last = draw(), false, late, 20'000);

@@ -8,15 +8,14 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
-#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <memory>
-#include <random>
 #include <string>
 #include <vector>
 
 #include "gpu_env.h"
+#include "random_draws.h"
 #include "simulated_ranks.h"
 #include "taxfree/ops/all_gather.h"
 #include "taxfree/runtime/error.h"
@@ -134,27 +133,21 @@ TEST(AllGatherSim, HundredsOfLaunchesWithoutResetAtThreeRanks) {
 // them from one epoch to the next), in place or not, then the last checked; 6 such bursts a run.
 TEST(AllGatherSim, RandomSizesBackToBackAtRandomWorlds) {
   TF_REQUIRE_GPUS(1);
-  const uint64_t seed = test::test_seed();
-  RecordProperty("seed", std::to_string(seed));
-  std::mt19937_64 rng(seed);
-  const auto log_uniform = [&](double lo, double hi) {
-    return uint64_t(std::exp(std::uniform_real_distribution<double>(std::log(lo), std::log(hi))(rng)));
-  };
+  test::Draws rnd;
   constexpr uint64_t kMaxBytes = 2 << 20;
   for (int burst = 0; burst < 6; ++burst) {
-    const int world = std::uniform_int_distribution<int>(2, 8)(rng);
+    const int world = rnd.uni(2, 8);
     SimulatedAllGather ag(world, kMaxBytes);
     uint64_t bytes = 0;
     bool in_place = false;
     std::string sizes;
     for (uint32_t step = 1; step <= 10; ++step) {
-      bytes = std::max<uint64_t>(16, log_uniform(16, double(kMaxBytes)) / 16 * 16);
-      in_place = rng() % 2;
+      bytes = std::min<uint64_t>(kMaxBytes, uint64_t(rnd.log_uni(16, double(kMaxBytes))) / 16 * 16);
+      in_place = rnd.coin();
       sizes += " " + std::to_string(bytes) + (in_place ? "i" : "");
       for (int r = 0; r < world; ++r) ag.launch(r, bytes, step, in_place);
     }
-    const std::string what = "W=" + std::to_string(world) + " sizes" + sizes + " (i: in place; seed " +
-                             std::to_string(seed) + ", burst " + std::to_string(burst) + ")";
+    const std::string what = "W=" + std::to_string(world) + " sizes" + sizes + " (i: in place) " + rnd.where(burst);
     std::printf("%s\n", what.c_str());
     ag.check(bytes, 10, what);
     if (HasFailure()) return;

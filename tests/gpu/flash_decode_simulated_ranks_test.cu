@@ -11,13 +11,11 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
-#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <map>
 #include <memory>
-#include <random>
 #include <set>
 #include <string>
 #include <vector>
@@ -25,6 +23,7 @@
 #include "flash_decode_dist_util.h"
 #include "flash_decode_util.h"
 #include "gpu_env.h"
+#include "random_draws.h"
 #include "simulated_ranks.h"
 #include "taxfree/ops/flash_decode.h"
 #include "taxfree/runtime/error.h"
@@ -33,6 +32,7 @@ namespace taxfree::ops::flash_decode {
 namespace {
 
 using namespace test;
+using ::taxfree::test::Draws;
 using SplitMerge = FlashDecodeConfig::SplitMerge;
 
 const char* merge_name(SplitMerge m) {
@@ -219,42 +219,36 @@ TEST(FlashDecodeSim, ManyFusedStepsWithoutResetAtThreeRanks) {
 // and one more, every rank against the double reference and bitwise equal to rank 0.
 TEST(FlashDecodeSim, RandomShapesAtRandomWorlds) {
   TF_REQUIRE_GPUS(1);
-  const uint64_t seed = ::taxfree::test::test_seed();
-  RecordProperty("seed", std::to_string(seed));
-  std::mt19937_64 rng(seed);
-  const auto uni = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
-  const auto log_uni = [&](int lo, int hi) {
-    return int(std::exp(std::uniform_real_distribution<double>(std::log(lo), std::log(hi + 1.0))(rng)));
-  };
+  Draws rnd;
   for (int i = 0; i < 8; ++i) {
-    const int world = uni(2, 8);
-    const SplitMerge merge = SplitMerge(uni(0, 2));
+    const int world = rnd.uni(2, 8);
+    const SplitMerge merge = SplitMerge(rnd.uni(0, 2));
     Problem p;
-    p.dtype = uni(0, 1) ? DType::BF16 : DType::FP16;
-    p.head_dim = uni(0, 1) ? 128 : 64;
-    p.kv_heads = log_uni(1, 8), p.q_heads = p.kv_heads * uni(1, kMaxGqaRatio), p.batch = log_uni(1, 12);
-    if (uni(0, 2) == 0) p.num_splits = uni(1, kMaxSplits);  // else the heuristic's
+    p.dtype = rnd.uni(0, 1) ? DType::BF16 : DType::FP16;
+    p.head_dim = rnd.uni(0, 1) ? 128 : 64;
+    p.kv_heads = rnd.log_uni(1, 8), p.q_heads = p.kv_heads * rnd.uni(1, kMaxGqaRatio), p.batch = rnd.log_uni(1, 12);
+    if (rnd.uni(0, 2) == 0) p.num_splits = rnd.uni(1, kMaxSplits);  // else the heuristic's
     // Slices that keep the reference near 5e7 multiply-adds and the host cache near 1e7 values.
     const double cap = std::min(5e7 / (2.0 * p.q_heads * p.head_dim), 1e7 / (double(p.kv_heads) * p.head_dim)) /
                        (double(p.batch) * world);
     // The longest slice log-uniform over problems, the others within 4x of it.
-    const int top = log_uni(1, std::max(1, std::min(int(cap), 20000)));
+    const int top = rnd.log_uni(1, std::max(1, std::min(int(cap), 20000)));
     p.lens.assign(size_t(world), {});
     for (auto& rank_lens : p.lens)
       for (int b = 0; b < p.batch; ++b) {
-        const int kind = uni(0, 7);
-        rank_lens.push_back(kind == 0 ? 0 : kind == 1 ? 1 : uni(std::max(1, top / 4), top));
+        const int kind = rnd.uni(0, 7);
+        rank_lens.push_back(kind == 0 ? 0 : kind == 1 ? 1 : rnd.uni(std::max(1, top / 4), top));
       }
-    Global g = make_global(p, rng());
+    Global g = make_global(p, rnd.bits());
     SimulatedRanks sim(p, world, merge);
     std::vector<Local> ls(static_cast<size_t>(world));
     for (int r = 0; r < world; ++r) upload_local(g, ls[size_t(r)], r);
     std::string cache = "contiguous";
-    if (uni(0, 2) == 0) {  // every rank's slice in a paged cache of one layout and page size
-      const KvLayout layout = uni(0, 1) ? KvLayout::PagedHND : KvLayout::PagedNHD;
-      const int page = 16 << uni(0, 4);
+    if (rnd.uni(0, 2) == 0) {  // every rank's slice in a paged cache of one layout and page size
+      const KvLayout layout = rnd.uni(0, 1) ? KvLayout::PagedHND : KvLayout::PagedNHD;
+      const int page = 16 << rnd.uni(0, 4);
       for (Local& l : ls)
-        l.paged = std::make_unique<Paged>(make_paged(l.k, l.v, p.batch, p.kv_heads, l.cap, p.head_dim, layout, page, rng()));
+        l.paged = std::make_unique<Paged>(make_paged(l.k, l.v, p.batch, p.kv_heads, l.cap, p.head_dim, layout, page, rnd.bits()));
       cache = std::string(layout == KvLayout::PagedHND ? "HND" : "NHD") + " page " + std::to_string(page);
     }
     const std::string what = "W=" + std::to_string(world) + " " + merge_name(merge) + " " + cache + " " +
@@ -262,18 +256,17 @@ TEST(FlashDecodeSim, RandomShapesAtRandomWorlds) {
                              " q/kv=" + std::to_string(p.q_heads) + "/" + std::to_string(p.kv_heads) +
                              " batch=" + std::to_string(p.batch) + " splits=" +
                              (p.num_splits ? std::to_string(p.num_splits) : std::string("auto")) + " longest=" +
-                             std::to_string(*std::max_element(g.total.begin(), g.total.end())) + " (seed " +
-                             std::to_string(seed) + ", shape " + std::to_string(i) + ")";
+                             std::to_string(*std::max_element(g.total.begin(), g.total.end())) + " " + rnd.where(i);
     std::printf("%s: %s\n", what.c_str(), schedule_name(sim.plan(0, ls[0].args(p))).c_str());
     for (int step = 0; step < 2; ++step) {
-      draw_q(g, rng());
+      draw_q(g, rnd.bits());
       compute_reference(g);
       for (Local& l : ls) l.q_d.upload(g.q);
       run_and_check(sim, g, ls, what + " step " + std::to_string(step));
     }
     // 20 steps back to back, one rank sleeping 20 us between sending and reading in each, then one
     // more checked: the inbox parities under a rank that falls behind.
-    const int late = uni(0, world - 1);
+    const int late = rnd.uni(0, world - 1);
     for (int j = 0; j < 20; ++j)
       for (int r = 0; r < world; ++r) sim.launch(r, ls[size_t(r)].args(p), r == late ? 20'000u : 0u);
     run_and_check(sim, g, ls, what + " after 20 steps with rank " + std::to_string(late) + " late");

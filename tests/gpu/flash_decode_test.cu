@@ -16,13 +16,13 @@
 #include <limits>
 #include <memory>
 #include <numeric>
-#include <random>
 #include <string>
 #include <vector>
 
 #include "../../src/ops/flash_decode/reference.h"
 #include "flash_decode_util.h"
 #include "gpu_env.h"
+#include "random_draws.h"
 #include "taxfree/ops/flash_decode.h"
 #include "taxfree/runtime/error.h"
 
@@ -30,6 +30,7 @@ namespace taxfree::ops::flash_decode {
 namespace {
 
 using namespace test;
+using ::taxfree::test::Draws;
 
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 
@@ -538,62 +539,55 @@ TEST(FlashDecodeGpu, LongSequenceSmoke) {
 // failure): either dtype and head_dim, 1-16 KV heads at any GQA ratio, batch 1-48 (or 200-600) of
 // lengths drawn log-uniform (empty and one-token sequences among them), slices starting and ending mid-tile, a
 // contiguous or paged cache (either layout, any page size), the plan made for the device or for
-// fewer SMs (the wave-filling branches), or a split count of 1-64 forced. The heuristic's plan runs twice on one workspace (bitwise
-// equal: the kernel leaves its counters reset) against the double reference.
+// fewer SMs (the wave-filling branches), or a split count of 1-64 forced. Each plan runs twice on
+// one workspace (bitwise equal: the kernel leaves its counters reset) against the double reference.
 TEST(FlashDecodeGpu, RandomShapesHeuristicPlan) {
   TF_REQUIRE_GPUS(1);
-  const uint64_t seed = ::taxfree::test::test_seed();
-  RecordProperty("seed", std::to_string(seed));
-  std::mt19937_64 rng(seed);
-  const auto uni = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
-  const auto log_uni = [&](int lo, int hi) {
-    return int(std::exp(std::uniform_real_distribution<double>(std::log(lo), std::log(hi + 1.0))(rng)));
-  };
+  Draws rnd;
   int sms = 0;
   TF_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   Runner run;
   for (int i = 0; i < 20; ++i) {
     Problem p;
-    p.dtype = uni(0, 1) ? DType::BF16 : DType::FP16;
-    p.head_dim = uni(0, 1) ? 128 : 64;
-    p.kv_heads = log_uni(1, 16), p.q_heads = p.kv_heads * uni(1, kMaxGqaRatio);
-    p.batch = uni(0, 7) ? log_uni(1, 48) : log_uni(200, 600);  // past 256: no longest-first order
-    if (uni(0, 3) == 0) p.q_scale = 6.f, p.softmax_scale = 0.2f;
+    p.dtype = rnd.uni(0, 1) ? DType::BF16 : DType::FP16;
+    p.head_dim = rnd.uni(0, 1) ? 128 : 64;
+    p.kv_heads = rnd.log_uni(1, 16), p.q_heads = p.kv_heads * rnd.uni(1, kMaxGqaRatio);
+    p.batch = rnd.uni(0, 7) ? rnd.log_uni(1, 48) : rnd.log_uni(200, 600);  // past 256: no longest-first order
+    if (rnd.uni(0, 3) == 0) p.q_scale = 6.f, p.softmax_scale = 0.2f;
     // Lengths that keep the reference near 1e8 multiply-adds and the host cache near 1.6e7 values.
     const double cap = std::min(1e8 / (2.0 * p.q_heads * p.head_dim), 1.6e7 / (double(p.kv_heads) * p.head_dim)) / p.batch;
     // The longest sequence log-uniform over problems, the others within 4x of it.
-    const int top = log_uni(1, std::max(1, std::min(int(cap), 60000)));
+    const int top = rnd.log_uni(1, std::max(1, std::min(int(cap), 60000)));
     for (int b = 0; b < p.batch; ++b) {
-      const int kind = uni(0, 9);
-      p.lens.push_back(kind == 0 ? 0 : kind == 1 ? 1 : uni(std::max(1, top / 4), top));
+      const int kind = rnd.uni(0, 9);
+      p.lens.push_back(kind == 0 ? 0 : kind == 1 ? 1 : rnd.uni(std::max(1, top / 4), top));
     }
     std::vector<int32_t> starts(size_t(p.batch), 0), lens = p.lens;
-    if (uni(0, 1))
+    if (rnd.uni(0, 1))
       for (int b = 0; b < p.batch; ++b)
         if (p.lens[size_t(b)] > 1) {
-          starts[size_t(b)] = uni(0, p.lens[size_t(b)] - 1);
-          lens[size_t(b)] = uni(0, p.lens[size_t(b)] - starts[size_t(b)]);
+          starts[size_t(b)] = rnd.uni(0, p.lens[size_t(b)] - 1);
+          lens[size_t(b)] = rnd.uni(0, p.lens[size_t(b)] - starts[size_t(b)]);
         }
-    const Data d = make_data(p, rng());
+    const Data d = make_data(p, rnd.bits());
     std::unique_ptr<Paged> pg;
     std::string what = name(p) + " batch=" + std::to_string(p.batch) + " max_len=" +
                        std::to_string(*std::max_element(lens.begin(), lens.end()));
-    if (uni(0, 2) == 0) {
-      const KvLayout layout = uni(0, 1) ? KvLayout::PagedHND : KvLayout::PagedNHD;
-      pg = std::make_unique<Paged>(make_paged(d, layout, 16 << uni(0, 4), rng()));
+    if (rnd.uni(0, 2) == 0) {
+      const KvLayout layout = rnd.uni(0, 1) ? KvLayout::PagedHND : KvLayout::PagedNHD;
+      pg = std::make_unique<Paged>(make_paged(d, layout, 16 << rnd.uni(0, 4), rnd.bits()));
       what += std::string(layout == KvLayout::PagedHND ? " HND" : " NHD") + " page " + std::to_string(pg->page_size);
     }
     DecodeConfig cfg;
-    const int plan_by = uni(0, 5);  // the heuristic for this device, for fewer SMs, or a split count
-    if (plan_by == 0) cfg.num_sms = log_uni(4, sms);
-    if (plan_by == 1) cfg.num_splits = uni(1, kMaxSplits);
+    const int plan_by = rnd.uni(0, 5);  // the heuristic for this device, for fewer SMs, or a split count
+    if (plan_by == 0) cfg.num_sms = rnd.log_uni(4, sms);
+    if (plan_by == 1) cfg.num_splits = rnd.uni(1, kMaxSplits);
     std::vector<double> o, lse;
     reference(d, starts, lens, o, lse);
     const Result r = run.run(d, starts, lens, pg.get(), cfg, 2);
     what += cfg.num_splits ? std::string(" forced")
                            : " planned for " + std::to_string(cfg.num_sms ? cfg.num_sms : sms) + " SMs,";
-    what += " splits=" + std::to_string(r.num_splits) + " (seed " + std::to_string(seed) + ", shape " +
-            std::to_string(i) + ")";
+    what += " splits=" + std::to_string(r.num_splits) + " " + rnd.where(i);
     std::printf("%s\n", what.c_str());
     SCOPED_TRACE(what);
     expect_matches(d, r, o, lse, what);
