@@ -3,12 +3,13 @@
 # writes logs and JSON into the folder it is given. Binaries come from ./build (build them first:
 # scripts/setup.sh, or carry a build made elsewhere).
 #
-#   scripts/gpu_check.sh OUT_DIR [tests|soak|sanitize|faults|bench|all|agmm]...     (default: all)
+#   scripts/gpu_check.sh OUT_DIR [tests|soak|random|sanitize|faults|bench|all|agmm]...     (default: all)
 #
 # BENCH_OPS="op ..." limits the bench step to those ops (default: every op, with the summary);
 # soak (only when named): the GPU tests in SOAK_REPEATS (3) shuffled orders, no retries: a test that
 # depends on another's order or on state left behind, or fails now and then (~155 s per order at one
 # rank).
+# random (only when named): the random-shape tests in RANDOM_REPEATS (10) rounds of fresh seeds.
 # sanitize (only when named): compute-sanitizer's four tools over the one-rank tests, ~8 min.
 # TESTS_FILTER limits the GPU tests (gtest filter syntax); TESTS_LIMIT is their time limit in s (400).
 # When they fail, the tests after the first failure run once more (NO_RETRY=1: not).
@@ -19,7 +20,7 @@
 #
 # Exit code: 0 if every step passed, else the number of failed steps.
 set -u -o pipefail
-out=${1:?usage: scripts/gpu_check.sh OUT_DIR [tests|soak|sanitize|faults|bench|all|agmm]...}
+out=${1:?usage: scripts/gpu_check.sh OUT_DIR [tests|soak|random|sanitize|faults|bench|all|agmm]...}
 shift
 steps=${*:-all}
 mkdir -p "$out"
@@ -106,6 +107,18 @@ if [[ " $steps " == *" soak "* ]]; then  # only when named
   step "gpu tests shuffled x$repeats" soak.log $((200 * repeats)) "$tests" --gtest_shuffle --gtest_repeat="$repeats" \
     --gtest_random_seed="${SOAK_SEED:-1901}" --gtest_filter="${TESTS_FILTER:-*}"
   grep -E '^\[  (PASSED|FAILED) |^Note: Randomizing' "$out/soak.log" | sort | uniq -c
+fi
+
+if [[ " $steps " == *" random "* ]]; then  # only when named: ~5 s a round at one rank
+  # The tests that draw fresh shapes every run (README), RANDOM_REPEATS rounds, each with a new seed
+  # (named in any failure; TAXFREE_TEST_SEED=N repeats one), no retries. Eager loading and a
+  # hardware queue per stream for AgmmSim's (see its file).
+  rounds=${RANDOM_REPEATS:-10}
+  step "random-shape tests x$rounds" random.log $((60 + 30 * rounds)) \
+    env CUDA_MODULE_LOADING=EAGER CUDA_DEVICE_MAX_CONNECTIONS=32 TAXFREE_TEST_RANKS=1 "$tests" --gtest_repeat="$rounds" \
+    --gtest_filter='*RandomShapes*:*RandomSizes*'
+  grep -E '^\[  (PASSED|FAILED) ' "$out/random.log" | sort | uniq -c
+  grep -A3 ': Failure$' "$out/random.log" | grep -oE '\(seed [0-9]+, shape [0-9]+\)' | sort | uniq -c | head  # to repeat
 fi
 
 if [[ " $steps " == *" sanitize "* ]]; then  # only when named: ~8 minutes
