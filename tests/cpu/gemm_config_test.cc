@@ -3,7 +3,10 @@
 
 #include <string>
 
+#include <cublasLt.h>
+
 #include "expect_error.h"
+#include "taxfree/ops/cublaslt_gemm.h"
 #include "taxfree/ops/gemm.h"
 #include "taxfree/ops/gemm_detail.h"
 #include "taxfree/ops/gemm_tiles.h"
@@ -327,6 +330,18 @@ TEST(GemmValidation, HeuristicLaunchValidatesFirst) {
     EXPECT_EQ(e.status(), Status::InvalidArgument) << e.what();
     EXPECT_NE(std::string(e.what()).find("N=0"), std::string::npos) << e.what();
   }
+}
+
+
+// Clusters::small keeps the cuBLASLt algorithms whose cluster shape has at most 2 CTAs; AUTO (the
+// library's pick, of any size) and every larger shape are refused.
+TEST(CublasLtClusters, SmallMeansAtMostTwoCtas) {
+  for (int id : {CUBLASLT_CLUSTER_SHAPE_1x1x1, CUBLASLT_CLUSTER_SHAPE_2x1x1, CUBLASLT_CLUSTER_SHAPE_1x2x1})
+    EXPECT_TRUE(cublaslt_small_cluster(id)) << "cluster shape " << id;
+  for (int id : {CUBLASLT_CLUSTER_SHAPE_AUTO, CUBLASLT_CLUSTER_SHAPE_4x1x1, CUBLASLT_CLUSTER_SHAPE_2x2x1,
+                 CUBLASLT_CLUSTER_SHAPE_4x2x1, CUBLASLT_CLUSTER_SHAPE_2x4x1, CUBLASLT_CLUSTER_SHAPE_3x1x1,
+                 CUBLASLT_CLUSTER_SHAPE_1x3x1, CUBLASLT_CLUSTER_SHAPE_16x1x1, CUBLASLT_CLUSTER_SHAPE_1x15x1})
+    EXPECT_FALSE(cublaslt_small_cluster(id)) << "cluster shape " << id;
 }
 
 }  // namespace

@@ -23,7 +23,6 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
-#include <iterator>
 #include <memory>
 #include <string>
 #include <vector>
@@ -136,6 +135,19 @@ class SimulatedAgmm {
     warm_up(ps, v, in_place);
     poison(ps);
     check(ps, launch(ps, v, in_place), v, what);
+  }
+
+  // Every variant of `seq` warmed up, then `seq` launched back to back without a reset, rank `late`
+  // sleeping late_ns before each of its launches; the last launch checked.
+  void burst(std::vector<Problem>& ps, const std::vector<AgmmVariant>& seq, int late, uint64_t late_ns,
+             const std::string& what) {
+    std::vector<AgmmVariant> warm;
+    for (AgmmVariant v : seq)
+      if (std::find(warm.begin(), warm.end(), v) == warm.end()) warm_up(ps, v), warm.push_back(v);
+    poison(ps);
+    std::vector<GatheredA> gs;
+    for (AgmmVariant v : seq) gs = launch(ps, v, false, late, late_ns);
+    check(ps, gs, seq.back(), what + ", the last " + variant_name(seq.back()));
   }
 
  private:
@@ -294,12 +306,9 @@ TEST(AgmmSim, HundredsOfMixedLaunchesWithoutResetAtThreeRanks) {
   for (auto* ps : {&rows, &cols}) {
     const std::vector<AgmmVariant>& cycle = ps == &rows ? gathering : splitting;
     const std::string shape = label((*ps)[0].shape());
-    for (AgmmVariant v : cycle) sim.warm_up(*ps, v);
-    sim.poison(*ps);
-    std::vector<GatheredA> gs;
-    AgmmVariant v{};
-    for (int i = 0; i < 210; ++i) gs = sim.launch(*ps, v = cycle[size_t(i) % cycle.size()], false, 1, 20'000);
-    sim.check(*ps, gs, v, shape + " after 210 mixed launches, the last " + variant_name(v));
+    std::vector<AgmmVariant> seq;
+    for (int i = 0; i < 210; ++i) seq.push_back(cycle[size_t(i) % cycle.size()]);
+    sim.burst(*ps, seq, 1, 20'000, shape + " after 210 mixed launches, rank 1 late");
     for (AgmmVariant last : cycle) {
       sim.poison(*ps);
       sim.check(*ps, sim.launch(*ps, last, false, 1, 200'000), last, shape + " " + variant_name(last) + ", rank 1 late");
@@ -319,13 +328,32 @@ TEST(AgmmSim, KsplitAmongOtherVariantsAtEightRanksWithOneLate) {
   SimulatedAgmm sim(kWorld, 443, 2176);
   auto ps = sim.problems({443, 5, 2176, 1, DType::fp16, BLayout::KN}, 810, true);
   using V = AgmmVariant;
-  const V seq[] = {V::fused_ce, V::ksplit, V::fused_ce, V::fused_ce, V::decomposed, V::push,
-                   V::nsplit, V::decomposed, V::nsplit, V::sm_specialized, V::fused_ce, V::ksplit};
-  for (V v : seq) sim.warm_up(ps, v);
-  sim.poison(ps);
-  std::vector<GatheredA> gs;
-  for (V v : seq) gs = sim.launch(ps, v, false, 4, 20'000);
-  sim.check(ps, gs, seq[std::size(seq) - 1], label(ps[0].shape()) + " after 12 mixed launches, rank 4 late");
+  sim.burst(ps,
+            {V::fused_ce, V::ksplit, V::fused_ce, V::fused_ce, V::decomposed, V::push, V::nsplit, V::decomposed,
+             V::nsplit, V::sm_specialized, V::fused_ce, V::ksplit},
+            4, 20'000, label(ps[0].shape()) + " after 12 mixed launches, rank 4 late");
+}
+
+// cuBLASLt's GEMMs of a rank that lags while the other ranks' grids wait for it: nsplit back to
+// back at five ranks with one late, the launches AgmmSim.RandomShapesAtRandomWorlds drew in r275
+// (seed 17658819865327697873, shape 3). The other four ranks' block all-gathers, 25 CTAs of a whole
+// SM each, waited for the fifth, whose cuBLASLt GEMM had 2x4 clusters: a cluster needs 8 free SMs
+// in one GPC, the 32 SMs left were spread over all of them, and a cluster grid waiting to be placed
+// holds back every later grid (r276-r279: 9 of 9 runs of 12 nsplits timed out within 5 rounds).
+// A share smaller than the GPU now keeps cuBLASLt to clusters of 2 (Clusters::small). Then
+// nsplit, decomposed and ksplit (each calls cuBLASLt) mixed.
+TEST(AgmmSim, CublasLtBehindWaitingRanksAtFiveRanks) {
+  REQUIRE_SIMULATION_ENV();
+  constexpr int kWorld = 5;
+  SimulatedAgmm sim(kWorld, 38, 160);
+  auto ps = sim.problems({38, 360, 160, 1, DType::bf16, BLayout::KN}, 830, true);
+  using V = AgmmVariant;
+  const std::string shape = label(ps[0].shape());
+  for (int round = 0; round < 3; ++round)
+    sim.burst(ps, std::vector<V>(12, V::nsplit), 4, 20'000, shape + " round " + std::to_string(round) + " of 12 nsplits");
+  sim.burst(ps, {V::nsplit, V::decomposed, V::nsplit, V::ksplit, V::decomposed, V::decomposed, V::nsplit, V::ksplit,
+                 V::nsplit, V::ksplit, V::decomposed, V::nsplit},
+            2, 20'000, shape + " after 12 mixed cuBLASLt launches, rank 2 late");
 }
 
 // bsp and bsp-own call NCCL: NotSupported on a share without a communicator, nothing enqueued
@@ -388,14 +416,10 @@ TEST(AgmmSim, RandomShapesAtRandomWorlds) {
     }
     // Then launches back to back without a reset, each variant drawn, one rank 20 us late before
     // each: every op's epochs across variants; the last launch checked.
-    for (AgmmVariant v : pool) sim.warm_up(ps, v);
-    sim.poison(ps);
     const int late = rnd.uni(0, w - 1);
-    std::vector<GatheredA> gs;
-    AgmmVariant last{};
-    for (int j = 0; j < 12; ++j) gs = sim.launch(ps, last = draw(), false, late, 20'000);
-    sim.check(ps, gs, last,
-              shape + "12 drawn launches, rank " + std::to_string(late) + " late, the last " + variant_name(last));
+    std::vector<AgmmVariant> seq;
+    for (int j = 0; j < 12; ++j) seq.push_back(draw());
+    sim.burst(ps, seq, late, 20'000, shape + "12 drawn launches, rank " + std::to_string(late) + " late");
     if (HasFailure()) return;
   }
 }

@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include <unistd.h>
+
 #include "gemm_test_util.h"
 #include "gpu_env.h"
 #include "taxfree/device/signal.cuh"
@@ -338,6 +340,81 @@ TEST(CublasLt, Fp32SumsOverKSlicesEqualTheProduct) {
         TF_CUDA(cudaStreamSynchronize(st.s));
         expect_fp32_matches(p, got, ldp, what);
       }
+}
+
+
+// Holds an SM each (1024 threads and the whole shared memory) until *release or 5 s, whichever is
+// first; counts its resident CTAs in *resident.
+__global__ void hold_sms_kernel(const volatile int* release, int* resident) {
+  extern __shared__ char smem[];
+  if (threadIdx.x == 0) {
+    smem[0] = 1;
+    atomicAdd(resident, 1);
+    for (const uint64_t end = dev::global_timer_ns() + 5'000'000'000ull; *release == 0 && dev::global_timer_ns() < end;)
+      __nanosleep(1000);
+  }
+  __syncthreads();
+}
+
+// Clusters::small beside a grid that holds all but 32 SMs and waits, as the ranks simulated on one
+// GPU do (tests/gpu/simulated_ranks.h): the GEMM runs while the SMs are held and matches the
+// reference. r279: the heuristic's 8-CTA clusters, and a kernel launched after them, stalled with 90
+// of 132 SMs held. An nsplit-sized product into fp32, and a large one into 16-bit C.
+TEST(CublasLt, SmallClustersRunBesideAGridHoldingMostSms) {
+  TF_REQUIRE_GPUS(1);
+  constexpr int kSmem = 227 << 10;
+  TF_CUDA(cudaFuncSetAttribute(hold_sms_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+  int* host = nullptr;  // [0]: release, [1]: resident CTAs
+  TF_CUDA(cudaHostAlloc(&host, 2 * sizeof(int), cudaHostAllocMapped));
+  int* flags = nullptr;
+  TF_CUDA(cudaHostGetDevicePointer(&flags, host, 0));
+  const int held = device_sm_count() - 32;
+  // Enqueues the GEMM on `s` while `held` SMs are held; true when it finished within 2 s.
+  auto runs_beside_held = [&](const GemmArgs& g, OutType out, cudaStream_t s, const std::string& what) {
+    StreamGuard holder;
+    cublaslt_prepare(g, s, out, Clusters::small);  // the plan and the workspace, before the SMs are held
+    TF_CUDA(cudaStreamSynchronize(s));
+    __atomic_store_n(&host[0], 0, __ATOMIC_RELEASE);
+    __atomic_store_n(&host[1], 0, __ATOMIC_RELEASE);
+    hold_sms_kernel<<<held, 1024, kSmem, holder.s>>>(flags, flags + 1);
+    TF_CUDA(cudaGetLastError());
+    for (int i = 0; i < 2000 && __atomic_load_n(&host[1], __ATOMIC_ACQUIRE) < held; ++i) usleep(1000);
+    EXPECT_EQ(__atomic_load_n(&host[1], __ATOMIC_ACQUIRE), held) << what << ": the holding grid is not all resident";
+    cublaslt_launch(g, s, out, Clusters::small);
+    bool done = false;
+    for (int i = 0; i < 2000 && !done; ++i) {
+      done = cudaStreamQuery(s) == cudaSuccess;
+      if (!done) usleep(1000);
+    }
+    __atomic_store_n(&host[0], 1, __ATOMIC_RELEASE);
+    TF_CUDA(cudaDeviceSynchronize());
+    EXPECT_TRUE(done) << what << ": the GEMM did not finish within 2 s";
+  };
+  const std::string beside = " beside " + std::to_string(held) + " held SMs";
+  {
+    const Problem p = make_problem(38, 72, 32, DType::bf16, BLayout::KN, 5150);
+    const int64_t ldc = 72;
+    DevBuf c(size_t(p.m * ldc) * 4);
+    StreamGuard st;
+    TF_CUDA(cudaMemsetAsync(c.p, 0xFF, size_t(p.m * ldc) * 4, st.s));
+    GemmArgs g = p.args(c.p);
+    g.ldc = ldc;
+    const std::string what = label({p.m, p.n, p.k}, p.dtype, p.layout) + " fp32 C" + beside;
+    runs_beside_held(g, OutType::fp32, st.s, what);
+    std::vector<float> got(size_t(p.m * ldc));
+    TF_CUDA(cudaMemcpy(got.data(), c.p, got.size() * 4, cudaMemcpyDeviceToHost));
+    expect_fp32_matches(p, got, ldc, what);
+  }
+  {
+    const Problem p = make_problem(1000, 3592, 1001, DType::bf16, BLayout::KN, 5151);
+    Output out(p);
+    StreamGuard st;
+    out.poison(st.s);
+    const std::string what = label({p.m, p.n, p.k}, p.dtype, p.layout) + beside;
+    runs_beside_held(p.args(out.c()), OutType::same, st.s, what);
+    expect_matches(p, out.read(), what);
+  }
+  TF_CUDA(cudaFreeHost(host));
 }
 
 }  // namespace

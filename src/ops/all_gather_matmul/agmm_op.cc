@@ -48,6 +48,10 @@ AllGatherMatmul::AllGatherMatmul(RankShare share, AgmmConfig config)
                                                 << " must be in [0, 2^31)");
   Impl& im = *impl_;
   const uint64_t w = uint64_t(share_.world);
+  int device = 0, device_sms = 0;
+  TF_CUDA(cudaGetDevice(&device));
+  TF_CUDA(cudaDeviceGetAttribute(&device_sms, cudaDevAttrMultiProcessorCount, device));
+  if (share_.sm_count < device_sms) im.lt_clusters = gemm::Clusters::small;
   im.capacity_bytes = config_.max_m * ceil_div(config_.max_k, 8) * 8 * kElem;
   // Pieces are at least 64 x 64 (row_chunk = GEMM bm >= 64, col_chunk a multiple of 64).
   im.flag_capacity = int64_t(w) * ceil_div(config_.max_m, 64) * ceil_div(config_.max_k, 64);
@@ -232,9 +236,9 @@ GatheredA AllGatherMatmul::launch_bsp(const AgmmArgs& a, bool own_gemm, cudaStre
   const gemm::GemmArgs g = gemm_args(a, gathered, sh.ld);
   // All that can throw, first: the GEMM's plan and workspace before NCCL's collective is enqueued.
   if (own_gemm) gemm::prepare(g, s);
-  else gemm::cublaslt_prepare(g, s);
+  else im.lt_prepare(g, s);
   if (warm_only_) {
-    if (!own_gemm) gemm::cublaslt_launch(g, s);
+    if (!own_gemm) im.lt_launch(g, s);
     return {};
   }
   char* recv = a.gather_dim == 0 ? gathered : (sym ? im.staging_sym : im.staging_plain);
@@ -253,7 +257,7 @@ GatheredA AllGatherMatmul::launch_bsp(const AgmmArgs& a, bool own_gemm, cudaStre
                         ncclUint8, share_.comm, s));
   if (a.gather_dim == 1) agmm::enqueue_interleave(recv, gathered, sh.ld, share_.world, sh.rows, sh.cols, s);
   if (own_gemm) gemm::launch(g, s);
-  else gemm::cublaslt_launch(g, s);
+  else im.lt_launch(g, s);
   return {gathered, sh.ld};
 }
 
@@ -287,9 +291,9 @@ GatheredA AllGatherMatmul::launch_decomposed(const AgmmArgs& a, cudaStream_t s) 
     return g;
   };
   // All that can throw, first (gather_dim 1: one GEMM, the same for every source).
-  for (int src = 0; src < (a.gather_dim == 0 ? w : 1); ++src) gemm::cublaslt_prepare(source_gemm(src), s);
+  for (int src = 0; src < (a.gather_dim == 0 ? w : 1); ++src) im.lt_prepare(source_gemm(src), s);
   if (warm_only_) {
-    for (int src = 0; src < (a.gather_dim == 0 ? w : 1); ++src) gemm::cublaslt_launch(source_gemm(src), s);
+    for (int src = 0; src < (a.gather_dim == 0 ? w : 1); ++src) im.lt_launch(source_gemm(src), s);
     return {};
   }
 
@@ -315,7 +319,7 @@ GatheredA AllGatherMatmul::launch_decomposed(const AgmmArgs& a, cudaStream_t s) 
   TF_CUDA(cudaEventRecord(im.join, im.side));
 
   if (a.gather_dim == 0) {
-    gemm::cublaslt_launch(source_gemm(rank), s);
+    im.lt_launch(source_gemm(rank), s);
     if (early_gemm) TF_CUDA(cudaStreamWaitEvent(s, im.begun, 0));
   } else if (!shard_in_place) {
     copy_rows(const_cast<void*>(slot.ptr), slot.ld, a.a_shard, a.lda_shard, sh.rows, sh.cols, s);
@@ -323,9 +327,9 @@ GatheredA AllGatherMatmul::launch_decomposed(const AgmmArgs& a, cudaStream_t s) 
   for (int i = 1; i < w; ++i) {
     const int src = (rank + i) % w;
     agmm::enqueue_wait(im.dec_arrived + src, epoch, fault, dev::WaitSite::all_gather_data, src, s);
-    if (a.gather_dim == 0) gemm::cublaslt_launch(source_gemm(src), s);
+    if (a.gather_dim == 0) im.lt_launch(source_gemm(src), s);
   }
-  if (a.gather_dim == 1) gemm::cublaslt_launch(source_gemm(rank), s);
+  if (a.gather_dim == 1) im.lt_launch(source_gemm(rank), s);
   TF_CUDA(cudaStreamWaitEvent(s, im.join, 0));
   return {im.gathered, sh.ld};
 }

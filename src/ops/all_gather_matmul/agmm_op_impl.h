@@ -10,6 +10,7 @@
 
 #include "agmm_internal.h"
 #include "taxfree/ops/all_gather_matmul.h"
+#include "taxfree/ops/cublaslt_gemm.h"
 #include "taxfree/runtime/error.h"
 #include "taxfree/runtime/rank_share.h"
 
@@ -121,6 +122,17 @@ struct AllGatherMatmul::Impl {
   cudaStream_t side = nullptr;       // the op's second stream (push kernel, copy-engine copies)
   cudaEvent_t fork = nullptr, join = nullptr;
   cudaEvent_t begun = nullptr;       // ksplit bands, decomposed: the side stream's begin barrier is done
+  // A share of fewer SMs than the GPU has (ranks simulated on one GPU) shares it with the other
+  // ranks' grids, which wait for this rank's GEMMs: cuBLASLt keeps to small clusters there
+  // (cublaslt_gemm.h). A whole GPU keeps the heuristic's pick, as the bsp baseline does.
+  gemm::Clusters lt_clusters = gemm::Clusters::any;
+
+  void lt_prepare(const gemm::GemmArgs& g, cudaStream_t s, gemm::OutType out = gemm::OutType::same) const {
+    gemm::cublaslt_prepare(g, s, out, lt_clusters);
+  }
+  void lt_launch(const gemm::GemmArgs& g, cudaStream_t s, gemm::OutType out = gemm::OutType::same) const {
+    gemm::cublaslt_launch(g, s, out, lt_clusters);
+  }
 
   int64_t skinny_slot_lines() const { return ksplit_sizes.skinny_partial_lines + ksplit_sizes.skinny_a_lines; }
   // Every buffer the variants or the peers write (the flags excepted).

@@ -69,9 +69,9 @@ GatheredA AllGatherMatmul::launch_ksplit(const AgmmArgs& a, cudaStream_t s) {
   ga.flags = im.side_flags;
   ga.seq = im.side_seq;
   ga.end_sequence = true;
-  gemm::cublaslt_prepare(g, s, gemm::OutType::fp32);  // all that can throw, first
+  im.lt_prepare(g, s, gemm::OutType::fp32);  // all that can throw, first
   if (warm_only_) {
-    gemm::cublaslt_launch(g, s, gemm::OutType::fp32);
+    im.lt_launch(g, s, gemm::OutType::fp32);
     return {};
   }
 
@@ -79,7 +79,7 @@ GatheredA AllGatherMatmul::launch_ksplit(const AgmmArgs& a, cudaStream_t s) {
   TF_CUDA(cudaStreamWaitEvent(im.side, im.fork, 0));
   agmm::enqueue_block_gather(ga, im.side);
   TF_CUDA(cudaEventRecord(im.join, im.side));
-  gemm::cublaslt_launch(g, s, gemm::OutType::fp32);
+  im.lt_launch(g, s, gemm::OutType::fp32);
   agmm::enqueue_ksplit_exchange(l, s);
   TF_CUDA(cudaStreamWaitEvent(s, im.join, 0));
   return {im.gathered, slot.ld};
@@ -204,10 +204,10 @@ GatheredA AllGatherMatmul::launch_nsplit(const AgmmArgs& a, cudaStream_t s) {
     return src == rank ? gemm::OutType::fp32 : gemm::OutType::fp32_accumulate;
   };
   if (cols > 0)  // all that can throw, first
-    for (int src = 0; src < w; ++src) gemm::cublaslt_prepare(source_gemm(src), s, out_type(src));
+    for (int src = 0; src < w; ++src) im.lt_prepare(source_gemm(src), s, out_type(src));
   if (warm_only_) {
     if (cols > 0)
-      for (int src = 0; src < w; ++src) gemm::cublaslt_launch(source_gemm(src), s, out_type(src));
+      for (int src = 0; src < w; ++src) im.lt_launch(source_gemm(src), s, out_type(src));
     return {};
   }
 
@@ -239,12 +239,12 @@ GatheredA AllGatherMatmul::launch_nsplit(const AgmmArgs& a, cudaStream_t s) {
   if (!in_place(a, slot)) copy_own_shard(view, slot, a, sh.rows, sh.cols, im.side);  // read back from a peer
   TF_CUDA(cudaEventRecord(im.join, im.side));
 
-  if (cols > 0) gemm::cublaslt_launch(source_gemm(rank), s, out_type(rank));
+  if (cols > 0) im.lt_launch(source_gemm(rank), s, out_type(rank));
   TF_CUDA(cudaStreamWaitEvent(s, im.begun, 0));  // the arrival waits read the begin barrier's epoch
   for (int i = 1; i < w; ++i) {
     const int src = (rank + i) % w;
     agmm::enqueue_wait(im.dec_arrived + src, epoch, fault, dev::WaitSite::all_gather_data, src, s);
-    if (cols > 0) gemm::cublaslt_launch(source_gemm(src), s, out_type(src));
+    if (cols > 0) im.lt_launch(source_gemm(src), s, out_type(src));
   }
   agmm::enqueue_block_gather(gc, s);
   TF_CUDA(cudaStreamWaitEvent(s, im.join, 0));

@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <sstream>
 #include <tuple>
 #include <utility>
 
@@ -53,14 +54,14 @@ struct Plan {
 };
 
 using PlanKey =
-    std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int, int, int, uint32_t, uint32_t, uint32_t>;
+    std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int, int, int, int, uint32_t, uint32_t, uint32_t>;
 
 struct DeviceState {
   cublasLtHandle_t handle = nullptr;
   std::map<PlanKey, std::unique_ptr<Plan>> plans;
 };
 
-std::unique_ptr<Plan> make_plan(cublasLtHandle_t handle, const GemmArgs& g, OutType out) {
+std::unique_ptr<Plan> make_plan(cublasLtHandle_t handle, const GemmArgs& g, OutType out, Clusters clusters) {
   auto p = std::make_unique<Plan>();
   const cudaDataType_t type = g.dtype == DType::bf16 ? CUDA_R_16BF : CUDA_R_16F;
   const bool nk = g.b_layout == BLayout::NK;
@@ -89,14 +90,41 @@ std::unique_ptr<Plan> make_plan(cublasLtHandle_t handle, const GemmArgs& g, OutT
   const uint32_t reduction = CUBLASLT_REDUCTION_SCHEME_INPLACE | CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
   TF_CUBLAS(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &reduction,
                                                  sizeof(reduction)));
-  cublasLtMatmulHeuristicResult_t result{};
+  constexpr int kCandidates = 32;
+  std::array<cublasLtMatmulHeuristicResult_t, kCandidates> results{};
   int found = 0;
-  TF_CUBLAS(cublasLtMatmulAlgoGetHeuristic(handle, p->op, p->a, p->b, p->c, p->c, pref, 1, &result, &found));
-  TF_REQUIRE(found > 0, Status::NotSupported,
-             "cuBLASLt has no algorithm for M=" << g.m << " N=" << g.n << " K=" << g.k << " " << dtype_name(g.dtype)
-                                                << " B " << layout_name(g.b_layout)
-                                                << (out != OutType::same ? " fp32 C" : ""));
-  p->algo = result.algo;
+  TF_CUBLAS(cublasLtMatmulAlgoGetHeuristic(handle, p->op, p->a, p->b, p->c, p->c, pref,
+                                           clusters == Clusters::any ? 1 : kCandidates, results.data(), &found));
+  auto shape_text = [&] {
+    std::ostringstream o;
+    o << "M=" << g.m << " N=" << g.n << " K=" << g.k << " " << dtype_name(g.dtype) << " B " << layout_name(g.b_layout)
+      << (out != OutType::same ? " fp32 C" : "");
+    return o.str();
+  };
+  TF_REQUIRE(found > 0, Status::NotSupported, "cuBLASLt has no algorithm for " << shape_text());
+  if (clusters == Clusters::any) {
+    p->algo = results[0].algo;
+    return p;
+  }
+  for (int i = 0; i < found; ++i) {
+    uint16_t shape = 0;
+    size_t written = 0;
+    TF_CUBLAS(cublasLtMatmulAlgoConfigGetAttribute(&results[i].algo, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, &shape,
+                                                   sizeof(shape), &written));
+    if (cublaslt_small_cluster(shape)) {
+      p->algo = results[i].algo;
+      return p;
+    }
+  }
+  cublasLtMatmulAlgo_t forced = results[0].algo;
+  const uint16_t one = CUBLASLT_CLUSTER_SHAPE_1x1x1;
+  TF_CUBLAS(cublasLtMatmulAlgoConfigSetAttribute(&forced, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, &one, sizeof(one)));
+  cublasLtMatmulHeuristicResult_t checked{};
+  const cublasStatus_t st = cublasLtMatmulAlgoCheck(handle, p->op, p->a, p->b, p->c, p->c, &forced, &checked);
+  TF_REQUIRE(st == CUBLAS_STATUS_SUCCESS && checked.workspaceSize <= ws, Status::NotSupported,
+             "cuBLASLt has no algorithm with clusters of at most 2 CTAs for " << shape_text() << " (" << found
+                                                                               << " candidates)");
+  p->algo = forced;
   return p;
 }
 
@@ -125,7 +153,7 @@ struct Prepared {
   const DeviceState& device;
   const Plan& plan;
 };
-Prepared prepare(const GemmArgs& args, OutType out) {
+Prepared prepare(const GemmArgs& args, OutType out, Clusters clusters) {
   if (out == OutType::same) validate(args, GemmConfig{});
   else validate_fp32_c(args);
   static std::array<DeviceState, 64> devices;
@@ -137,10 +165,10 @@ Prepared prepare(const GemmArgs& args, OutType out) {
   // fp32 and fp32_accumulate share a plan (the same C type; beta is given at launch).
   const PlanKey key{args.m,         args.n,          args.k,
                     args.lda,       args.ldb,        args.ldc,
-                    int(args.dtype), int(args.b_layout), int(out != OutType::same),
+                    int(args.dtype), int(args.b_layout), int(out != OutType::same), int(clusters),
                     alignment(args.a), alignment(args.b), alignment(args.c)};
   auto it = d.plans.find(key);
-  if (it == d.plans.end()) it = d.plans.emplace(key, make_plan(d.handle, args, out)).first;
+  if (it == d.plans.end()) it = d.plans.emplace(key, make_plan(d.handle, args, out, clusters)).first;
   return {d, *it->second};
 }
 
@@ -154,15 +182,19 @@ void* workspace_of(cudaStream_t stream) { return detail::stream_workspace(stream
 
 }  // namespace
 
-void cublaslt_prepare(const GemmArgs& args, cudaStream_t stream, OutType out) {
+bool cublaslt_small_cluster(int id) {
+  return id == CUBLASLT_CLUSTER_SHAPE_1x1x1 || id == CUBLASLT_CLUSTER_SHAPE_2x1x1 || id == CUBLASLT_CLUSTER_SHAPE_1x2x1;
+}
+
+void cublaslt_prepare(const GemmArgs& args, cudaStream_t stream, OutType out, Clusters clusters) {
   std::lock_guard<std::mutex> lock(state_mutex());
-  prepare(args, out);
+  prepare(args, out, clusters);
   workspace_of(stream);
 }
 
-void cublaslt_launch(const GemmArgs& args, cudaStream_t stream, OutType out) {
+void cublaslt_launch(const GemmArgs& args, cudaStream_t stream, OutType out, Clusters clusters) {
   std::lock_guard<std::mutex> lock(state_mutex());
-  const Prepared p = prepare(args, out);
+  const Prepared p = prepare(args, out, clusters);
   void* const ws = workspace_of(stream);
   const float alpha = 1.0f, beta = out == OutType::fp32_accumulate ? 1.0f : 0.0f;
   TF_CUBLAS(cublasLtMatmul(p.device.handle, p.plan.op, &alpha, args.b, p.plan.a, args.a, p.plan.b, &beta, args.c,
