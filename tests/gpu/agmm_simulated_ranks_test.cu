@@ -239,6 +239,31 @@ TEST(AgmmSim, PairTilesWithAnOddLastPair) {
   }
 }
 
+// pull on 2-CTA pair tiles whose last pair ends in its first CTA, at odd worlds (M / W whole
+// m-blocks, W of them: an odd count when W is odd). The second CTA's m-block, W, belongs to no rank,
+// and its A tensor map was never built: r283 (AgmmSim.RandomShapesAtRandomWorlds, seed
+// 12684032186503707283, W = 5 M = 640 N = 843 K = 45) ended in an illegal instruction. On real GPUs
+// this is any odd world, not only the simulation. The shape is found from the plan.
+TEST(AgmmSim, PullPairTilesPastTheLastShard) {
+  REQUIRE_SIMULATION_ENV();
+  for (int w : {3, 5, 7}) {
+    const int sms = SimulatedHeaps::rank_sms(w);
+    Shape s{0, 843, 45, 0, DType::fp16, BLayout::NK};
+    for (int64_t tiles = 1; tiles <= 9 && s.m == 0; tiles += 2) {
+      AgmmArgs a;
+      a.m = w * tiles * 128, a.n = s.n, a.k = s.k, a.gather_dim = 0, a.dtype = s.dtype, a.b_layout = s.layout;
+      const gemm::GemmConfig c = make_pull_plan(a, w, sms).gemm;
+      if (c.cluster_m == 2 && c.bm == 128) s.m = a.m;
+    }
+    ASSERT_GT(s.m, 0) << "no pull shape on pair tiles at W=" << w << " (" << sms << " SMs a rank)";
+    SimulatedAgmm sim(w, s.m, s.k);
+    auto ps = sim.problems(s, 350 + uint64_t(w), false);
+    const std::string shape = world_label(w) + label(s) + " ";
+    sim.run(ps, AgmmVariant::pull, shape + "pull");
+    sim.run(ps, AgmmVariant::pull, shape + "pull in place", true);
+  }
+}
+
 // ksplit's skinny path (M <= 32) and band path (M >= 512, and M = 127 forced), B replicated,
 // gather_dim 1, in place too.
 TEST(AgmmSim, KsplitSkinnyAndBandsAtTwoToEightRanks) {

@@ -12,7 +12,11 @@ void enqueue_pull_gemm(const PullGemmLaunch& l, cudaStream_t s, gemm::GemmStep s
              "pull's GEMM: source unit " << l.source_unit << ", k-loop start " << l.first_k << " with config "
                                          << l.config.name());
   PullReady::Params ready;
+  int sources = 0;  // the world: rank q's gathered A for every q below it
+  while (sources < kPullMaxWorld && l.sources[sources]) ++sources;
+  TF_REQUIRE(sources >= 1, Status::Internal, "pull's GEMM without rank 0's gathered A");
   for (int q = 0; q < kPullMaxWorld; ++q) ready.a_bases[q] = l.sources[q];
+  ready.sources = sources;
   ready.gather_dim = l.gather_dim;
   ready.source_unit = l.source_unit;
   ready.k_first = l.first_k;

@@ -25,6 +25,7 @@ struct PullReady {
   struct Params {
     const void* a_bases[kATensors] = {};  // rank q's gathered A in this process (a peer address), q < world
     CUtensorMap a_maps[kATensors];        // built by launch_gemm from a_bases
+    int sources = 1;                      // world: a_maps[0, sources) are built
     int gather_dim = 0;
     int source_unit = 1;  // m-blocks (gather_dim 0) or k-blocks (gather_dim 1) per shard
     int k_first = 0;      // first k-block of every tile's k-loop (0 with split-K)
@@ -35,7 +36,12 @@ struct PullReady {
   __device__ static int first_k_block(const Params& p, gemm::TileCoord) { return p.k_first; }
   __device__ static const CUtensorMap* a_map(const Params& p, gemm::TileCoord tile, int kb) {
     const unsigned unit = p.gather_dim == 0 ? unsigned(tile.m) : unsigned(kb);
-    return &p.a_maps[unit / unsigned(p.source_unit)];
+    // A pair tile's second CTA past M (an odd count of m-blocks, at an odd world) has m-block
+    // world * source_unit: no rank's. Any built map serves it: its rows are past every map's M
+    // (TMA fills zeros) and the epilogue writes no row >= M. r283: a_maps[world], never built,
+    // ended the kernel with an illegal instruction (W = 5, M = 640).
+    const unsigned source = unit / unsigned(p.source_unit), last = unsigned(p.sources - 1);
+    return &p.a_maps[source < last ? source : last];
   }
 #endif
 };
