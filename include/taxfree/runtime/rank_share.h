@@ -21,7 +21,9 @@ struct RankShare {
   int rank = 0;
   int world = 1;
   // SMs this rank's kernels may fill at once. Plans size the grids that wait for peers to it, so
-  // the W ranks of one GPU can be resident together.
+  // the W ranks of one GPU can be resident together. Fewer than the GPU has also means the GPU is
+  // shared with grids that wait: cuBLASLt then keeps to clusters of at most 2 CTAs
+  // (gemm::Clusters::small): a larger cluster needs that many free SMs in one GPC at once.
   int sm_count = 0;
   // The op's symmetric buffers and launch sequences (allocate_sequence). Allocation is
   // collective: the same calls in the same order on every rank give every buffer the same offset.
