@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "../../src/ops/all_gather_matmul/pull_ready.cuh"
 #include "expect_error.h"
 #include "taxfree/kernels/gemm/tile_scheduler.cuh"
 #include "taxfree/ops/all_gather_matmul.h"
@@ -281,6 +282,38 @@ TEST(AgmmPlan, WaitingGemmStartsOnItsOwnShardInClusterTiles) {
   const gemm::GemmConfig cfg = make_fused_ce_plan(cols, 2, 132).gemm;
   EXPECT_EQ(waiting_gemm_order(cols, cfg, 1, 2).first_m, 0);
   EXPECT_EQ(waiting_gemm_order(cols, cfg, 1, 2).group_m, cfg.group_m);
+}
+
+// pull's source of every CTA's A, at every world 1-8, on a whole GPU's SMs and on a simulated
+// rank's share: m-block (k-block) u is rank u / source_unit's; a pair tile's second CTA past M (an
+// odd m-block count: odd worlds) reads the last rank's map, never one past the world (r283: an
+// illegal instruction at W = 5, M = 640).
+TEST(AgmmPlan, PullSourceOfEveryCtaIsARank) {
+  int past_m = 0;
+  for (int w = 1; w <= agmm::kPullMaxWorld; ++w)
+    for (int sms : {132, (132 - 4) / w})
+      for (int64_t tiles : {1, 2, 3, 5}) {
+        SCOPED_TRACE(testing::Message() << "world " << w << " SMs " << sms << " m-blocks per shard " << tiles);
+        const AgmmArgs a = args_for({w * tiles * 128, 843, 45, 0});
+        const PullPlan p = make_pull_plan(a, w, sms);
+        agmm::PullReady::Params prm;
+        prm.sources = w, prm.gather_dim = 0, prm.source_unit = p.source_unit;
+        const int real = int((a.m + p.gemm.bm - 1) / p.gemm.bm), cluster = std::max(1, p.gemm.cluster_m);
+        const int ctas = (real + cluster - 1) / cluster * cluster;  // m-blocks of the grid's CTAs
+        for (int m = 0; m < ctas; ++m) {
+          const int s = agmm::PullReady::source(prm, {m, 0}, 0);
+          if (m < real) {
+            EXPECT_EQ(s, m / p.source_unit) << "m-block " << m;
+          } else {
+            EXPECT_EQ(s, w - 1) << "m-block " << m << " past M";
+            ++past_m;
+          }
+        }
+        const AgmmArgs b = args_for({333, 843, w * tiles * 64, 1});
+        prm.gather_dim = 1, prm.source_unit = make_pull_plan(b, w, sms).source_unit;
+        for (int kb = 0; kb < w * tiles; ++kb) EXPECT_EQ(agmm::PullReady::source(prm, {0, 0}, kb), kb / tiles);
+      }
+  EXPECT_GT(past_m, 0) << "no pair tile past M: the case is not exercised";
 }
 
 // pull: every GEMM tile reads A from one rank only, so a shard must span whole m-blocks (gather_dim

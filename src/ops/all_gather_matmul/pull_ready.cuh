@@ -31,17 +31,22 @@ struct PullReady {
     int k_first = 0;      // first k-block of every tile's k-loop (0 with split-K)
   };
 
+  // The rank whose gathered A holds the tile's A at k-block kb. A pair tile's second CTA past M (an
+  // odd count of m-blocks, at an odd world) has m-block world * source_unit: no rank's. Any built
+  // map serves it: its rows are past every map's M (TMA fills zeros) and the epilogue writes no row
+  // >= M. r283: a_maps[world], never built, ended the kernel with an illegal instruction (W = 5,
+  // M = 640).
+  TF_HOST_DEVICE static int source(const Params& p, gemm::TileCoord tile, int kb) {
+    const unsigned s = unsigned(p.gather_dim == 0 ? tile.m : kb) / unsigned(p.source_unit);
+    const unsigned last = unsigned(p.sources - 1);
+    return int(s < last ? s : last);
+  }
+
 #ifdef __CUDACC__
   __device__ static void wait(const Params&, gemm::TileCoord, int) {}
   __device__ static int first_k_block(const Params& p, gemm::TileCoord) { return p.k_first; }
   __device__ static const CUtensorMap* a_map(const Params& p, gemm::TileCoord tile, int kb) {
-    const unsigned unit = p.gather_dim == 0 ? unsigned(tile.m) : unsigned(kb);
-    // A pair tile's second CTA past M (an odd count of m-blocks, at an odd world) has m-block
-    // world * source_unit: no rank's. Any built map serves it: its rows are past every map's M
-    // (TMA fills zeros) and the epilogue writes no row >= M. r283: a_maps[world], never built,
-    // ended the kernel with an illegal instruction (W = 5, M = 640).
-    const unsigned source = unit / unsigned(p.source_unit), last = unsigned(p.sources - 1);
-    return &p.a_maps[source < last ? source : last];
+    return &p.a_maps[source(p, tile, kb)];
   }
 #endif
 };
