@@ -1,4 +1,4 @@
-// all_gather_matmul's ksplit and nsplit plans without a GPU, for 1, 2, 3, 4 and 8 ranks: what they
+// all_gather_matmul's ksplit and nsplit plans without a GPU, for 1 to 8 ranks: what they
 // reject (naming it), nsplit's column blocks and partial buffer, the shard gather, ksplit's slices
 // of each partial group, the skinny path's plan, inbox and heap.
 #include <gtest/gtest.h>
@@ -20,7 +20,7 @@ namespace {
 
 using test::expect_error;
 
-const int kWorlds[] = {2, 3, 4, 8};
+const int kWorlds[] = {2, 3, 4, 5, 6, 7, 8};
 
 // gather_dim 1 with B replicated on every rank: what ksplit and nsplit take.
 AgmmArgs ksplit_args(int64_t m, int64_t n, int64_t k) {
@@ -59,7 +59,7 @@ TEST(AgmmKsplit, KsplitAndNsplitRejectWhatTheyCannotRunNamingIt) {
 // 8-column (16-byte) boundary, for every world and N from 1 up (narrow N leaves ranks empty); the
 // all-gather CTAs' rows cover M once, in order, with no CTA past what the GPU holds.
 TEST(AgmmNsplit, BlocksCoverEveryColumnOnceForEveryWorld) {
-  for (int w : {1, 2, 3, 4, 8})
+  for (int w = 1; w <= 8; ++w)
     for (int64_t n : {1, 5, 8, 9, 17, 1003, 3584, 16384}) {
       const agmm::BlockGatherPlan p = make_nsplit_plan(ksplit_args(16, n, 8 * w), w, AgmmConfig{}, 132);
       const agmm::ColumnBlocks& b = p.blocks;
@@ -90,7 +90,7 @@ TEST(AgmmNsplit, BlocksCoverEveryColumnOnceForEveryWorld) {
 // nsplit's fp32 partial (device memory sized by nsplit_partial_floats) holds the widest block of
 // every shape within the op's capacity, rows at the block's width as the launch lays them out.
 TEST(AgmmNsplit, PartialHoldsEveryBlockWithinCapacity) {
-  for (int w : {1, 2, 3, 4, 8})
+  for (int w = 1; w <= 8; ++w)
     for (int64_t max_n : {16384, 1003}) {
       AgmmConfig cfg;
       cfg.ksplit_max_n = max_n;

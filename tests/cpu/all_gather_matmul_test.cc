@@ -1,5 +1,5 @@
 // all_gather_matmul host logic without a GPU: shard shapes and the "divisible" errors, the piece
-// grid and send order of the push variant for 2, 3, 4 and 8 ranks, the A-ready wait's mapping from
+// grid and send order of the push variant for 2 to 8 ranks, the A-ready wait's mapping from
 // (tile, k-block) to pieces, argument validation, variant names and the auto table (ksplit's and
 // nsplit's plans: all_gather_matmul_split_test.cc).
 #include <gtest/gtest.h>
@@ -22,7 +22,7 @@ namespace {
 
 using test::expect_error;
 
-const int kWorlds[] = {2, 3, 4, 8};
+const int kWorlds[] = {2, 3, 4, 5, 6, 7, 8};
 
 TEST(AgmmShards, ShapesForEveryWorld) {
   for (int w : kWorlds) {
@@ -321,7 +321,7 @@ TEST(AgmmPlan, PullSourceOfEveryCtaIsARank) {
 // shapes, and more ranks than tensor maps, are NotSupported (not InvalidArgument: the shape is
 // valid, this variant does not run it).
 TEST(AgmmPlan, PullTilesReadOneRankEach) {
-  for (int w : {2, 3, 4, 8})
+  for (int w = 2; w <= agmm::kPullMaxWorld; ++w)
     for (int64_t m : {int64_t(w) * 128, int64_t(w) * 1024, int64_t(w) * 4096}) {
       SCOPED_TRACE(testing::Message() << "world " << w << " M " << m);
       const AgmmArgs a = args_for({m, 4096, 8192, 0});

@@ -50,7 +50,7 @@ TEST(FlashDecodeDistPlan, GatherLayout) {
 TEST(FlashDecodeDistPlan, BufferSizesForWorld2348) {
   const FlashDecodeConfig c = config(4, 96, 12);
   const int64_t block = 4 * 96 * 129 * 4;  // a multiple of 256 already
-  for (int world : {2, 3, 4, 8}) {
+  for (int world = 2; world <= 8; ++world) {
     SCOPED_TRACE(world);
     const FlashDecodeBuffers b = flash_decode_buffers(c, world, 132);
     EXPECT_EQ(b.fused_parity_lines, uint64_t(world * 4 * 96 * 65));  // 128/2 + 1 lines a row
@@ -75,7 +75,7 @@ TEST(FlashDecodeDistPlan, FusedInboxParitiesNeverOverlapAcrossShapes) {
     int head_dim;
   };
   const Shape shapes[] = {{4 * 96, 128}, {1 * 96, 128}, {4 * 16, 128}, {3 * 8, 64}, {1, 64}, {4 * 96, 64}};
-  for (int world : {2, 3, 4, 8}) {
+  for (int world = 2; world <= 8; ++world) {
     const FlashDecodeBuffers b = flash_decode_buffers(c, world, 132);
     const auto lines = int64_t(b.fused_parity_lines);
     for (uint64_t e : {1ull, 2ull, 7ull, (1ull << 32) + 3})
@@ -108,7 +108,7 @@ TEST(FlashDecodeDistPlan, DirectRegionHoldsEverySplitOfEveryDirectShape) {
     int head_dim;
   };
   const Shape shapes[] = {{128, 128}, {96, 128}, {16, 128}, {24, 64}, {1, 64}, {128, 64}};
-  for (int world : {1, 2, 3, 4, 8}) {
+  for (int world = 1; world <= 8; ++world) {
     const FlashDecodeBuffers b = flash_decode_buffers(c, world, 132);
     EXPECT_EQ(b.fused_direct_begin, uint64_t(world) * 4 * 96 * 65);
     EXPECT_EQ(b.fused_direct_rows, 128u);
@@ -394,7 +394,7 @@ TEST(FlashDecodeDistCombine, PartitionedPartialsThroughTheGatherLayoutMatchDirec
   const int dim = 64, q_heads = 2;
   const std::vector<int32_t> lens = {12345, 1, 0, 3, 700};
   const int batch = int(lens.size());
-  for (int world : {1, 2, 3, 4, 8}) {
+  for (int world = 1; world <= 8; ++world) {
     SCOPED_TRACE(world);
     const GatherLayout l = gather_layout(batch, q_heads, dim);
     std::vector<float> gathered(size_t(world) * l.block_floats, std::numeric_limits<float>::quiet_NaN());
