@@ -46,14 +46,21 @@ TEST(AgmmShards, ShapesThatCannotSplitNameDivisible) {
   expect_error([] { agmm_shard_shape(0, 8192, 0, 2); }, Status::InvalidArgument, ">= 1");
 }
 
-// Small but awkward shapes: shards not multiples of the tile, K not a multiple of the k-block.
+// Small but awkward shapes: shards not multiples of the tile, K not a multiple of the k-block; each
+// planned for a whole GPU's SMs and for a rank's share of one GPU shared by W simulated ranks
+// (tests/gpu/simulated_ranks.h), where the GEMM's tile may differ.
 struct GridCase {
   int64_t m, n, k;
   int gather_dim;
+  int sms = 132;
 };
 std::vector<GridCase> grid_cases(int w) {
-  return {{int64_t(w) * 500, 1000, 1001, 0}, {int64_t(w) * 64, 512, 640, 0}, {int64_t(w) * 4096, 4096, 8192, 0},
-          {999, 1000, int64_t(w) * 504, 1},  {1, 3584, int64_t(w) * 4096, 1}, {1024, 3584, 8192 / 2 * w, 1}};
+  const std::vector<GridCase> shapes = {{int64_t(w) * 500, 1000, 1001, 0}, {int64_t(w) * 64, 512, 640, 0},
+                                        {int64_t(w) * 4096, 4096, 8192, 0}, {999, 1000, int64_t(w) * 504, 1},
+                                        {1, 3584, int64_t(w) * 4096, 1},    {1024, 3584, 8192 / 2 * w, 1}};
+  std::vector<GridCase> cases = shapes;
+  for (GridCase c : shapes) c.sms = (132 - 4) / w, cases.push_back(c);
+  return cases;
 }
 
 AgmmArgs args_for(const GridCase& c) {
@@ -69,8 +76,8 @@ TEST(AgmmPieces, EveryElementOfTheGatheredAInExactlyOnePieceOfItsSource) {
         if (c.m * c.k > 40'000'000) continue;
         AgmmConfig cfg;
         cfg.col_chunk = chunk;
-        for (const agmm::PieceGrid& g : {make_push_plan(args_for(c), w, cfg, 132).grid,
-                                         make_fused_ce_plan(args_for(c), w, 132).grid}) {
+        for (const agmm::PieceGrid& g : {make_push_plan(args_for(c), w, cfg, c.sms).grid,
+                                         make_fused_ce_plan(args_for(c), w, c.sms).grid}) {
         std::vector<uint8_t> seen(size_t(c.m * c.k), 0);
         std::set<int64_t> flags;
         for (int s = 0; s < w; ++s)
@@ -102,8 +109,8 @@ TEST(AgmmPieces, SkippedKBlocksStartNoPiece) {
       for (int64_t chunk : {int64_t(0), int64_t(64), int64_t(192), int64_t(512), int64_t(1024)}) {
         AgmmConfig cfg;
         cfg.col_chunk = chunk;
-        for (const agmm::PieceGrid& g : {make_push_plan(args_for(c), w, cfg, 132).grid,
-                                         make_fused_ce_plan(args_for(c), w, 132).grid}) {
+        for (const agmm::PieceGrid& g : {make_push_plan(args_for(c), w, cfg, c.sms).grid,
+                                         make_fused_ce_plan(args_for(c), w, c.sms).grid}) {
         const int mask = agmm::piece_start_mask(g);
         aligned += mask != 0;
         std::set<int64_t> starts;  // first columns of every piece of every source
@@ -130,8 +137,8 @@ TEST(AgmmPieces, RotatedKLoopMeetsEveryPieceBeforeReadingIt) {
       for (int64_t chunk : {int64_t(0), int64_t(64), int64_t(192)}) {
         AgmmConfig cfg;
         cfg.col_chunk = chunk;
-        for (const agmm::PieceGrid& g : {make_push_plan(args_for(c), w, cfg, 132).grid,
-                                         make_fused_ce_plan(args_for(c), w, 132).grid})
+        for (const agmm::PieceGrid& g : {make_push_plan(args_for(c), w, cfg, c.sms).grid,
+                                         make_fused_ce_plan(args_for(c), w, c.sms).grid})
           for (int rank = 0; rank < w; ++rank) {
             const int64_t kbs = (c.k + 63) / 64;
             const int first = agmm::first_k_block(g, rank);
@@ -167,7 +174,7 @@ TEST(AgmmPieces, RotatedKLoopMeetsEveryPieceBeforeReadingIt) {
 TEST(AgmmPieces, SendOrderIsABijectionAndPeersGoRankMinusOneFirst) {
   for (int w : kWorlds)
     for (const GridCase& c : grid_cases(w)) {
-      const agmm::PieceGrid g = make_push_plan(args_for(c), w, AgmmConfig{}, 132).grid;
+      const agmm::PieceGrid g = make_push_plan(args_for(c), w, AgmmConfig{}, c.sms).grid;
       std::set<std::pair<int64_t, int64_t>> pieces;
       for (int64_t t = 0; t < g.pieces(); ++t) {
         const agmm::Piece p = g.piece_in_order(t);
@@ -210,7 +217,7 @@ TEST(AgmmPieces, ReadyWaitVisitsEachPieceUnderATileOnce) {
     for (const GridCase& c : grid_cases(w))
       for (int bm : {64, 128}) {
         AgmmConfig cfg;
-        const agmm::PieceGrid g = make_push_plan(args_for(c), w, cfg, 132).grid;
+        const agmm::PieceGrid g = make_push_plan(args_for(c), w, cfg, c.sms).grid;
         for (int64_t r_lo = 0; r_lo < c.m; r_lo += bm) {
           const int64_t r_hi = std::min(c.m, r_lo + bm);
           std::vector<int> visits(size_t(g.flags()), 0);
@@ -259,7 +266,7 @@ TEST(AgmmPlan, WaitingGemmStartsOnItsOwnShardInClusterTiles) {
     for (const GridCase& c : cases) {
       if (c.gather_dim != 0) continue;
       const AgmmArgs a = args_for(c);
-      for (const gemm::GemmConfig& cfg : {make_push_plan(a, w, AgmmConfig{}, 132).gemm, make_fused_ce_plan(a, w, 132).gemm}) {
+      for (const gemm::GemmConfig& cfg : {make_push_plan(a, w, AgmmConfig{}, c.sms).gemm, make_fused_ce_plan(a, w, c.sms).gemm}) {
         const int64_t tile_rows = int64_t(cfg.bm) * cfg.cluster_m, shard_rows = c.m / w;
         for (int r = 0; r < w; ++r) {
           const WaitingGemmOrder o = waiting_gemm_order(a, cfg, r, w);
@@ -360,12 +367,12 @@ TEST(AgmmPlan, SmSpecializedMoversAreWholeClustersOfTheGemm) {
         AgmmConfig cfg;
         cfg.push_ctas = asked;
         const AgmmArgs a = args_for(c);
-        const PushPlan push = make_push_plan(a, w, cfg, 132), p = make_sm_specialized_plan(a, w, cfg, 132);
+        const PushPlan push = make_push_plan(a, w, cfg, c.sms), p = make_sm_specialized_plan(a, w, cfg, c.sms);
         const int cluster = std::max(1, p.gemm.cluster_m);
         EXPECT_EQ(p.push_ctas % cluster, 0) << p.gemm.name();
         EXPECT_GE(p.push_ctas, push.push_ctas);
         EXPECT_LT(p.push_ctas, push.push_ctas + cluster);
-        EXPECT_EQ(p.gemm.max_ctas, 132 - p.push_ctas);
+        EXPECT_EQ(p.gemm.max_ctas, c.sms - p.push_ctas);
         EXPECT_TRUE(p.gemm.bm == push.gemm.bm && p.gemm.bn == push.gemm.bn && p.gemm.stages == push.gemm.stages &&
                     p.gemm.cluster_m == push.gemm.cluster_m && p.gemm.swap_ab == push.gemm.swap_ab)
             << p.gemm.name() << " vs push's " << push.gemm.name();
