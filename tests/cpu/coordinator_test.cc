@@ -10,11 +10,11 @@ namespace taxfree {
 namespace {
 
 struct Job {
-  CoordinatorServer server{"127.0.0.1", 0, 3};
+  CoordinatorServer server;
   std::vector<std::unique_ptr<CoordinatorClient>> ranks;
-  Job() {
-    for (int r = 0; r < 3; ++r) {
-      ranks.push_back(std::make_unique<CoordinatorClient>("127.0.0.1", server.port(), r, 3, 10));
+  explicit Job(int world = 3) : server("127.0.0.1", 0, world) {
+    for (int r = 0; r < world; ++r) {
+      ranks.push_back(std::make_unique<CoordinatorClient>("127.0.0.1", server.port(), r, world, 10));
       ranks.back()->set_exit_grace(0);  // tests must not be ended by the watchdog
     }
   }
@@ -26,7 +26,7 @@ struct Job {
 template <class F>
 void on_all(Job& job, F f) {
   std::vector<std::thread> ts;
-  for (int r = 0; r < 3; ++r) ts.emplace_back([&, r] { f(r, *job.ranks[size_t(r)]); });
+  for (int r = 0; r < int(job.ranks.size()); ++r) ts.emplace_back([&, r] { f(r, *job.ranks[size_t(r)]); });
   for (auto& t : ts) t.join();
 }
 
@@ -43,6 +43,23 @@ TEST(Coordinator, SetGetAllGatherAndBarrier) {
   });
   for (const auto& g : got) EXPECT_EQ(g, (std::vector<std::string>{"value-0", "value-1", "value-2"}));
   job.finish();
+}
+
+// Every world the ops run at, 1 to 8: the all-gather in rank order on every rank, barriers reused.
+TEST(Coordinator, AllGatherAndBarrierAtEveryWorld) {
+  for (int w = 1; w <= 8; ++w) {
+    Job job(w);
+    std::vector<std::vector<std::string>> got(static_cast<size_t>(w));
+    on_all(job, [&](int r, CoordinatorClient& c) {
+      c.barrier("b", 5);
+      got[size_t(r)] = c.all_gather("g", "v" + std::to_string(r * r), 5);
+      c.barrier("b", 5);
+    });
+    std::vector<std::string> want;
+    for (int r = 0; r < w; ++r) want.push_back("v" + std::to_string(r * r));
+    for (int r = 0; r < w; ++r) EXPECT_EQ(got[size_t(r)], want) << "world " << w << " rank " << r;
+    job.finish();
+  }
 }
 
 TEST(Coordinator, GetTimesOutNamingTheKey) {
