@@ -342,7 +342,6 @@ TEST(CublasLt, Fp32SumsOverKSlicesEqualTheProduct) {
       }
 }
 
-
 // Holds an SM each (1024 threads and the whole shared memory) until *release or 5 s, whichever is
 // first; counts its resident CTAs in *resident.
 __global__ void hold_sms_kernel(const volatile int* release, int* resident) {
@@ -370,7 +369,7 @@ TEST(CublasLt, SmallClustersRunBesideAGridHoldingMostSms) {
   TF_CUDA(cudaHostGetDevicePointer(&flags, host, 0));
   const int held = device_sm_count() - 32;
   if (held < 32) GTEST_SKIP() << device_sm_count() << " SMs: too few to hold most of them and leave 32";
-  // Enqueues the GEMM on `s` while `held` SMs are held; true when it finished within 2 s.
+  // Enqueues the GEMM on `s` while `held` SMs are held and expects it to finish within 2 s.
   auto runs_beside_held = [&](const GemmArgs& g, OutType out, cudaStream_t s, const std::string& what) {
     StreamGuard holder;
     cublaslt_prepare(g, s, out, Clusters::small);  // the plan and the workspace, before the SMs are held

@@ -10,6 +10,7 @@
 #include "agmm_op_impl.h"
 #include "taxfree/kernels/gemm/tile_scheduler.cuh"
 #include "taxfree/ops/cublaslt_gemm.h"
+#include "taxfree/ops/gemm.h"
 #include "taxfree/runtime/team.h"
 
 namespace taxfree {
@@ -48,10 +49,7 @@ AllGatherMatmul::AllGatherMatmul(RankShare share, AgmmConfig config)
                                                 << " must be in [0, 2^31)");
   Impl& im = *impl_;
   const uint64_t w = uint64_t(share_.world);
-  int device = 0, device_sms = 0;
-  TF_CUDA(cudaGetDevice(&device));
-  TF_CUDA(cudaDeviceGetAttribute(&device_sms, cudaDevAttrMultiProcessorCount, device));
-  if (share_.sm_count < device_sms) im.lt_clusters = gemm::Clusters::small;
+  if (share_.sm_count < gemm::device_sm_count()) im.lt_clusters = gemm::Clusters::small;
   im.capacity_bytes = config_.max_m * ceil_div(config_.max_k, 8) * 8 * kElem;
   // Pieces are at least 64 x 64 (row_chunk = GEMM bm >= 64, col_chunk a multiple of 64).
   im.flag_capacity = int64_t(w) * ceil_div(config_.max_m, 64) * ceil_div(config_.max_k, 64);
