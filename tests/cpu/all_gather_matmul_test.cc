@@ -451,6 +451,24 @@ TEST(AgmmVariants, AutoPicksFusedCeOnlyWithRotatableShardsAndDecomposedForLargeR
   EXPECT_EQ(choose_agmm_variant(args_for({1024, 4096, 8192, 0}), 2, AgmmConfig{}), AgmmVariant::decomposed);
 }
 
+// gather_dim 0: decomposed runs one GEMM per shard, so auto keeps it to shards of
+// kDecMinShardRows or more: the sweep at two ranks is unchanged, and at eight ranks the
+// small-M shapes go to bsp (W = 8, M = 1024: 128-row shards, 8 GEMMs of ~27 µs against one of ~87).
+TEST(AgmmVariants, AutoKeepsDecomposedToShardsOfEnoughRows) {
+  const AgmmConfig cfg;
+  for (int64_t m : {1024, 2048, 4096, 8192, 16384})
+    for (int64_t n : {4096, 7168})
+      EXPECT_EQ(choose_agmm_variant(args_for({m, n, 8192, 0}), 2, cfg), AgmmVariant::decomposed) << m << " x " << n;
+  EXPECT_EQ(choose_agmm_variant(args_for({1024, 4096, 8192, 0}), 8, cfg), AgmmVariant::bsp);
+  EXPECT_EQ(choose_agmm_variant(args_for({1024, 7168, 8192, 0}), 8, cfg), AgmmVariant::bsp);
+  EXPECT_EQ(choose_agmm_variant(args_for({2048, 4096, 8192, 0}), 8, cfg), AgmmVariant::decomposed);
+  EXPECT_EQ(choose_agmm_variant(args_for({4096, 7168, 8192, 0}), 8, cfg), AgmmVariant::decomposed);
+  EXPECT_EQ(choose_agmm_variant(args_for({512, 7168, 8192, 0}), 4, cfg), AgmmVariant::bsp);
+  EXPECT_EQ(choose_agmm_variant(args_for({1024, 7168, 8192, 0}), 4, cfg), AgmmVariant::decomposed);
+  EXPECT_EQ(choose_agmm_variant(args_for({1020, 4096, 8192, 0}), 4, cfg), AgmmVariant::bsp);  // 255 rows
+  EXPECT_EQ(choose_agmm_variant(args_for({1536, 4096, 8192, 0}), 6, cfg), AgmmVariant::decomposed);
+}
+
 // auto picks ksplit only where it can run: gather_dim 1, B replicated, within the op's capacity.
 TEST(AgmmVariants, AutoPicksKsplitOnlyWhereItRuns) {
   AgmmArgs a = args_for({1, 3584, 8192, 1});

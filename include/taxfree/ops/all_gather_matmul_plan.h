@@ -205,6 +205,14 @@ constexpr int64_t kNsplitMinM = 512;
 // 1024-2048 107-109 / 197-198 us against 112-118 / 202-203; at M = 8192-16384 10-30 us slower,
 // the barrier and copies then wait behind the GEMM's CTAs; M = 4096 mixed).
 constexpr int64_t kDecEarlyGemmMaxRows = 1024;
+// `auto` runs decomposed at gather_dim 0 only where a shard has at least this many rows: it runs one
+// cuBLASLt GEMM per shard, one after another, and below 256 rows a shard's GEMM costs far more per
+// row than the whole GEMM does (r286, 1x H200, K = 8192, N = 3584 / 4096 / 7168: W x t(M / W)
+// against t(M) is 1.9-2.4x at 128 rows, 1.2-1.4x at 256, 0.96-1.07x at 512), more than the
+// all-gather it hides costs (~0.04 µs a row of K = 8192 at W = 2 and, by NVLink rate, at W = 8).
+// At two ranks the M x N rule below already keeps shards of fewer rows out; from four it matters
+// (W = 8, M = 1024, N = 4096: 8 x 26.7 against 86.6 + ~45 µs).
+constexpr int64_t kDecMinShardRows = 256;
 // pull: the most ranks its GEMM reads A from (one tensor map each in the kernel's parameters).
 constexpr int kPullMaxWorld = 8;
 constexpr int kSkinnySliceCols = 32;

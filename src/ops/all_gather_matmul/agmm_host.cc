@@ -335,7 +335,9 @@ int64_t nsplit_partial_floats(const AgmmConfig& cfg, int world) {
 //    against decomposed's 1.19-1.20x), else decomposed.
 //  gather_dim 0 (row-sharded A): decomposed from M x N = 3.5M elements of C on (M = 512 N = 7168:
 //    1.06-1.13x; M >= 1024: 1.1-1.45x); below it the copy engine's latency is not hidden (M = 64:
-//    decomposed 57 us vs bsp 37-41; M = 512 N = 4096: a tie), so bsp.
+//    decomposed 57 us vs bsp 37-41; M = 512 N = 4096: a tie), so bsp; and only with shards of
+//    kDecMinShardRows or more (its per-shard GEMMs; a prediction for W >= 4 from one GPU's GEMM
+//    times, not yet measured there).
 // One rank (r243, 1 H200, K = 8192): nothing travels, and what the variants above overlap with the
 // GEMM is the copy into the returned gathered A, which slows a compute-bound cuBLASLt more than it
 // takes alone (gather_dim 0 M = 8192 N = 4096: decomposed 814 us, bsp 759 = the copy then cuBLASLt
@@ -347,7 +349,8 @@ AgmmVariant choose_agmm_variant(const AgmmArgs& a, int world, const AgmmConfig& 
   const bool ksplit_ok = a.gather_dim == 1 && a.b_replicated && a.m <= cfg.ksplit_max_m && a.n <= cfg.ksplit_max_n;
   if (world == 1)
     return !ksplit_ok ? AgmmVariant::bsp : a.m <= agmm::kSkinnyMaxM ? AgmmVariant::ksplit : AgmmVariant::nsplit;
-  if (a.gather_dim == 0) return a.m * a.n >= 3'500'000 ? AgmmVariant::decomposed : AgmmVariant::bsp;
+  if (a.gather_dim == 0)
+    return a.m * a.n >= 3'500'000 && a.m / world >= agmm::kDecMinShardRows ? AgmmVariant::decomposed : AgmmVariant::bsp;
   if (ksplit_ok) return a.m >= agmm::kNsplitMinM ? AgmmVariant::nsplit : AgmmVariant::ksplit;
   if (a.m <= 128) return AgmmVariant::bsp;
   if (a.m <= 512) return AgmmVariant::decomposed;
