@@ -469,6 +469,25 @@ TEST(AgmmVariants, AutoKeepsDecomposedToShardsOfEnoughRows) {
   EXPECT_EQ(choose_agmm_variant(args_for({1536, 4096, 8192, 0}), 6, cfg), AgmmVariant::decomposed);
 }
 
+// ksplit's two-kernel exchange: reduce-scatter + all-gather where it saves enough bytes over
+// all-to-all; at two ranks from 3 MB of partial (as measured), at eight from ~135 KB (all-to-all's
+// bytes grow with W), never at one rank.
+TEST(AgmmKsplitExchange, OwnerSumsWhereTheyMoveFewerBytes) {
+  EXPECT_FALSE(agmm::ksplit_owner_sums((3 << 20) - 1, 2));
+  EXPECT_TRUE(agmm::ksplit_owner_sums(3 << 20, 2));
+  EXPECT_FALSE(agmm::ksplit_owner_sums(int64_t(1) << 40, 1));
+  const int64_t m128 = 128 * 3584 * 4;  // M = 128, N = 3584: 1.8 MB of partial
+  EXPECT_FALSE(agmm::ksplit_owner_sums(m128, 2));
+  EXPECT_TRUE(agmm::ksplit_owner_sums(m128, 4));
+  EXPECT_TRUE(agmm::ksplit_owner_sums(m128, 8));
+  EXPECT_FALSE(agmm::ksplit_owner_sums(128 << 10, 8));
+  EXPECT_TRUE(agmm::ksplit_owner_sums(140 << 10, 8));
+  // Once owner sums pay at some world, they pay at every larger one.
+  for (int64_t bytes = 16 << 10; bytes <= (8 << 20); bytes += 16 << 10)
+    for (int w = 2; w < 8; ++w)
+      if (agmm::ksplit_owner_sums(bytes, w)) EXPECT_TRUE(agmm::ksplit_owner_sums(bytes, w + 1)) << bytes << " B, W=" << w;
+}
+
 // auto picks ksplit only where it can run: gather_dim 1, B replicated, within the op's capacity.
 TEST(AgmmVariants, AutoPicksKsplitOnlyWhereItRuns) {
   AgmmArgs a = args_for({1, 3584, 8192, 1});

@@ -287,7 +287,8 @@ TEST(AgmmSim, KsplitSkinnyAndBandsAtTwoToEightRanks) {
 // copy engine's shards and arrival flags, a GEMM per arriving shard: the odd shapes, both gather
 // dims, in place), nsplit (a column block of C per rank, fp32 sums per arriving shard, then the
 // block all-gather) and ksplit's two-kernel path (M between the skinny and band paths), B
-// replicated.
+// replicated, with the exchange the size picks at this world (agmm::ksplit_owner_sums) and then the
+// other one forced.
 TEST(AgmmSim, CublasLtVariantsAtTwoToEightRanks) {
   REQUIRE_SIMULATION_ENV();
   for (int w : {2, 3, 4, 8}) {
@@ -309,6 +310,11 @@ TEST(AgmmSim, CublasLtVariantsAtTwoToEightRanks) {
         sim.run(ps, v, shape + variant_name(v));
         sim.run(ps, v, shape + variant_name(v) + " in place", true);
       }
+      const bool by_size = agmm::ksplit_owner_sums(m * 1008 * 4, w);
+      const char* other = by_size ? "all-to-all" : "owner-sums";
+      setenv("TAXFREE_AGMM_KSPLIT_EXCHANGE", other, 1);
+      sim.run(ps, AgmmVariant::ksplit, shape + "ksplit, exchange " + other);
+      unsetenv("TAXFREE_AGMM_KSPLIT_EXCHANGE");
     }
   }
 }

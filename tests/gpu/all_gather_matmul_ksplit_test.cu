@@ -7,7 +7,8 @@
 // the one-kernel skinny path (AgmmKsplitSkinny* add its shapes: N not a multiple of its 32-column
 // slices, M across its MMA row tiles, in place, both paths in one sequence, agreement with the
 // two-kernel path); above it the band path (our GEMM's epilogue sends the partial band by band).
-// TAXFREE_AGMM_KSPLIT_PATH (PathEnv) forces the two-kernel or the band path at any M.
+// TAXFREE_AGMM_KSPLIT_PATH (PathEnv) forces the two-kernel or the band path at any M,
+// TAXFREE_AGMM_KSPLIT_EXCHANGE the two-kernel path's exchange.
 // `nsplit` (each rank one column block of C over the whole K, blocks all-gathered) has the same
 // contract and runs through the same tests (parameterized by variant), plus N = 5 (one rank's
 // block empty).
@@ -49,11 +50,19 @@ void check_ksplit(Ops& ops, Problem& p, const std::string& what, bool in_place =
 }
 
 // TAXFREE_AGMM_KSPLIT_PATH for a scope (every rank sets the same: the ranks must take one path).
-struct PathEnv {
-  explicit PathEnv(const char* path) { setenv("TAXFREE_AGMM_KSPLIT_PATH", path, 1); }
-  ~PathEnv() { unsetenv("TAXFREE_AGMM_KSPLIT_PATH"); }
-  PathEnv(const PathEnv&) = delete;
-  PathEnv& operator=(const PathEnv&) = delete;
+// An environment variable the op reads at each launch, set for the scope.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) { setenv(name, value, 1); }
+  ~ScopedEnv() { unsetenv(name_); }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
+};
+struct PathEnv : ScopedEnv {
+  explicit PathEnv(const char* path) : ScopedEnv("TAXFREE_AGMM_KSPLIT_PATH", path) {}
 };
 
 class AgmmKsplit : public ::testing::TestWithParam<std::tuple<DType, BLayout, AgmmVariant>> {};
@@ -204,17 +213,19 @@ TEST(AgmmKsplitMany, ThousandLaunchesAlternatingShapes) {
   }
 }
 
-// The two-kernel path's two exchange protocols (kKsplitOwnerSumMinBytes: all-to-all below,
-// reduce-scatter + all-gather from it) alternating launch by launch with no host work between, one
-// rank 50 ms late at the start, new inputs and a check every 200 launches.
+// The two-kernel path's two exchange protocols (all-to-all, and reduce-scatter + all-gather; by
+// size they switch at agmm::ksplit_owner_sums, which depends on the world, so here each is forced,
+// TAXFREE_AGMM_KSPLIT_EXCHANGE) alternating launch by launch with no host work between, one rank
+// 50 ms late at the start, new inputs and a check every 200 launches.
 TEST(AgmmKsplitMany, BothExchangeProtocolsAlternating) {
   TF_REQUIRE_GPUS(1);
   auto& t = team();
   Ops ops({}, t.world() * 4104);
   Problem a2a(ksplit_shape(200, 1003, DType::bf16, BLayout::NK), 64, true);
   Problem rs(ksplit_shape(300, 3592, DType::bf16, BLayout::KN), 65, true);
-  ASSERT_LT(200 * 1008 * 4, agmm::kKsplitOwnerSumMinBytes);
-  ASSERT_GE(300 * 3592 * 4, agmm::kKsplitOwnerSumMinBytes);
+  // The size rule picks them so at two ranks.
+  ASSERT_FALSE(agmm::ksplit_owner_sums(200 * 1008 * 4, 2));
+  ASSERT_TRUE(agmm::ksplit_owner_sums(300 * 3592 * 4, 2));
   auto s = t.stream();
   a2a.poison_c(s);
   ops.poison(rs);
@@ -223,7 +234,10 @@ TEST(AgmmKsplitMany, BothExchangeProtocolsAlternating) {
   GatheredA g{};
   for (int i = 1; i <= 600; ++i) {
     Problem& p = i % 2 == 0 ? a2a : rs;
-    g = ops.plain->launch(AgmmVariant::ksplit, replicated(p.args()), s);
+    {
+      ScopedEnv exchange("TAXFREE_AGMM_KSPLIT_EXCHANGE", &p == &a2a ? "all-to-all" : "owner-sums");
+      g = ops.plain->launch(AgmmVariant::ksplit, replicated(p.args()), s);
+    }
     if (i % 200 == 0) {
       t.sync(s);
       const std::string what = "ksplit after " + std::to_string(i) + " launches of both protocols";
@@ -359,6 +373,19 @@ TEST(AgmmKsplitMany, RejectsBeforeLaunchNamingTheLimit) {
       EXPECT_NE(std::string(e.what()).find("ksplit_max_m=0"), std::string::npos) << e.what();
     }
   }
+  // An unknown forced path or exchange names the value, and nothing is enqueued: the next launch
+  // (M = 40: the two-kernel path, which reads both) still pairs with the peers' and matches.
+  v = AgmmVariant::ksplit;
+  Problem mid(ksplit_shape(40, 1003, DType::bf16, BLayout::NK), 98, true);
+  {
+    PathEnv path("ring");
+    expect_error("TAXFREE_AGMM_KSPLIT_PATH=ring", replicated(mid.args()), Status::InvalidArgument, "'ring'");
+  }
+  {
+    ScopedEnv exchange("TAXFREE_AGMM_KSPLIT_EXCHANGE", "tree");
+    expect_error("TAXFREE_AGMM_KSPLIT_EXCHANGE=tree", replicated(mid.args()), Status::InvalidArgument, "'tree'");
+  }
+  check_ksplit(ops, mid, label(mid.shape()) + " ksplit after the refused launches");
   t.host_barrier("agmm.ksplit.invalid.done");
 }
 

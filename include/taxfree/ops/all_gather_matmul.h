@@ -66,10 +66,10 @@
 //                rank's gathered A (no rank writes a peer's gathered A on this path).
 //              - two-kernel (kSkinnyMaxM < M < agmm::kBandsMinM = 512): cuBLASLt into P_rank,
 //                then one exchange kernel (make_ksplit_plan: one CTA per slice of P; a
-//                programmatic dependent launch, so it starts during the GEMM's tail). Below
-//                agmm::kKsplitOwnerSumMinBytes of partial per rank, all-to-all: every rank sends
-//                its partial slice to every peer, raises a flag, and sums every slice itself. From
-//                it, reduce-scatter + all-gather: rank j % world owns slice j's sum, the others
+//                programmatic dependent launch, so it starts during the GEMM's tail). For small
+//                partials (agmm::ksplit_owner_sums: by the bytes it saves, which grow with the
+//                world), all-to-all: every rank sends its partial slice to every peer, raises a
+//                flag, and sums every slice itself. Else reduce-scatter + all-gather: rank j % world owns slice j's sum, the others
 //                store their partial slice into the owner and raise its flag, the owner sums in
 //                rank order, writes C and stores the rounded slice into every peer with a second
 //                flag, and they copy it into C (fewer bytes, one more flag latency). Beside the
@@ -83,7 +83,8 @@
 //                and writes C. A_shard goes into every peer's gathered A by copy engine on the op's
 //                side stream after a begin barrier (as decomposed), during the GEMM.
 //              TAXFREE_AGMM_KSPLIT_PATH=two-kernel or bands in the environment forces that path at
-//              every M (read at each launch; the same on every rank; another value:
+//              every M, TAXFREE_AGMM_KSPLIT_EXCHANGE=all-to-all or owner-sums the two-kernel path's
+//              exchange (read at each launch; the same on every rank; another value:
 //              InvalidArgument).
 //   nsplit     gather_dim 1 only (NotSupported for 0), B replicated and within ksplit's capacity
 //              (InvalidArgument otherwise, as ksplit): C's columns are cut into world blocks

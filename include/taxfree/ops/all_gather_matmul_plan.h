@@ -168,7 +168,7 @@ struct KsplitSlices {
   // Slot of `source`'s partial in `receiver`'s buffer (receiver's own partial has none).
   TF_HOST_DEVICE static int slot(int source, int receiver) { return source < receiver ? source : source - 1; }
   TF_HOST_DEVICE static int64_t flag_index(int source, int j) { return int64_t(source) * kKsplitMaxCtas + j; }
-  // The rank that sums slice j under the reduce-scatter exchange (kKsplitOwnerSumMinBytes).
+  // The rank that sums slice j under the reduce-scatter exchange (ksplit_owner_sums).
   TF_HOST_DEVICE int owner(int j) const { return j % world; }
 };
 
@@ -191,12 +191,21 @@ constexpr int64_t kSkinnyMaxM = 32;
 // M = 512 / 1024 against 69-72 / 123-129, a tie at 256, behind at 64-128 (27 / 35 vs 25 / 31: the
 // begin barrier, a second launch and non-swap tiles cost more than the overlap saves there).
 constexpr int64_t kBandsMinM = 512;
-// The two-kernel path's exchange reduce-scatters then all-gathers C (one more flag latency, a
-// quarter fewer bytes at world 2) from this many bytes of partial per rank on, and sends every
-// partial to every peer below (r41, 2x H200, N = 3584: M = 256, 3.7 MB, 36 vs 37.5-38 us; M = 128,
-// 1.8 MB, 28-29 vs 27-28; M = 64 24.5-25 vs 23). r42, this switch against all-to-all everywhere, two
-// runs each: M = 256 37.0 vs 37.3-38.0 us, M = 64-128 the same.
-constexpr int64_t kKsplitOwnerSumMinBytes = 3 << 20;
+// The two-kernel path's exchange: all-to-all brings W - 1 partials into each rank; reduce-scatter
+// then all-gather of C brings (W - 1) / W of a partial and (W - 1) / W of C in 16 bits, 1.5 (W - 1)
+// / W partials, for one more flag latency. It takes the second where that saves at least
+// kKsplitOwnerSumMinSavedBytes per rank: at two ranks (a quarter saved) from 3 MB of partial per
+// rank, as measured (r41, 2x H200, N = 3584: M = 256, 3.7 MB, 36 vs 37.5-38 us; M = 128, 1.8 MB,
+// 28-29 vs 27-28; M = 64 24.5-25 vs 23; r42, against all-to-all everywhere: M = 256 37.0 vs
+// 37.3-38.0 us, M = 64-128 the same). At more ranks all-to-all's bytes grow with W: at eight, M =
+// 128 N = 3584 (1.8 MB of partial) would bring 12.8 MB into each rank against 2.4 MB, ~28 µs more at
+// NVLink's rate, so the switch falls to 135 KB (a prediction: nothing above two ranks is measured).
+// One rank has nothing to exchange: all-to-all.
+constexpr int64_t kKsplitOwnerSumMinSavedBytes = 768 << 10;
+constexpr bool ksplit_owner_sums(int64_t partial_bytes, int world) {
+  // saved = (W - 1) P - 1.5 (W - 1) P / W = (W - 1) (2 W - 3) P / (2 W)
+  return world >= 2 && int64_t(world - 1) * (2 * world - 3) * partial_bytes >= 2 * world * kKsplitOwnerSumMinSavedBytes;
+}
 // auto takes nsplit instead of ksplit from this M on (r33, 2x H200, N = 3584, K = 8192: M = 512
 // 61-62 vs 68 us, M = 1024 94-98 vs 110; r38: ksplit ahead at 256, 37-38 vs 43-44).
 constexpr int64_t kNsplitMinM = 512;

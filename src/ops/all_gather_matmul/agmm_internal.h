@@ -73,7 +73,7 @@ struct KsplitLaunch {
   int64_t slot_floats = 0;
   uint64_t* flags = nullptr;      // heap [world * kKsplitMaxCtas], KsplitSlices::flag_index: partials arrived
   uint64_t* sum_flags = nullptr;  // heap [world * kKsplitMaxCtas], KsplitSlices::flag_index: summed slices arrived
-  bool owner_sums = false;     // reduce-scatter then all-gather (kKsplitOwnerSumMinBytes), else all-to-all
+  bool owner_sums = false;     // reduce-scatter then all-gather (agmm::ksplit_owner_sums), else all-to-all
   bool skip_signal = false;    // fault injection: never raise the peers' partial or sum flags
   void* c = nullptr;
   int64_t ldc = 0;             // elements

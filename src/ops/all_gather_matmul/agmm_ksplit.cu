@@ -1,5 +1,5 @@
 // all_gather_matmul `ksplit`: the exchange kernel that follows the partial GEMM. CTA j owns slice j
-// of every rank's partial (KsplitSlices). Two protocols, by the partial's size (owner_sums):
+// of every rank's partial (KsplitSlices). Two protocols, by the partial's size and the world (owner_sums):
 //  * all-to-all (small partials): CTA j stores this rank's slice into every peer's slot for it,
 //    raises one flag per peer, waits for every peer's flag of slice j and sums the world partials
 //    of slice j into C. One flag latency.
@@ -7,8 +7,8 @@
 //    rank stores its partial slice j into the owner's slot for it and raises the owner's flag
 //    (source, j); the owner's CTA j waits for those flags, sums, rounds once into its C and into its
 //    slot on every other rank (packed 16-bit, in slice j's region), and raises their sum flag
-//    (owner, j); they wait for it and copy the slice into C. At world 2 three quarters of the bytes
-//    of all-to-all, for one more flag latency.
+//    (owner, j); they wait for it and copy the slice into C. At world W 1.5 / W of the bytes of
+//    all-to-all (three quarters at two ranks), for one more flag latency.
 // Either way the partials are summed in rank order in fp32 and rounded once, so C has the same bits
 // on every rank and under both protocols. No CTA waits for another CTA of its own rank. The A
 // shards travel beside the GEMM, on the op's side stream (agmm_block_gather.cu), not here.

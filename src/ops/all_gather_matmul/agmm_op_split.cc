@@ -26,13 +26,26 @@ KsplitPath ksplit_path(const AgmmArgs& a) {
              "TAXFREE_AGMM_KSPLIT_PATH='" << v << "': two-kernel or bands");
   return v == "two-kernel" ? KsplitPath::two_kernel : KsplitPath::bands;
 }
+
+// The two-kernel path's exchange (agmm::ksplit_owner_sums by the partial's size and the world), or
+// TAXFREE_AGMM_KSPLIT_EXCHANGE=all-to-all | owner-sums (read at each launch, as the path above, so
+// one benchmark process can time both; every rank must see the same value). Throws
+// InvalidArgument for another value.
+bool owner_sums_of_launch(int64_t partial_bytes, int world) {
+  const char* e = std::getenv("TAXFREE_AGMM_KSPLIT_EXCHANGE");
+  if (e == nullptr || *e == '\0') return agmm::ksplit_owner_sums(partial_bytes, world);
+  const std::string v(e);
+  TF_REQUIRE(v == "all-to-all" || v == "owner-sums", Status::InvalidArgument,
+             "TAXFREE_AGMM_KSPLIT_EXCHANGE='" << v << "': all-to-all or owner-sums");
+  return v == "owner-sums";
+}
 }  // namespace
 
 // By M: up to kSkinnyMaxM one kernel (agmm_ksplit_skinny.cu); from kBandsMinM our GEMM with the
 // band epilogue and the band sum (agmm_ksplit_gemm.cu); between, the two-kernel path: cuBLASLt on
 // this rank's shard and B's matching K rows into the fp32 partial, then the exchange kernel
-// (agmm_ksplit.cu: all-to-all of the partials, or from kKsplitOwnerSumMinBytes reduce-scatter and
-// all-gather of C, slice by slice); beside them, on the side stream (forked off and joined back into
+// (agmm_ksplit.cu: all-to-all of the partials, or where agmm::ksplit_owner_sums says so
+// reduce-scatter and all-gather of C, slice by slice); beside them, on the side stream (forked off and joined back into
 // the caller's), the block all-gather of the A shards on a few SMs, with a launch sequence and flags
 // of its own (the exchange kernel ends ksplit's sequence, possibly before the gather starts).
 GatheredA AllGatherMatmul::launch_ksplit(const AgmmArgs& a, cudaStream_t s) {
@@ -57,7 +70,7 @@ GatheredA AllGatherMatmul::launch_ksplit(const AgmmArgs& a, cudaStream_t s) {
   l.slot_floats = im.ksplit_slot_floats;
   l.flags = im.ksplit_flags;
   l.sum_flags = im.ksplit_sum_flags;
-  l.owner_sums = sl.m * sl.ldp * 4 >= agmm::kKsplitOwnerSumMinBytes;
+  l.owner_sums = owner_sums_of_launch(sl.m * sl.ldp * 4, share_.world);
   l.skip_signal = skip_signal_;
   l.c = a.c, l.ldc = a.ldc;
   l.dtype = a.dtype;
