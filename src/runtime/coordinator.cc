@@ -418,4 +418,25 @@ void CoordinatorClient::finish() {
   send("BYE");
 }
 
+void require_same_call(CoordinatorClient& c, const std::string& key, const std::string& kind, uint64_t index,
+                       const std::string& what, double timeout_s) {
+  const std::string k = key + "-" + std::to_string(index) + "/";
+  c.set(k + std::to_string(c.rank()), what);
+  std::string first;
+  for (int r = 0; r < c.world(); ++r) {
+    std::string theirs;
+    try {
+      theirs = c.get(k + std::to_string(r), timeout_s);
+    } catch (const Error& e) {
+      if (e.status() != Status::Timeout) throw;
+      TF_THROW(Status::Timeout, kind << " #" << index << ": rank " << r << " made none within " << timeout_s
+                                     << " s; rank " << c.rank() << " did " << what);
+    }
+    if (r == 0) first = theirs;
+    TF_REQUIRE(theirs == first, Status::InvalidUsage,
+               kind << " #" << index << " differs across ranks: rank 0 did " << first << ", rank " << r << " did "
+                    << theirs);
+  }
+}
+
 }  // namespace taxfree

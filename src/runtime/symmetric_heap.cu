@@ -88,13 +88,7 @@ SymmetricHeap::~SymmetricHeap() {
 }
 
 void SymmetricHeap::check_collective(const std::string& what) {
-  if (!check_) return;
-  const std::string key = "heap-call-" + std::to_string(calls_);
-  auto all = coord_->all_gather(key, what, 60);
-  for (size_t r = 0; r < all.size(); ++r)
-    TF_REQUIRE(all[r] == all[0], Status::InvalidUsage,
-               "symmetric heap call #" << calls_ << " differs across ranks: rank 0 did " << all[0] << ", rank " << r
-                                       << " did " << all[r]);
+  if (check_) require_same_call(*coord_, "heap-call", "symmetric heap call", calls_, what, 60);
 }
 
 void* SymmetricHeap::allocate(uint64_t bytes, uint64_t align, const std::string& tag) {

@@ -2,6 +2,7 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -150,8 +151,12 @@ void Team::init(const TeamOptions& options) {
   uint64_t heap_bytes = options.heap_bytes;
   if (heap_bytes == 0) heap_bytes = uint64_t(env_double("TAXFREE_HEAP_BYTES", 0));
   if (heap_bytes == 0) heap_bytes = std::max<uint64_t>(4ull << 30, (uint64_t(env_.world) + 2) << 30);
-  const char* chk = std::getenv("TAXFREE_CHECK_HEAP");
-  const bool check = options.check_heap || (chk && std::strcmp(chk, "0") != 0 && *chk);
+  const auto env_on = [](const char* name) {
+    const char* v = std::getenv(name);
+    return v != nullptr && *v != '\0' && std::strcmp(v, "0") != 0;
+  };
+  const bool check = options.check_heap || env_on("TAXFREE_CHECK_HEAP");
+  check_launches_ = options.check_launches || env_on("TAXFREE_CHECK_LAUNCHES");
   heap_ = std::make_unique<SymmetricHeap>(comm_, *client_, env_.rank, env_.world, heap_bytes, check);
 
   barrier_slots_ = heap_->allocate_array<uint64_t>(uint64_t(env_.world), "team.barrier");
@@ -197,6 +202,10 @@ RankShare Team::share() {
   s.fault = fault();
   s.comm = comm_;
   s.host_barrier = [this](const std::string& name) { host_barrier(name); };
+  if (check_launches_)
+    s.check_launch = [this](const std::string& what) {
+      require_same_call(*client_, "launch", "op launch", launches_checked_++, what, std::max(60.0, 2 * timeout_s_));
+    };
   return s;
 }
 

@@ -8,6 +8,20 @@
 namespace taxfree {
 namespace {
 
+// The launch check mode's description names the push grid, which every rank must share.
+TEST(AllGatherLaunchCheck, DescriptionNamesBytesAndPushGrid) {
+  AllGatherConfig c;
+  c.max_blocks = 132;
+  EXPECT_EQ(describe_all_gather_launch(AllGatherVariant::nccl, 4096, c), "all_gather nccl bytes=4096");
+  const std::string ll = describe_all_gather_launch(AllGatherVariant::push, 4096, c);
+  EXPECT_NE(ll.find("all_gather push bytes=4096 low-latency"), std::string::npos) << ll;
+  const std::string direct = describe_all_gather_launch(AllGatherVariant::push, 4 << 20, c);
+  EXPECT_NE(direct.find(" direct blocks="), std::string::npos) << direct;
+  AllGatherConfig fewer = c;
+  fewer.max_blocks = 8;
+  EXPECT_NE(direct, describe_all_gather_launch(AllGatherVariant::push, 4 << 20, fewer));
+}
+
 TEST(AllGatherPushGrid, ProtocolBlocksAndChunkPerSize) {
   AllGatherConfig c;
   c.threads = 512, c.max_blocks = 132, c.ll_max_bytes = 1 << 20;  // one resident block per SM of an H200

@@ -488,6 +488,26 @@ TEST(AgmmKsplitExchange, OwnerSumsWhereTheyMoveFewerBytes) {
       if (agmm::ksplit_owner_sums(bytes, w)) EXPECT_TRUE(agmm::ksplit_owner_sums(bytes, w + 1)) << bytes << " B, W=" << w;
 }
 
+// The launch check mode's description: what every rank must agree on, and nothing they need not
+// (pointers, strides).
+TEST(AgmmLaunchCheck, DescriptionNamesTheSharedArgumentsOnly) {
+  const AgmmConfig cfg;
+  AgmmArgs a = args_for({1024, 3584, 8192, 1});
+  a.b_replicated = true;
+  AgmmArgs b = a;
+  b.a_shard = &a, b.c = &b, b.lda_shard = 8192, b.ldc = 4096, b.ldb = 3600;
+  const std::string d = describe_agmm_launch(AgmmVariant::automatic, AgmmVariant::nsplit, a, cfg);
+  EXPECT_EQ(d, describe_agmm_launch(AgmmVariant::automatic, AgmmVariant::nsplit, b, cfg));
+  EXPECT_NE(d.find("all_gather_matmul auto (nsplit) M=1024 N=3584 K=8192 gather_dim=1 bf16 B replicated"),
+            std::string::npos) << d;
+  b.m = 1016;
+  EXPECT_NE(d, describe_agmm_launch(AgmmVariant::automatic, AgmmVariant::nsplit, b, cfg));
+  AgmmConfig other = cfg;
+  other.ksplit_max_m = 512;
+  EXPECT_NE(d, describe_agmm_launch(AgmmVariant::automatic, AgmmVariant::nsplit, a, other));
+  EXPECT_NE(d, describe_agmm_launch(AgmmVariant::nsplit, AgmmVariant::nsplit, a, cfg));
+}
+
 // auto picks ksplit only where it can run: gather_dim 1, B replicated, within the op's capacity.
 TEST(AgmmVariants, AutoPicksKsplitOnlyWhereItRuns) {
   AgmmArgs a = args_for({1, 3584, 8192, 1});

@@ -62,6 +62,38 @@ TEST(Coordinator, AllGatherAndBarrierAtEveryWorld) {
   }
 }
 
+// The check modes' comparison: the same call passes; a rank whose call differs is named with both
+// calls, on every rank; a rank that makes no call is named in the Timeout of the ranks that did.
+TEST(Coordinator, RequireSameCallNamesTheRankThatDiffers) {
+  Job job(4);
+  on_all(job, [&](int, CoordinatorClient& c) { require_same_call(c, "op", "op launch", 0, "ag M=8", 5); });
+  std::vector<std::string> errors(4);
+  on_all(job, [&](int r, CoordinatorClient& c) {
+    try {
+      require_same_call(c, "op", "op launch", 1, r == 2 ? "ag M=16" : "ag M=8", 5);
+    } catch (const Error& e) {
+      EXPECT_EQ(e.status(), Status::InvalidUsage);
+      errors[size_t(r)] = e.what();
+    }
+  });
+  for (const std::string& e : errors)
+    EXPECT_NE(e.find("op launch #1 differs across ranks: rank 0 did ag M=8, rank 2 did ag M=16"), std::string::npos)
+        << e;
+  std::vector<std::thread> ts;
+  for (int r : {0, 1, 3})
+    ts.emplace_back([&, r] {
+      try {
+        require_same_call(*job.ranks[size_t(r)], "op", "op launch", 2, "ag M=8", 0.3);
+        ADD_FAILURE() << "rank " << r << ": no error";
+      } catch (const Error& e) {
+        EXPECT_EQ(e.status(), Status::Timeout);
+        EXPECT_NE(std::string(e.what()).find("op launch #2: rank 2 made none within"), std::string::npos) << e.what();
+      }
+    });
+  for (auto& t : ts) t.join();
+  job.finish();
+}
+
 TEST(Coordinator, GetTimesOutNamingTheKey) {
   Job job;
   try {

@@ -32,6 +32,28 @@ FlashDecodeConfig config(int batch, int q_heads, int kv_heads, int head_dim = 12
   return c;
 }
 
+// The launch check mode's description: the shape and scale every rank must share, not the slices,
+// lengths, layout or cache each rank has for itself; the default scale is the explicit 1/sqrt(d).
+TEST(FlashDecodeLaunchCheck, DescriptionNamesTheSharedArgumentsOnly) {
+  const FlashDecodeConfig c = config(8, 64, 8);
+  DecodeArgs a;
+  a.batch = 4, a.q_heads = 64, a.kv_heads = 8, a.head_dim = 128, a.capacity = 4096, a.max_len = 4096;
+  DecodeArgs b = a;
+  b.layout = KvLayout::PagedHND, b.capacity = 0, b.page_size = 64, b.max_len = 17, b.softmax_scale = 1.f / std::sqrt(128.f);
+  const std::string d = describe_flash_decode_launch(Variant::fused, a, c);
+  EXPECT_EQ(d, describe_flash_decode_launch(Variant::fused, b, c));
+  EXPECT_NE(d.find("flash_decode fused batch=4 heads=64/8 head_dim=128 bf16"), std::string::npos) << d;
+  EXPECT_NE(d, describe_flash_decode_launch(Variant::bsp, a, c));
+  b.softmax_scale = 0.09f;
+  EXPECT_NE(d, describe_flash_decode_launch(Variant::fused, b, c));
+  FlashDecodeConfig direct = c;
+  direct.split_merge = FlashDecodeConfig::SplitMerge::direct;
+  EXPECT_NE(d, describe_flash_decode_launch(Variant::fused, a, direct));
+  FlashDecodeConfig global = c;
+  global.split_merge = FlashDecodeConfig::SplitMerge::global;  // each rank's own choice
+  EXPECT_EQ(d, describe_flash_decode_launch(Variant::fused, a, global));
+}
+
 TEST(FlashDecodeDistPlan, GatherLayout) {
   for (int batch : {1, 3, 32})
     for (int q : {1, 8, 96})

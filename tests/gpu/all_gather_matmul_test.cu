@@ -317,5 +317,60 @@ TEST(Agmm, RejectsBadArgumentsBeforeLaunch) {
   t.host_barrier("agmm.invalid.done");
 }
 
+// The launch check mode (RankShare::check_launch through the coordinator, as
+// TeamOptions::check_launches sets it up): launches every rank makes alike run and match; from two
+// ranks, rank 1 asking for fewer rows is named on every rank (InvalidUsage, both descriptions)
+// before anything is enqueued, and the next launch, alike again, is right.
+TEST(Agmm, LaunchCheckNamesTheRankWhoseLaunchDiffers) {
+  TF_REQUIRE_GPUS(1);
+  auto& t = team();
+  static int invocation = 0;  // keys unique across --gtest_repeat (the same count on every rank)
+  const std::string key = "agmm-launch-check-" + std::to_string(invocation++);
+  const uint64_t mark = t.heap().mark();
+  {
+    RankShare share = t.share();
+    uint64_t launches = 0;
+    share.check_launch = [&](const std::string& what) {
+      require_same_call(t.coordinator(), key, "op launch", launches++, what, 30);
+    };
+    AgmmConfig cfg;
+    cfg.max_m = 512 * t.world(), cfg.max_k = 1024 * t.world(), cfg.ksplit_max_m = 0;
+    AllGatherMatmul op(share, cfg);
+    Problem p(odd_shape(0, DType::bf16, BLayout::NK), 901);
+    auto s = t.stream();
+    auto run = [&](const std::string& what) {
+      p.poison_c(s);
+      op.fill_buffers(0xFF, s);
+      t.sync(s);
+      t.host_barrier("agmm.check.poisoned");
+      const GatheredA g = op.launch(AgmmVariant::push, p.args(), s);
+      t.sync(s);
+      p.expect_result(g, what);
+    };
+    run("push, launch checked");
+    if (t.world() > 1) {
+      const int64_t m1 = p.args().m - t.world();  // still divisible: only the other ranks can tell
+      AgmmArgs a = p.args();
+      if (t.rank() == 1) a.m = m1;
+      try {
+        op.launch(AgmmVariant::push, a, s);
+        ADD_FAILURE() << "rank " << t.rank() << ": a launch with another M on rank 1 was not refused";
+      } catch (const Error& e) {
+        EXPECT_EQ(e.status(), Status::InvalidUsage) << e.what();
+        EXPECT_NE(std::string(e.what()).find("op launch #1 differs across ranks: rank 0 did all_gather_matmul push M=" +
+                                             std::to_string(p.args().m)),
+                  std::string::npos)
+            << e.what();
+        EXPECT_NE(std::string(e.what()).find("rank 1 did all_gather_matmul push M=" + std::to_string(m1)),
+                  std::string::npos)
+            << e.what();
+      }
+      run("push after the refused launch, launch checked");
+    }
+    t.host_barrier("agmm.check.done");
+  }
+  t.heap().release(mark);
+}
+
 }  // namespace
 }  // namespace taxfree

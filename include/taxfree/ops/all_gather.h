@@ -80,6 +80,11 @@ struct AllGatherPushGrid {
 };
 AllGatherPushGrid all_gather_push_grid(const AllGatherConfig& config, uint64_t bytes);
 
+// What the launch check mode (RankShare::check_launch) compares across ranks for a launch: the
+// variant, the bytes per rank and, for push, its grid (the protocol, blocks and chunk every rank
+// must share). Pure.
+std::string describe_all_gather_launch(AllGatherVariant variant, uint64_t bytes, const AllGatherConfig& config);
+
 // Blocks of `threads` threads of both push kernels that `sm_count` SMs hold at once (occupancy):
 // the default and the limit of config.max_blocks.
 int all_gather_push_resident_blocks(int threads, int sm_count);

@@ -104,7 +104,8 @@
 // Contract:
 //  - Collective: every rank constructs the op with the same config and calls launch() with the
 //    same variant and shape (m, n, k, gather_dim, dtype) in the same order. Pointers and strides
-//    may differ per rank.
+//    may differ per rank. Checked across ranks only in the launch check mode
+//    (TeamOptions::check_launches: describe_agmm_launch); otherwise a mismatch is undefined.
 //  - A_shard, B, C: device memory of this rank, 16-byte aligned, row strides multiples of 8
 //    elements. C must not overlap A_shard, B or the op's buffers. A_shard may lie anywhere
 //    (symmetric heap or not); passing local_slot() with its stride (in place) skips the local copy.
@@ -291,6 +292,13 @@ int64_t nsplit_partial_floats(const AgmmConfig& config, int world);
 // The variant `auto` runs for a launch on `world` ranks (a table filled from measurements), among
 // those the arguments and the op's config allow (ksplit only with b_replicated, within capacity).
 AgmmVariant choose_agmm_variant(const AgmmArgs& args, int world, const AgmmConfig& config);
+
+// What the launch check mode (RankShare::check_launch) compares across ranks for a launch: the
+// variant asked for and the one that runs, the shape (m, n, k, gather_dim, dtype, b_replicated),
+// the op's config and the ksplit environment knobs; no pointers or strides (they may differ). Pure
+// but for the environment.
+std::string describe_agmm_launch(AgmmVariant requested, AgmmVariant runs, const AgmmArgs& args,
+                                 const AgmmConfig& config);
 
 class AllGatherMatmul {
  public:

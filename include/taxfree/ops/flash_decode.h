@@ -216,9 +216,10 @@ std::vector<std::vector<Slice>> partition(std::span<const int32_t> lens, int wor
 //          sent it polls the peers' lines of that group (deadline) and combines them as they
 //          arrive. No host work or reset between steps; CUDA-graph capturable.
 //
-// Preconditions (collective, not checked across ranks): every rank constructs the op with the same
-// maxima and bsp_buffers, and calls launch with the same variant, batch, heads, head_dim, dtype,
-// softmax_scale and q, in the same order. A rank's slices, lengths, layout, cache, num_splits and
+// Preconditions (collective; checked across ranks only in the launch check mode,
+// TeamOptions::check_launches, all but q: describe_flash_decode_launch): every rank constructs the
+// op with the same maxima and bsp_buffers, and calls launch with the same variant, batch, heads,
+// head_dim, dtype, softmax_scale and q, in the same order. A rank's slices, lengths, layout, cache, num_splits and
 // split_merge may differ from its peers' (each rank plans its own splits), except that
 // SplitMerge::direct must be every rank's or none's (its lines have their own layout: a rank
 // configured otherwise never sees them, and the waits give up at the deadline, naming the rank).
@@ -285,6 +286,11 @@ FlashDecodeBuffers flash_decode_buffers(const FlashDecodeConfig& cfg, int world,
 // op's maxima, the world, the GPU's SM count), so every rank gives the same answer.
 bool direct_merge_applies(const FlashDecodeBuffers& b, int world, int num_sms, int batch, int q_heads, int kv_heads,
                           int head_dim);
+// What the launch check mode (RankShare::check_launch) compares across ranks for a launch: the
+// variant, batch, heads, head_dim, dtype, the softmax scale (exact), the op's maxima and
+// bsp_buffers, and whether its split merge is direct; not the slices, lengths, layout or cache
+// (each rank's own). Pure.
+std::string describe_flash_decode_launch(Variant variant, const DecodeArgs& args, const FlashDecodeConfig& config);
 // The checks FlashDecode's constructor and launch() make first (InvalidArgument naming the value).
 void validate_flash_decode_config(const FlashDecodeConfig& cfg, int world);
 // `a` is this rank's DecodeArgs: all of validate_decode_args, plus `out` set, o_part and lse_part

@@ -129,4 +129,13 @@ class CoordinatorClient {
 std::string to_hex(const void* data, size_t n);
 std::string from_hex(const std::string& hex);
 
+// The check modes' comparison (symmetric heap calls, op launches): every rank passes `what` for
+// call number `index` of one kind, published under "<key>-<index>". Returns when every rank's is
+// the same; throws InvalidUsage "<kind> #<index> differs across ranks: rank 0 did <what>, rank r did
+// <what>" naming the first rank that differs from rank 0, Timeout naming a rank that made no such
+// call within timeout_s (with this rank's), RemoteError if the job aborts. Keeps world values in
+// the coordinator and in this client for good: meant for debugging runs.
+void require_same_call(CoordinatorClient& c, const std::string& key, const std::string& kind, uint64_t index,
+                       const std::string& what, double timeout_s);
+
 }  // namespace taxfree

@@ -32,6 +32,12 @@ struct RankShare {
   ncclComm_t comm = nullptr;     // nullptr: no NCCL; the variants that call it throw NotSupported
   // A host barrier of every rank; empty: none (one thread builds every simulated rank in turn).
   std::function<void(const std::string&)> host_barrier;
+  // The launch check mode (TeamOptions::check_launches): every collective launch passes its
+  // description (op, variant, the arguments every rank must agree on; no pointers) before it
+  // enqueues anything, and this throws InvalidUsage when another rank's launch of the same number
+  // differs (require_same_call). Blocks until every rank has made that launch (deadline: Timeout).
+  // Empty: off.
+  std::function<void(const std::string&)> check_launch;
 };
 
 // Throws InvalidArgument naming `op` unless the share has a heap, a rank in [0, world) and at least

@@ -14,6 +14,7 @@
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -33,6 +34,10 @@ struct TeamOptions {
   double timeout_s = -1;           // device wait deadline; <0: TAXFREE_TIMEOUT_S, else 10 s
   double bootstrap_timeout_s = 120;  // connecting ranks, NCCL id exchange
   bool check_heap = false;         // also on with TAXFREE_CHECK_HEAP=1
+  // Compare every collective op launch across ranks before it enqueues (RankShare::check_launch):
+  // a host round trip per launch, for debugging runs. Also on with TAXFREE_CHECK_LAUNCHES=1. In a
+  // CUDA graph the check runs at capture, not at replay.
+  bool check_launches = false;
 };
 
 class Team {
@@ -93,6 +98,8 @@ class Team {
   dev::WaitRecord* record_ = nullptr;  // host-mapped
   uint64_t* barrier_slots_ = nullptr;  // heap
   dev::LaunchSequence barrier_seq_{};
+  bool check_launches_ = false;
+  std::atomic<uint64_t> launches_checked_{0};
   bool finished_ = false;
 };
 

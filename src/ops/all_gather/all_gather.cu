@@ -3,6 +3,7 @@
 #include <nccl.h>
 
 #include <algorithm>
+#include <sstream>
 #include <utility>
 
 #include "taxfree/device/ll_line.cuh"
@@ -142,6 +143,17 @@ AllGatherPushGrid all_gather_push_grid(const AllGatherConfig& config, uint64_t b
   return g;
 }
 
+std::string describe_all_gather_launch(AllGatherVariant variant, uint64_t bytes, const AllGatherConfig& config) {
+  std::ostringstream os;
+  os << "all_gather " << variant_name(variant) << " bytes=" << bytes;
+  if (variant == AllGatherVariant::push) {
+    const AllGatherPushGrid g = all_gather_push_grid(config, bytes);
+    os << (g.low_latency ? " low-latency" : " direct") << " blocks=" << g.blocks << " chunk=" << g.chunk
+       << " threads=" << config.threads;
+  }
+  return os.str();
+}
+
 int all_gather_push_resident_blocks(int threads, int sm_count) {
   int direct = 0, ll = 0;
   TF_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&direct, all_gather_direct_kernel, threads, 0));
@@ -177,6 +189,7 @@ void AllGather::validate(AllGatherVariant variant, const void* send, const void*
 
 void AllGather::launch(AllGatherVariant variant, const void* send, void* recv, uint64_t bytes, cudaStream_t stream) {
   validate(variant, send, recv, bytes);
+  if (share_.check_launch) share_.check_launch(describe_all_gather_launch(variant, bytes, config_));
   if (variant == AllGatherVariant::nccl) {
     TF_REQUIRE(share_.comm != nullptr, Status::NotSupported,
                "all_gather nccl: rank " << share_.rank << "'s share has no NCCL communicator (simulated ranks)");

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <climits>
 #include <cstdint>
+#include <cstdlib>
+#include <sstream>
 #include <utility>
 
 #include "taxfree/kernels/gemm/tile_scheduler.cuh"
@@ -356,6 +358,20 @@ AgmmVariant choose_agmm_variant(const AgmmArgs& a, int world, const AgmmConfig& 
   if (a.m <= 512) return AgmmVariant::decomposed;
   const int64_t cols = agmm_shard_shape(a.m, a.k, a.gather_dim, world).cols;
   return cols % 64 == 0 ? AgmmVariant::fused_ce : AgmmVariant::decomposed;
+}
+
+std::string describe_agmm_launch(AgmmVariant requested, AgmmVariant runs, const AgmmArgs& a, const AgmmConfig& c) {
+  std::ostringstream os;
+  os << "all_gather_matmul " << variant_name(requested);
+  if (runs != requested) os << " (" << variant_name(runs) << ")";
+  os << " M=" << a.m << " N=" << a.n << " K=" << a.k << " gather_dim=" << a.gather_dim << " "
+     << gemm::dtype_name(a.dtype) << (a.b_replicated ? " B replicated" : "") << "; config max_m=" << c.max_m
+     << " max_k=" << c.max_k << " bsp_symmetric=" << c.bsp_symmetric << " push_ctas=" << c.push_ctas
+     << " col_chunk=" << c.col_chunk << " side_gather_ctas=" << c.side_gather_ctas
+     << " ksplit_max_m=" << c.ksplit_max_m << " ksplit_max_n=" << c.ksplit_max_n;
+  for (const char* knob : {"TAXFREE_AGMM_KSPLIT_PATH", "TAXFREE_AGMM_KSPLIT_EXCHANGE"})
+    if (const char* v = std::getenv(knob); v != nullptr && *v != '\0') os << " " << knob << "=" << v;
+  return os.str();
 }
 
 }  // namespace taxfree

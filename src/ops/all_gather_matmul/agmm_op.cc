@@ -168,8 +168,11 @@ void AllGatherMatmul::validate(const AgmmArgs& a) const {
 
 GatheredA AllGatherMatmul::launch(AgmmVariant variant, const AgmmArgs& args, cudaStream_t stream) {
   validate(args);
+  const AgmmVariant requested = variant;
   if (variant == AgmmVariant::automatic)
     variant = choose_agmm_variant(args, share_.world, config_);
+  if (share_.check_launch && !warm_only_)  // warm_up() is this rank's alone
+    share_.check_launch(describe_agmm_launch(requested, variant, args, config_));
   switch (variant) {
     case AgmmVariant::bsp: return launch_bsp(args, false, stream);
     case AgmmVariant::bsp_own: return launch_bsp(args, true, stream);

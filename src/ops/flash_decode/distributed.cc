@@ -187,11 +187,13 @@ void FlashDecode::launch(Variant variant, const DecodeArgs& a, cudaStream_t stre
   if (variant == Variant::fused) return launch_fused(a, stream);
   validate_flash_decode_args(a, cfg_);  // before the first stage is enqueued
   require_comm();
+  if (share_.check_launch) share_.check_launch(describe_flash_decode_launch(variant, a, cfg_));
   for (Stage s : {Stage::decode, Stage::gather, Stage::combine}) launch_bsp_stage(s, a, stream);
 }
 
 void FlashDecode::launch_fused(const DecodeArgs& a, cudaStream_t stream) {
   const FusedPlan fp = fused_plan(a);  // validates
+  if (share_.check_launch) share_.check_launch(describe_flash_decode_launch(Variant::fused, a, cfg_));
   attention::FusedDecodeParams p{};
   // Only the persistent schedule takes the batch order (the others run every item at once), and
   // only in a team of one: each rank's order follows its own slice lengths, and the schedule's

@@ -2,7 +2,9 @@
 // buffer sizes, and the checks FlashDecode makes before it allocates or launches anything.
 #include <algorithm>
 #include <climits>
+#include <cmath>
 #include <cstdint>
+#include <sstream>
 
 #include "taxfree/kernels/attention/config.h"
 #include "taxfree/ops/flash_decode.h"
@@ -120,6 +122,18 @@ void validate_flash_decode_args(const DecodeArgs& a, const FlashDecodeConfig& c)
              "kv_heads=" << a.kv_heads << " exceeds this FlashDecode's max_kv_heads=" << c.max_kv_heads);
   TF_REQUIRE(a.head_dim <= c.max_head_dim, S::InvalidArgument,
              "head_dim=" << a.head_dim << " exceeds this FlashDecode's max_head_dim=" << c.max_head_dim);
+}
+
+std::string describe_flash_decode_launch(Variant variant, const DecodeArgs& a, const FlashDecodeConfig& c) {
+  const float scale = a.softmax_scale > 0.f ? a.softmax_scale : 1.f / std::sqrt(float(a.head_dim));
+  std::ostringstream os;
+  os << "flash_decode " << variant_name(variant) << " batch=" << a.batch << " heads=" << a.q_heads << "/"
+     << a.kv_heads << " head_dim=" << a.head_dim << " " << (a.dtype == DType::BF16 ? "bf16" : "fp16")
+     << " scale=" << std::hexfloat << scale << std::defaultfloat << "; config max_batch=" << c.max_batch
+     << " max_heads=" << c.max_q_heads << "/" << c.max_kv_heads << " max_head_dim=" << c.max_head_dim
+     << " bsp_buffers=" << (c.bsp_buffers == BspBuffers::symmetric ? "symmetric" : "plain")
+     << (c.split_merge == FlashDecodeConfig::SplitMerge::direct ? " split_merge=direct" : "");
+  return os.str();
 }
 
 }  // namespace taxfree::ops::flash_decode
