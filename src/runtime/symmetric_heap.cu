@@ -98,6 +98,7 @@ void* SymmetricHeap::allocate(uint64_t bytes, uint64_t align, const std::string&
   check_collective(what.str());
   ++calls_;
   used_ = offset + bytes;
+  allocations_.push_back({offset, bytes, tag});
   return view_.local_base + offset;
 }
 
@@ -116,6 +117,15 @@ void SymmetricHeap::release(uint64_t mark) {
   check_collective("release(" + std::to_string(mark) + ")");
   ++calls_;
   used_ = mark;
+  while (!allocations_.empty() && allocations_.back().offset >= mark) allocations_.pop_back();
+}
+
+std::string SymmetricHeap::describe_offset(uint64_t offset) const {
+  for (const Allocation& a : allocations_)
+    if (offset >= a.offset && offset - a.offset < a.bytes)
+      return "'" + a.tag + "' + " + std::to_string(offset - a.offset) + " B of a " + std::to_string(a.bytes) +
+             "-byte allocation";
+  return {};
 }
 
 void* SymmetricHeap::nccl_address(const void* flat) const {

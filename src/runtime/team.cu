@@ -72,12 +72,15 @@ const char* wait_site_name(dev::WaitSite site) {
   return "unknown site";
 }
 
-std::string describe_wait_record(const dev::WaitRecord& r) {
+std::string describe_wait_record(const dev::WaitRecord& r, const SymmetricHeap* heap) {
   std::ostringstream os;
   os << "rank " << r.rank << " gave up waiting at '" << wait_site_name(dev::WaitSite(r.site)) << "'";
   if (r.peer >= 0) os << " for rank " << r.peer;
   os << ": flag";
-  if (r.flag_offset != ~0ull) os << " at heap offset " << r.flag_offset;
+  if (r.flag_offset != ~0ull) {
+    os << " at heap offset " << r.flag_offset;
+    if (const std::string name = heap ? heap->describe_offset(r.flag_offset) : ""; !name.empty()) os << " (" << name << ")";
+  }
   os << " expected >= " << r.expected << ", observed " << r.observed << " after " << double(r.waited_ns) * 1e-9
      << " s (block " << r.block << ", thread " << r.thread << ")";
   return os.str();
@@ -213,7 +216,7 @@ void Team::check_device_faults() {
   if (__atomic_load_n(&record_->complete, __ATOMIC_ACQUIRE) == 1u) {
     dev::WaitRecord r;
     std::memcpy(&r, record_, sizeof r);
-    const std::string msg = describe_wait_record(r);
+    const std::string msg = describe_wait_record(r, heap_.get());
     client_->fail(msg);
     TF_THROW(Status::Timeout, msg);
   }

@@ -12,6 +12,7 @@
 #include "taxfree/runtime/error.h"
 #include "taxfree/runtime/rank_share.h"
 #include "taxfree/runtime/symmetric_heap.h"
+#include "taxfree/runtime/team.h"
 
 namespace taxfree::bench {
 namespace {
@@ -176,6 +177,31 @@ TEST(Heap, OverCallerMemoryGivesEveryRankTheSameOffsets) {
   dev::SymmetricView bad;
   bad.local_base = memory.data(), bad.size = kSpan, bad.rank = 3, bad.world = 3;
   test::expect_invalid([&] { SymmetricHeap h(bad); }, "rank 3 of 3");
+}
+
+// A wait that gave up names its flag by heap offset; the heap turns that into the live allocation
+// holding it (its tag, the byte within it), and forgets allocations a release took back.
+TEST(Heap, DescribeOffsetNamesTheLiveAllocation) {
+  std::vector<char> memory(1 << 16);
+  dev::SymmetricView v;
+  v.local_base = memory.data(), v.stride = int64_t(memory.size()), v.size = memory.size(), v.rank = 0, v.world = 1;
+  SymmetricHeap heap(v);
+  heap.allocate(100, 256, "op.data");
+  const uint64_t mark = heap.mark();
+  heap.allocate_array<uint64_t>(4, "op.arrived");  // at 256
+  EXPECT_EQ(heap.describe_offset(0), "'op.data' + 0 B of a 100-byte allocation");
+  EXPECT_EQ(heap.describe_offset(256 + 24), "'op.arrived' + 24 B of a 32-byte allocation");
+  EXPECT_EQ(heap.describe_offset(100), "");  // alignment padding
+  EXPECT_EQ(heap.describe_offset(256 + 32), "");
+  dev::WaitRecord r{};
+  r.complete = 1, r.site = uint32_t(dev::WaitSite::all_gather_data), r.rank = 0, r.peer = 1;
+  r.flag_offset = 256 + 8, r.expected = 7, r.observed = 6;
+  const std::string text = describe_wait_record(r, &heap);
+  EXPECT_NE(text.find("at heap offset 264 ('op.arrived' + 8 B of a 32-byte allocation) expected >= 7, observed 6"),
+            std::string::npos) << text;
+  heap.release(mark);
+  EXPECT_EQ(heap.describe_offset(256 + 24), "");
+  EXPECT_EQ(describe_wait_record(r, &heap).find("op.arrived"), std::string::npos);
 }
 
 // What an op takes from a rank (rank_share.h): refused, naming the op and the bad value, without a

@@ -178,6 +178,8 @@ TEST(Primitives, WaitGivesUpAtDeadlineWithDiagnostic) {
   const std::string text = describe_wait_record(r);
   EXPECT_NE(text.find("for rank 3"), std::string::npos) << text;
   EXPECT_NE(text.find("expected >= 5, observed 2"), std::string::npos) << text;
+  const std::string named = describe_wait_record(r, &t.heap());
+  EXPECT_NE(named.find("('test.deadline.flag' + 16 B of a 32-byte allocation)"), std::string::npos) << named;
   cudaFree(result);
   t.heap().release(mark);
 }

@@ -129,7 +129,9 @@ class SimulatedHeaps {
   void sync(const std::string& what) {
     for (cudaStream_t s : streams_) TF_CUDA(cudaStreamSynchronize(s));
     if (record_->complete == 1u) {
-      ADD_FAILURE() << what << ": " << describe_wait_record(*record_);
+      const int r = record_->rank;
+      ADD_FAILURE() << what << ": "
+                    << describe_wait_record(*record_, r >= 0 && r < world_ ? heaps_of_[size_t(r)].get() : nullptr);
       std::memset(static_cast<void*>(abort_), 0, kFaultBytes);
     }
   }

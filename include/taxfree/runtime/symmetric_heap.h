@@ -62,6 +62,10 @@ class SymmetricHeap {
   const dev::SymmetricView& view() const { return view_; }
   bool contains(const void* p, uint64_t bytes) const { return view_.contains(p, bytes); }
 
+  // The live allocation holding byte `offset` of the heap, for diagnostics (a wait that gave up
+  // names its flag by offset): "'tag' + N B of a B-byte allocation"; empty outside every one.
+  std::string describe_offset(uint64_t offset) const;
+
   // The same memory at the address NCCL registered as a window, for passing heap buffers to NCCL
   // collectives so they take their symmetric-memory path.
   void* nccl_address(const void* flat) const;
@@ -77,6 +81,11 @@ class SymmetricHeap {
   dev::SymmetricView view_{};
   uint64_t used_ = 0;
   uint64_t calls_ = 0;
+  struct Allocation {
+    uint64_t offset, bytes;
+    std::string tag;
+  };
+  std::vector<Allocation> allocations_;  // live ones, in offset order (the heap is a stack)
 };
 
 // Bump-allocator arithmetic, separate so it can be tested without a GPU: the aligned offset for a

@@ -105,8 +105,9 @@ class Team {
 
 // Human-readable name of a device wait site.
 const char* wait_site_name(dev::WaitSite site);
-// The diagnostic the host prints for a filled WaitRecord.
-std::string describe_wait_record(const dev::WaitRecord& r);
+// The diagnostic the host prints for a filled WaitRecord; with the waiting rank's heap, the flag's
+// allocation is named too (SymmetricHeap::describe_offset).
+std::string describe_wait_record(const dev::WaitRecord& r, const SymmetricHeap* heap = nullptr);
 
 // Checks that the NCCL library loaded at run time is the one the headers were compiled for;
 // throws NotSupported naming both versions (and the library path) otherwise.
