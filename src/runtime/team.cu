@@ -79,7 +79,8 @@ std::string describe_wait_record(const dev::WaitRecord& r, const SymmetricHeap* 
   os << ": flag";
   if (r.flag_offset != ~0ull) {
     os << " at heap offset " << r.flag_offset;
-    if (const std::string name = heap ? heap->describe_offset(r.flag_offset) : ""; !name.empty()) os << " (" << name << ")";
+    const std::string name = heap ? heap->describe_offset(r.flag_offset) : "";
+    if (!name.empty()) os << " (" << name << ")";
   }
   os << " expected >= " << r.expected << ", observed " << r.observed << " after " << double(r.waited_ns) * 1e-9
      << " s (block " << r.block << ", thread " << r.thread << ")";

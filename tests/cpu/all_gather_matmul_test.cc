@@ -485,7 +485,8 @@ TEST(AgmmKsplitExchange, OwnerSumsWhereTheyMoveFewerBytes) {
   // Once owner sums pay at some world, they pay at every larger one.
   for (int64_t bytes = 16 << 10; bytes <= (8 << 20); bytes += 16 << 10)
     for (int w = 2; w < 8; ++w)
-      if (agmm::ksplit_owner_sums(bytes, w)) EXPECT_TRUE(agmm::ksplit_owner_sums(bytes, w + 1)) << bytes << " B, W=" << w;
+      if (agmm::ksplit_owner_sums(bytes, w))
+        EXPECT_TRUE(agmm::ksplit_owner_sums(bytes, w + 1)) << bytes << " B, W=" << w;
 }
 
 // The launch check mode's description: what every rank must agree on, and nothing they need not

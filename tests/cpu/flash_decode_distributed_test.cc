@@ -39,7 +39,8 @@ TEST(FlashDecodeLaunchCheck, DescriptionNamesTheSharedArgumentsOnly) {
   DecodeArgs a;
   a.batch = 4, a.q_heads = 64, a.kv_heads = 8, a.head_dim = 128, a.capacity = 4096, a.max_len = 4096;
   DecodeArgs b = a;
-  b.layout = KvLayout::PagedHND, b.capacity = 0, b.page_size = 64, b.max_len = 17, b.softmax_scale = 1.f / std::sqrt(128.f);
+  b.layout = KvLayout::PagedHND, b.capacity = 0, b.page_size = 64, b.max_len = 17;
+  b.softmax_scale = 1.f / std::sqrt(128.f);
   const std::string d = describe_flash_decode_launch(Variant::fused, a, c);
   EXPECT_EQ(d, describe_flash_decode_launch(Variant::fused, b, c));
   EXPECT_NE(d.find("flash_decode fused batch=4 heads=64/8 head_dim=128 bf16"), std::string::npos) << d;

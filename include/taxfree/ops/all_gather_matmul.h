@@ -69,8 +69,9 @@
 //                programmatic dependent launch, so it starts during the GEMM's tail). For small
 //                partials (agmm::ksplit_owner_sums: by the bytes it saves, which grow with the
 //                world), all-to-all: every rank sends its partial slice to every peer, raises a
-//                flag, and sums every slice itself. Else reduce-scatter + all-gather: rank j % world owns slice j's sum, the others
-//                store their partial slice into the owner and raise its flag, the owner sums in
+//                flag, and sums every slice itself. Else reduce-scatter + all-gather: rank
+//                j % world owns slice j's sum, the others store their partial slice into the
+//                owner and raise its flag, the owner sums in
 //                rank order, writes C and stores the rounded slice into every peer with a second
 //                flag, and they copy it into C (fewer bytes, one more flag latency). Beside the
 //                GEMM, on the op's side stream, a block all-gather of the A shards on

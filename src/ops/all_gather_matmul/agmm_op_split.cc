@@ -45,9 +45,9 @@ bool owner_sums_of_launch(int64_t partial_bytes, int world) {
 // band epilogue and the band sum (agmm_ksplit_gemm.cu); between, the two-kernel path: cuBLASLt on
 // this rank's shard and B's matching K rows into the fp32 partial, then the exchange kernel
 // (agmm_ksplit.cu: all-to-all of the partials, or where agmm::ksplit_owner_sums says so
-// reduce-scatter and all-gather of C, slice by slice); beside them, on the side stream (forked off and joined back into
-// the caller's), the block all-gather of the A shards on a few SMs, with a launch sequence and flags
-// of its own (the exchange kernel ends ksplit's sequence, possibly before the gather starts).
+// reduce-scatter and all-gather of C, slice by slice); beside them, on the side stream (forked off
+// and joined back into the caller's), the block all-gather of the A shards on a few SMs, with a
+// launch sequence and flags of its own (the exchange kernel ends ksplit's sequence, possibly before the gather starts).
 GatheredA AllGatherMatmul::launch_ksplit(const AgmmArgs& a, cudaStream_t s) {
   switch (ksplit_path(a)) {  // warm_up(): only the two-kernel path calls cuBLASLt
     case KsplitPath::skinny: return warm_only_ ? GatheredA{} : launch_ksplit_skinny(a, s);
