@@ -157,8 +157,8 @@ struct AgmmConfig {
   int side_gather_ctas = 0;    // ksplit's two-kernel path: SMs for the A gather beside the GEMM, at
                                // most agmm::kKsplitMaxCtas; 0 = side_gather_ctas()'s default
   // ksplit: capacity of the fp32 partials, (2 * (world - 1) + 1) * ksplit_max_m * ksplit_max_n * 4
-  // bytes of heap, plus the skinny path's line inboxes (ksplit_heap: 18 MiB per peer at the
-  // defaults and world 2); 210 MiB for 2 ranks at the defaults, about 1.05 GiB for 8 (the default
+  // bytes of heap, plus the skinny path's line inboxes (ksplit_heap: 9 MiB per peer at the
+  // defaults and world 2); 201 MiB for 2 ranks at the defaults, about 1.0 GiB for 8 (the default
   // heap is max(4, world + 2) GiB). nsplit's fp32 block of C takes nsplit_partial_floats * 4 bytes
   // of device memory beside it (32 MiB for 2 ranks at the defaults; none for 1). 0 in either: no
   // ksplit or nsplit buffers; ksplit and nsplit launches are rejected and auto never picks them.
