@@ -476,6 +476,24 @@ TEST(Heap, SequencesStartAtZeroOnTheirOwnLineAndGoBackWithRelease) {
   heap.release(mark);
 }
 
+// A launch counter has its 128-byte line to itself: an allocation after it, even of 16-byte
+// alignment, starts on the next line; both words start at zero.
+TEST(Heap, SequenceHasItsLineToItself) {
+  TF_REQUIRE_GPUS(1);
+  auto& t = team();
+  const uint64_t mark = t.heap().mark();
+  const dev::LaunchSequence seq = t.heap().allocate_sequence("test.sequence");
+  const auto* next = static_cast<const char*>(t.heap().allocate(16, 16, "test.after_sequence"));
+  const uint64_t at = t.view().offset_of(seq.counter);
+  EXPECT_EQ(at % 128, 0u);
+  EXPECT_GE(t.view().offset_of(next), at + 128);
+  uint64_t words[2] = {1, 1};
+  TF_CUDA(cudaMemcpy(words, seq.counter, sizeof words, cudaMemcpyDeviceToHost));
+  EXPECT_EQ(words[0], 0u);
+  EXPECT_EQ(words[1], 0u);
+  t.heap().release(mark);
+}
+
 TEST(Heap, CheckModeNamesMismatchedAllocations) {
   TF_REQUIRE_GPUS(2);
   auto& t = team();

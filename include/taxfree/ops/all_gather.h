@@ -98,9 +98,11 @@ class AllGather {
  public:
   static constexpr int kMaxBlocks = 1024;
 
-  // Collective: allocates this op's flags and launch sequence in the symmetric heap (returned by
-  // the heap's release(mark) after the op is gone). Throws InvalidArgument for a config.max_blocks
-  // above the resident blocks.
+  // Collective: allocates this op's flags, launch sequence and low-latency staging lines (4 x world
+  // x ll_max_bytes: 8 MiB at two ranks by default) in the symmetric heap (returned by the heap's
+  // release(mark) after the op is gone). Throws InvalidArgument for threads outside [32, 512] or
+  // not a multiple of 32, ll_max_bytes not a multiple of 16, or a max_blocks above the resident
+  // blocks.
   explicit AllGather(Team& team, AllGatherConfig config = {});
   // The same on a rank share (rank_share.h; tests simulate ranks on one GPU this way): the grids
   // fit its SMs; the nccl variant throws NotSupported on a share without a communicator.

@@ -24,8 +24,8 @@
 //   pull       the shard goes into this rank's own slot of its gathered A (unless in place), a
 //              begin barrier, then our GEMM's producer loads every A tile straight from the
 //              gathered A of the rank holding it (TMA over NVLink: one tensor map per rank), tiles
-//              of this rank's shard first (gather_dim 0) or each k-loop from this rank's columns on
-//              (gather_dim 1); meanwhile the copy engine copies the peers' shards into this rank's
+//              of this rank's shard first (gather_dim 0) or, without split-K, each k-loop from this
+//              rank's columns on (gather_dim 1); meanwhile the copy engine copies the peers' shards into this rank's
 //              gathered A (the one returned). An end barrier: no peer still reads this rank's slot
 //              when the launch ends. Remote loads are not cached in this GPU's L2, so each A tile
 //              crosses NVLink once per n-block (N / BN times the shard bytes): correct everywhere
@@ -44,8 +44,9 @@
 //              write of its flag (no SM moves data or signals), and our GEMM runs once over the
 //              whole gathered A on every SM, its producer waiting for a chunk's flag before the
 //              first TMA load of it: this rank's rows first, then rank+1's, ... (gather_dim 0);
-//              gather_dim 1: each tile's k-loop starts at this rank's columns and wraps around, so
-//              every CTA multiplies the shard this rank holds while the others arrive (C's fp32
+//              gather_dim 1: where shards are whole 64-column k-blocks, each tile's k-loop starts
+//              at this rank's columns and wraps around, so every CTA multiplies the shard this
+//              rank holds while the others arrive (else it runs from column 0) (C's fp32
 //              sums then run in a different k order on each rank: equal to rounding, not bits).
 //              No per-shard GEMM launches, no tail of a first GEMM to wait out.
 //   ksplit     gather_dim 1 only (NotSupported for 0): that split-K sum. Each rank multiplies its
@@ -152,7 +153,7 @@ struct AgmmConfig {
   int64_t max_m = 16384;       // capacity of the gathered A (rows)
   int64_t max_k = 8192;        // capacity of the gathered A (columns)
   bool bsp_symmetric = false;  // bsp / bsp-own: NCCL on the symmetric window (true) or plain buffers
-  int push_ctas = 0;           // push: SMs for the push kernel; 0 = choose per shape (push_plan)
+  int push_ctas = 0;           // push: SMs for the push kernel; 0 = choose per shape (make_push_plan)
   int64_t col_chunk = 0;       // push: piece width in columns (multiple of 64); 0 = per shape
   int side_gather_ctas = 0;    // ksplit's two-kernel path: SMs for the A gather beside the GEMM, at
                                // most agmm::kKsplitMaxCtas; 0 = side_gather_ctas()'s default
@@ -330,7 +331,8 @@ class AllGatherMatmul {
   void validate(const AgmmArgs& args) const;
 
   // Where this rank's shard sits in the op's gathered A (heap): A_shard passed here with stride
-  // local_slot().ld is used in place by bsp-sym, decomposed, push and ksplit.
+  // local_slot().ld is used in place (no local copy) by every variant but bsp on plain buffers and
+  // bsp at gather_dim 1 (which gathers into staging first).
   GatheredA local_slot(int64_t m, int64_t k, int gather_dim) const;
   const AgmmConfig& config() const { return config_; }
   // Fills every gathered / staging buffer with `byte` (tests and benchmarks poison them with 0xFF,

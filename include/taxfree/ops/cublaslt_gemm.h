@@ -4,9 +4,9 @@
 // (OutType::fp32_accumulate) added in fp32 to the fp32 C already there (C += A * B: a product over
 // K in several calls, rounded once at the end by the caller).
 //
-// One cuBLASLt handle per device and a 32 MiB workspace per stream (shared with our GEMM's split-K
-// workspace of that stream, gemm_detail.h; allocated stream-ordered at the stream's first call,
-// kept until gemm::release_stream_workspace); the plan (descriptors + heuristic's algorithm) is cached per shape, strides
+// One cuBLASLt handle per device and a workspace per stream, of which cuBLASLt may use 32 MiB (the
+// stream's buffer of our GEMM's split-K partials, gemm_detail.h: grown to 1.5x a request, 48 MiB
+// at the first cuBLASLt call; allocated stream-ordered, kept until gemm::release_stream_workspace); the plan (descriptors + heuristic's algorithm) is cached per shape, strides
 // and pointer alignment, so steady-state calls only enqueue. Calls on one device are serialised by
 // a mutex (host side only); the GEMMs of different streams may run concurrently. Validation
 // (ops/gemm.h: validate; for fp32 C: ldc a multiple of 4, C 16-byte aligned and apart from A and B)

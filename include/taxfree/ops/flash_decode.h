@@ -20,9 +20,8 @@
 // GPU; then it launches on `stream` without synchronising. The decode and fused kernels go as
 // programmatic dependent launches: their CTAs may be placed while the kernel ahead of them on
 // `stream` finishes (its tail hides their launch), and they touch no memory before that kernel has
-// completed, so stream order means what it always does. The decode kernel also lets the kernel
-// behind it be placed early, which matters only to a kernel launched that way itself (it must then
-// wait, e.g. with griddepcontrol.wait, before reading its output); the fused kernel does not.
+// completed, so stream order means what it always does. Neither lets the kernel behind it start
+// early (no griddepcontrol.launch_dependents): what follows them starts after they end.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -336,10 +335,11 @@ FusedPlan plan_fused(const DecodeArgs& a, const DecodePlan& plan, const FlashDec
 class FlashDecode {
  public:
   // Collective (every rank, same maxima and bsp_buffers): allocates the fused inbox, bsp's gather
-  // buffer and two launch sequences (the epochs, the persistent grid's item tickets) in the share's
-  // symmetric heap (released with the heap's mark/release, after the op is destroyed), the split
-  // workspace in device memory; zeroes the inbox; host barrier (where the share has one). Plans fill share.sm_count SMs (a Team: the whole GPU);
-  // bsp needs the share's NCCL communicator (NotSupported without).
+  // buffer (BspBuffers::plain: in device memory instead) and two launch sequences (the epochs, the
+  // persistent grid's item tickets) in the share's symmetric heap (released with the heap's
+  // mark/release, after the op is destroyed), the split workspace in device memory; zeroes the
+  // inbox; host barrier (where the share has one). Plans fill share.sm_count SMs (a Team: the whole
+  // GPU); bsp needs the share's NCCL communicator (NotSupported without).
   FlashDecode(Team& team, const FlashDecodeConfig& cfg);
   FlashDecode(RankShare share, const FlashDecodeConfig& cfg);
   ~FlashDecode();

@@ -62,7 +62,7 @@ enum class SplitScope {
 // each tile is computed by a cluster of cluster_k CTAs, one K range each (the ranges split-K
 // cluster_k would cut), whose fp32 sums are added in shared memory across the cluster (K order, so
 // the same bits as split-K cluster_k) instead of through a global workspace. No workspace; the
-// plain epilogue only (not fp32 epilogues); needs K >= 64 * cluster_k and no split-K on top
+// plain epilogue only (not fp32 epilogues); needs ceil(K / 64) >= cluster_k and no split-K on top
 // (splits = 1, scope all). A unit's loads wait for the previous unit's exchange, so it pays when
 // every tile's cluster is resident at once.
 struct GemmConfig {
@@ -72,7 +72,7 @@ struct GemmConfig {
   int stages = 4;    // depth of the TMA -> wgmma ring
   int cluster_m = 1; // CTAs per cluster along M sharing B by TMA multicast: 1 or 2 (compiled tiles)
   int group_m = 8;   // m-blocks per rasterisation group (L2 reuse), >= 1; counted in cluster tiles
-  int splits = 1;    // K ranges per split tile (all, tail), >= 1 (1: no split-K); capped at ceil(K / 64)
+  int splits = 1;    // K ranges per split tile (all, tail), 1..64 (1: no split-K); capped at ceil(K / 64)
   SplitScope split_scope = SplitScope::all;
   bool splits_k() const { return splits > 1 || split_scope == SplitScope::stream; }
   int max_ctas = 0;  // persistent CTAs; 0 = as many as fit (one per SM), else at least one cluster (cluster_m x cluster_k).

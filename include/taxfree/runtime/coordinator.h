@@ -34,7 +34,8 @@ enum ExitCode : int {
 
 class CoordinatorServer {
  public:
-  // Listens on host:port (port 0: any free port) for `world` ranks. Throws SystemError.
+  // Listens on host:port (port 0: any free port) for `world` ranks. Throws SystemError (socket,
+  // bind, listen), InvalidArgument (world < 1, a host that is not an IPv4 address).
   CoordinatorServer(const std::string& host, int port, int world);
   ~CoordinatorServer();
   CoordinatorServer(const CoordinatorServer&) = delete;
@@ -68,7 +69,8 @@ class CoordinatorServer {
 
 class CoordinatorClient {
  public:
-  // Connects (retrying until `connect_timeout_s`) and says hello. Throws SystemError/Timeout.
+  // Connects (retrying until `connect_timeout_s`) and says hello. Throws Timeout (no connection by
+  // then), InvalidArgument (a host name that does not resolve).
   CoordinatorClient(const std::string& host, int port, int rank, int world, double connect_timeout_s);
   ~CoordinatorClient();
   CoordinatorClient(const CoordinatorClient&) = delete;

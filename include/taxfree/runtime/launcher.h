@@ -43,8 +43,9 @@ struct LaunchSpec {
 // Runs `spec.argv` as `nranks` ranks on this host and waits for them. If a rank fails, exits
 // non-zero or is killed, every other rank is told at once (through the coordinator), and any still
 // running after the grace period is killed. Prints what ended the job to stderr. Returns the exit
-// code for the launcher: 0 if all ranks succeeded, else the first failing rank's code (128 +
-// signal number if it was killed).
+// code for the launcher: 0 if all ranks succeeded, else the first failing rank's code that is not
+// kExitRemote (a rank that stopped because another failed; 128 + signal number for a killed rank),
+// or kExitRemote if that is all there is; 128 + the signal if the launcher itself was interrupted.
 int run_ranks(const LaunchSpec& spec);
 
 // Number of GPUs visible to CUDA, asked of a child process (`argv0 _probe-gpus`) so the caller
