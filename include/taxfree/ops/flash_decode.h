@@ -351,7 +351,8 @@ class FlashDecode {
 
   // The bsp pipeline one stage at a time (benchmark tax breakdown): `decode` writes this rank's
   // block, `gather` all-gathers the blocks (collective), `combine` writes `out`. launch(bsp) =
-  // decode, gather, combine.
+  // decode, gather, combine. Stages called one by one are not compared across ranks in the launch
+  // check mode (launch() is).
   enum class Stage { decode, gather, combine };
   void launch_bsp_stage(Stage stage, const DecodeArgs& args, cudaStream_t stream);
 
