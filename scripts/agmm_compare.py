@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """all_gather_matmul results side by side: `taxfree bench all_gather_matmul --json OURS.json` and
 `scripts/torch_fused_agmm.py --json TORCH.json` (same device call), with the issue's targets checked
-and the fastest variant per shape, which is what `auto`'s table (src/ops/all_gather_matmul/
-agmm_host.cc, kAutoRules) should say.
+and the fastest variant per shape, which is what `auto`'s rules (choose_agmm_variant in
+src/ops/all_gather_matmul/agmm_host.cc) should say.
 
     scripts/agmm_compare.py OURS.json [TORCH.json]
 
@@ -96,7 +96,7 @@ def main():
     print(f"\n# targets missed: {len(fails)}")
     for f in fails:
         print("  " + f)
-    print("\n# fastest variant per shape (for kAutoRules):")
+    print("\n# fastest variant per shape (for choose_agmm_variant):")
     for k in sorted(best_by, key=lambda k: (k[3], k[0])):
         print(f"  gd{k[3]} M={k[0]:<6} N={k[1]:<5} {k[4]}: {best_by[k]}")
 

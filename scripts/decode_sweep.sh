@@ -15,13 +15,13 @@
 #                  sets, the heuristic's plan and split counts 1-16 (r204: the max_len plan's gap)
 #           paged  `bench decode` on paged caches (pages 16, 64, 256; HND and NHD) beside the
 #                  contiguous cache (r202)
-#           dist   `bench flash_decode -g 2` (bsp, fused, decode-only, comm-only) at KV <= 32K per
+#           dist   `bench flash_decode -g 2` (every variant and part) at KV <= 32K per
 #                  rank: the heuristic's plan and forced 8/11/16/22 splits
 # Writes OUT_DIR/decode_<section>.{json,log}; "# plan:" lines in the logs give each case's split
 # count. Binaries come from ./build. Exit code: the number of failed sections (a wrong
 # element fails its section).
 set -u -o pipefail
-out=${1:?usage: scripts/decode_sweep.sh OUT_DIR [auto|splits|odd|dist|all]...}
+out=${1:?usage: scripts/decode_sweep.sh OUT_DIR [auto|splits|odd|wide|ragged|paged|dist|all]...}
 shift
 sections=${*:-all}
 mkdir -p "$out"

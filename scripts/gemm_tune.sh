@@ -5,8 +5,10 @@
 #
 #   scripts/gemm_tune.sh OUT_DIR [default|large|waves|mid|m128|kcluster|wide|offsweep|decode|swap|smallm|all]...   (default: all)
 #
-# Writes OUT_DIR/tune_<section>.{json,log} and OUT_DIR/summary.txt (scripts/gemm_tune_report.py:
-# per shape, every config's time and ratio to cuBLASLt, best first). Binaries come from ./build.
+# Writes OUT_DIR/tune_<run>.{json,log} (a run per section; offsweep writes offsweep_nk and
+# offsweep_more, swap swap_nk and swap_kn, smallm also smallm_heuristic), OUT_DIR/summary.txt and
+# OUT_DIR/tune.csv (scripts/gemm_tune_report.py: per shape, every config's time and ratio to
+# cuBLASLt, best first). Binaries come from ./build.
 # Exit code: the number of failed sections (a wrong element fails its section).
 set -u -o pipefail
 out=${1:?usage: scripts/gemm_tune.sh OUT_DIR [default|large|waves|mid|m128|kcluster|wide|offsweep|decode|swap|smallm|all]...}

@@ -6,9 +6,9 @@
 #   scripts/gpu_check.sh OUT_DIR [tests|soak|random|sanitize|faults|bench|all|agmm]...     (default: all)
 #
 # BENCH_OPS="op ..." limits the bench step to those ops (default: every op, with the summary);
-# soak (only when named): the GPU tests in SOAK_REPEATS (3) shuffled orders, no retries: a test that
-# depends on another's order or on state left behind, or fails now and then (~155 s per order at one
-# rank).
+# soak (only when named): the GPU tests in SOAK_REPEATS (3) shuffled orders (seed SOAK_SEED, 1901),
+# no retries: a test that depends on another's order or on state left behind, or fails now and then
+# (~155 s per order at one rank).
 # random (only when named): the random-shape tests in RANDOM_REPEATS (10) rounds of fresh seeds.
 # sanitize (only when named): compute-sanitizer's four tools over the one-rank tests, ~8 min.
 # TESTS_FILTER limits the GPU tests (gtest filter syntax); TESTS_LIMIT is their time limit in s (400).

@@ -4,7 +4,8 @@
     scripts/perf_tables.py bench.json [--ops all_gather,gemm] [--every N] [--taxes]
 
 Each row is one case; each variant gets its median time (us) and the op's throughput figure
-(busbw GB/s for collectives, TFLOP/s for GEMMs, GB/s for memory-bound kernels); the last columns
+(busbw GB/s for collectives, TFLOP/s for gemm, GB/s for memory-bound kernels; all_gather_matmul
+shows times only); the last columns
 are the best non-baseline variant's speedup over the fastest baseline and time over the floor. A
 variant whose every median is under 0.1 us timed nothing (flash_decode's comm-only at one rank: no
 exchange) and is left out, named under its table; at one rank the NVLink rate is not printed.

@@ -1,6 +1,7 @@
-# Sourced by the tuning sweeps (gemm_tune.sh, decode_sweep.sh) from the repository root, with
-# $sections set: the environment the binaries need on the GPU machines, and the section and
-# --shape helpers.
+# Sourced by the sweeps (gemm_tune.sh, decode_sweep.sh from the repository root, with $sections
+# set; ab_bench.sh from anywhere): the environment the binaries need on the GPU machines (NVLS off,
+# PyTorch's NCCL first on the library path, eager module loading), and the section and --shape
+# helpers.
 
 # Multicast (NVLS) must stay off on shared machines; NCCL 2.28.9 ships in PyTorch's packages there.
 export NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 CUDA_MODULE_LOADING=EAGER
