@@ -63,7 +63,6 @@ const char* wait_site_name(dev::WaitSite site) {
     case dev::WaitSite::ping_pong: return "signal ping-pong";
     case dev::WaitSite::gemm_a_ready: return "gemm: A tile ready";
     case dev::WaitSite::decode_partial: return "flash_decode: peer partial arrived";
-    case dev::WaitSite::decode_ready: return "flash_decode: peer buffer free";
     case dev::WaitSite::ksplit_partial: return "all_gather_matmul ksplit: peer partial arrived";
     case dev::WaitSite::nsplit_block: return "all_gather_matmul nsplit: peer C block arrived";
     case dev::WaitSite::ksplit_sum: return "all_gather_matmul ksplit: owner's C slice arrived";

@@ -1,4 +1,5 @@
-// The benchmark driver behind `taxfree bench` (nccl-tests conventions, DESIGN.md protocol):
+// The benchmark driver behind `taxfree bench` (nccl-tests conventions, the benchmark protocol of
+// the project's DESIGN.md, kept beside the repository):
 // ranks aligned by a device barrier before every timed iteration, warm-up, CUDA-event timing,
 // median (min/max) per rank and the slowest rank's median reported, optional cold L2, every case
 // checked against a reference, JSON beside the table.

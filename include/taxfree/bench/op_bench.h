@@ -72,7 +72,8 @@ struct Floor {
   std::string bound;      // "compute", "hbm", "nvlink", "latency"
 };
 
-// The three taxes of one case (DESIGN.md), in seconds; negative = does not apply.
+// The three taxes of one case (as the project's DESIGN.md defines them; README, "Design"), in
+// seconds; negative = does not apply.
 struct Taxes {
   double bulk_synchronous = -1;  // BSP time - max(compute-only, communication-only)
   double data_locality = -1;     // extra HBM round trips of intermediates

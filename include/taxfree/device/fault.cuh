@@ -8,17 +8,17 @@
 
 namespace taxfree::dev {
 
-// Which wait gave up. Stable numbers: they are printed by the host (site_name()).
+// Which wait gave up. Stable numbers: they are printed by the host (wait_site_name()); 8 is retired
+// (flash_decode's fused kernel has no "buffer free" wait).
 enum class WaitSite : uint32_t {
   none = 0,
-  test_signal = 1,        // tests and the signal benchmarks
+  test_signal = 1,        // tests
   barrier = 2,            // device-side cross-rank barrier
   all_gather_ready = 3,   // all_gather push: peer's buffer is free for this launch
   all_gather_data = 4,    // all_gather push: peer's shard has arrived
   ping_pong = 5,          // signal latency benchmark
   gemm_a_ready = 6,       // fused GEMM: an A tile has arrived
   decode_partial = 7,     // flash_decode fused: a peer's partial has arrived
-  decode_ready = 8,       // flash_decode fused: a peer's buffer is free for this step
   ksplit_partial = 9,     // all_gather_matmul ksplit: a peer's partial slice arrived
   nsplit_block = 10,      // all_gather_matmul nsplit: a peer's column block of C arrived
   ksplit_sum = 11,        // all_gather_matmul ksplit: the owner's summed slice of C arrived

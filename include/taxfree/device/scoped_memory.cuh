@@ -9,8 +9,8 @@
 //  Scope    cta: threads of one block.  gpu: all threads of this GPU.  sys: every GPU and the
 //           host, i.e. the scope needed for peer memory over NVLink and for host-mapped memory.
 //
-// Loads take relaxed/acquire, stores relaxed/release, read-modify-writes any Sem; other
-// combinations do not compile. Pointers must be naturally aligned (4 or 8 bytes) and point to
+// Loads take relaxed/acquire, stores relaxed/release, read-modify-writes any Sem (red_add, which
+// returns nothing: relaxed/release); other combinations do not compile. Pointers must be naturally aligned (4 or 8 bytes) and point to
 // global memory (local heap, a peer's heap through SymmetricView::peer, or host-mapped memory).
 #pragma once
 

@@ -42,7 +42,7 @@ __device__ __forceinline__ void copy_vec16(void* dst, const void* src, uint64_t 
 // block copies pieces `first`, `first + stride`, ... with all its threads. Interleaving keeps the
 // pieces in flight at any moment close together, which keeps NVLink stores at full rate on large
 // copies (contiguous per-block slices of hundreds of MiB lose ~10% to address-translation misses
-// on the peer). Used with dst/src already translated for a peer.
+// on the peer). dst/src may be local or already translated for a peer.
 template <int kUnroll = 8>
 __device__ __forceinline__ void block_copy_chunks(void* dst, const void* src, uint64_t bytes, uint64_t chunk,
                                                   uint32_t first, uint32_t stride) {

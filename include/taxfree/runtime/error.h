@@ -2,7 +2,9 @@
 //
 // Contract: every failing host call throws taxfree::Error. Its status says what kind of failure it
 // is, so callers can tell "not supported here" (fall back) from "failed" (stop); its message names
-// the file, line, rank and the offending value. Nothing in the library calls exit() on error.
+// the file, line, rank and the offending value. Nothing in the library calls exit() on an error of
+// its own; a rank still alive 5 s after another rank failed is ended by the coordinator client's
+// watchdog (_exit(kExitRemote), team.h), so no rank hangs.
 #pragma once
 
 #include <sstream>

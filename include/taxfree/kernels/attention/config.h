@@ -56,7 +56,8 @@ inline constexpr int kDirectMaxWorld = 8;
 inline constexpr int kDirectMaxRows = 128;
 // Per-rank merged rows (D + 1 fp32 each) the direct merge stages in the decode CTA's shared memory,
 // in the attention's per-warp accumulators and result tile, idle by then (AttendSmem::Post before
-// `scratch`): ranks x the rows a CTA merges must not exceed it (direct_merge.h asserts the bound).
+// `scratch`): ranks x the rows a CTA merges must not exceed it (direct_merge_applies checks the
+// bound on the host before a launch takes the direct merge).
 TF_HD constexpr int direct_stage_rows(int head_dim) {
   return (kWarps * kMaxRows * (head_dim + 3) + kMaxRows * (head_dim + 1)) / (head_dim + 1);
 }

@@ -47,8 +47,8 @@ struct StagedRanks : StridedPartials {
 };
 
 // Wait until every rank's lines for this CTA's rows [0, rows) carry `flag`, as far as each split's
-// LSE line of the last row: first thread p < world reads rank p's split count from split 0's (into
-// counts[p]), then thread p*kMaxDirectSplits + s polls split s < counts[p] (backoff: the CTA beside
+// LSE line of the last row: thread p*kMaxDirectSplits (p < world) reads rank p's split count from
+// split 0's (into counts[p]), then thread p*kMaxDirectSplits + s polls split s < counts[p] (backoff: the CTA beside
 // it may still attend). `rows_base` is the line of (sender 0, split 0, the CTA's row 0). Returns
 // false (uniformly) when a wait gave up (WaitSite::decode_partial naming the rank) or a count is
 // out of [1, kMaxDirectSplits] (not a direct sender's line: reported as a wait on that line, the

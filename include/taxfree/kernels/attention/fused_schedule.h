@@ -85,8 +85,8 @@ TF_HD inline RowBlock cluster_rows(int group, int ctas, int k) {
 
 // The lines of one rank's inbox (partial_exchange.h layout) that launch `epoch` of `rows` query rows
 // and head_dim `head_dim` uses, [begin, end), for a `world`-rank team whose op fixed
-// `parity_lines` = world x its largest rows x ll_lines_per_row(its largest head_dim)
-// (FlashDecodeBuffers::fused_parity_lines). Parity epoch & 1 starts at a fixed line whatever the
+// `parity_lines` = world x its largest rows x ll_lines_per_row(its largest head_dim), plus the
+// direct merge's region when the op is configured for it (FlashDecodeBuffers::fused_parity_lines). Parity epoch & 1 starts at a fixed line whatever the
 // shape, because a sender may start launch e + 1 while a receiver still reads its lines of e (the
 // sender needed the receiver's lines of e, not that the receiver had read the sender's): the
 // parities must never overlap. A base computed from the launch's own shape put a smaller launch's

@@ -77,7 +77,8 @@ struct FusedDecodeParams {
   DecodeParams d;           // this rank's slices and split workspace; d.out = the final output
   dev::SymmetricView view;  // rank, world, peer translation
   uint4* ll;                // heap: 2 parities of parity_lines lines; epoch e uses fused_inbox_span(e, ..)
-  int64_t parity_lines;     // world x the op's largest rows x ll_lines_per_row(its largest head_dim)
+  int64_t parity_lines;     // FlashDecodeBuffers::fused_parity_lines: world x the op's largest rows x
+                            // ll_lines_per_row(its largest head_dim), plus the direct region if configured
   int64_t rows;             // batch * q_heads
   dev::LaunchSequence seq;  // epochs
   dev::LaunchSequence work; // persistent schedule: the items' tickets (dev::work_take)

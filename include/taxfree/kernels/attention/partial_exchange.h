@@ -82,8 +82,8 @@ __device__ inline bool cta_wait_ll(const uint4* inbox, int64_t sender_lines, int
 // own (this rank), row r[i] of *mine (shared memory). Lane `col` of a row's segment reads lines col
 // and col + kLanes (o values 2col, 2col+1 and 2col + D/2, 2col + D/2 + 1: each load instruction
 // covers 512 contiguous bytes) and the first half of the LSE line (lanes col < world). kLines o lines
-// per lane in flight (64 registers): every peer of a 2-4 rank team for all of a warp's rows (up to
-// 4) in one round trip. A line still stale at the deadline is reported as waited for from its rank.
+// per lane in flight (64 registers): kLines / (2 kR) partials of every one of a warp's kR rows per
+// round trip (2 at 4 rows, 4 at 2 rows, 8 at one; this rank's own comes from `mine`). A line still stale at the deadline is reported as waited for from its rank.
 template <int D, int kR>
 struct LlPartials {
   static constexpr int kLines = 16;
@@ -211,7 +211,8 @@ __device__ inline void store_row_as(T* row, int col, float4 acc) {
 // Same weights (segment_lse_weights) and accumulation order (accumulate_weighted, through
 // warp_merge_rows) as cta_combine_partials, so the output has the same bits as the bsp combine of
 // the same partials. Latency: all lines of a warp's rows (LlPartials::kLines per lane) are read
-// before any is checked, so at world <= 3 (group <= 16, D = 128) the merge is one round trip.
+// before any is checked, so the merge is one round trip where world <= LlPartials::kParts (two ranks
+// at 4 rows per warp, four at 2) and one per kParts partials beyond.
 // Preconditions: 1 <= world <= kMaxParts, 1 <= rows <= kMaxRows, blockDim.x == kThreads, `mine` and
 // `scratch` not written concurrently; every thread of the CTA calls it. Ends with a CTA barrier.
 template <class T, int D>

@@ -59,8 +59,9 @@
 // consumer warpgroups move data (e.g. all_gather_matmul's pieces) that the GEMM's producers wait
 // for: SM specialization in one kernel.
 //
-// No function calls (printf included) anywhere in the kernel: one makes ptxas serialise every
-// wgmma (C7510). Waits trap after their deadline without a message.
+// No printf anywhere in the kernel: a call makes ptxas serialise every wgmma (C7510). Its mbarrier
+// waits trap after their deadline without a message; a Ready policy's cross-rank waits
+// (dev::wait_geq, whose report on expiry is a call, off the wgmma path) give up as signal.cuh says.
 #pragma once
 
 #include <cuda.h>
