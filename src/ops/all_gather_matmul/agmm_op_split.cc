@@ -11,33 +11,34 @@ namespace taxfree {
 using namespace agmm;
 
 namespace {
-// The ksplit path of a launch: by M (below), or TAXFREE_AGMM_KSPLIT_PATH=two-kernel | bands at every
-// M (read at each launch, so one benchmark process can time them; every rank must see the same
-// value). Throws InvalidArgument for another value.
+// A launch-time knob from the environment: empty when `name` is unset or empty, else `a` or `b`
+// (read at each launch, so one benchmark process can time both; every rank must see the same
+// value). Throws InvalidArgument naming the variable and the value for anything else.
+std::string launch_knob(const char* name, const char* a, const char* b) {
+  const char* e = std::getenv(name);
+  if (e == nullptr || *e == '\0') return {};
+  const std::string v(e);
+  TF_REQUIRE(v == a || v == b, Status::InvalidArgument, name << "='" << v << "': " << a << " or " << b);
+  return v;
+}
+
+// The ksplit path of a launch: by M (below), or TAXFREE_AGMM_KSPLIT_PATH=two-kernel | bands at
+// every M.
 enum class KsplitPath { skinny, two_kernel, bands };
 KsplitPath ksplit_path(const AgmmArgs& a) {
-  const char* e = std::getenv("TAXFREE_AGMM_KSPLIT_PATH");
-  if (e == nullptr || *e == '\0') {
+  const std::string v = launch_knob("TAXFREE_AGMM_KSPLIT_PATH", "two-kernel", "bands");
+  if (v.empty()) {
     if (a.m <= agmm::kSkinnyMaxM) return KsplitPath::skinny;
     return a.m >= agmm::kBandsMinM ? KsplitPath::bands : KsplitPath::two_kernel;
   }
-  const std::string v(e);
-  TF_REQUIRE(v == "two-kernel" || v == "bands", Status::InvalidArgument,
-             "TAXFREE_AGMM_KSPLIT_PATH='" << v << "': two-kernel or bands");
   return v == "two-kernel" ? KsplitPath::two_kernel : KsplitPath::bands;
 }
 
-// The two-kernel path's exchange (agmm::ksplit_owner_sums by the partial's size and the world), or
-// TAXFREE_AGMM_KSPLIT_EXCHANGE=all-to-all | owner-sums (read at each launch, as the path above, so
-// one benchmark process can time both; every rank must see the same value). Throws
-// InvalidArgument for another value.
+// The two-kernel path's exchange: agmm::ksplit_owner_sums by the partial's size and the world, or
+// TAXFREE_AGMM_KSPLIT_EXCHANGE=all-to-all | owner-sums.
 bool owner_sums_of_launch(int64_t partial_bytes, int world) {
-  const char* e = std::getenv("TAXFREE_AGMM_KSPLIT_EXCHANGE");
-  if (e == nullptr || *e == '\0') return agmm::ksplit_owner_sums(partial_bytes, world);
-  const std::string v(e);
-  TF_REQUIRE(v == "all-to-all" || v == "owner-sums", Status::InvalidArgument,
-             "TAXFREE_AGMM_KSPLIT_EXCHANGE='" << v << "': all-to-all or owner-sums");
-  return v == "owner-sums";
+  const std::string v = launch_knob("TAXFREE_AGMM_KSPLIT_EXCHANGE", "all-to-all", "owner-sums");
+  return v.empty() ? agmm::ksplit_owner_sums(partial_bytes, world) : v == "owner-sums";
 }
 }  // namespace
 
