@@ -44,7 +44,9 @@ def main():
     link = f", NVLink copy engine {r['nvlink_ce_gbs']:.0f} GB/s" if r.get("nvlink_ce_gbs") else ""
     print(f"Measured in the same run: HBM copy {r['hbm_gbs']:.0f} GB/s{link}{lat}, launch {r['launch_us']:.2f} us "
           f"(graph {r['graph_launch_us']:.2f} us); "
-          f"{d['config']['ranks']} ranks, {d['device']}, NCCL {v // 10000}.{v // 100 % 100}.{v % 100}.\n")
+          f"{d['config']['ranks']} ranks, {d['device']}, NCCL {v // 10000}.{v // 100 % 100}.{v % 100}."
+          + (" Every variant ran as a captured CUDA graph (`--graph`); the launch tax is at the graph rate."
+             if d['config'].get('graph') else "") + "\n")
     if a.taxes:
         for op in ops:
             tax_table(op, [x for x in d["summary"] if x["op"] == op][:: a.every])

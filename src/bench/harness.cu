@@ -12,6 +12,7 @@
 #include <fstream>
 #include <iomanip>
 #include <iostream>
+#include <memory>
 #include <sstream>
 
 #include "taxfree/device/scoped_memory.cuh"
@@ -86,8 +87,8 @@ struct Row {
 };
 
 void print_header(const std::string& op, const Team& team, const Options& o) {
-  std::printf("#\n# taxfree bench %s   ranks %d   iters %d   warmup %d   check %d   cold-L2 %d   sample %g us\n",
-              op.c_str(), team.world(), o.iters, o.warmup, o.check, int(o.cold_l2), o.sample_us);
+  std::printf("#\n# taxfree bench %s   ranks %d   iters %d   warmup %d   check %d   cold-L2 %d   graph %d   sample %g us\n",
+              op.c_str(), team.world(), o.iters, o.warmup, o.check, int(o.cold_l2), int(o.graph), o.sample_us);
   std::printf("#%12s %12s %6s %-12s %10s %10s %10s %8s %8s %7s %8s %7s %9s  %s\n", "size(B)", "count", "type",
               "variant", "time(us)", "min(us)", "max(us)", "algbw", "busbw", "#wrong", "TFLOP/s", "vs-bsp",
               "floor(us)", "case");
@@ -123,6 +124,41 @@ nlohmann::json row_json(const Row& r) {
           {"samples_us", r.samples_us}};
 }
 
+// --graph: `runs` back-to-back runs of one variant captured into a CUDA graph, replayed by
+// launch(). The variant has run once outside a capture (its plans, attributes and workspaces
+// exist), so the capture records only stream work; a variant that synchronises or allocates while
+// captured fails here with the op and variant named.
+class RunGraph {
+ public:
+  RunGraph(OpBench& bench, const std::string& op, const std::string& variant, int runs, cudaStream_t s) {
+    TF_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    cudaGraph_t graph = nullptr;
+    try {
+      for (int i = 0; i < runs; ++i) bench.run(variant, s);
+    } catch (...) {
+      cudaStreamEndCapture(s, &graph);  // leaves the stream usable for the error path
+      if (graph) cudaGraphDestroy(graph);
+      throw;
+    }
+    const cudaError_t ended = cudaStreamEndCapture(s, &graph);
+    TF_REQUIRE(ended == cudaSuccess && graph, Status::CudaError,
+               "--graph: " << op << " variant '" << variant << "' could not be captured into a CUDA graph ("
+                           << cudaGetErrorString(ended) << ")");
+    const cudaError_t made = cudaGraphInstantiate(&exec_, graph, 0);
+    cudaGraphDestroy(graph);
+    TF_CUDA(made);
+  }
+  RunGraph(const RunGraph&) = delete;
+  RunGraph& operator=(const RunGraph&) = delete;
+  ~RunGraph() {
+    if (exec_) cudaGraphExecDestroy(exec_);
+  }
+  void launch(cudaStream_t s) const { TF_CUDA(cudaGraphLaunch(exec_, s)); }
+
+ private:
+  cudaGraphExec_t exec_ = nullptr;
+};
+
 uint32_t* g_gate = nullptr;  // host-mapped gate of the current run
 uint32_t g_gate_ticket = 0;
 
@@ -150,7 +186,8 @@ int runs_per_sample(const Options& o, double run_s, int launches) {
   if (o.cold_l2) return 1;
   const double wanted = std::ceil(o.sample_us * 1e-6 / std::max(run_s, 1e-7));
   const int batch = (o.iters + kTimingRounds - 1) / kTimingRounds;  // samples per variant and round
-  const int fit = (kMaxGatedLaunches / batch - 3) / std::max(launches, 1);
+  // A graph's runs are one queued launch, whatever their kernels.
+  const int fit = o.graph ? kMaxRunsPerSample : (kMaxGatedLaunches / batch - 3) / std::max(launches, 1);
   return std::max(1, std::min(fit, int(std::clamp(wanted, 1.0, double(kMaxRunsPerSample)))));
 }
 
@@ -265,7 +302,8 @@ int run(Team& team, const RunRequest& req) {
   const bool root = team.rank() == 0;
   cudaStream_t s = team.stream();
 
-  const MachineRates rates = measure_rates(team);
+  MachineRates rates = measure_rates(team);
+  if (opt.graph) rates.per_launch_s = rates.graph_launch_s;
   if (root)
     std::printf("# measured: HBM copy %.0f GB/s, NVLink copy engine %.0f GB/s, flag one-way %.2f us, launch %.2f us "
                 "(graph %.2f us)\n",
@@ -329,8 +367,11 @@ int run(Team& team, const RunRequest& req) {
       std::vector<Row> rows;
       std::vector<std::string> timed = variants;
       for (const auto& p : summary_mode || opt.variants.empty() ? parts : named_parts) timed.push_back(p);
-      // Per variant: check, warm up, and the runs per timed sample.
+      // Per variant: check, warm up, and the runs per timed sample. --graph: one run outside a
+      // capture, then the checks, warm-up and timing run through captured graphs (the checked
+      // outputs are a graph replay's).
       std::vector<Row> pending;
+      std::vector<std::unique_ptr<RunGraph>> graphs;  // --graph: each pending row's timed runs
       for (const auto& v : timed) {
         if (!bench->applies(c, v)) continue;
         const bool is_part = std::find(variants.begin(), variants.end(), v) == variants.end();
@@ -338,12 +379,24 @@ int run(Team& team, const RunRequest& req) {
         row.op = name;
         row.variant = v;
         row.c = c;
+        std::unique_ptr<RunGraph> one;
+        if (opt.graph) {
+          team.device_barrier(s);
+          bench->run(v, s);
+          TF_CUDA(cudaGetLastError());
+          team.sync(s);
+          one = std::make_unique<RunGraph>(*bench, name, v, 1, s);
+        }
+        const auto run_once = [&] {
+          if (one) one->launch(s);
+          else bench->run(v, s);
+        };
         if (!is_part && opt.check > 0) {
           int64_t wrong = 0;
           for (int k = 0; k < opt.check; ++k) {
             bench->poison(s);
             team.device_barrier(s);
-            bench->run(v, s);
+            run_once();
             TF_CUDA(cudaGetLastError());
             team.sync(s);
             wrong += bench->check(v, s);
@@ -359,17 +412,24 @@ int run(Team& team, const RunRequest& req) {
         killed_once = true;
         for (int i = 0; i < opt.warmup; ++i) {
           team.device_barrier(s);
-          bench->run(v, s);
+          run_once();
         }
         team.device_barrier(s);
         TF_CUDA(cudaEventRecord(ev0.e, s));
-        bench->run(v, s);
+        run_once();
         TF_CUDA(cudaEventRecord(ev1.e, s));
         team.sync(s);
         const int reps = runs_per_sample(opt, elapsed_s(ev0, ev1), bench->launches(v));
         row.reps = int(max_over_ranks(team.coordinator(), "reps-" + std::to_string(seq++), reps));
+        if (opt.graph) graphs.push_back(row.reps == 1 ? std::move(one) : std::make_unique<RunGraph>(*bench, name, v, row.reps, s));
         pending.push_back(std::move(row));
       }
+      // A variant's runs of one sample: its graph (--graph) or the runs themselves.
+      const auto run_sample = [&](size_t vi) {
+        if (opt.graph) graphs[vi]->launch(s);
+        else
+          for (int k = 0; k < pending[vi].reps; ++k) bench->run(pending[vi].variant, s);
+      };
       // Timed samples in interleaved rounds, each round starting one variant later and every other
       // round in reverse order, so no variant always follows the same one: every variant sees the
       // GPUs in the same mix of states (clocks and power after the heavy variants drift by 5-15%
@@ -388,17 +448,18 @@ int run(Team& team, const RunRequest& req) {
           for (int k = 0; k < (flush ? kColdSwitchRuns : 1); ++k) {
             if (flush) flush_l2(s);
             team.device_barrier(s);
-            bench->run(v, s);
+            run_sample(vi);
           }
           std::vector<Event> starts(static_cast<size_t>(n)), stops(static_cast<size_t>(n));
           // Queue the whole batch behind a gate when it fits the stream's queue.
-          const bool gated = double(n) * (3 + reps_all * bench->launches(v)) <= kMaxGatedLaunches;
+          const int queued = opt.graph ? 1 : reps_all * bench->launches(v);
+          const bool gated = double(n) * (3 + queued) <= kMaxGatedLaunches;
           if (gated) gate_kernel<<<1, 1, 0, s>>>(g_gate, ++g_gate_ticket, 20'000'000'000ull);
           for (int i = 0; i < n; ++i) {
             if (flush) flush_l2(s);
             team.device_barrier(s);
             TF_CUDA(cudaEventRecord(starts[size_t(i)].e, s));
-            for (int k = 0; k < reps_all; ++k) bench->run(v, s);
+            run_sample(vi);
             TF_CUDA(cudaEventRecord(stops[size_t(i)].e, s));
           }
           if (gated) __atomic_store_n(g_gate, g_gate_ticket, __ATOMIC_RELEASE);
@@ -423,6 +484,7 @@ int run(Team& team, const RunRequest& req) {
         row.bound = fl.bound;
         rows.push_back(std::move(row));
       }
+      graphs.clear();  // before the buffers they captured go
       bench->teardown();
       // The baseline is the fastest of the op's BSP variants that ran.
       const int nbase = bench->baseline_count();
@@ -494,7 +556,7 @@ int run(Team& team, const RunRequest& req) {
       if (const char* v = std::getenv(k)) env[k] = v;
     nlohmann::json doc = {
         {"config",
-         {{"ops", ops}, {"iters", opt.iters}, {"warmup", opt.warmup}, {"check", opt.check}, {"cold_l2", opt.cold_l2},
+         {{"ops", ops}, {"iters", opt.iters}, {"warmup", opt.warmup}, {"check", opt.check}, {"cold_l2", opt.cold_l2}, {"graph", opt.graph},
           {"sample_us", opt.sample_us}, {"dtype", opt.dtype}, {"ranks", team.world()}, {"min_bytes", opt.min_bytes},
           {"max_bytes", opt.max_bytes}, {"step_factor", opt.step_factor}}},
         {"env", env},
@@ -505,7 +567,7 @@ int run(Team& team, const RunRequest& req) {
         {"rates",
          {{"hbm_gbs", rates.hbm_bytes_per_s * 1e-9}, {"nvlink_ce_gbs", rates.nvlink_bytes_per_s * 1e-9},
           {"flag_latency_us", rates.flag_latency_s * 1e6}, {"launch_us", rates.launch_s * 1e6},
-          {"graph_launch_us", rates.graph_launch_s * 1e6}}},
+          {"graph_launch_us", rates.graph_launch_s * 1e6}, {"tax_launch_rate_us", rates.per_launch_s * 1e6}}},
         {"results", results},
         {"summary", summary},
         {"wrong_total", total_wrong}};

@@ -85,6 +85,8 @@ int main(int argc, char** argv) {
   bench->add_option("-c,--check", opt.check, "checked runs per case and variant (0: no check)")->check(CLI::Range(0, 1000));
   bench->add_option("-g,--ngpus", gpus, "number of GPUs (ranks) to use; default: all visible")->check(CLI::Range(1, 1024));
   bench->add_flag("--cold", opt.cold_l2, "flush L2 before every timed run (one run per sample)");
+  bench->add_flag("--graph", opt.graph,
+                  "run every variant as a captured CUDA graph (checks too), as serving engines replay a step");
   bench->add_option("--sample-us", opt.sample_us, "back-to-back runs per timed sample: about this long (1-64 runs; 1 with --cold)")
       ->check(CLI::Range(1.0, 100000.0));
   bench->add_option("--json", json, "write results as JSON to this file");

@@ -52,6 +52,7 @@ TEST(FlashDecodeBench, DistributedVariantsPartsAndTaxes) {
   MachineRates r;
   r.hbm_bytes_per_s = 4e12;
   r.launch_s = 3e-6;
+  r.per_launch_s = 3e-6;  // eager; --graph would pass graph_launch_s here
   // Floor: the local KV at the HBM rate plus one flag latency (measured; 1.2 us when unknown).
   EXPECT_DOUBLE_EQ(b->floor(c, r).seconds, kv_bytes / 4e12 + 1.2e-6);
   r.flag_latency_s = 2e-6;

@@ -131,6 +131,14 @@ TEST(Harness, RunsPerSample) {
         EXPECT_LE(reps, 64);
         if (reps > 1) EXPECT_LE(batch * (3 + reps * launches), 600) << iters << " " << launches << " " << run_s;
       }
+  // --graph: a sample's runs are one graph launch, so the gate's queue does not limit them.
+  o.iters = 1000;
+  EXPECT_EQ(runs_per_sample(o, 20e-6, 40), 1);  // 63 samples x (3 + 40 launches) fill the queue
+  o.graph = true;
+  EXPECT_EQ(runs_per_sample(o, 20e-6, 40), 10);
+  EXPECT_EQ(runs_per_sample(o, 1e-6, 40), 64);
+  o.cold_l2 = true;
+  EXPECT_EQ(runs_per_sample(o, 5e-6, 1), 1);
 }
 
 TEST(Heap, PlacementAlignsAndNamesExhaustion) {

@@ -62,6 +62,12 @@ class PerfTables(unittest.TestCase):
         self.assertEqual(r[2:], ["34.00", "1.0", "27.00", "2.0", "1.26x (fused)", "2.00"])
         self.assertIn("NVLink copy engine 390 GB/s", run())
 
+    def test_graph_mode_is_named(self):
+        self.assertNotIn("CUDA graph", run())
+        graph = json.loads(json.dumps(BENCH))
+        graph["config"]["graph"] = True
+        self.assertIn("Every variant ran as a captured CUDA graph (`--graph`)", run(bench=graph))
+
     def test_taxes(self):
         out = run("--taxes")
         self.assertIn("three-tax", out)

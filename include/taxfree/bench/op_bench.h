@@ -30,6 +30,10 @@ struct Options {
   int warmup = 5;          // -w
   int check = 1;           // -c: checked runs per case and variant (0 = no check)
   bool cold_l2 = false;    // --cold: flush L2 before every timed run (one run per sample)
+  // --graph: every variant runs as a CUDA graph, as a serving engine replays its captured step:
+  // one run captured for the checks, each sample's back-to-back runs captured once and replayed.
+  // The kernels' own launch gaps then cost what graph nodes cost, not what stream launches do.
+  bool graph = false;
   // --sample-us: each timed sample runs the op back to back until about this long (1-64 runs), so
   // what one sample adds once (the start event behind the barrier kernel: ~1.2 us at 20 us, r127)
   // and run-to-run jitter are spread over several runs.
@@ -64,6 +68,9 @@ struct MachineRates {
   double flag_latency_s = 0;      // one-way signal latency, half a ping-pong round trip (0 with one rank)
   double launch_s = 0;            // empty kernel, back to back
   double graph_launch_s = 0;      // empty kernel inside a CUDA graph
+  // The launch tax's rate for this run: launch_s, or graph_launch_s when the ops run as CUDA
+  // graphs (Options::graph).
+  double per_launch_s = 0;
 };
 
 // Floor for the summary: time no implementation can beat, from the measured rates.
@@ -106,7 +113,9 @@ class OpBench {
   virtual void setup(Team& team, const Case& c, const Options& opt) = 0;
   // Fill every output with a poison pattern so unwritten elements are caught by check().
   virtual void poison(cudaStream_t stream) = 0;
-  // Launch `variant` once on `stream`. Must be valid to call back to back without host work.
+  // Launch `variant` once on `stream`. Must be valid to call back to back without host work, and
+  // capturable into a CUDA graph after one run outside a capture (--graph): no synchronisation or
+  // allocation on the second and later calls.
   virtual void run(const std::string& variant, cudaStream_t stream) = 0;
   // Compare the last run's outputs with a reference; returns the number of wrong elements.
   virtual int64_t check(const std::string& variant, cudaStream_t stream) = 0;
@@ -120,7 +129,7 @@ class OpBench {
     (void)seconds;
     Taxes t;
     const std::string& base = variants().front();
-    t.launch = launches(base) / ops_per_run(c, base) * rates.launch_s;
+    t.launch = launches(base) / ops_per_run(c, base) * rates.per_launch_s;
     return t;
   }
   // Kernels launched per run() of `variant` (launch-tax column; also bounds how many runs the

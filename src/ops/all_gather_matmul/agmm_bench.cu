@@ -373,7 +373,7 @@ class AgmmBench final : public OpBench {
     if (bsp > 0 && comm > 0 && t.count("cublas-only")) tx.bulk_synchronous = bsp - std::max(t.at("cublas-only"), comm);
     const bool gd1 = c.params.at("gather_dim").get<int>() == 1;
     if (rates.hbm_bytes_per_s > 0) tx.data_locality = m * k * 2.0 * (gd1 ? 3 : 1) / rates.hbm_bytes_per_s;
-    tx.launch = (gd1 ? 3 : 2) * rates.launch_s;
+    tx.launch = (gd1 ? 3 : 2) * rates.per_launch_s;
     return tx;
   }
 

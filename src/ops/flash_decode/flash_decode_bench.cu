@@ -199,7 +199,7 @@ class FlashDecodeBench final : public bench::OpBench {
       if (t.count(v) && (bsp == 0 || t.at(v) < bsp)) bsp = t.at(v);
     if (bsp > 0 && t.count("decode-only") && t.count("comm-only"))
       x.bulk_synchronous = bsp - std::max(t.at("decode-only"), t.at("comm-only"));
-    x.launch = (launches("bsp") - launches("fused")) * r.launch_s;
+    x.launch = (launches("bsp") - launches("fused")) * r.per_launch_s;
     const Shape s = Shape::from(c.params);
     const double partials = c.params.at("world").get<double>() * s.batch * s.q_heads * (s.head_dim + 1) * 4.0;
     x.data_locality = 2 * partials / r.hbm_bytes_per_s;
