@@ -3,7 +3,7 @@
 # writes logs and JSON into the folder it is given. Binaries come from ./build (build them first:
 # scripts/setup.sh, or carry a build made elsewhere).
 #
-#   scripts/gpu_check.sh OUT_DIR [tests|soak|random|sanitize|faults|bench|all|agmm]...     (default: all)
+#   scripts/gpu_check.sh OUT_DIR [tests|soak|random|sanitize|faults|bench|all|agmm|graph]...     (default: all)
 #
 # BENCH_OPS="op ..." limits the bench step to those ops (default: every op, with the summary);
 # soak (only when named): the GPU tests in SOAK_REPEATS (3) shuffled orders (seed SOAK_SEED, 1901),
@@ -13,6 +13,8 @@
 # sanitize (only when named): compute-sanitizer's four tools over the one-rank tests, ~8 min.
 # TESTS_FILTER limits the GPU tests (gtest filter syntax); TESTS_LIMIT is their time limit in s (400).
 # When they fail, the tests after the first failure run once more (NO_RETRY=1: not).
+# graph (only when named): BENCH_OPS (default: flash_decode and all_gather_matmul, their default
+# sweeps) again with --graph: every variant a replayed CUDA graph, as a serving engine runs a step.
 # agmm (only when named): all_gather_matmul against PyTorch's fused op in one call -- our bench,
 # scripts/torch_fused_agmm.py on the same shapes, and scripts/agmm_compare.py over both JSONs, on
 # GPUS ranks (default: every visible GPU, as the tests and the bench step use). The fault checks
@@ -20,7 +22,7 @@
 #
 # Exit code: 0 if every step passed, else the number of failed steps.
 set -u -o pipefail
-out=${1:?usage: scripts/gpu_check.sh OUT_DIR [tests|soak|random|sanitize|faults|bench|all|agmm]...}
+out=${1:?usage: scripts/gpu_check.sh OUT_DIR [tests|soak|random|sanitize|faults|bench|all|agmm|graph]...}
 shift
 steps=${*:-all}
 mkdir -p "$out"
@@ -174,6 +176,12 @@ if want bench; then
   # shellcheck disable=SC2086
   step "taxfree bench" bench.log 480 "$bin" bench ${BENCH_OPS:-} --json "$out/bench.json"
   grep -A40 '# summary' "$out/bench.log" | head -60
+fi
+
+if [[ " $steps " == *" graph "* ]]; then
+  # shellcheck disable=SC2086
+  step "taxfree bench --graph" graph.log 480 "$bin" bench ${BENCH_OPS:-flash_decode all_gather_matmul} --graph \
+    --json "$out/graph.json"
 fi
 
 if [[ " $steps " == *" agmm "* ]]; then
