@@ -260,9 +260,10 @@ TEST(AgmmKsplitSkinny, HeapHoldsTheLargestLaunchForEveryWorld) {
         EXPECT_LE((max_m + 63) / 64 * ((cfg.ksplit_max_n + bn - 1) / bn), h.band_flags) << "bn " << bn;
       const gemm::GemmConfig g = gemm::choose_gemm_config(max_m, cfg.ksplit_max_n, cfg.max_k / w, gemm::DType::bf16,
                                                           gemm::BLayout::NK, 132, gemm::KCuts::split,
-                                                          gemm::SwapAB::never);
+                                                          gemm::SwapAB::never, gemm::EpilogueOutput::fp32);
       EXPECT_FALSE(g.swap_ab);
       EXPECT_GE(g.bn, 64);
+      EXPECT_EQ(g.bn % 32, 0);  // a tile with the bands' fp32 epilogue compiled
       // Flags: two-kernel path (partial and sum flags per slice), nsplit's C all-gather, the side
       // gather (ready, CTAs), the bands.
       const int64_t flags = 2 * w * agmm::kKsplitMaxCtas + w * agmm::kKsplitMaxCtas +

@@ -109,6 +109,10 @@ enum class SwapAB { choose, always, never };
 // whole 64 x bn bands), or split-K and K clusters (the plain GEMM).
 enum class KCuts { none, split, split_or_cluster };
 
+// What the caller's epilogue writes: 16-bit C (every tile), or fp32 (policies.cuh: kFloatOut; only
+// tiles with fp32 epilogues compiled, gemm_tiles.h).
+enum class EpilogueOutput { bits16, fp32 };
+
 // Everything about A, B, sizes and the config; no CUDA call. Throws taxfree::Error.
 void validate_inputs(const GemmArgs& args, const GemmConfig& cfg);
 // validate_inputs plus C (pointer, alignment, ldc, no overlap with A or B).
@@ -117,9 +121,11 @@ void validate(const GemmArgs& args, const GemmConfig& cfg);
 // Tile configuration for a shape: the compiled config with the least estimated time on a GPU with
 // `num_sms` SMs (H200/H100 SXM: 132), and a group_m that keeps one wave's A and B panels small.
 // `cuts` limits how K may be cut (KCuts above). Swap-AB configs are candidates for small M (up to
-// 64 rows) unless `swap` says never; `always` returns the best swap-AB config for any M.
+// 64 rows) unless `swap` says never; `always` returns the best swap-AB config for any M. `out`
+// limits the tiles to those compiled for the caller's epilogue.
 GemmConfig choose_gemm_config(int64_t m, int64_t n, int64_t k, DType dtype, BLayout b_layout, int num_sms = 132,
-                              KCuts cuts = KCuts::split_or_cluster, SwapAB swap = SwapAB::choose);
+                              KCuts cuts = KCuts::split_or_cluster, SwapAB swap = SwapAB::choose,
+                              EpilogueOutput out = EpilogueOutput::bits16);
 
 // Validates (InvalidArgument, NotSupported), then enqueues on `stream`. A split-K config uses the
 // stream's workspace, grown (stream-ordered) on first need: that can throw OutOfMemory.

@@ -11,7 +11,8 @@
 // any of it: the launch of the same arguments on the same stream then needs no memory.
 // Split-K (cfg.splits_k()) needs a Ready policy that allows it (split_k_safe) and uses the stream's
 // workspace (ops/gemm.h).
-// fp32 epilogues (policies.cuh: kFloatOut) need configs without swap-AB or K clusters; K clusters
+// fp32 epilogues (policies.cuh: kFloatOut) need configs without swap-AB or K clusters, on tiles of a
+// multiple of 32 columns (choose_gemm_config's EpilogueOutput::fp32 picks only those); K clusters
 // (cfg.cluster_k) are compiled for the plain A policy (AlwaysReady) only: the fused ops' GEMM calls
 // take split-K or whole tiles (ops/gemm.h: KCuts), so their kernels are not built.
 #pragma once
@@ -113,9 +114,10 @@ bool launch_compiled(const GemmArgs& args, const GemmConfig& cfg, const typename
                      GemmStep step) {
   constexpr CompiledTile kTile = kCompiledTiles[I];
   using Shape = TileShape<kTile.bm, kTile.bn, kTile.stages, kTile.cluster, kTile.swap, kTile.cluster_k>;
-  // Not compiled (launch_gemm rejects these configs): fp32 epilogues with swap-AB, K clusters
-  // outside the plain GEMM.
-  if constexpr (kTile.swap && float_out<Epi>()) {
+  static_assert(Shape::kFloatEpilogue == fp32_epilogue_compiled(kTile), "the host's and the kernel's rule differ");
+  // Not compiled (launch_gemm rejects these configs): fp32 epilogues with swap-AB or a BN that is
+  // not a multiple of 32, K clusters outside the plain GEMM.
+  if constexpr (!fp32_epilogue_compiled(kTile) && float_out<Epi>()) {
   } else if constexpr (kTile.cluster_k > 1 && !k_clusters_compiled<Ready, Epi>()) {
   } else if (cfg.bm == kTile.bm && cfg.bn == kTile.bn && cfg.stages == kTile.stages && cfg.cluster_m == kTile.cluster &&
              cfg.swap_ab == kTile.swap && cfg.cluster_k == kTile.cluster_k) {
@@ -142,8 +144,8 @@ void launch_gemm(const GemmArgs& args, const GemmConfig& cfg, const typename Ord
                  const typename Ready::Params& ready, const typename Epi::Params& epi, cudaStream_t stream,
                  GemmStep step = GemmStep::launch) {
   validate_inputs(args, cfg);  // names an unsupported config before anything is instantiated at run time
-  TF_REQUIRE(!(float_out<Epi>() && cfg.swap_ab), Status::NotSupported,
-             "GEMM config " << cfg.name() << ": an fp32 epilogue runs without swap-AB");
+  TF_REQUIRE(!(float_out<Epi>() && (cfg.swap_ab || cfg.bn % 32 != 0)), Status::NotSupported,
+             "GEMM config " << cfg.name() << ": an fp32 epilogue runs without swap-AB, on tiles of a multiple of 32 columns");
   TF_REQUIRE(cfg.cluster_k == 1 || (k_clusters_compiled<Ready, Epi>()), Status::NotSupported,
              "GEMM config " << cfg.name()
                             << ": K clusters are compiled for the plain GEMM only (its A policy, a 16-bit epilogue)");

@@ -145,7 +145,7 @@ GatheredA AllGatherMatmul::launch_ksplit_bands(const AgmmArgs& a, cudaStream_t s
   l.gemm.b = b_from_k(a, k0);
   l.gemm.k = sl.shard_cols;
   l.config = gemm::choose_gemm_config(a.m, a.n, sl.shard_cols, a.dtype, a.b_layout, share_.sm_count, gemm::KCuts::split,
-                                      gemm::SwapAB::never);
+                                      gemm::SwapAB::never, gemm::EpilogueOutput::fp32);
   l.config.max_ctas = share_.sm_count;  // as pull's: the rank's share
   l.own = im.ksplit_own, l.recv = im.ksplit_recv;
   l.ldp = sl.ldp, l.slot_floats = im.ksplit_slot_floats;

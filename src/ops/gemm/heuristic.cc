@@ -68,8 +68,15 @@ constexpr double kSwitchMargin = 0.97;
 double tile_efficiency(const CompiledTile& t) {
   if (t.swap) return 0.8;  // the operand reads below bound narrow wgmmas, not this
   const int area = t.bm * t.bn;
-  return area >= 128 * 256 ? 0.80 : area >= 128 * 224 ? 0.78 : area >= 128 * 128 ? 0.74 : area >= 64 * 64 ? 0.45 : 0.30;
+  return area >= 128 * 256 ? 0.80 : area >= 128 * 224 ? 0.78 : area >= 128 * 168 ? 0.76 : area >= 128 * 128 ? 0.74
+         : area >= 64 * 64 ? 0.45 : 0.30;
 }
+
+// The 128 x 168 tile runs whole tiles of full m-blocks only. r298 (1x H200, 168 shapes where it was
+// chosen, against the previous choice): whole tiles with M a multiple of 128 0.89x (68 shapes, none
+// above 1.04x); with a partial last m-block 0.98x but up to 1.15x (its CTAs drift apart on B, as
+// the estimate's B re-read term says for other tiles); split-K 1.07-1.10x (up to 1.23x).
+bool whole_m_blocks_only(const CompiledTile& t) { return !t.swap && t.bn == 168; }
 
 struct Candidate {
   const CompiledTile* tile;
@@ -185,7 +192,7 @@ int choose_group_m(int bm_eff, int bn, int64_t m, int64_t n, int64_t active_tile
 }  // namespace
 
 GemmConfig choose_gemm_config(int64_t m, int64_t n, int64_t k, DType dtype, BLayout b_layout, int num_sms,
-                              KCuts cuts, SwapAB swap) {
+                              KCuts cuts, SwapAB swap, EpilogueOutput out) {
   const bool allow_split_k = cuts != KCuts::none;
   (void)dtype;  // bf16 and fp16 run at the same rate
   m = std::max<int64_t>(m, 1), n = std::max<int64_t>(n, 1), k = std::max<int64_t>(k, 1);
@@ -203,6 +210,8 @@ GemmConfig choose_gemm_config(int64_t m, int64_t n, int64_t k, DType dtype, BLay
     // The swap-AB tile for M, with or without K clusters.
     if (t.swap ? !swap_tile || t.bm != swap_tile->bm || t.bn != swap_tile->bn : swap == SwapAB::always) continue;
     if (b_layout == BLayout::KN && !t.kn) continue;
+    if (out == EpilogueOutput::fp32 && !fp32_epilogue_compiled(t)) continue;
+    if (whole_m_blocks_only(t) && m % t.bm != 0) continue;
     if (!t.swap && m <= 64 && t.bm > 64) continue;  // half or more of a 128-row A tile would be zero fill
     if (t.cluster > 1 && m <= t.bm) continue;       // the peer CTA would compute only zero rows
     // Above M = 128, 64-row plain tiles only where 128 x 128 tiles would be 8 or fewer (even K
@@ -216,14 +225,15 @@ GemmConfig choose_gemm_config(int64_t m, int64_t n, int64_t k, DType dtype, BLay
   const size_t whole = allow_split_k ? candidates.size() : 0;
   for (size_t i = 0; i < whole; ++i)
     for (int s : {2, 3, 4, 6, 8, 12, 16})
-      if (candidates[i].tile->cluster_k == 1 && s <= k_blocks) candidates.push_back({candidates[i].tile, s, SplitScope::all});
+      if (candidates[i].tile->cluster_k == 1 && !whole_m_blocks_only(*candidates[i].tile) && s <= k_blocks)
+        candidates.push_back({candidates[i].tile, s, SplitScope::all});
   // Stream-K is not a candidate: its clusters work at different K offsets of their tiles, so the
   // A and B panels a wave shares are no longer read at the same time and L2 reuse collapses; on
   // the H200 sweep it lost to whole tiles or the tail split on every shape with M >= 128 (up to
   // 1.29x slower, tests/data/gemm_tune_h200.csv). It stays available as an explicit config.
   for (size_t i = 0; i < whole; ++i)
     for (int s : {2, 3, 4})
-      if (candidates[i].tile->cluster_k == 1 && s <= k_blocks)
+      if (candidates[i].tile->cluster_k == 1 && !whole_m_blocks_only(*candidates[i].tile) && s <= k_blocks)
         candidates.push_back({candidates[i].tile, s, SplitScope::tail});
 
   GemmArgs shape;

@@ -97,8 +97,13 @@ struct TileShape {
   static constexpr int kAccN = kSwapAB ? BM : BN;
   static constexpr int kThreads = 128 * (1 + kConsumers);
   static_assert(kSwapAB || BM == 64 || BM == 128, "BM: one or two consumer warpgroups of 64 rows");
-  // 224 divides N = 3584 k into 16 k n-blocks (gemm_tiles.h).
-  static_assert(kSwapAB || BN == 32 || BN == 64 || BN == 128 || BN == 224 || BN == 256, "BN: a wgmma width");
+  // 168 and 224 tile N = 3584 k into 21.3 and 16 k n-blocks (gemm_tiles.h).
+  static_assert(kSwapAB || BN == 32 || BN == 64 || BN == 128 || BN == 168 || BN == 224 || BN == 256,
+                "BN: a wgmma width");
+  // fp32 epilogues stage 32 columns (128 B) per row: tiles whose BN is not a multiple of 32 do
+  // without them. The host's copy of this rule: fp32_epilogue_compiled (ops/gemm_tiles.h), checked
+  // equal where kernels are instantiated.
+  static constexpr bool kFloatEpilogue = !kSwapAB && BN % 32 == 0;
   static_assert(!kSwapAB || BM == 16 || BM == 32 || BM == 64, "swap-AB BM: a wgmma width of at least 16");
   static_assert(!kSwapAB || BN == 64 || BN == 128, "swap-AB BN: one or two consumer warpgroups of 64 columns");
   static_assert(kCluster == 1 || (kCluster == 2 && !kSwapAB && BN % 16 == 0),
@@ -393,6 +398,7 @@ __device__ __forceinline__ void consume(const GemmParams<Order, Ready, Epi>& p, 
         static_assert(!float_out<Epi>(), "fp32 epilogues run without swap-AB");
         store_band_transposed<Shape::BM, L::kEpiPitch, T, Epi>(p.epi, p.m, p.n, acc, staging, bar, row0, col0);
       } else if constexpr (float_out<Epi>()) {
+        static_assert(Shape::kFloatEpilogue, "fp32 epilogues stage 32-column chunks");
         store_band_f32<Shape::BN, L::kEpiPitch, Epi>(p.epi, p.m, p.n, acc, staging, bar, row0, col0);
       } else {
         store_band<Shape::BN, L::kChunkN, L::kEpiPitch, T, Epi>(p.epi, p.m, p.n, acc, staging, bar, row0, col0);
