@@ -95,9 +95,12 @@ TEST(GemmHeuristicFit, ChoicesAreNearTheFastestMeasuredConfig) {
 // configs each; r169 = the 261 shapes of a dense grid whose choice the idle-clock and B re-read
 // terms changed, old and new choice timed side by side): 428 shapes judged, geomean 1.010, worst
 // 1.16 when recorded (2ced680's heuristic, before those terms: 1.033 / 1.39); these bounds keep a
-// retune from making it worse.
+// retune from making it worse. r298-r299 added 128 x 168 next to the previous choices (505 shapes,
+// 1.011): the worst, 1.24-1.27x, are M = 704 N = 3072, where 168 over a partial last m-block won;
+// the heuristic keeps 168 to full m-blocks because over the 26 such shapes of r298 it ranged
+// 0.82-1.15x (gemm-tuning.md).
 TEST(GemmHeuristicFit, OffSweepChoicesDoNotGetWorse) {
-  expect_choices_near_best("gemm_offsweep_h200.csv", 1.20, 1.015);
+  expect_choices_near_best("gemm_offsweep_h200.csv", 1.27, 1.015);
 }
 
 }  // namespace
