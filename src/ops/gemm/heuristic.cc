@@ -72,10 +72,12 @@ double tile_efficiency(const CompiledTile& t) {
          : area >= 64 * 64 ? 0.45 : 0.30;
 }
 
-// The 128 x 168 tile runs whole tiles of full m-blocks only. r298 (1x H200, 168 shapes where it was
-// chosen, against the previous choice): whole tiles with M a multiple of 128 0.89x (68 shapes, none
-// above 1.04x); with a partial last m-block 0.98x but up to 1.15x (its CTAs drift apart on B, as
-// the estimate's B re-read term says for other tiles); split-K 1.07-1.10x (up to 1.23x).
+// The 128 x 168 tile runs whole tiles of two or more full m-blocks only. r298 (1x H200, 168 shapes
+// where it was chosen, against the previous choice): whole tiles with M a multiple of 128 0.89x (68
+// shapes, none above 1.04x); with a partial last m-block 0.98x but up to 1.15x (its CTAs drift
+// apart on B, as the estimate's B re-read term says for other tiles); split-K 1.07-1.10x (up to
+// 1.23x). At M = 128 (B streamed from HBM once, where bytes in flight decide: 5 stages of 37 KB
+// against 128 x 128's 6 of 32) 1.02-1.04x in r298 and r299.
 bool whole_m_blocks_only(const CompiledTile& t) { return !t.swap && t.bn == 168; }
 
 struct Candidate {
@@ -211,7 +213,7 @@ GemmConfig choose_gemm_config(int64_t m, int64_t n, int64_t k, DType dtype, BLay
     if (t.swap ? !swap_tile || t.bm != swap_tile->bm || t.bn != swap_tile->bn : swap == SwapAB::always) continue;
     if (b_layout == BLayout::KN && !t.kn) continue;
     if (out == EpilogueOutput::fp32 && !fp32_epilogue_compiled(t)) continue;
-    if (whole_m_blocks_only(t) && m % t.bm != 0) continue;
+    if (whole_m_blocks_only(t) && (m % t.bm != 0 || m < 2 * t.bm)) continue;
     if (!t.swap && m <= 64 && t.bm > 64) continue;  // half or more of a 128-row A tile would be zero fill
     if (t.cluster > 1 && m <= t.bm) continue;       // the peer CTA would compute only zero rows
     // Above M = 128, 64-row plain tiles only where 128 x 128 tiles would be 8 or fewer (even K
