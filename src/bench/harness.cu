@@ -138,12 +138,17 @@ class RunGraph {
     } catch (...) {
       cudaStreamEndCapture(s, &graph);  // leaves the stream usable for the error path
       if (graph) cudaGraphDestroy(graph);
+      cudaGetLastError();  // and no stale error for the next call to find
       throw;
     }
     const cudaError_t ended = cudaStreamEndCapture(s, &graph);
-    TF_REQUIRE(ended == cudaSuccess && graph, Status::CudaError,
-               "--graph: " << op << " variant '" << variant << "' could not be captured into a CUDA graph ("
-                           << cudaGetErrorString(ended) << ")");
+    if (ended != cudaSuccess || !graph) {
+      if (graph) cudaGraphDestroy(graph);
+      cudaGetLastError();
+      TF_THROW(Status::CudaError, "--graph: " << op << " variant '" << variant
+                                              << "' could not be captured into a CUDA graph ("
+                                              << cudaGetErrorString(ended) << ")");
+    }
     const cudaError_t made = cudaGraphInstantiate(&exec_, graph, 0);
     cudaGraphDestroy(graph);
     TF_CUDA(made);
@@ -186,8 +191,7 @@ int runs_per_sample(const Options& o, double run_s, int launches) {
   if (o.cold_l2) return 1;
   const double wanted = std::ceil(o.sample_us * 1e-6 / std::max(run_s, 1e-7));
   const int batch = (o.iters + kTimingRounds - 1) / kTimingRounds;  // samples per variant and round
-  // A graph's runs are one queued launch, whatever their kernels.
-  const int fit = o.graph ? kMaxRunsPerSample : (kMaxGatedLaunches / batch - 3) / std::max(launches, 1);
+  const int fit = (kMaxGatedLaunches / batch - 3) / std::max(launches, 1);
   return std::max(1, std::min(fit, int(std::clamp(wanted, 1.0, double(kMaxRunsPerSample)))));
 }
 
@@ -303,7 +307,7 @@ int run(Team& team, const RunRequest& req) {
   cudaStream_t s = team.stream();
 
   MachineRates rates = measure_rates(team);
-  if (opt.graph) rates.per_launch_s = rates.graph_launch_s;
+  rates.per_launch_s = opt.graph ? rates.graph_launch_s : rates.launch_s;
   if (root)
     std::printf("# measured: HBM copy %.0f GB/s, NVLink copy engine %.0f GB/s, flag one-way %.2f us, launch %.2f us "
                 "(graph %.2f us)\n",
@@ -452,8 +456,8 @@ int run(Team& team, const RunRequest& req) {
           }
           std::vector<Event> starts(static_cast<size_t>(n)), stops(static_cast<size_t>(n));
           // Queue the whole batch behind a gate when it fits the stream's queue.
-          const int queued = opt.graph ? 1 : reps_all * bench->launches(v);
-          const bool gated = double(n) * (3 + queued) <= kMaxGatedLaunches;
+          // A graph's kernels are counted as its runs' launches: nothing says the stream queues them as one.
+          const bool gated = double(n) * (3 + reps_all * bench->launches(v)) <= kMaxGatedLaunches;
           if (gated) gate_kernel<<<1, 1, 0, s>>>(g_gate, ++g_gate_ticket, 20'000'000'000ull);
           for (int i = 0; i < n; ++i) {
             if (flush) flush_l2(s);

@@ -137,7 +137,6 @@ MachineRates measure_rates(Team& team) {
   TF_CUDA(cudaEventRecord(b.e, s));
   team.sync(s);
   r.graph_launch_s = elapsed_s(a, b) / n;
-  r.per_launch_s = r.launch_s;
   cudaGraphExecDestroy(ge);
   cudaGraphDestroy(g);
   return r;

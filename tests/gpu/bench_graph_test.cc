@@ -15,6 +15,7 @@
 
 #include "gpu_env.h"
 #include "taxfree/bench/harness.h"
+#include "taxfree/bench/op_bench.h"
 #include "taxfree/runtime/error.h"
 #include "taxfree/runtime/team.h"
 
@@ -43,10 +44,14 @@ TEST(BenchGraph, EveryVariantIsCheckedAsAReplayedGraph) {
         "M=264,N=384,K=1024,gather_dim=1,layout=kn"},
        {"bsp", "bsp-sym", "bsp-own", "decomposed", "decomposed-in-place", "auto", "push", "sm-specialized",
         "fused-ce"}},
+      // These need two ranks.
       {"all_gather", {}, {"nccl", "nccl-sym", "push"}},
+      {"put_get", {"mode=ring"}, {"copy-engine", "put", "get", "put-bulk"}},
+      {"signal", {}, {"ping-pong", "one-way"}},
+      {"barrier", {}, {"nccl-allreduce", "device", "in-kernel"}},
   };
   for (const GraphCase& gc : cases) {
-    if (gc.op == "all_gather" && t.world() < 2) continue;  // needs two ranks
+    if (t.world() < bench::make_bench(gc.op)->min_ranks()) continue;
     SCOPED_TRACE(gc.op);
     bench::RunRequest req;
     req.ops = {gc.op};
@@ -55,7 +60,8 @@ TEST(BenchGraph, EveryVariantIsCheckedAsAReplayedGraph) {
     req.options.warmup = 1;
     req.options.check = 2;  // two poisoned replays of the one-run graph per variant
     req.options.shapes = gc.shapes;
-    if (gc.op == "all_gather") req.options.min_bytes = 1000, req.options.max_bytes = 300000, req.options.step_factor = 17;
+    if (gc.op == "all_gather" || gc.op == "put_get")
+      req.options.min_bytes = 1000, req.options.max_bytes = 300000, req.options.step_factor = 17;
     req.options.seed = test::test_seed();
     const std::string json = "/tmp/taxfree_bench_graph_" + std::to_string(getpid()) + ".json";
     req.json_path = t.rank() == 0 ? json : "";

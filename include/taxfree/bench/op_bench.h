@@ -68,8 +68,8 @@ struct MachineRates {
   double flag_latency_s = 0;      // one-way signal latency, half a ping-pong round trip (0 with one rank)
   double launch_s = 0;            // empty kernel, back to back
   double graph_launch_s = 0;      // empty kernel inside a CUDA graph
-  // The launch tax's rate for this run: launch_s, or graph_launch_s when the ops run as CUDA
-  // graphs (Options::graph).
+  // The launch tax's rate for this run, set by the harness: launch_s, or graph_launch_s when the
+  // ops run as CUDA graphs (Options::graph).
   double per_launch_s = 0;
 };
 
@@ -114,8 +114,9 @@ class OpBench {
   // Fill every output with a poison pattern so unwritten elements are caught by check().
   virtual void poison(cudaStream_t stream) = 0;
   // Launch `variant` once on `stream`. Must be valid to call back to back without host work, and
-  // capturable into a CUDA graph after one run outside a capture (--graph): no synchronisation or
-  // allocation on the second and later calls.
+  // capturable into a CUDA graph after one run outside a capture (--graph): no synchronisation,
+  // allocation or pageable host copy on the second and later calls, and no host-side state that
+  // check() relies on (a replayed graph runs without calling run(): count on the device).
   virtual void run(const std::string& variant, cudaStream_t stream) = 0;
   // Compare the last run's outputs with a reference; returns the number of wrong elements.
   virtual int64_t check(const std::string& variant, cudaStream_t stream) = 0;

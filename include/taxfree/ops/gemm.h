@@ -67,7 +67,7 @@ enum class SplitScope {
 // every tile's cluster is resident at once.
 struct GemmConfig {
   int bm = 128;      // rows of C per tile: 64 (one consumer warpgroup) or 128 (two); 16/32/64 with swap_ab
-  int bn = 256;      // columns of C per tile: 64, 128, 256, or 224 (B [N, K] only: N = 3584 k in whole waves)
+  int bn = 256;      // columns of C per tile: 64, 128, 256, or 224 / 168 (B [N, K] only: N = 3584 k in whole waves)
   int bk = 64;       // K per pipeline stage (fixed: one 128-byte swizzle row)
   int stages = 4;    // depth of the TMA -> wgmma ring
   int cluster_m = 1; // CTAs per cluster along M sharing B by TMA multicast: 1 or 2 (compiled tiles)
@@ -122,7 +122,8 @@ void validate(const GemmArgs& args, const GemmConfig& cfg);
 // `num_sms` SMs (H200/H100 SXM: 132), and a group_m that keeps one wave's A and B panels small.
 // `cuts` limits how K may be cut (KCuts above). Swap-AB configs are candidates for small M (up to
 // 64 rows) unless `swap` says never; `always` returns the best swap-AB config for any M. `out`
-// limits the tiles to those compiled for the caller's epilogue.
+// limits the tiles to those compiled for the caller's epilogue (fp32: no swap-AB, so with `always`
+// there is none: NotSupported).
 GemmConfig choose_gemm_config(int64_t m, int64_t n, int64_t k, DType dtype, BLayout b_layout, int num_sms = 132,
                               KCuts cuts = KCuts::split_or_cluster, SwapAB swap = SwapAB::choose,
                               EpilogueOutput out = EpilogueOutput::bits16);

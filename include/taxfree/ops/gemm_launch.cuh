@@ -144,7 +144,7 @@ void launch_gemm(const GemmArgs& args, const GemmConfig& cfg, const typename Ord
                  const typename Ready::Params& ready, const typename Epi::Params& epi, cudaStream_t stream,
                  GemmStep step = GemmStep::launch) {
   validate_inputs(args, cfg);  // names an unsupported config before anything is instantiated at run time
-  TF_REQUIRE(!(float_out<Epi>() && (cfg.swap_ab || cfg.bn % 32 != 0)), Status::NotSupported,
+  TF_REQUIRE(!float_out<Epi>() || fp32_epilogue_compiled(cfg.swap_ab, cfg.bn), Status::NotSupported,
              "GEMM config " << cfg.name() << ": an fp32 epilogue runs without swap-AB, on tiles of a multiple of 32 columns");
   TF_REQUIRE(cfg.cluster_k == 1 || (k_clusters_compiled<Ready, Epi>()), Status::NotSupported,
              "GEMM config " << cfg.name()

@@ -12,11 +12,15 @@ struct CompiledTile {
   bool kn;            // B as [K, N] too (needs bn % 64 == 0: MN-major B is loaded in 64-column boxes)
   bool swap = false;  // swap-AB (gemm_kernel.cuh): C^T = B^T A^T, bm = wgmma N (16..64), bn = 64 per consumer
   int cluster_k = 1;  // CTAs per cluster splitting each tile's K, summed in shared memory (gemm_kernel.cuh)
+  // choose_gemm_config offers the tile only as whole tiles (no split-K) of two or more full
+  // m-blocks (M a multiple of bm): where it measured faster than the other tiles (heuristic.cc).
+  bool whole_m_blocks = false;
 };
 
 // Whether fp32 epilogues (policies.cuh: kFloatOut) are compiled for a tile: they stage 32 columns
 // at a time and run without swap-AB.
-constexpr bool fp32_epilogue_compiled(const CompiledTile& t) { return !t.swap && t.bn % 32 == 0; }
+constexpr bool fp32_epilogue_compiled(bool swap, int bn) { return !swap && bn % 32 == 0; }
+constexpr bool fp32_epilogue_compiled(const CompiledTile& t) { return fp32_epilogue_compiled(t.swap, t.bn); }
 
 // Stages fill the 227 KiB of shared memory next to the epilogue staging buffers.
 inline constexpr CompiledTile kCompiledTiles[] = {
@@ -27,11 +31,10 @@ inline constexpr CompiledTile kCompiledTiles[] = {
     // in 64-column boxes).
     {128, 224, 4, 2, false},
     {128, 224, 4, 1, false},
-    // 168 columns, 5 stages (cuBLASLt's tile at M = 768-1536, N = 3584, r295): N = 3584 k in 22 k
-    // n-blocks, so 132 tiles at M = 768 and 264 at M = 1536 where 224 and 256 columns leave SMs
-    // idle. Whole tiles of full m-blocks only (heuristic.cc); B [N, K] only; no fp32 epilogues (BN is
-    // not a multiple of 32).
-    {128, 168, 5, 1, false},
+    // 168 columns, 5 stages (cuBLASLt's tile at M = 768-1536, N = 3584, r295): N = 3584 in 22
+    // n-blocks (21.3), so 132 tiles at M = 768 and 264 at M = 1536 where 224 and 256 columns leave
+    // SMs idle. B [N, K] only; no fp32 epilogues (BN is not a multiple of 32).
+    {128, 168, 5, 1, false, false, 1, true},
     {128, 128, 6, 1, true},  // mid M / narrow N: twice the tiles for better wave fill
     // The same with each tile's K split over a cluster of 2 or 4 CTAs: for too few tiles to fill
     // the GPU (M = 128-256), where split-K's serial reduction through L2 was 10-20% of the time.

@@ -35,6 +35,7 @@
 #include "taxfree/ops/gemm.h"
 #include "taxfree/ops/gemm_detail.h"
 #include "taxfree/ops/gemm_tiles.h"
+#include "taxfree/runtime/error.h"
 
 namespace taxfree::gemm {
 namespace {
@@ -72,13 +73,6 @@ double tile_efficiency(const CompiledTile& t) {
          : area >= 64 * 64 ? 0.45 : 0.30;
 }
 
-// The 128 x 168 tile runs whole tiles of two or more full m-blocks only. r298 (1x H200, 168 shapes
-// where it was chosen, against the previous choice): whole tiles with M a multiple of 128 0.89x (68
-// shapes, none above 1.04x); with a partial last m-block 0.98x but up to 1.15x (its CTAs drift
-// apart on B, as the estimate's B re-read term says for other tiles); split-K 1.07-1.10x (up to
-// 1.23x). At M = 128 (B streamed from HBM once, where bytes in flight decide: 5 stages of 37 KB
-// against 128 x 128's 6 of 32) 1.02-1.04x in r298 and r299.
-bool whole_m_blocks_only(const CompiledTile& t) { return !t.swap && t.bn == 168; }
 
 struct Candidate {
   const CompiledTile* tile;
@@ -213,7 +207,13 @@ GemmConfig choose_gemm_config(int64_t m, int64_t n, int64_t k, DType dtype, BLay
     if (t.swap ? !swap_tile || t.bm != swap_tile->bm || t.bn != swap_tile->bn : swap == SwapAB::always) continue;
     if (b_layout == BLayout::KN && !t.kn) continue;
     if (out == EpilogueOutput::fp32 && !fp32_epilogue_compiled(t)) continue;
-    if (whole_m_blocks_only(t) && (m % t.bm != 0 || m < 2 * t.bm)) continue;
+    // Tiles marked whole_m_blocks (128 x 168): r298 (1x H200, 168 shapes where it was chosen,
+    // against the previous choice): whole tiles with M a multiple of 128 0.89x (68 shapes, none
+    // above 1.04x); with a partial last m-block 0.98x but up to 1.15x (its CTAs drift apart on B,
+    // as the estimate's B re-read term says for other tiles); split-K 1.07-1.10x (up to 1.23x).
+    // At M = 128 (B streamed from HBM once, where bytes in flight decide: 5 stages of 37 KB against
+    // 128 x 128's 6 of 32) 1.02-1.04x in r298 and r299.
+    if (t.whole_m_blocks && (m % t.bm != 0 || m < 2 * t.bm)) continue;
     if (!t.swap && m <= 64 && t.bm > 64) continue;  // half or more of a 128-row A tile would be zero fill
     if (t.cluster > 1 && m <= t.bm) continue;       // the peer CTA would compute only zero rows
     // Above M = 128, 64-row plain tiles only where 128 x 128 tiles would be 8 or fewer (even K
@@ -227,7 +227,7 @@ GemmConfig choose_gemm_config(int64_t m, int64_t n, int64_t k, DType dtype, BLay
   const size_t whole = allow_split_k ? candidates.size() : 0;
   for (size_t i = 0; i < whole; ++i)
     for (int s : {2, 3, 4, 6, 8, 12, 16})
-      if (candidates[i].tile->cluster_k == 1 && !whole_m_blocks_only(*candidates[i].tile) && s <= k_blocks)
+      if (candidates[i].tile->cluster_k == 1 && !candidates[i].tile->whole_m_blocks && s <= k_blocks)
         candidates.push_back({candidates[i].tile, s, SplitScope::all});
   // Stream-K is not a candidate: its clusters work at different K offsets of their tiles, so the
   // A and B panels a wave shares are no longer read at the same time and L2 reuse collapses; on
@@ -235,7 +235,7 @@ GemmConfig choose_gemm_config(int64_t m, int64_t n, int64_t k, DType dtype, BLay
   // 1.29x slower, tests/data/gemm_tune_h200.csv). It stays available as an explicit config.
   for (size_t i = 0; i < whole; ++i)
     for (int s : {2, 3, 4})
-      if (candidates[i].tile->cluster_k == 1 && !whole_m_blocks_only(*candidates[i].tile) && s <= k_blocks)
+      if (candidates[i].tile->cluster_k == 1 && !candidates[i].tile->whole_m_blocks && s <= k_blocks)
         candidates.push_back({candidates[i].tile, s, SplitScope::tail});
 
   GemmArgs shape;
@@ -252,6 +252,10 @@ GemmConfig choose_gemm_config(int64_t m, int64_t n, int64_t k, DType dtype, BLay
     const double time = estimate_seconds(c, plan, m, n, k, clusters, num_sms);
     if (!best || time < kSwitchMargin * best_time) best = &c, best_time = time;
   }
+  TF_REQUIRE(best, Status::NotSupported,
+             "no compiled GEMM tile for M=" << m << " N=" << n << " K=" << k << " with these limits (swap-AB "
+                                            << (swap == SwapAB::always ? "always" : "allowed") << ", fp32 output "
+                                            << (out == EpilogueOutput::fp32) << ")");
   GemmConfig cfg = best->config();
   cfg.group_m = choose_group_m(cfg.bm * cfg.cluster_m, cfg.bn, m, n, num_sms / cfg.cluster_m);
   return cfg;

@@ -16,6 +16,14 @@ namespace taxfree::bench {
 
 namespace {
 
+// Launches a sequence has seen end on this device (sequence_begin / sequence_end kernels), after
+// the stream is synchronised: counted on the device, so runs replayed from a graph count too.
+uint64_t launches_done(const dev::LaunchSequence& seq) {
+  uint64_t n = 0;
+  TF_CUDA(cudaMemcpy(&n, seq.counter, sizeof n, cudaMemcpyDeviceToHost));
+  return n;
+}
+
 // ---- put / get -------------------------------------------------------------------------------
 
 // mode oneway: rank 0 -> rank 1 only; ring: every rank r -> r+1 at once (both directions on 2 GPUs).
@@ -171,14 +179,14 @@ class SignalBench final : public OpBench {
   void poison(cudaStream_t) override {}
   void run(const std::string&, cudaStream_t s) override {
     launch_ping_pong(team_->view(), flag_, seq_, kRounds, team_->fault(), s);
-    ++launches_;
   }
   int64_t check(const std::string&, cudaStream_t s) override {
     team_->sync(s);
     uint64_t got = 0;
     TF_CUDA(cudaMemcpy(&got, flag_, sizeof got, cudaMemcpyDeviceToHost));
-    // Ranks 0 and 1 must hold the last value of the last launch; others never touch the flag.
-    const uint64_t want = team_->rank() <= 1 ? launches_ * kRounds : 0;
+    // Ranks 0 and 1 must hold the last value of the last launch; others never touch the flag. The
+    // launches are counted on the device (the sequence), so graph replays count too (--graph).
+    const uint64_t want = team_->rank() <= 1 ? launches_done(seq_) * kRounds : 0;
     return got == want ? 0 : 1;
   }
   Figures figures(const Case&, double) const override { return {}; }
@@ -189,7 +197,6 @@ class SignalBench final : public OpBench {
   Team* team_ = nullptr;
   uint64_t* flag_ = nullptr;
   dev::LaunchSequence seq_{};
-  uint64_t launches_ = 0;
 };
 
 // ---- barrier latency -------------------------------------------------------------------------
@@ -223,7 +230,9 @@ class BarrierBench final : public OpBench {
     if (!slots_) {
       slots_ = team.heap().allocate_array<uint64_t>(uint64_t(team.world()), "bench.barrier.slots");
       TF_CUDA(cudaMemset(slots_, 0, sizeof(uint64_t) * team.world()));
-      TF_CUDA(cudaMalloc(&value_, sizeof(int)));
+      TF_CUDA(cudaMalloc(&value_, 2 * sizeof(int)));
+      const int one = team.rank() + 1;  // value_[1]: what each run starts the all-reduce from
+      TF_CUDA(cudaMemcpy(value_ + 1, &one, sizeof one, cudaMemcpyHostToDevice));
       TF_CUDA(cudaDeviceSynchronize());
       seq_ = team.heap().allocate_sequence("bench.barrier.sequence");
       team.host_barrier("barrier.init");
@@ -232,16 +241,14 @@ class BarrierBench final : public OpBench {
   void poison(cudaStream_t s) override { TF_CUDA(cudaMemsetAsync(value_, 0xFF, sizeof(int), s)); }
   void run(const std::string& v, cudaStream_t s) override {
     last_ = v;
-    if (v == "nccl-allreduce") {
-      const int one = team_->rank() + 1;
-      TF_CUDA(cudaMemcpyAsync(value_, &one, sizeof one, cudaMemcpyHostToDevice, s));
+    if (v == "nccl-allreduce") {  // device to device: a captured graph replays it (--graph)
+      TF_CUDA(cudaMemcpyAsync(value_, value_ + 1, sizeof(int), cudaMemcpyDeviceToDevice, s));
       for (int i = 0; i < kReps; ++i) TF_NCCL(ncclAllReduce(value_, value_, 1, ncclInt32, ncclMax, team_->comm(), s));
     } else if (v == "device") {
       for (int i = 0; i < kReps; ++i) team_->device_barrier(s);
     } else {
       barrier_loop_kernel<<<1, 32, 0, s>>>(team_->view(), slots_, seq_, kReps, team_->fault());
       TF_CUDA(cudaGetLastError());
-      ++loops_;
     }
   }
   int64_t check(const std::string& v, cudaStream_t s) override {
@@ -254,9 +261,10 @@ class BarrierBench final : public OpBench {
     if (v == "in-kernel") {
       std::vector<uint64_t> h(size_t(team_->world()));
       TF_CUDA(cudaMemcpy(h.data(), slots_, sizeof(uint64_t) * h.size(), cudaMemcpyDeviceToHost));
-      int64_t bad = 0;  // every peer has reached this launch's last epoch
+      int64_t bad = 0;  // every peer has reached this launch's last epoch (launches counted on the device)
+      const uint64_t last = launches_done(seq_) * kReps;
       for (int p = 0; p < team_->world(); ++p)
-        if (p != team_->rank()) bad += h[size_t(p)] < loops_ * kReps;
+        if (p != team_->rank()) bad += h[size_t(p)] < last;
       return bad;
     }
     return 0;  // Team::sync already reported any barrier that gave up
@@ -271,7 +279,6 @@ class BarrierBench final : public OpBench {
   uint64_t* slots_ = nullptr;
   int* value_ = nullptr;
   dev::LaunchSequence seq_{};
-  uint64_t loops_ = 0;
   std::string last_;
 };
 

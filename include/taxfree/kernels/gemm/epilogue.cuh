@@ -107,7 +107,7 @@ __device__ __forceinline__ bool reduce_splits(float (&acc)[BN / 2], float2* spli
 // Writes the kRows x kCols block of C held in `staging` (row r at staging + r * kPitch) to
 // (row0, col0), clipped to rows < m and columns < n, through the Epilogue policy: 16-byte
 // row-contiguous reads, so global writes are whole rows of the block (full 128 B lines for 64
-// columns, 112 B for the 56-column chunks of BN = 224). The caller has synchronised the
+// columns, 112 B for the 56-column chunks of BN = 224 and 168). The caller has synchronised the
 // staging writes (named barrier) and syncs again before reusing `staging`.
 template <int kRows, int kCols, uint32_t kPitch, class T, class Epi>
 __device__ __forceinline__ void flush_staging(const typename Epi::Params& epi, int m, int n, const uint8_t* staging,
@@ -130,7 +130,7 @@ __device__ __forceinline__ void flush_staging(const typename Epi::Params& epi, i
     static_assert(kRows % kRowsPerPass == 0, "whole passes of the warpgroup");
 #pragma unroll
     for (int pass = 0; pass < kRows / kRowsPerPass; ++pass) put(pass * kRowsPerPass + tid / kVecPerRow, tid % kVecPerRow);
-  } else {  // e.g. 7 vectors per row (BN = 224: 56-column chunks): vector x of the block, the last pass partial
+  } else {  // e.g. 7 vectors per row (BN = 224, 168: 56-column chunks): vector x of the block, the last pass partial
     constexpr int kVectors = kRows * kVecPerRow;
 #pragma unroll
     for (int pass = 0; pass < (kVectors + 127) / 128; ++pass) {

@@ -97,7 +97,7 @@ struct TileShape {
   static constexpr int kAccN = kSwapAB ? BM : BN;
   static constexpr int kThreads = 128 * (1 + kConsumers);
   static_assert(kSwapAB || BM == 64 || BM == 128, "BM: one or two consumer warpgroups of 64 rows");
-  // 168 and 224 tile N = 3584 k into 21.3 and 16 k n-blocks (gemm_tiles.h).
+  // 168 and 224 tile N = 3584 into 21.3 and 16 n-blocks (gemm_tiles.h).
   static_assert(kSwapAB || BN == 32 || BN == 64 || BN == 128 || BN == 168 || BN == 224 || BN == 256,
                 "BN: a wgmma width");
   // fp32 epilogues stage 32 columns (128 B) per row: tiles whose BN is not a multiple of 32 do

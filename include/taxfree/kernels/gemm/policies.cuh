@@ -48,7 +48,8 @@
 //             threads for every element of C exactly once, rows < M, columns < N; put8 only where
 //             all 8 columns are inside N. No ordering between calls is promised.
 //
-//   fp32 epilogue (static constexpr bool kFloatOut = true; tiles without swap-AB only): C leaves
+//   fp32 epilogue (static constexpr bool kFloatOut = true; tiles without swap-AB whose BN is a
+//   multiple of 32: ops/gemm_tiles.h, fp32_epilogue_compiled): C leaves
 //   as the fp32 accumulators, one 64-row band (a consumer warpgroup's rows x BN columns) at a time:
 //             uint64_t band_begin(const Params&)                                      device
 //             Called by every thread of the warpgroup before its puts of a band; the value is
