@@ -375,7 +375,22 @@ int run(Team& team, const RunRequest& req) {
       // capture, then the checks, warm-up and timing run through captured graphs (the checked
       // outputs are a graph replay's).
       std::vector<Row> pending;
-      std::vector<std::unique_ptr<RunGraph>> graphs;  // --graph: each pending row's timed runs
+      // --graph, per pending row: one run (checks, warm-up, the untimed run before each round) and
+      // the sample's runs (null where that is one run).
+      struct Graphs {
+        std::unique_ptr<RunGraph> one, sample;
+      };
+      std::vector<Graphs> graphs;
+      // Row vi's one run, or its sample's runs: replayed graphs (--graph) or the runs themselves.
+      const auto run_one = [&](size_t vi, const std::string& v) {
+        if (opt.graph) graphs[vi].one->launch(s);
+        else bench->run(v, s);
+      };
+      const auto run_sample = [&](size_t vi) {
+        if (opt.graph) (graphs[vi].sample ? graphs[vi].sample : graphs[vi].one)->launch(s);
+        else
+          for (int k = 0; k < pending[vi].reps; ++k) bench->run(pending[vi].variant, s);
+      };
       for (const auto& v : timed) {
         if (!bench->applies(c, v)) continue;
         const bool is_part = std::find(variants.begin(), variants.end(), v) == variants.end();
@@ -383,18 +398,15 @@ int run(Team& team, const RunRequest& req) {
         row.op = name;
         row.variant = v;
         row.c = c;
-        std::unique_ptr<RunGraph> one;
+        const size_t vi = pending.size();
         if (opt.graph) {
           team.device_barrier(s);
           bench->run(v, s);
           TF_CUDA(cudaGetLastError());
           team.sync(s);
-          one = std::make_unique<RunGraph>(*bench, name, v, 1, s);
+          graphs.push_back({std::make_unique<RunGraph>(*bench, name, v, 1, s), nullptr});
         }
-        const auto run_once = [&] {
-          if (one) one->launch(s);
-          else bench->run(v, s);
-        };
+        const auto run_once = [&] { run_one(vi, v); };
         if (!is_part && opt.check > 0) {
           int64_t wrong = 0;
           for (int k = 0; k < opt.check; ++k) {
@@ -425,15 +437,9 @@ int run(Team& team, const RunRequest& req) {
         team.sync(s);
         const int reps = runs_per_sample(opt, elapsed_s(ev0, ev1), bench->launches(v));
         row.reps = int(max_over_ranks(team.coordinator(), "reps-" + std::to_string(seq++), reps));
-        if (opt.graph) graphs.push_back(row.reps == 1 ? std::move(one) : std::make_unique<RunGraph>(*bench, name, v, row.reps, s));
+        if (opt.graph && row.reps > 1) graphs[vi].sample = std::make_unique<RunGraph>(*bench, name, v, row.reps, s);
         pending.push_back(std::move(row));
       }
-      // A variant's runs of one sample: its graph (--graph) or the runs themselves.
-      const auto run_sample = [&](size_t vi) {
-        if (opt.graph) graphs[vi]->launch(s);
-        else
-          for (int k = 0; k < pending[vi].reps; ++k) bench->run(pending[vi].variant, s);
-      };
       // Timed samples in interleaved rounds, each round starting one variant later and every other
       // round in reverse order, so no variant always follows the same one: every variant sees the
       // GPUs in the same mix of states (clocks and power after the heavy variants drift by 5-15%
@@ -452,7 +458,7 @@ int run(Team& team, const RunRequest& req) {
           for (int k = 0; k < (flush ? kColdSwitchRuns : 1); ++k) {
             if (flush) flush_l2(s);
             team.device_barrier(s);
-            run_sample(vi);
+            run_one(vi, v);
           }
           std::vector<Event> starts(static_cast<size_t>(n)), stops(static_cast<size_t>(n));
           // Queue the whole batch behind a gate when it fits the stream's queue.

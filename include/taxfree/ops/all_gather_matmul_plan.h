@@ -222,6 +222,11 @@ constexpr int64_t kDecEarlyGemmMaxRows = 1024;
 // At two ranks the M x N rule below already keeps shards of fewer rows out; from four it matters
 // (W = 8, M = 1024, N = 4096: 8 x 26.7 against 86.6 + ~45 µs).
 constexpr int64_t kDecMinShardRows = 256;
+
+// ksplit's launch-time environment knobs (all_gather_matmul.h): read at each launch, and part of
+// what the launch check mode compares across ranks.
+inline constexpr const char* kKsplitPathEnv = "TAXFREE_AGMM_KSPLIT_PATH";
+inline constexpr const char* kKsplitExchangeEnv = "TAXFREE_AGMM_KSPLIT_EXCHANGE";
 // pull: the most ranks its GEMM reads A from (one tensor map each in the kernel's parameters).
 constexpr int kPullMaxWorld = 8;
 constexpr int kSkinnySliceCols = 32;

@@ -369,7 +369,7 @@ std::string describe_agmm_launch(AgmmVariant requested, AgmmVariant runs, const 
      << " max_k=" << c.max_k << " bsp_symmetric=" << c.bsp_symmetric << " push_ctas=" << c.push_ctas
      << " col_chunk=" << c.col_chunk << " side_gather_ctas=" << c.side_gather_ctas
      << " ksplit_max_m=" << c.ksplit_max_m << " ksplit_max_n=" << c.ksplit_max_n;
-  for (const char* knob : {"TAXFREE_AGMM_KSPLIT_PATH", "TAXFREE_AGMM_KSPLIT_EXCHANGE"})
+  for (const char* knob : {agmm::kKsplitPathEnv, agmm::kKsplitExchangeEnv})
     if (const char* v = std::getenv(knob); v != nullptr && *v != '\0') os << " " << knob << "=" << v;
   return os.str();
 }

@@ -26,7 +26,7 @@ std::string launch_knob(const char* name, const char* a, const char* b) {
 // every M.
 enum class KsplitPath { skinny, two_kernel, bands };
 KsplitPath ksplit_path(const AgmmArgs& a) {
-  const std::string v = launch_knob("TAXFREE_AGMM_KSPLIT_PATH", "two-kernel", "bands");
+  const std::string v = launch_knob(kKsplitPathEnv, "two-kernel", "bands");
   if (v.empty()) {
     if (a.m <= agmm::kSkinnyMaxM) return KsplitPath::skinny;
     return a.m >= agmm::kBandsMinM ? KsplitPath::bands : KsplitPath::two_kernel;
@@ -37,7 +37,7 @@ KsplitPath ksplit_path(const AgmmArgs& a) {
 // The two-kernel path's exchange: agmm::ksplit_owner_sums by the partial's size and the world, or
 // TAXFREE_AGMM_KSPLIT_EXCHANGE=all-to-all | owner-sums.
 bool owner_sums_of_launch(int64_t partial_bytes, int world) {
-  const std::string v = launch_knob("TAXFREE_AGMM_KSPLIT_EXCHANGE", "all-to-all", "owner-sums");
+  const std::string v = launch_knob(kKsplitExchangeEnv, "all-to-all", "owner-sums");
   return v.empty() ? agmm::ksplit_owner_sums(partial_bytes, world) : v == "owner-sums";
 }
 }  // namespace

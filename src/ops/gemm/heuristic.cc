@@ -73,7 +73,6 @@ double tile_efficiency(const CompiledTile& t) {
          : area >= 64 * 64 ? 0.45 : 0.30;
 }
 
-
 struct Candidate {
   const CompiledTile* tile;
   int splits;
@@ -225,18 +224,17 @@ GemmConfig choose_gemm_config(int64_t m, int64_t n, int64_t k, DType dtype, BLay
     candidates.push_back({&t, 1, SplitScope::all});
   }
   const size_t whole = allow_split_k ? candidates.size() : 0;
+  const auto splits = [&](const CompiledTile& t, int s) { return t.cluster_k == 1 && !t.whole_m_blocks && s <= k_blocks; };
   for (size_t i = 0; i < whole; ++i)
     for (int s : {2, 3, 4, 6, 8, 12, 16})
-      if (candidates[i].tile->cluster_k == 1 && !candidates[i].tile->whole_m_blocks && s <= k_blocks)
-        candidates.push_back({candidates[i].tile, s, SplitScope::all});
+      if (splits(*candidates[i].tile, s)) candidates.push_back({candidates[i].tile, s, SplitScope::all});
   // Stream-K is not a candidate: its clusters work at different K offsets of their tiles, so the
   // A and B panels a wave shares are no longer read at the same time and L2 reuse collapses; on
   // the H200 sweep it lost to whole tiles or the tail split on every shape with M >= 128 (up to
   // 1.29x slower, tests/data/gemm_tune_h200.csv). It stays available as an explicit config.
   for (size_t i = 0; i < whole; ++i)
     for (int s : {2, 3, 4})
-      if (candidates[i].tile->cluster_k == 1 && !candidates[i].tile->whole_m_blocks && s <= k_blocks)
-        candidates.push_back({candidates[i].tile, s, SplitScope::tail});
+      if (splits(*candidates[i].tile, s)) candidates.push_back({candidates[i].tile, s, SplitScope::tail});
 
   GemmArgs shape;
   shape.m = m, shape.n = n, shape.k = k;
@@ -254,8 +252,8 @@ GemmConfig choose_gemm_config(int64_t m, int64_t n, int64_t k, DType dtype, BLay
   }
   TF_REQUIRE(best, Status::NotSupported,
              "no compiled GEMM tile for M=" << m << " N=" << n << " K=" << k << " with these limits (swap-AB "
-                                            << (swap == SwapAB::always ? "always" : "allowed") << ", fp32 output "
-                                            << (out == EpilogueOutput::fp32) << ")");
+                                            << (swap == SwapAB::always ? "always" : "allowed") << ", "
+                                            << (out == EpilogueOutput::fp32 ? "fp32" : "16-bit") << " output)");
   GemmConfig cfg = best->config();
   cfg.group_m = choose_group_m(cfg.bm * cfg.cluster_m, cfg.bn, m, n, num_sms / cfg.cluster_m);
   return cfg;
