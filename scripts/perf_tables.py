@@ -4,8 +4,8 @@
     scripts/perf_tables.py bench.json [--ops all_gather,gemm] [--every N] [--taxes]
 
 Each row is one case; each variant gets its median time (us) and the op's throughput figure
-(busbw GB/s for collectives, TFLOP/s for gemm, GB/s for memory-bound kernels; all_gather_matmul
-shows times only); the last columns
+(busbw GB/s for collectives, TFLOP/s for gemm, GB/s for memory-bound kernels; all_gather_matmul,
+with its many variants, shows times and one TFLOP/s column, the best variant's); the last columns
 are the best non-baseline variant's speedup over the fastest baseline and time over the floor. A
 variant whose every median is under 0.1 us timed nothing (flash_decode's comm-only at one rank: no
 exchange) and is left out, named under its table; at one rank the NVLink rate is not printed.
@@ -21,6 +21,8 @@ from collections import OrderedDict
 FIGURE = {"all_gather": ("busbw_gbs", "busbw GB/s"), "put_get": ("algbw_gbs", "GB/s"),
           "gemm": ("tflops", "TFLOP/s"), "decode": ("algbw_gbs", "GB/s"),
           "flash_decode": ("algbw_gbs", "GB/s")}
+# Ops whose table gives the figure of the best variant only (one column, not one per variant).
+BEST_FIGURE = {"all_gather_matmul": ("tflops", "TFLOP/s")}
 kNothingUs = 0.1  # a variant whose every median is below this timed no work
 
 
@@ -63,7 +65,8 @@ def main():
         head = ["case", "size (B)"]
         for v in variants:
             head += [f"{v} us"] + ([f"{v} {label}"] if key else [])
-        head += ["best vs BSP", "best / floor"]
+        best_key, best_label = BEST_FIGURE.get(op, (None, None))
+        head += ["best vs BSP"] + ([f"best {best_label}"] if best_key else []) + ["best / floor"]
         print(f"### {op}\n")
         print("| " + " | ".join(head) + " |")
         print("|" + "---|" * len(head))
@@ -76,6 +79,10 @@ def main():
                     cells.append(fmt(m[key]) if m else "-")
             s = summary.get((op, case, size), {})
             cells.append(f"{s['speedup']:.2f}x ({s['best']})" if s.get("speedup") else "-")
+            if best_key:
+                b = next((x for x in rows if x["case"] == case and x["size"] == size and x["variant"] == s.get("best")),
+                         None)
+                cells.append(fmt(b[best_key]) if b else "-")
             fl = s.get("floor_us", 0)
             best = s.get("best_us") or s.get("baseline_us")
             cells.append(f"{best / fl:.2f}" if fl and best else "-")

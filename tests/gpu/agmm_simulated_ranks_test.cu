@@ -6,7 +6,8 @@
 // the float64 reference, its gathered A bit for bit against the shards and the same on every rank
 // (C too after ksplit and nsplit). Outputs and op buffers are poisoned before each launch, and every rank's
 // launch is enqueued behind a gate so the ranks start together. Then hundreds of launches without
-// a reset with one rank late, and bsp's NotSupported on a share without NCCL.
+// a reset with one rank late, every variant captured into CUDA graphs and replayed, and bsp's
+// NotSupported on a share without NCCL.
 //
 // decomposed, nsplit and ksplit's two-kernel path call cuBLASLt, which loads a kernel at its first
 // use and may wait for the device to go idle first, which the simulated ranks' waiting kernels
@@ -135,6 +136,31 @@ class SimulatedAgmm {
     warm_up(ps, v, in_place);
     poison(ps);
     check(ps, launch(ps, v, in_place), v, what);
+  }
+
+  // As a serving engine replays its step: run() once outside a capture (plans, attributes,
+  // cuBLASLt's kernels), then two launches of `v` captured on every rank into its own CUDA graph,
+  // rank `late` sleeping 20 us before each inside its graph, and three replays of every rank's graph
+  // started together, with fresh inputs (seeds seed, seed + 1, ...) and poisoned outputs before each;
+  // every replay checked. The epochs advance inside a graph and across replays with no host work.
+  void replay(std::vector<Problem>& ps, AgmmVariant v, bool in_place, int late, uint64_t seed,
+              const std::string& what) {
+    run(ps, v, what + " outside a graph", in_place);
+    std::vector<test::CapturedGraph> graphs;
+    std::vector<GatheredA> gs(static_cast<size_t>(world()));
+    for (int r = 0; r < world(); ++r)
+      graphs.emplace_back(stream(r), [&] {
+        for (int i = 0; i < 2; ++i) {
+          if (r == late) sleep_kernel<<<1, 1, 0, stream(r)>>>(20'000);
+          gs[size_t(r)] = op(r).launch(v, args(ps, r, v, in_place), stream(r));
+        }
+      });
+    for (int rep = 0; rep < 3; ++rep) {
+      for (Problem& p : ps) p.refresh(seed + uint64_t(rep));
+      poison(ps);
+      heaps_.launch_graphs(graphs);
+      check(ps, gs, v, what + " graph replay " + std::to_string(rep));
+    }
   }
 
   // Every variant of `seq` warmed up, then `seq` launched back to back without a reset, rank `late`
@@ -387,6 +413,37 @@ TEST(AgmmSim, CublasLtBehindWaitingRanksAtFiveRanks) {
             2, 20'000, shape + " after 12 mixed cuBLASLt launches, rank 2 late");
 }
 
+// Every variant a share runs, captured into a CUDA graph on every rank and replayed
+// (SimulatedAgmm::replay: two launches a graph, the last rank late inside its graph, three replays
+// on fresh inputs, each checked), at 2, 3 and 8 ranks: gather_dim 0 on the odd rows (bf16, B
+// [N, K]; push in place too) and pull on whole-tile shards (B [K, N]); gather_dim 1 with B
+// replicated (fp16, B [K, N]) at M = 200 (ksplit's two-kernel path: cuBLASLt in the graph) and
+// ksplit's skinny (M = 24) and band (M = 520) paths.
+TEST(AgmmSim, GraphReplayAtTwoThreeAndEightRanks) {
+  REQUIRE_SIMULATION_ENV();
+  using V = AgmmVariant;
+  for (int w : {2, 3, 8}) {
+    SimulatedAgmm sim(w, std::max<int64_t>(520, 203 * w), kSplitShardK * w);
+    const int late = w - 1;
+    const uint64_t seed = 900 + 10 * uint64_t(w);
+    auto rows = sim.problems({203 * w, 264, 1001, 0, DType::bf16, BLayout::NK}, seed, false);
+    const std::string rows_shape = world_label(w) + label(rows[0].shape()) + " ";
+    for (V v : {V::push, V::sm_specialized, V::fused_ce, V::decomposed})
+      sim.replay(rows, v, false, late, seed + 1, rows_shape + variant_name(v));
+    sim.replay(rows, V::push, true, late, seed + 4, rows_shape + "push in place");
+    auto whole = sim.problems({128 * w, 264, 520, 0, DType::bf16, BLayout::KN}, seed + 5, false);
+    sim.replay(whole, V::pull, false, late, seed + 6, world_label(w) + label(whole[0].shape()) + " pull");
+    for (int64_t m : {200, 24, 520}) {
+      auto cols = sim.problems({m, 1003, kSplitShardK * w, 1, DType::fp16, BLayout::KN}, seed + 7, true);
+      const std::string cols_shape = world_label(w) + label(cols[0].shape()) + " B replicated ";
+      std::vector<V> vs = {V::ksplit};
+      if (m == 200) vs = {V::push, V::sm_specialized, V::fused_ce, V::decomposed, V::nsplit, V::ksplit};
+      for (V v : vs) sim.replay(cols, v, false, late, seed + 8, cols_shape + variant_name(v));
+    }
+    if (HasFailure()) return;
+  }
+}
+
 // bsp and bsp-own call NCCL: NotSupported on a share without a communicator, nothing enqueued
 // (the next launch of another variant still matches).
 TEST(AgmmSim, BspIsNotSupportedWithoutNccl) {
@@ -411,7 +468,8 @@ TEST(AgmmSim, BspIsNotSupportedWithoutNccl) {
 // multiple of W; 1: K / W a multiple of 8; a quarter of them whole tiles per shard), through two
 // variants drawn from those a share runs (the gathering ones and decomposed; pull where the shards
 // are whole tiles; ksplit and nsplit where B is replicated), the second
-// in place, then 12 launches back to back of variants drawn the same way.
+// in place, then 12 launches back to back of variants drawn the same way, then one drawn variant
+// captured into CUDA graphs and replayed (SimulatedAgmm::replay).
 TEST(AgmmSim, RandomShapesAtRandomWorlds) {
   REQUIRE_SIMULATION_ENV();
   Draws rnd;
@@ -451,6 +509,8 @@ TEST(AgmmSim, RandomShapesAtRandomWorlds) {
     std::vector<AgmmVariant> seq;
     for (int j = 0; j < 12; ++j) seq.push_back(draw());
     sim.burst(ps, seq, late, 20'000, shape + "12 drawn launches, rank " + std::to_string(late) + " late");
+    const AgmmVariant v = draw();
+    sim.replay(ps, v, false, late, rnd.bits(), shape + variant_name(v) + ", rank " + std::to_string(late) + " late");
     if (HasFailure()) return;
   }
 }

@@ -22,6 +22,7 @@
 #include <tuple>
 
 #include "agmm_test_util.h"
+#include "captured_graph.h"
 #include "gpu_env.h"
 #include "taxfree/ops/all_gather_matmul.h"
 #include "taxfree/runtime/error.h"
@@ -31,6 +32,7 @@ namespace taxfree {
 namespace {
 
 using namespace agmm_test;
+using test::CapturedGraph;
 
 VariantRun split_run(AgmmVariant v) { return {variant_name(v), false, v}; }
 
@@ -293,24 +295,19 @@ TEST_P(AgmmKsplitPaths, CudaGraphCaptureAndReplay) {
   const AgmmVariant v = GetParam().variant;
   ops.plain->launch(v, replicated(p.args()), s);  // outside the graph: cuBLASLt's plan
   align("agmm.ksplit.graph.warm");
-  cudaGraph_t graph;
-  cudaGraphExec_t exec;
-  TF_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
   GatheredA g{};
-  for (int i = 0; i < 3; ++i) g = ops.plain->launch(v, replicated(p.args()), s);  // both parities
-  TF_CUDA(cudaStreamEndCapture(s, &graph));
-  TF_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+  const CapturedGraph graph(s, [&] {
+    for (int i = 0; i < 3; ++i) g = ops.plain->launch(v, replicated(p.args()), s);  // both parities
+  });
   for (int rep = 0; rep < 4; ++rep) {
     p.refresh(81 + uint64_t(rep));
     ops.poison(p);
     align("agmm.ksplit.graph.poisoned");
-    TF_CUDA(cudaGraphLaunch(exec, s));
+    graph.launch(s);
     t.sync(s);
     p.expect_result(g, std::string(variant_name(v)) + " graph replay " + std::to_string(rep), true);
     t.host_barrier("agmm.ksplit.graph.checked");
   }
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
 }
 
 INSTANTIATE_TEST_SUITE_P(M, AgmmKsplitPaths,

@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "agmm_test_util.h"
+#include "captured_graph.h"
 #include "gpu_env.h"
 #include "taxfree/ops/all_gather_matmul.h"
 #include "taxfree/runtime/error.h"
@@ -19,6 +20,7 @@ namespace taxfree {
 namespace {
 
 using namespace agmm_test;
+using test::CapturedGraph;
 
 class AgmmEveryVariant : public ::testing::TestWithParam<std::tuple<int, DType, BLayout>> {};
 
@@ -246,13 +248,10 @@ TEST(Agmm, CudaGraphCaptureAndReplay) {
       op.launch(run.variant, p.args(), s);  // first launch outside the graph: plans, attributes
       t.sync(s);
       t.host_barrier("agmm.graph.warm");
-      cudaGraph_t graph;
-      cudaGraphExec_t exec;
-      TF_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
       GatheredA g{};
-      for (int i = 0; i < 2; ++i) g = op.launch(run.variant, p.args(), s);
-      TF_CUDA(cudaStreamEndCapture(s, &graph));
-      TF_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+      const CapturedGraph graph(s, [&] {
+        for (int i = 0; i < 2; ++i) g = op.launch(run.variant, p.args(), s);
+      });
       for (int rep = 0; rep < 3; ++rep) {
         p.refresh(710 + uint64_t(rep) + 10 * uint64_t(gd));
         p.poison_c(s);
@@ -260,13 +259,11 @@ TEST(Agmm, CudaGraphCaptureAndReplay) {
         ops.sym->fill_buffers(0xFF, s);
         t.sync(s);
         t.host_barrier("agmm.graph.poisoned");
-        TF_CUDA(cudaGraphLaunch(exec, s));
+        graph.launch(s);
         t.sync(s);
         p.expect_result(g, label(p.shape()) + " " + run.name + " graph replay " + std::to_string(rep));
         t.host_barrier("agmm.graph.checked");
       }
-      cudaGraphExecDestroy(exec);
-      cudaGraphDestroy(graph);
     }
   }
 }

@@ -4,7 +4,8 @@
 // so its grids never exceed the blocks resident on its share of the SMs and the W grids are
 // resident together, as their waits for each other need (r177: with 2 blocks per SM per rank, four
 // ranks' 3 MiB grids did not fit and waited out their deadline). Every rank's recv is checked word
-// for word after every launch, in place and not, then after hundreds of launches without a reset.
+// for word after every launch, in place and not, then after hundreds of launches without a reset,
+// and after CUDA-graph replays.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -71,6 +72,14 @@ class SimulatedAllGather {
 
   AllGather& op(int r) { return *ops_[size_t(r)]; }
   char* send(int r) const { return sends_[size_t(r)]; }
+  cudaStream_t stream(int r) const { return heaps_.stream(r); }
+  void launch_graphs(const std::vector<test::CapturedGraph>& graphs) { heaps_.launch_graphs(graphs); }
+
+  // Every rank's recv poisoned, and waited for (the peers write into it).
+  void poison_recv(uint64_t bytes) {
+    for (int r = 0; r < world(); ++r) TF_CUDA(cudaMemsetAsync(recv(r), 0xFF, uint64_t(world()) * bytes, stream(r)));
+    TF_CUDA(cudaDeviceSynchronize());
+  }
 
   // Waits for every rank; each rank's recv must hold every rank's shard of `step`.
   void check(uint64_t bytes, uint32_t step, const std::string& what) {
@@ -125,6 +134,31 @@ TEST(AllGatherSim, HundredsOfLaunchesWithoutResetAtThreeRanks) {
       for (int r = 0; r < kWorld; ++r) ag.launch(r, bytes, step, false);
     ag.check(bytes, kSteps, std::to_string(bytes) + " B after " + std::to_string(kSteps) + " launches");
   }
+}
+
+// Ten launches a rank captured into a CUDA graph (every other one in place, each step's own shard
+// values) and replayed three times, every recv poisoned before each replay, at 2, 3 and 8 ranks,
+// both protocols: the epochs advance inside the graph and across replays with no host work.
+TEST(AllGatherSim, GraphReplayAtTwoThreeAndEightRanks) {
+  TF_REQUIRE_GPUS(1);
+  for (int world : {2, 3, 8})
+    for (uint64_t bytes : {uint64_t(4096 + 48), (uint64_t(1) << 20) + 16}) {
+      SimulatedAllGather ag(world, bytes);
+      const std::string what = "W=" + std::to_string(world) + " " + std::to_string(bytes) + " B";
+      for (int r = 0; r < world; ++r) ag.launch(r, bytes, 1, false);  // outside a graph: plans
+      ag.check(bytes, 1, what + " outside a graph");
+      std::vector<test::CapturedGraph> graphs;
+      for (int r = 0; r < world; ++r)
+        graphs.emplace_back(ag.stream(r), [&] {
+          for (uint32_t step = 2; step <= 11; ++step) ag.launch(r, bytes, step, step % 2 == 0);
+        });
+      for (int rep = 0; rep < 3; ++rep) {
+        ag.poison_recv(bytes);
+        ag.launch_graphs(graphs);
+        ag.check(bytes, 11, what + " graph replay " + std::to_string(rep));
+      }
+      if (HasFailure()) return;
+    }
 }
 
 // Sizes and worlds nobody listed, fresh every run (TAXFREE_TEST_SEED=N repeats one; its seed is in

@@ -6,6 +6,7 @@
 #include <random>
 
 #include "../../src/bench/bench_util.cuh"
+#include "captured_graph.h"
 #include "gpu_env.h"
 #include "taxfree/ops/all_gather.h"
 #include "taxfree/runtime/error.h"
@@ -15,6 +16,7 @@ namespace taxfree {
 namespace {
 
 using test::team;
+using test::CapturedGraph;
 
 constexpr uint64_t kGuard = 4096;
 
@@ -127,24 +129,19 @@ TEST_P(AllGatherGraph, CudaGraphReplay) {
   auto s = t.stream();
   const uint64_t bytes = GetParam();
   Buffers b(bytes);
-  cudaGraph_t g;
-  cudaGraphExec_t ge;
-  TF_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-  for (int i = 0; i < 10; ++i) op.launch(AllGatherVariant::push, b.send, b.recv, bytes, s);
-  TF_CUDA(cudaStreamEndCapture(s, &g));
-  TF_CUDA(cudaGraphInstantiate(&ge, g, 0));
+  const CapturedGraph graph(s, [&] {
+    for (int i = 0; i < 10; ++i) op.launch(AllGatherVariant::push, b.send, b.recv, bytes, s);
+  });
   for (int rep = 0; rep < 5; ++rep) {
     const uint64_t seed = 4242 + rep;
     bench::fill_random16(b.send, bytes, seed, uint64_t(t.rank()), s);
     bench::poison16(b.recv, bytes * t.world(), s);
     t.sync(s);
     t.host_barrier("ag.graph");
-    TF_CUDA(cudaGraphLaunch(ge, s));
+    graph.launch(s);
     t.sync(s);
     EXPECT_EQ(check_recv(b.recv, bytes, seed), 0) << "replay " << rep;
   }
-  cudaGraphExecDestroy(ge);
-  cudaGraphDestroy(g);
 }
 // One size per protocol: low-latency lines and direct stores.
 INSTANTIATE_TEST_SUITE_P(Protocols, AllGatherGraph, ::testing::Values(uint64_t(4096), uint64_t(4) << 20));

@@ -6,8 +6,8 @@
 // (its part of the GPU's clusters too), so the W grids are resident together, the condition the
 // fused schedules need (fused_schedule.h), now across W kernels. Checked as on real ranks: every
 // rank's output against a double softmax over the whole sequences, bitwise equal across ranks, for
-// the clustered, global and direct split merges, then hundreds of launches without a reset; bsp is
-// refused (NotSupported) without NCCL.
+// the clustered, global and direct split merges, then hundreds of launches without a reset and
+// steps captured into CUDA graphs and replayed; bsp is refused (NotSupported) without NCCL.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -32,6 +32,7 @@ namespace taxfree::ops::flash_decode {
 namespace {
 
 using namespace test;
+using ::taxfree::test::CapturedGraph;
 using ::taxfree::test::Draws;
 using SplitMerge = FlashDecodeConfig::SplitMerge;
 
@@ -50,6 +51,7 @@ class SimulatedRanks {
 
   cudaStream_t stream(int r) const { return heaps_.stream(r); }
   void sync(const std::string& what) { heaps_.sync(what); }
+  void launch_graphs(const std::vector<CapturedGraph>& graphs) { heaps_.launch_graphs(graphs); }
 
   // Rank r's plan of `a`, for its share of the GPU.
   FusedPlan plan(int r, const DecodeArgs& a) const { return ops_[size_t(r)]->fused_plan(a); }
@@ -95,11 +97,15 @@ std::string schedule_name(const FusedPlan& fp) {
   return fp.direct ? "direct" : fp.cluster > 0 ? "clustered C=" + std::to_string(fp.cluster) : "persistent grid " + std::to_string(fp.grid);
 }
 
-// Poisons every rank's output, launches all ranks, checks each against the reference and rank 0.
-void run_and_check(SimulatedRanks& sim, const Global& g, std::vector<Local>& ls, const std::string& what) {
+// Poisons every rank's output on its stream.
+void poison_outputs(SimulatedRanks& sim, std::vector<Local>& ls) {
+  for (size_t r = 0; r < ls.size(); ++r)
+    TF_CUDA(cudaMemsetAsync(ls[r].out_d.p, 0xFF, ls[r].out_d.n * 2, sim.stream(int(r))));
+}
+
+// Waits for every rank, checks each rank's output against the reference and rank 0's.
+void check_outputs(SimulatedRanks& sim, const Global& g, std::vector<Local>& ls, const std::string& what) {
   const int world = int(ls.size());
-  for (int r = 0; r < world; ++r) TF_CUDA(cudaMemsetAsync(ls[size_t(r)].out_d.p, 0xFF, ls[size_t(r)].out_d.n * 2, sim.stream(r)));
-  for (int r = 0; r < world; ++r) sim.launch(r, ls[size_t(r)].args(g.p));
   sim.sync(what);
   const std::vector<uint16_t> out0 = ls[0].out_d.download();
   for (int r = 0; r < world; ++r) {
@@ -107,6 +113,36 @@ void run_and_check(SimulatedRanks& sim, const Global& g, std::vector<Local>& ls,
     const std::vector<uint16_t> out = r == 0 ? out0 : ls[size_t(r)].out_d.download();
     EXPECT_EQ(count_wrong(g, out, w), 0) << w;
     if (r > 0) EXPECT_TRUE(out == out0) << w << ": differs from rank 0";
+  }
+}
+
+// Poisons every rank's output, launches all ranks, checks each against the reference and rank 0.
+void run_and_check(SimulatedRanks& sim, const Global& g, std::vector<Local>& ls, const std::string& what) {
+  poison_outputs(sim, ls);
+  for (int r = 0; r < int(ls.size()); ++r) sim.launch(r, ls[size_t(r)].args(g.p));
+  check_outputs(sim, g, ls, what);
+}
+
+// As a serving engine replays its decode step: one checked launch outside a capture (plans,
+// attributes), then four fused steps captured into a CUDA graph on every rank, rank `late` sleeping
+// 20 us between sending and reading in each, and three replays with fresh q (seeds seed, seed + 1,
+// ...; the graph reads q where it was captured) and poisoned outputs before each, every replay
+// checked. The epochs advance inside the graph and across replays with no host work.
+void replay_and_check(SimulatedRanks& sim, Global& g, std::vector<Local>& ls, int late, uint64_t seed,
+                      const std::string& what) {
+  run_and_check(sim, g, ls, what + " outside a graph");
+  std::vector<CapturedGraph> graphs;
+  for (int r = 0; r < int(ls.size()); ++r)
+    graphs.emplace_back(sim.stream(r), [&] {
+      for (int step = 0; step < 4; ++step) sim.launch(r, ls[size_t(r)].args(g.p), r == late ? 20'000u : 0u);
+    });
+  for (int rep = 0; rep < 3; ++rep) {
+    draw_q(g, seed + uint64_t(rep));
+    compute_reference(g);
+    for (Local& l : ls) l.q_d.upload(g.q);
+    poison_outputs(sim, ls);
+    sim.launch_graphs(graphs);
+    check_outputs(sim, g, ls, what + " graph replay " + std::to_string(rep));
   }
 }
 
@@ -210,13 +246,33 @@ TEST(FlashDecodeSim, ManyFusedStepsWithoutResetAtThreeRanks) {
   }
 }
 
+// Four fused steps captured into a CUDA graph on every rank and replayed, as a serving engine
+// replays its decode step: fresh q (read where the graph captured it) and poisoned outputs before
+// each of three replays, rank 1 sleeping 20 us between sending and reading in every step, every
+// replay checked; each split merge at 2, 3 and 8 ranks. The epochs advance inside the graph and
+// across replays with no host work.
+TEST(FlashDecodeSim, GraphReplayAtTwoThreeAndEightRanks) {
+  TF_REQUIRE_GPUS(1);
+  for (int world : {2, 3, 8})
+    for (SplitMerge merge : {SplitMerge::cluster, SplitMerge::global, SplitMerge::direct}) {
+      const Problem p = sim_problem(0, world);
+      Global g = make_global(p, 950 + uint64_t(world));
+      SimulatedRanks sim(p, world, merge);
+      std::vector<Local> ls(static_cast<size_t>(world));
+      for (int r = 0; r < world; ++r) upload_local(g, ls[size_t(r)], r);
+      replay_and_check(sim, g, ls, 1, 9600, "W=" + std::to_string(world) + " " + merge_name(merge));
+      if (HasFailure()) return;
+    }
+}
+
 // Shapes nobody listed at a random world, fresh every run (TAXFREE_TEST_SEED=N repeats one; its
 // seed is in every failure): 2-8 simulated ranks (5-7 included, which no other test runs), each
 // split merge, either dtype and head_dim, 1-8 KV heads at any GQA ratio, batch 1-12, a third of
 // the time a split count of 1-64 instead of the heuristic's, every rank's slice of every sequence
 // drawn on its own (a quarter of them empty or one token), a contiguous or paged cache (either
 // layout, any page size). Two steps per problem with fresh q, then 20 with one rank late in each
-// and one more, every rank against the double reference and bitwise equal to rank 0.
+// and one more, then replay_and_check with that rank late, every rank against the double reference
+// and bitwise equal to rank 0.
 TEST(FlashDecodeSim, RandomShapesAtRandomWorlds) {
   TF_REQUIRE_GPUS(1);
   Draws rnd;
@@ -270,6 +326,7 @@ TEST(FlashDecodeSim, RandomShapesAtRandomWorlds) {
     for (int j = 0; j < 20; ++j)
       for (int r = 0; r < world; ++r) sim.launch(r, ls[size_t(r)].args(p), r == late ? 20'000u : 0u);
     run_and_check(sim, g, ls, what + " after 20 steps with rank " + std::to_string(late) + " late");
+    replay_and_check(sim, g, ls, late, rnd.bits(), what + " rank " + std::to_string(late) + " late");
     if (HasFailure()) return;
   }
 }

@@ -7,7 +7,8 @@
 // share(r) gives rank r as an op object takes it (RankShare: the span as its heap, (SMs - 4) / W
 // SMs, launch sequences from a pool, no NCCL), so an op built on it runs its cross-rank variants;
 // kernels whose CTAs wait for peers must fit on the GPU together, which the ops' plans for that
-// share see to. hold() / release() start every rank's work together.
+// share see to. hold() / release() start every rank's work together, launch_graphs() every rank's
+// CUDA graph.
 // What it cannot show: NVLink's ordering and latency (every peer is in the same GPU's memory).
 #pragma once
 
@@ -20,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "captured_graph.h"
 #include "taxfree/device/fault.cuh"
 #include "taxfree/device/signal.cuh"
 #include "taxfree/device/symmetric_view.cuh"
@@ -123,6 +125,19 @@ class SimulatedHeaps {
     TF_CUDA(cudaGetLastError());
   }
   void release() { __atomic_store_n(gate_, gate_open_, __ATOMIC_RELEASE); }
+
+  // One replay of every rank's graph (graphs[r], captured on any stream) on its stream, behind
+  // the gate: the ranks' replays start together.
+  void launch_graphs(const std::vector<CapturedGraph>& graphs) {
+    hold();
+    try {
+      for (int r = 0; r < world_; ++r) graphs[size_t(r)].launch(streams_[size_t(r)]);
+    } catch (...) {
+      release();  // the replays enqueued so far wait for peers that never come: their deadline
+      throw;
+    }
+    release();
+  }
 
   // Waits for every rank's stream; a device wait that gave up fails the test with its diagnostic
   // (then the record and the flag are cleared for the next case).

@@ -49,6 +49,18 @@ class PerfTables(unittest.TestCase):
         self.assertEqual(r[6], "1.26x (fused)")
         self.assertEqual(r[7], "2.00")  # best / floor = 27 / 13.5
 
+    def test_all_gather_matmul_gives_the_best_variants_figure_once(self):
+        agmm = json.loads(json.dumps(BENCH))
+        agmm["results"] = [
+            {"op": "all_gather_matmul", "case": "M=8", "size": 64, "variant": v, "time_us": {"median": t},
+             "tflops": f} for v, t, f in (("bsp", 30.0, 10.0), ("push", 20.0, 15.0), ("auto", 21.0, 14.3))]
+        agmm["summary"] = [{"op": "all_gather_matmul", "case": "M=8", "size": 64, "baseline": "bsp",
+                            "baseline_us": 30.0, "best": "push", "best_us": 20.0, "speedup": 1.5, "floor_us": 10.0}]
+        out = run(bench=agmm)
+        self.assertIn("| auto us | best vs BSP | best TFLOP/s | best / floor |", out)
+        (r,) = rows(out)
+        self.assertEqual(r[2:], ["30.00", "20.00", "21.00", "1.50x (push)", "15.0", "2.00"])
+
     def test_one_rank_leaves_out_what_timed_nothing(self):
         one = json.loads(json.dumps(BENCH))
         one["config"]["ranks"], one["rates"]["nvlink_ce_gbs"], one["rates"]["flag_latency_us"] = 1, 0.0, 0.0
