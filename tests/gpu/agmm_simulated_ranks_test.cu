@@ -22,6 +22,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -145,7 +146,9 @@ class SimulatedAgmm {
   // every replay checked. The epochs advance inside a graph and across replays with no host work.
   void replay(std::vector<Problem>& ps, AgmmVariant v, bool in_place, int late, uint64_t seed,
               const std::string& what) {
+    const auto t0 = std::chrono::steady_clock::now();
     run(ps, v, what + " outside a graph", in_place);
+    const auto t1 = std::chrono::steady_clock::now();
     std::vector<test::CapturedGraph> graphs;
     std::vector<GatheredA> gs(static_cast<size_t>(world()));
     for (int r = 0; r < world(); ++r)
@@ -161,6 +164,9 @@ class SimulatedAgmm {
       heaps_.launch_graphs(graphs);
       check(ps, gs, v, what + " graph replay " + std::to_string(rep));
     }
+    const auto t2 = std::chrono::steady_clock::now();
+    std::printf("%s: %.2f s outside a graph, %.2f s captured and replayed\n", what.c_str(),
+                std::chrono::duration<double>(t1 - t0).count(), std::chrono::duration<double>(t2 - t1).count());
   }
 
   // Every variant of `seq` warmed up, then `seq` launched back to back without a reset, rank `late`
@@ -291,7 +297,7 @@ TEST(AgmmSim, PullPairTilesPastTheLastShard) {
 }
 
 // ksplit's skinny path (M <= 32) and band path (M >= 512, and M = 127 forced), B replicated,
-// gather_dim 1, in place too.
+// gather_dim 1, in place too, then three launches back to back with the last rank late.
 TEST(AgmmSim, KsplitSkinnyAndBandsAtTwoToEightRanks) {
   REQUIRE_SIMULATION_ENV();
   for (int w : {2, 3, 4, 8}) {
@@ -304,6 +310,8 @@ TEST(AgmmSim, KsplitSkinnyAndBandsAtTwoToEightRanks) {
       if (m == 127) setenv("TAXFREE_AGMM_KSPLIT_PATH", "bands", 1);
       sim.run(ps, AgmmVariant::ksplit, shape);
       sim.run(ps, AgmmVariant::ksplit, shape + " in place", true);
+      // Back to back, the last rank late (as GraphReplayAtTwoThreeAndEightRanks replays them).
+      sim.burst(ps, std::vector<AgmmVariant>(3, AgmmVariant::ksplit), w - 1, 20'000, shape + " x3, the last rank late");
       unsetenv("TAXFREE_AGMM_KSPLIT_PATH");
     }
   }
@@ -418,12 +426,19 @@ TEST(AgmmSim, CublasLtBehindWaitingRanksAtFiveRanks) {
 // on fresh inputs, each checked), at 2, 3 and 8 ranks: gather_dim 0 on the odd rows (bf16, B
 // [N, K]; push in place too) and pull on whole-tile shards (B [K, N]); gather_dim 1 with B
 // replicated (fp16, B [K, N]) at M = 200 (ksplit's two-kernel path: cuBLASLt in the graph) and
-// ksplit's skinny (M = 24) and band (M = 520) paths.
+// ksplit's skinny (M = 24) and band (M = 520) paths. r303 found the band path's second launch in a
+// graph stuck at three ranks (every replay, both runs): its sum kernel's grid (4 CTAs a band, 288)
+// waited for a peer's A shard, whose copies did not come; the same launches back to back eagerly
+// passed on that kernel (r304), so the copies as graph nodes seem to need the SMs the waiting
+// CTAs held. The sum now waits for no copy (the side stream waits for the shards) and its grid is
+// capped at the share's SMs.
 TEST(AgmmSim, GraphReplayAtTwoThreeAndEightRanks) {
   REQUIRE_SIMULATION_ENV();
   using V = AgmmVariant;
   for (int w : {2, 3, 8}) {
-    SimulatedAgmm sim(w, std::max<int64_t>(520, 203 * w), kSplitShardK * w);
+    // K / W = 264: a multiple of 8, not of 64, and small: every replay draws fresh inputs on the host.
+    constexpr int64_t kShardK = 264;
+    SimulatedAgmm sim(w, std::max<int64_t>(520, 203 * w), std::max<int64_t>(1001, kShardK * w));
     const int late = w - 1;
     const uint64_t seed = 900 + 10 * uint64_t(w);
     auto rows = sim.problems({203 * w, 264, 1001, 0, DType::bf16, BLayout::NK}, seed, false);
@@ -434,7 +449,7 @@ TEST(AgmmSim, GraphReplayAtTwoThreeAndEightRanks) {
     auto whole = sim.problems({128 * w, 264, 520, 0, DType::bf16, BLayout::KN}, seed + 5, false);
     sim.replay(whole, V::pull, false, late, seed + 6, world_label(w) + label(whole[0].shape()) + " pull");
     for (int64_t m : {200, 24, 520}) {
-      auto cols = sim.problems({m, 1003, kSplitShardK * w, 1, DType::fp16, BLayout::KN}, seed + 7, true);
+      auto cols = sim.problems({m, 1003, kShardK * w, 1, DType::fp16, BLayout::KN}, seed + 7, true);
       const std::string cols_shape = world_label(w) + label(cols[0].shape()) + " B replicated ";
       std::vector<V> vs = {V::ksplit};
       if (m == 200) vs = {V::push, V::sm_specialized, V::fused_ce, V::decomposed, V::nsplit, V::ksplit};

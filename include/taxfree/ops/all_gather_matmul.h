@@ -81,9 +81,10 @@
 //              - bands (M >= kBandsMinM): our GEMM's fp32 epilogue stores each 64-row band of
 //                P_rank into this rank's partial and straight into every peer's slot (whole
 //                128-byte rows), then raises the band's flag there (release after the stores),
-//                while the GEMM goes on; a band sum kernel waits (bounded) for every peer's band
-//                and writes C. A_shard goes into every peer's gathered A by copy engine on the op's
-//                side stream after a begin barrier (as decomposed), during the GEMM.
+//                while the GEMM goes on; a band sum kernel (one CTA per SM of the share at most)
+//                waits (bounded) for every peer's band and writes C. A_shard goes into every peer's
+//                gathered A by copy engine on the op's side stream after a begin barrier (as
+//                decomposed), during the GEMM; that stream then waits for the peers' shards.
 //              TAXFREE_AGMM_KSPLIT_PATH=two-kernel or bands in the environment forces that path at
 //              every M, TAXFREE_AGMM_KSPLIT_EXCHANGE=all-to-all or owner-sums the two-kernel path's
 //              exchange (read at each launch; the same on every rank; another value:

@@ -98,9 +98,8 @@ struct KsplitGemmLaunch {
                                 // (capacity: KsplitHeap::band_flags, 64 x 64 bands: the narrowest non-swap tile)
   int64_t band_capacity = 0;
   int bands_n = 1, bn = 64;     // bands per 64 rows (ceil(n / bn)), the config's tile columns
+  int sum_ctas = 1;             // the band sum's grid cap: the share's SMs (its CTAs wait for peers)
   int64_t m = 0, n = 0;
-  const uint64_t* a_arrived = nullptr;  // heap [world]: slot p >= *a_epoch once rank p's A shard landed
-  const uint64_t* a_epoch = nullptr;    // this launch's begin-barrier epoch (advanced before the sum)
   bool skip_signal = false;     // fault injection: raise no band flag on any peer
   void* c = nullptr;
   int64_t ldc = 0;              // elements

@@ -18,9 +18,13 @@
 //    e + 2 starts after its sum kernel of e + 1 saw the receiver's band flags of e + 1, raised by
 //    the receiver's GEMM of e + 1, which follows its sum kernel of e, the last reader of parity e).
 //  * Band flags only grow (epochs); the gathered A is written by the peers only after the begin
-//    barrier of this launch (decomposed's rule), and the sum kernel waits for their arrival flags.
+//    barrier of this launch (decomposed's rule), and the side stream waits for their arrival flags
+//    (agmm_op_split.cc): the sum kernel, whose CTAs wait, waits for no copy, so it can never hold
+//    the SMs a copy would need (copies may run as kernels: in a graph, between ranks on one GPU).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+
+#include <algorithm>
 
 #include "agmm_internal.h"
 #include "partial_sum.cuh"
@@ -89,39 +93,51 @@ struct KsplitBands {
 #endif
 };
 
-constexpr int kSumThreads = 256;
-constexpr int kSumRows = 16;  // rows of a band per sum CTA: 4 CTAs per 64-row band
+constexpr int kSumThreads = 512;
+constexpr int kSumUnroll = 4;  // 8-column groups per thread at a time: a 64 x 256 band in one step
 
-// CTA (band, quarter): waits for every peer's flag of the band and for every peer's A shard, then
-// sums rows [row0 + 16 quarter, + 16) x columns [col0, col0 + bn) of the world partials in rank
-// order. Every CTA ends the launch sequence (also those past M, which wait for nothing).
+// CTA b sums bands b, b + grid, ... (grid <= the share's SMs: its CTAs wait for peers' GEMMs, which
+// need SMs too where ranks share a GPU): for each band it waits for every peer's flag of the band,
+// then writes rows [row0, +64) x columns [col0, +bn) of C = the world partials summed in rank
+// order, kSumUnroll 8-column groups per thread at a time (all their loads before their stores).
+// Every CTA ends the launch sequence.
 template <class T>
 __global__ void __launch_bounds__(kSumThreads) ksplit_band_sum_kernel(const __grid_constant__ KsplitGemmLaunch l) {
   const dev::SymmetricView& v = l.view;
   const uint64_t e = dev::sequence_begin(l.seq);
-  const int band = int(blockIdx.x) / (64 / kSumRows), quarter = int(blockIdx.x) % (64 / kSumRows);
-  const int64_t row0 = int64_t(band / l.bands_n) * 64 + quarter * kSumRows;
-  const int64_t col0 = int64_t(band % l.bands_n) * l.bn;
   const int t = threadIdx.x;
-  if (row0 < l.m) {
+  const float* const parity = l.recv + int64_t(e & 1) * (v.world - 1) * l.slot_floats;
+  const int groups = l.bn / 8;  // 8-float groups per band row
+  const int bands = int((l.m + 63) / 64) * l.bands_n;
+  for (int band = int(blockIdx.x); band < bands; band += int(gridDim.x)) {
     bool ok = true;
-    if (t < v.world && t != v.rank) {  // thread p: rank p's band and its A shard (bounded waits)
-      ok = dev::wait_geq(l.flags + t * l.band_capacity + band, e, l.fault, dev::WaitSite::ksplit_partial, t) &&
-           dev::wait_geq(l.a_arrived + t, *l.a_epoch, l.fault, dev::WaitSite::all_gather_data, t);
-    }
-    if (__syncthreads_and(ok)) {
-      const float* const parity = l.recv + int64_t(e & 1) * (v.world - 1) * l.slot_floats;
-      const int rows = int(l.m - row0 < kSumRows ? l.m - row0 : kSumRows);
-      const int groups = l.bn / 8;  // 8-float groups per band row
-      for (int x = t; x < rows * groups; x += kSumThreads) {
+    if (t < v.world && t != v.rank)  // thread p: rank p's flag of the band (bounded wait)
+      ok = dev::wait_geq(l.flags + t * l.band_capacity + band, e, l.fault, dev::WaitSite::ksplit_partial, t);
+    if (!__syncthreads_and(ok)) break;
+    const int64_t row0 = int64_t(band / l.bands_n) * 64, col0 = int64_t(band % l.bands_n) * l.bn;
+    const int units = int(l.m - row0 < 64 ? l.m - row0 : 64) * groups;
+    for (int x0 = t; x0 < units; x0 += kSumUnroll * kSumThreads) {
+      int64_t at[kSumUnroll];  // row * ldp + col, or -1 past the band
+      float4 lo[kSumUnroll], hi[kSumUnroll];
+#pragma unroll
+      for (int u = 0; u < kSumUnroll; ++u) {
+        const int x = x0 + u * kSumThreads;
+        const int64_t col = col0 + (x % groups) * 8;
+        at[u] = x < units && col < l.n ? (row0 + x / groups) * l.ldp + col : -1;
+      }
+      // Plain loads: the peers' stores are ordered before their flags (acquired above).
+      for (int r = 0; r < v.world; ++r) {
+        const float* const p = r == v.rank ? l.own : parity + KsplitSlices::slot(r, v.rank) * l.slot_floats;
+#pragma unroll
+        for (int u = 0; u < kSumUnroll; ++u)
+          if (at[u] >= 0) add_partial8(lo[u], hi[u], p + at[u], r == 0);
+      }
+#pragma unroll
+      for (int u = 0; u < kSumUnroll; ++u) {
+        if (at[u] < 0) continue;
+        const int x = x0 + u * kSumThreads;
         const int64_t row = row0 + x / groups, col = col0 + (x % groups) * 8;
-        if (col >= l.n) continue;
-        const int64_t at = row * l.ldp + col;
-        float4 lo, hi;
-        // Plain loads: the peers' stores are ordered before their flags (acquired above).
-        for (int s = 0; s < v.world; ++s)
-          add_partial8(lo, hi, (s == v.rank ? l.own : parity + KsplitSlices::slot(s, v.rank) * l.slot_floats) + at, s == 0);
-        store8<T>(static_cast<T*>(l.c) + row * l.ldc + col, round8<T>(lo, hi), l.n - col);
+        store8<T>(static_cast<T*>(l.c) + row * l.ldc + col, round8<T>(lo[u], hi[u]), l.n - col);
       }
     }
   }
@@ -143,8 +159,11 @@ void enqueue_ksplit_gemm(const KsplitGemmLaunch& l, cudaStream_t s, gemm::GemmSt
 }
 
 void enqueue_ksplit_band_sum(const KsplitGemmLaunch& l, cudaStream_t s) {
-  const int64_t ctas = ((l.m + 63) / 64) * l.bands_n * (64 / kSumRows);
-  TF_REQUIRE(ctas >= 1 && ctas <= INT32_MAX, Status::Internal, "ksplit band sum with " << ctas << " CTAs");
+  const int64_t bands = ((l.m + 63) / 64) * l.bands_n;
+  TF_REQUIRE(bands >= 1 && bands <= INT32_MAX && l.sum_ctas >= 1 && l.bn <= 256 && l.bn % 8 == 0,
+             Status::Internal,
+             "ksplit band sum: " << bands << " bands of " << l.bn << " columns, " << l.sum_ctas << " CTAs");
+  const int64_t ctas = std::min<int64_t>(bands, l.sum_ctas);
   if (l.dtype == gemm::DType::bf16)
     ksplit_band_sum_kernel<__nv_bfloat16><<<unsigned(ctas), kSumThreads, 0, s>>>(l);
   else

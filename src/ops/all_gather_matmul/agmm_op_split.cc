@@ -130,8 +130,9 @@ GatheredA AllGatherMatmul::launch_ksplit_skinny(const AgmmArgs& a, cudaStream_t 
 
 // Side stream: the begin barrier (every peer's gathered A is free), then the copy engine moves A_shard
 // into every peer's gathered A, each followed by its arrival flag (decomposed's scheme), then into
-// this rank's own slot. Main stream: our GEMM with the band epilogue (no wait: it reads only this
-// rank's data), then the band sum, which waits for the peers' bands and A shards.
+// this rank's own slot, then waits for the peers' shards. Main stream: our GEMM with the band
+// epilogue (no wait: it reads only this rank's data), then the band sum, which waits for the peers'
+// bands only (agmm_ksplit_gemm.cu: why it waits for no copy).
 GatheredA AllGatherMatmul::launch_ksplit_bands(const AgmmArgs& a, cudaStream_t s) {
   const agmm::KsplitSlices sl = make_ksplit_plan(a, share_.world, config_, share_.sm_count);  // validates
   Impl& im = *impl_;
@@ -152,8 +153,8 @@ GatheredA AllGatherMatmul::launch_ksplit_bands(const AgmmArgs& a, cudaStream_t s
   l.flags = im.ksplit_band_flags, l.band_capacity = im.ksplit_sizes.band_flags;
   l.bn = l.config.bn;
   l.bands_n = int((a.n + l.bn - 1) / l.bn);
+  l.sum_ctas = share_.sm_count;
   l.m = a.m, l.n = a.n;
-  l.a_arrived = im.dec_arrived, l.a_epoch = im.dec_seq.counter;
   l.skip_signal = skip_signal_;
   l.c = a.c, l.ldc = a.ldc;
   l.dtype = a.dtype;
@@ -166,17 +167,19 @@ GatheredA AllGatherMatmul::launch_ksplit_bands(const AgmmArgs& a, cudaStream_t s
   TF_CUDA(cudaEventRecord(im.fork, s));
   TF_CUDA(cudaStreamWaitEvent(im.side, im.fork, 0));
   agmm::enqueue_begin(im.dec_seq.counter, view, im.dec_barrier, l.fault, im.side);
-  TF_CUDA(cudaEventRecord(im.begun, im.side));
   for (int i = 1; i < w; ++i) {
     const int q = (rank - i + w) % w;
     copy_rows(view.peer(const_cast<void*>(slot.ptr), q), slot.ld, a.a_shard, a.lda_shard, sl.m, sl.shard_cols, im.side);
     agmm::enqueue_signal_copy(view.peer(im.dec_arrived, q) + rank, im.dec_seq.counter, im.side);
   }
   if (!in_place(a, slot)) copy_rows(const_cast<void*>(slot.ptr), slot.ld, a.a_shard, a.lda_shard, sl.m, sl.shard_cols, im.side);
+  for (int i = 1; i < w; ++i) {
+    const int src = (rank + i) % w;
+    agmm::enqueue_wait(im.dec_arrived + src, im.dec_seq.counter, l.fault, dev::WaitSite::all_gather_data, src, im.side);
+  }
   TF_CUDA(cudaEventRecord(im.join, im.side));
 
   agmm::enqueue_ksplit_gemm(l, s);
-  TF_CUDA(cudaStreamWaitEvent(s, im.begun, 0));  // the sum reads the begin barrier's epoch
   agmm::enqueue_ksplit_band_sum(l, s);
   TF_CUDA(cudaStreamWaitEvent(s, im.join, 0));
   return {im.gathered, slot.ld};
