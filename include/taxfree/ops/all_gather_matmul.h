@@ -81,7 +81,7 @@
 //              - bands (M >= kBandsMinM): our GEMM's fp32 epilogue stores each 64-row band of
 //                P_rank into this rank's partial and straight into every peer's slot (whole
 //                128-byte rows), then raises the band's flag there (release after the stores),
-//                while the GEMM goes on; a band sum kernel (one CTA per SM of the share at most)
+//                while the GEMM goes on; a band sum kernel (no more CTAs than the share has SMs)
 //                waits (bounded) for every peer's band and writes C. A_shard goes into every peer's
 //                gathered A by copy engine on the op's side stream after a begin barrier (as
 //                decomposed), during the GEMM; that stream then waits for the peers' shards.
