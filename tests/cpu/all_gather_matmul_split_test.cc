@@ -107,7 +107,9 @@ TEST(AgmmNsplit, PartialHoldsEveryBlockWithinCapacity) {
 }
 
 // ksplit's side gather: 16 CTAs on a whole H100 / H200, an eighth of a smaller share (W ranks
-// simulated on one GPU: their waiting grids fit together), never none; a configured width wins.
+// simulated on one GPU: their waiting grids fit together), never none; a configured width wins up
+// to half the share. The exchange beside it takes the rest, so the two grids that wait for peers
+// at once never exceed the share (audit of the thirty-seventh session: 144 CTAs on 132 SMs at W = 2).
 TEST(AgmmKsplit, SideGatherScalesWithTheShare) {
   const AgmmConfig def;
   EXPECT_EQ(side_gather_ctas(def, 132), agmm::kSideGatherCtas);
@@ -118,7 +120,18 @@ TEST(AgmmKsplit, SideGatherScalesWithTheShare) {
   EXPECT_EQ(side_gather_ctas(def, 1), 1);
   AgmmConfig set;
   set.side_gather_ctas = 40;
-  EXPECT_EQ(side_gather_ctas(set, 16), 40);
+  EXPECT_EQ(side_gather_ctas(set, 132), 40);
+  EXPECT_EQ(side_gather_ctas(set, 16), 8);
+  EXPECT_EQ(ksplit_exchange_sms(def, 132), 132 - agmm::kSideGatherCtas);
+  for (const AgmmConfig& c : {def, set})
+    for (int world : {2, 3, 4, 8})
+      for (int sms : {132, 114, (132 - 4) / world}) {
+        // The largest exchange the plan makes (M = 1024 x N = 1024: past one CTA per SM).
+        const agmm::KsplitSlices sl = make_ksplit_plan(ksplit_args(1024, 1024, int64_t(world) * 4104), world, c,
+                                                       ksplit_exchange_sms(c, sms));
+        EXPECT_LE(sl.ctas + side_gather_ctas(c, sms), sms) << "W=" << world << " on " << sms << " SMs";
+        EXPECT_GE(sl.ctas, sms / 2) << "W=" << world << " on " << sms << " SMs";
+      }
 }
 
 // The A shards as a block all-gather (nsplit, and ksplit's side-stream gather on at most

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "captured_graph.h"
 #include "flash_decode_team_util.h"
 #include "taxfree/device/dependent_launch.cuh"
 #include "taxfree/device/scoped_memory.cuh"
@@ -271,12 +272,9 @@ TEST(FlashDecodeDist, CudaGraphReplayOfFusedSteps) {
   TF_REQUIRE_GPUS(1);
   auto& t = team();
   BothMerges m(700);
-  cudaGraph_t graph;
-  cudaGraphExec_t exec;
-  TF_CUDA(cudaStreamBeginCapture(t.stream(), cudaStreamCaptureModeThreadLocal));
-  for (int i = 0; i < 4; ++i) (i % 2 ? m.direct : m.cluster)->launch(Variant::fused, m.l.args(m.p), t.stream());
-  TF_CUDA(cudaStreamEndCapture(t.stream(), &graph));
-  TF_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+  const ::taxfree::test::CapturedGraph graph(t.stream(), [&] {
+    for (int i = 0; i < 4; ++i) (i % 2 ? m.direct : m.cluster)->launch(Variant::fused, m.l.args(m.p), t.stream());
+  });
   for (int rep = 0; rep < 4; ++rep) {
     Op& op = rep % 2 ? m.cluster : m.direct;
     draw_q(m.g, 800 + rep);  // fresh inputs in the buffers the graph captured
@@ -287,13 +285,11 @@ TEST(FlashDecodeDist, CudaGraphReplayOfFusedSteps) {
     TF_CUDA(cudaMemsetAsync(m.l.out_d.p, 0xFF, m.l.out_d.n * 2, t.stream()));
     t.sync(t.stream());
     t.host_barrier("fdd.graph");
-    TF_CUDA(cudaGraphLaunch(exec, t.stream()));
+    graph.launch(t.stream());
     if (rep % 2) op->launch(Variant::fused, m.l.args(m.p), t.stream());  // eager steps share the epochs
     t.sync(t.stream());
     check(m.g, download_out(m.l), "graph replay " + std::to_string(rep));
   }
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
 }
 
 // The kernel ahead lets its dependents start at once (griddepcontrol.launch_dependents), then

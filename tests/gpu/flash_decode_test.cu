@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "../../src/ops/flash_decode/reference.h"
+#include "captured_graph.h"
 #include "flash_decode_util.h"
 #include "gpu_env.h"
 #include "random_draws.h"
@@ -498,18 +499,14 @@ TEST(FlashDecodeGpu, RepeatedLaunchesAndCudaGraphReplay) {
   const DecodePlan plan = plan_decode(a, cfg);
   Dev<unsigned char> ws(plan.workspace_bytes);
   init_decode_workspace(ws.p, plan.workspace_bytes, run.stream);
-  cudaGraph_t graph;
-  cudaGraphExec_t exec;
-  TF_CUDA(cudaStreamBeginCapture(run.stream, cudaStreamCaptureModeThreadLocal));
-  launch_decode_partial(a, plan, ws.p, plan.workspace_bytes, run.stream);
-  TF_CUDA(cudaStreamEndCapture(run.stream, &graph));
-  TF_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+  const ::taxfree::test::CapturedGraph graph(run.stream,
+                                             [&] { launch_decode_partial(a, plan, ws.p, plan.workspace_bytes, run.stream); });
   for (int it = 0; it < 3; ++it) {
     fill_host(d, 1000 + it);  // fresh Q, K, V into the same device buffers the graph captured
     upload(d);
     ASSERT_EQ(a.q, d.qd.p);
     out.poison(), lse_d.poison();
-    TF_CUDA(cudaGraphLaunch(exec, run.stream));
+    graph.launch(run.stream);
     TF_CUDA(cudaStreamSynchronize(run.stream));
     reference(d, starts, p.lens, o, lse);
     std::vector<float> got;
@@ -517,8 +514,6 @@ TEST(FlashDecodeGpu, RepeatedLaunchesAndCudaGraphReplay) {
     EXPECT_EQ(count_bad(got, o, tol_out(p.dtype), "graph replay out"), 0) << "replay " << it;
     EXPECT_EQ(count_bad(lse_d.download(), lse, kTolLse, "graph replay lse"), 0) << "replay " << it;
   }
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
 }
 
 TEST(FlashDecodeGpu, LongSequenceSmoke) {

@@ -66,8 +66,9 @@
 //                peers' lines of its slice, writes C and copies the peers' A lines into this
 //                rank's gathered A (no rank writes a peer's gathered A on this path).
 //              - two-kernel (kSkinnyMaxM < M < agmm::kBandsMinM = 512): cuBLASLt into P_rank,
-//                then one exchange kernel (make_ksplit_plan: one CTA per slice of P; a
-//                programmatic dependent launch, so it starts during the GEMM's tail). For small
+//                then one exchange kernel (make_ksplit_plan: one CTA per slice of P, on the
+//                share less the side gather's SMs, ksplit_exchange_sms(); a programmatic
+//                dependent launch, so it starts during the GEMM's tail). For small
 //                partials (agmm::ksplit_owner_sums: by the bytes it saves, which grow with the
 //                world), all-to-all: every rank sends its partial slice to every peer, raises a
 //                flag, and sums every slice itself. Else reduce-scatter + all-gather: rank
@@ -255,9 +256,13 @@ agmm::KsplitSlices make_ksplit_plan(const AgmmArgs& args, int world, const AgmmC
 
 // CTAs of ksplit's side gather (the two-kernel path's block all-gather of the A shards beside its
 // GEMM) on a share of `num_sms` SMs: AgmmConfig::side_gather_ctas when set, else an eighth of the
-// SMs, from 1 to agmm::kSideGatherCtas (16 on a 132-SM GPU). It scales with the share because its
-// CTAs wait for peers: W ranks simulated on one GPU must fit their waiting grids together. Pure.
+// SMs, from 1 to agmm::kSideGatherCtas (16 on a 132-SM GPU); at most half the share either way. It
+// scales with the share because its CTAs wait for peers: W ranks simulated on one GPU must fit
+// their waiting grids together. Pure.
 int side_gather_ctas(const AgmmConfig& config, int num_sms);
+// SMs the two-kernel path's exchange kernel may fill (make_ksplit_plan's num_sms): the share less
+// the side gather, which may still wait beside it. Pure.
+int ksplit_exchange_sms(const AgmmConfig& config, int num_sms);
 
 // What ksplit's skinny path runs for a shape (m <= agmm::kSkinnyMaxM): the column slices, one CTA
 // per slice up to `resident_ctas` (CTAs of the kernel the GPU holds at once: SMs x CTAs per SM,

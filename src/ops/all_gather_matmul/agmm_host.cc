@@ -273,7 +273,12 @@ agmm::KsplitSlices make_ksplit_plan(const AgmmArgs& a, int world, const AgmmConf
 }
 
 int side_gather_ctas(const AgmmConfig& cfg, int num_sms) {
-  return cfg.side_gather_ctas > 0 ? cfg.side_gather_ctas : std::clamp(num_sms / 8, 1, agmm::kSideGatherCtas);
+  const int want = cfg.side_gather_ctas > 0 ? cfg.side_gather_ctas : std::clamp(num_sms / 8, 1, agmm::kSideGatherCtas);
+  return std::min(want, std::max(1, num_sms / 2));  // the exchange beside it keeps the rest
+}
+
+int ksplit_exchange_sms(const AgmmConfig& cfg, int num_sms) {
+  return std::max(1, num_sms - side_gather_ctas(cfg, num_sms));
 }
 
 agmm::KsplitSkinny make_ksplit_skinny_plan(const AgmmArgs& a, int world, const AgmmConfig& cfg, int resident_ctas) {

@@ -55,7 +55,8 @@ GatheredA AllGatherMatmul::launch_ksplit(const AgmmArgs& a, cudaStream_t s) {
     case KsplitPath::bands: return warm_only_ ? GatheredA{} : launch_ksplit_bands(a, s);
     case KsplitPath::two_kernel: break;
   }
-  const agmm::KsplitSlices sl = make_ksplit_plan(a, share_.world, config_, share_.sm_count);
+  // The exchange and the side gather both wait for peers, possibly at once: together in the share.
+  const agmm::KsplitSlices sl = make_ksplit_plan(a, share_.world, config_, ksplit_exchange_sms(config_, share_.sm_count));
   Impl& im = *impl_;
   const GatheredA slot = local_slot(a.m, a.k, a.gather_dim);
   const int64_t k0 = share_.rank * sl.shard_cols;  // this rank's K rows of B
