@@ -44,8 +44,6 @@ using namespace agmm_test;
 using test::Draws;
 using test::SimulatedHeaps;
 
-__global__ void sleep_kernel(uint64_t ns) { dev::sleep_for_ns(ns); }
-
 // The driver reads both variables when it starts.
 #define REQUIRE_SIMULATION_ENV()                                                                      \
   do {                                                                                                \
@@ -90,18 +88,13 @@ class SimulatedAgmm {
   std::vector<GatheredA> launch(std::vector<Problem>& ps, AgmmVariant v, bool in_place = false, int late = -1,
                                 uint64_t late_ns = 0) {
     std::vector<GatheredA> gs;
-    heaps_.hold();
-    for (int r = 0; r < world(); ++r) {
-      const AgmmArgs a = args(ps, r, v, in_place);
-      if (r == late) sleep_kernel<<<1, 1, 0, stream(r)>>>(late_ns);
-      try {
+    heaps_.gated([&] {
+      for (int r = 0; r < world(); ++r) {
+        const AgmmArgs a = args(ps, r, v, in_place);
+        if (r == late) heaps_.delay(r, late_ns);
         gs.push_back(op(r).launch(v, a, stream(r)));
-      } catch (...) {
-        heaps_.release();  // the ranks enqueued so far wait for peers that never come: their deadline
-        throw;
       }
-    }
-    heaps_.release();
+    });
     return gs;
   }
 
@@ -149,15 +142,13 @@ class SimulatedAgmm {
     const auto t0 = std::chrono::steady_clock::now();
     run(ps, v, what + " outside a graph", in_place);
     const auto t1 = std::chrono::steady_clock::now();
-    std::vector<test::CapturedGraph> graphs;
     std::vector<GatheredA> gs(static_cast<size_t>(world()));
-    for (int r = 0; r < world(); ++r)
-      graphs.emplace_back(stream(r), [&] {
-        for (int i = 0; i < 2; ++i) {
-          if (r == late) sleep_kernel<<<1, 1, 0, stream(r)>>>(20'000);
-          gs[size_t(r)] = op(r).launch(v, args(ps, r, v, in_place), stream(r));
-        }
-      });
+    const auto graphs = heaps_.capture_each([&](int r) {
+      for (int i = 0; i < 2; ++i) {
+        if (r == late) heaps_.delay(r, 20'000);
+        gs[size_t(r)] = op(r).launch(v, args(ps, r, v, in_place), stream(r));
+      }
+    });
     for (int rep = 0; rep < 3; ++rep) {
       for (Problem& p : ps) p.refresh(seed + uint64_t(rep));
       poison(ps);

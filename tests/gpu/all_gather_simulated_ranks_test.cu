@@ -73,7 +73,7 @@ class SimulatedAllGather {
   AllGather& op(int r) { return *ops_[size_t(r)]; }
   char* send(int r) const { return sends_[size_t(r)]; }
   cudaStream_t stream(int r) const { return heaps_.stream(r); }
-  void launch_graphs(const std::vector<test::CapturedGraph>& graphs) { heaps_.launch_graphs(graphs); }
+  SimulatedHeaps& heaps() { return heaps_; }
 
   // Every rank's recv poisoned, and waited for (the peers write into it).
   void poison_recv(uint64_t bytes) {
@@ -137,8 +137,10 @@ TEST(AllGatherSim, HundredsOfLaunchesWithoutResetAtThreeRanks) {
 }
 
 // Ten launches a rank captured into a CUDA graph (every other one in place, each step's own shard
-// values) and replayed three times, every recv poisoned before each replay, at 2, 3 and 8 ranks,
-// both protocols: the epochs advance inside the graph and across replays with no host work.
+// values, the last rank 20 us late before each) and replayed three times, every recv poisoned
+// before each replay (the graph writes the same values every replay: poison is what shows it ran),
+// at 2, 3 and 8 ranks, both protocols: the epochs advance inside the graph and across replays with
+// no host work.
 TEST(AllGatherSim, GraphReplayAtTwoThreeAndEightRanks) {
   TF_REQUIRE_GPUS(1);
   for (int world : {2, 3, 8})
@@ -147,14 +149,15 @@ TEST(AllGatherSim, GraphReplayAtTwoThreeAndEightRanks) {
       const std::string what = "W=" + std::to_string(world) + " " + std::to_string(bytes) + " B";
       for (int r = 0; r < world; ++r) ag.launch(r, bytes, 1, false);  // outside a graph: plans
       ag.check(bytes, 1, what + " outside a graph");
-      std::vector<test::CapturedGraph> graphs;
-      for (int r = 0; r < world; ++r)
-        graphs.emplace_back(ag.stream(r), [&] {
-          for (uint32_t step = 2; step <= 11; ++step) ag.launch(r, bytes, step, step % 2 == 0);
-        });
+      const auto graphs = ag.heaps().capture_each([&](int r) {
+        for (uint32_t step = 2; step <= 11; ++step) {
+          if (r == world - 1) ag.heaps().delay(r, 20'000);
+          ag.launch(r, bytes, step, step % 2 == 0);
+        }
+      });
       for (int rep = 0; rep < 3; ++rep) {
         ag.poison_recv(bytes);
-        ag.launch_graphs(graphs);
+        ag.heaps().launch_graphs(graphs);
         ag.check(bytes, 11, what + " graph replay " + std::to_string(rep));
       }
       if (HasFailure()) return;

@@ -31,7 +31,9 @@ class CapturedGraph {
     const cudaError_t made = cudaGraphInstantiate(&exec_, graph, 0);
     cudaGraphDestroy(graph);
     TF_CUDA(made);
-    TF_CUDA(cudaGraphUpload(exec_, s));
+    const cudaError_t uploaded = cudaGraphUpload(exec_, s);
+    if (uploaded != cudaSuccess) cudaGraphExecDestroy(std::exchange(exec_, nullptr));  // no destructor runs
+    TF_CUDA(uploaded);
   }
   CapturedGraph(CapturedGraph&& o) noexcept : exec_(std::exchange(o.exec_, nullptr)) {}
   CapturedGraph& operator=(CapturedGraph&&) = delete;

@@ -51,6 +51,8 @@ class SimulatedRanks {
 
   cudaStream_t stream(int r) const { return heaps_.stream(r); }
   void sync(const std::string& what) { heaps_.sync(what); }
+  template <class Enqueue>
+  std::vector<CapturedGraph> capture_each(Enqueue&& enqueue) { return heaps_.capture_each(enqueue); }
   void launch_graphs(const std::vector<CapturedGraph>& graphs) { heaps_.launch_graphs(graphs); }
 
   // Rank r's plan of `a`, for its share of the GPU.
@@ -131,11 +133,9 @@ void run_and_check(SimulatedRanks& sim, const Global& g, std::vector<Local>& ls,
 void replay_and_check(SimulatedRanks& sim, Global& g, std::vector<Local>& ls, int late, uint64_t seed,
                       const std::string& what) {
   run_and_check(sim, g, ls, what + " outside a graph");
-  std::vector<CapturedGraph> graphs;
-  for (int r = 0; r < int(ls.size()); ++r)
-    graphs.emplace_back(sim.stream(r), [&] {
-      for (int step = 0; step < 4; ++step) sim.launch(r, ls[size_t(r)].args(g.p), r == late ? 20'000u : 0u);
-    });
+  const auto graphs = sim.capture_each([&](int r) {
+    for (int step = 0; step < 4; ++step) sim.launch(r, ls[size_t(r)].args(g.p), r == late ? 20'000u : 0u);
+  });
   for (int rep = 0; rep < 3; ++rep) {
     draw_q(g, seed + uint64_t(rep));
     compute_reference(g);

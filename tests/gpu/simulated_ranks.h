@@ -7,8 +7,8 @@
 // share(r) gives rank r as an op object takes it (RankShare: the span as its heap, (SMs - 4) / W
 // SMs, launch sequences from a pool, no NCCL), so an op built on it runs its cross-rank variants;
 // kernels whose CTAs wait for peers must fit on the GPU together, which the ops' plans for that
-// share see to. hold() / release() start every rank's work together, launch_graphs() every rank's
-// CUDA graph.
+// share see to. gated() (hold() / release()) starts every rank's work together, launch_graphs()
+// every rank's CUDA graph (capture_each()); delay() makes a rank late.
 // What it cannot show: NVLink's ordering and latency (every peer is in the same GPU's memory).
 #pragma once
 
@@ -38,6 +38,7 @@ namespace simulated_detail {
 static __global__ void gate_kernel(const uint64_t* gate, uint64_t open, dev::FaultContext fc) {
   dev::wait_geq(gate, open, fc, dev::WaitSite::test_signal, -1);
 }
+static __global__ void sleep_kernel(uint64_t ns) { dev::sleep_for_ns(ns); }
 }  // namespace simulated_detail
 
 class SimulatedHeaps {
@@ -126,17 +127,42 @@ class SimulatedHeaps {
   }
   void release() { __atomic_store_n(gate_, gate_open_, __ATOMIC_RELEASE); }
 
-  // One replay of every rank's graph (graphs[r], captured on any stream) on its stream, behind
-  // the gate: the ranks' replays start together.
-  void launch_graphs(const std::vector<CapturedGraph>& graphs) {
-    hold();
+  // hold(), `enqueue()` (every rank's work on its stream), release(): the ranks start together. A
+  // throw opens the gate first (the ranks enqueued so far then wait for peers that never come:
+  // their deadline).
+  template <class Enqueue>
+  void gated(Enqueue&& enqueue) {
     try {
-      for (int r = 0; r < world_; ++r) graphs[size_t(r)].launch(streams_[size_t(r)]);
+      hold();
+      enqueue();
     } catch (...) {
-      release();  // the replays enqueued so far wait for peers that never come: their deadline
+      release();
       throw;
     }
     release();
+  }
+
+  // Rank r's CUDA graph of what `enqueue(r)` puts on stream(r), for every rank.
+  template <class Enqueue>
+  std::vector<CapturedGraph> capture_each(Enqueue&& enqueue) {
+    std::vector<CapturedGraph> graphs;
+    for (int r = 0; r < world_; ++r) graphs.emplace_back(stream(r), [&] { enqueue(r); });
+    return graphs;
+  }
+
+  // One replay of every rank's graph (capture_each's) on its stream, started together.
+  void launch_graphs(const std::vector<CapturedGraph>& graphs) {
+    TF_REQUIRE(int(graphs.size()) == world_, Status::InvalidArgument,
+               graphs.size() << " graphs for " << world_ << " simulated ranks");
+    gated([&] {
+      for (int r = 0; r < world_; ++r) graphs[size_t(r)].launch(streams_[size_t(r)]);
+    });
+  }
+
+  // Rank r starts late: a one-thread kernel sleeping `ns` on its stream (inside a capture too).
+  void delay(int r, uint64_t ns) {
+    simulated_detail::sleep_kernel<<<1, 1, 0, streams_[size_t(r)]>>>(ns);
+    TF_CUDA(cudaGetLastError());
   }
 
   // Waits for every rank's stream; a device wait that gave up fails the test with its diagnostic

@@ -158,7 +158,8 @@ struct AgmmConfig {
   int push_ctas = 0;           // push: SMs for the push kernel; 0 = choose per shape (make_push_plan)
   int64_t col_chunk = 0;       // push: piece width in columns (multiple of 64); 0 = per shape
   int side_gather_ctas = 0;    // ksplit's two-kernel path: SMs for the A gather beside the GEMM, at
-                               // most agmm::kKsplitMaxCtas; 0 = side_gather_ctas()'s default
+                               // most agmm::kKsplitMaxCtas (and half the rank's share when used:
+                               // side_gather_ctas()); 0 = side_gather_ctas()'s default
   // ksplit: capacity of the fp32 partials, (2 * (world - 1) + 1) * ksplit_max_m * ksplit_max_n * 4
   // bytes of heap, plus the skinny path's line inboxes (ksplit_heap: 9 MiB per peer at the
   // defaults and world 2); 201 MiB for 2 ranks at the defaults, about 1.0 GiB for 8 (the default
@@ -256,7 +257,8 @@ agmm::KsplitSlices make_ksplit_plan(const AgmmArgs& args, int world, const AgmmC
 
 // CTAs of ksplit's side gather (the two-kernel path's block all-gather of the A shards beside its
 // GEMM) on a share of `num_sms` SMs: AgmmConfig::side_gather_ctas when set, else an eighth of the
-// SMs, from 1 to agmm::kSideGatherCtas (16 on a 132-SM GPU); at most half the share either way. It
+// SMs, from 1 to agmm::kSideGatherCtas (16 on a 132-SM GPU); at most half the share either way
+// (but never below 1: a share of one SM is overfilled, one gather and one exchange CTA). It
 // scales with the share because its CTAs wait for peers: W ranks simulated on one GPU must fit
 // their waiting grids together. Pure.
 int side_gather_ctas(const AgmmConfig& config, int num_sms);

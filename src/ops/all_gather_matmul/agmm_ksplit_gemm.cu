@@ -2,9 +2,10 @@
 // multiplies A_shard by B's K rows of this rank and its epilogue stores each fp32 64-row band of the
 // partial both into this rank's partial and straight into every peer's partial slot (NVLink stores
 // while the other bands are still being computed), then raises the band's flag on every peer. A
-// sum kernel then waits for every peer's flag of its band and writes C = P_0 + P_1 + ... in rank
-// order in fp32, rounded once (the same bits on every rank). The A shard travels by copy engine
-// on the op's side stream (after the begin barrier, as decomposed), concurrently with the GEMM.
+// sum kernel then takes the bands in turn, waits for every peer's flag of each and writes
+// C = P_0 + P_1 + ... in rank order in fp32, rounded once (the same bits on every rank). The A
+// shard travels by copy engine on the op's side stream (after the begin barrier, as decomposed),
+// concurrently with the GEMM.
 //
 // Why: the two-kernel path (cuBLASLt, then an exchange kernel) moves the partials only after the
 // whole GEMM and then sums them from HBM: at M = 1024 the exchange alone (15 MB of partials each way)
@@ -147,6 +148,9 @@ __global__ void __launch_bounds__(kSumThreads) ksplit_band_sum_kernel(const __gr
 }  // namespace
 
 void enqueue_ksplit_gemm(const KsplitGemmLaunch& l, cudaStream_t s, gemm::GemmStep step) {
+  // The band sum's limits too, before anything of the launch is enqueued.
+  TF_REQUIRE(l.sum_ctas >= 1 && l.bn <= 256 && l.bn % 8 == 0 && (l.m + 63) / 64 * l.bands_n <= INT32_MAX,
+             Status::Internal, "ksplit band sum: " << l.bn << "-column bands, " << l.sum_ctas << " CTAs");
   KsplitBands::Params epi;
   epi.view = l.view;
   epi.own = l.own, epi.recv = l.recv;
@@ -159,11 +163,7 @@ void enqueue_ksplit_gemm(const KsplitGemmLaunch& l, cudaStream_t s, gemm::GemmSt
 }
 
 void enqueue_ksplit_band_sum(const KsplitGemmLaunch& l, cudaStream_t s) {
-  const int64_t bands = ((l.m + 63) / 64) * l.bands_n;
-  TF_REQUIRE(bands >= 1 && bands <= INT32_MAX && l.sum_ctas >= 1 && l.bn <= 256 && l.bn % 8 == 0,
-             Status::Internal,
-             "ksplit band sum: " << bands << " bands of " << l.bn << " columns, " << l.sum_ctas << " CTAs");
-  const int64_t ctas = std::min<int64_t>(bands, l.sum_ctas);
+  const int64_t ctas = std::min<int64_t>((l.m + 63) / 64 * l.bands_n, l.sum_ctas);  // checked by enqueue_ksplit_gemm
   if (l.dtype == gemm::DType::bf16)
     ksplit_band_sum_kernel<__nv_bfloat16><<<unsigned(ctas), kSumThreads, 0, s>>>(l);
   else

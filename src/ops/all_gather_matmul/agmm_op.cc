@@ -310,11 +310,7 @@ GatheredA AllGatherMatmul::launch_decomposed(const AgmmArgs& a, cudaStream_t s) 
     agmm::enqueue_begin(epoch, view, im.dec_barrier, fault, im.side);
     TF_CUDA(cudaEventRecord(im.begun, im.side));
   }
-  for (int i = 1; i < w; ++i) {
-    const int q = (rank - i + w) % w;
-    copy_rows(view.peer(const_cast<void*>(slot.ptr), q), slot.ld, a.a_shard, a.lda_shard, sh.rows, sh.cols, im.side);
-    agmm::enqueue_signal_copy(view.peer(im.dec_arrived, q) + rank, epoch, im.side);
-  }
+  im.send_shard_with_arrival_flags(view, slot, a, sh.rows, sh.cols, epoch);
   if (!shard_in_place && a.gather_dim == 0)  // last: nothing waits for it but the returned gathered A
     copy_own_shard(view, slot, a, sh.rows, sh.cols, im.side);
   TF_CUDA(cudaEventRecord(im.join, im.side));

@@ -121,7 +121,7 @@ struct AllGatherMatmul::Impl {
   dev::LaunchSequence push_seq{}, gemm_seq{}, dec_seq{}, ksplit_seq{}, side_seq{};
   cudaStream_t side = nullptr;       // the op's second stream (push kernel, copy-engine copies)
   cudaEvent_t fork = nullptr, join = nullptr;
-  cudaEvent_t begun = nullptr;       // ksplit bands, decomposed: the side stream's begin barrier is done
+  cudaEvent_t begun = nullptr;       // decomposed, nsplit: the side stream's begin barrier is done
   // A share of fewer SMs than the GPU has (ranks simulated on one GPU) shares it with the other
   // ranks' grids, which wait for this rank's GEMMs: cuBLASLt keeps to small clusters there
   // (cublaslt_gemm.h). A whole GPU keeps the heuristic's pick, as the bsp baseline does.
@@ -132,6 +132,19 @@ struct AllGatherMatmul::Impl {
   }
   void lt_launch(const gemm::GemmArgs& g, cudaStream_t s, gemm::OutType out = gemm::OutType::same) const {
     gemm::cublaslt_launch(g, s, out, lt_clusters);
+  }
+
+  // On the side stream, after the begin barrier: the copy engine sends A_shard (rows x cols) into
+  // every peer's slot of the gathered A, the peer that consumes it soonest first (rank - 1,
+  // rank - 2, ...), each copy followed by the arrival flag dec_arrived[rank] = *epoch there
+  // (decomposed's scheme; bands and nsplit too).
+  void send_shard_with_arrival_flags(const dev::SymmetricView& view, const GatheredA& slot, const AgmmArgs& a,
+                                     int64_t rows, int64_t cols, const uint64_t* epoch) const {
+    for (int i = 1; i < view.world; ++i) {
+      const int q = (view.rank - i + view.world) % view.world;
+      agmm::copy_rows(view.peer(const_cast<void*>(slot.ptr), q), slot.ld, a.a_shard, a.lda_shard, rows, cols, side);
+      agmm::enqueue_signal_copy(view.peer(dec_arrived, q) + view.rank, epoch, side);
+    }
   }
 
   int64_t skinny_slot_lines() const { return ksplit_sizes.skinny_partial_lines + ksplit_sizes.skinny_a_lines; }

@@ -168,11 +168,7 @@ GatheredA AllGatherMatmul::launch_ksplit_bands(const AgmmArgs& a, cudaStream_t s
   TF_CUDA(cudaEventRecord(im.fork, s));
   TF_CUDA(cudaStreamWaitEvent(im.side, im.fork, 0));
   agmm::enqueue_begin(im.dec_seq.counter, view, im.dec_barrier, l.fault, im.side);
-  for (int i = 1; i < w; ++i) {
-    const int q = (rank - i + w) % w;
-    copy_rows(view.peer(const_cast<void*>(slot.ptr), q), slot.ld, a.a_shard, a.lda_shard, sl.m, sl.shard_cols, im.side);
-    agmm::enqueue_signal_copy(view.peer(im.dec_arrived, q) + rank, im.dec_seq.counter, im.side);
-  }
+  im.send_shard_with_arrival_flags(view, slot, a, sl.m, sl.shard_cols, im.dec_seq.counter);
   if (!in_place(a, slot)) copy_rows(const_cast<void*>(slot.ptr), slot.ld, a.a_shard, a.lda_shard, sl.m, sl.shard_cols, im.side);
   for (int i = 1; i < w; ++i) {
     const int src = (rank + i) % w;
@@ -249,11 +245,7 @@ GatheredA AllGatherMatmul::launch_nsplit(const AgmmArgs& a, cudaStream_t s) {
   TF_CUDA(cudaStreamWaitEvent(im.side, im.fork, 0));
   agmm::enqueue_begin(epoch, view, im.dec_barrier, fault, im.side);
   TF_CUDA(cudaEventRecord(im.begun, im.side));
-  for (int i = 1; i < w; ++i) {
-    const int q = (rank - i + w) % w;  // the peer that consumes this shard soonest first
-    copy_rows(view.peer(const_cast<void*>(slot.ptr), q), slot.ld, a.a_shard, a.lda_shard, sh.rows, sh.cols, im.side);
-    agmm::enqueue_signal_copy(view.peer(im.dec_arrived, q) + rank, epoch, im.side);
-  }
+  im.send_shard_with_arrival_flags(view, slot, a, sh.rows, sh.cols, epoch);
   if (!in_place(a, slot)) copy_own_shard(view, slot, a, sh.rows, sh.cols, im.side);  // read back from a peer
   TF_CUDA(cudaEventRecord(im.join, im.side));
 
