@@ -17,6 +17,7 @@
 
 #include "taxfree/device/scoped_memory.cuh"
 #include "taxfree/device/stream_read.cuh"
+#include "taxfree/runtime/captured_graph.h"
 #include "taxfree/runtime/coordinator.h"
 #include "taxfree/runtime/error.h"
 #include "taxfree/runtime/gpc_layout.h"
@@ -130,38 +131,14 @@ nlohmann::json row_json(const Row& r) {
 // captured fails here with the op and variant named.
 class RunGraph {
  public:
-  RunGraph(OpBench& bench, const std::string& op, const std::string& variant, int runs, cudaStream_t s) {
-    TF_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-    cudaGraph_t graph = nullptr;
-    try {
-      for (int i = 0; i < runs; ++i) bench.run(variant, s);
-    } catch (...) {
-      cudaStreamEndCapture(s, &graph);  // leaves the stream usable for the error path
-      if (graph) cudaGraphDestroy(graph);
-      cudaGetLastError();  // and no stale error for the next call to find
-      throw;
-    }
-    const cudaError_t ended = cudaStreamEndCapture(s, &graph);
-    if (ended != cudaSuccess || !graph) {
-      if (graph) cudaGraphDestroy(graph);
-      cudaGetLastError();
-      TF_THROW(Status::CudaError, "--graph: " << op << " variant '" << variant
-                                              << "' could not be captured into a CUDA graph ("
-                                              << cudaGetErrorString(ended) << ")");
-    }
-    const cudaError_t made = cudaGraphInstantiate(&exec_, graph, 0);
-    cudaGraphDestroy(graph);
-    TF_CUDA(made);
-  }
-  RunGraph(const RunGraph&) = delete;
-  RunGraph& operator=(const RunGraph&) = delete;
-  ~RunGraph() {
-    if (exec_) cudaGraphExecDestroy(exec_);
-  }
-  void launch(cudaStream_t s) const { TF_CUDA(cudaGraphLaunch(exec_, s)); }
+  RunGraph(OpBench& bench, const std::string& op, const std::string& variant, int runs, cudaStream_t s)
+      : graph_(
+            s, [&] { for (int i = 0; i < runs; ++i) bench.run(variant, s); },
+            "--graph: " + op + " variant '" + variant + "'") {}
+  void launch(cudaStream_t s) const { graph_.launch(s); }
 
  private:
-  cudaGraphExec_t exec_ = nullptr;
+  CapturedGraph graph_;
 };
 
 uint32_t* g_gate = nullptr;  // host-mapped gate of the current run

@@ -5,6 +5,7 @@
 
 #include "taxfree/bench/harness.h"
 #include "taxfree/device/signal.cuh"
+#include "taxfree/runtime/captured_graph.h"
 #include "taxfree/runtime/error.h"
 #include "taxfree/runtime/team.h"
 
@@ -125,20 +126,15 @@ MachineRates measure_rates(Team& team) {
   TF_CUDA(cudaEventRecord(b.e, s));
   team.sync(s);
   r.launch_s = elapsed_s(a, b) / n;
-  cudaGraph_t g;
-  cudaGraphExec_t ge;
-  TF_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-  for (int i = 0; i < n; ++i) empty_kernel<<<1, 1, 0, s>>>();
-  TF_CUDA(cudaStreamEndCapture(s, &g));
-  TF_CUDA(cudaGraphInstantiate(&ge, g, 0));
-  TF_CUDA(cudaGraphLaunch(ge, s));
+  const CapturedGraph graph(s, [&] {
+    for (int i = 0; i < n; ++i) empty_kernel<<<1, 1, 0, s>>>();
+  });
+  graph.launch(s);
   TF_CUDA(cudaEventRecord(a.e, s));
-  TF_CUDA(cudaGraphLaunch(ge, s));
+  graph.launch(s);
   TF_CUDA(cudaEventRecord(b.e, s));
   team.sync(s);
   r.graph_launch_s = elapsed_s(a, b) / n;
-  cudaGraphExecDestroy(ge);
-  cudaGraphDestroy(g);
   return r;
 }
 

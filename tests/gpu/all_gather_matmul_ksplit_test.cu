@@ -22,9 +22,9 @@
 #include <tuple>
 
 #include "agmm_test_util.h"
-#include "captured_graph.h"
 #include "gpu_env.h"
 #include "taxfree/ops/all_gather_matmul.h"
+#include "taxfree/runtime/captured_graph.h"
 #include "taxfree/runtime/error.h"
 #include "taxfree/runtime/team.h"
 
@@ -32,7 +32,6 @@ namespace taxfree {
 namespace {
 
 using namespace agmm_test;
-using test::CapturedGraph;
 
 VariantRun split_run(AgmmVariant v) { return {variant_name(v), false, v}; }
 

@@ -10,9 +10,9 @@
 #include <utility>
 
 #include "agmm_test_util.h"
-#include "captured_graph.h"
 #include "gpu_env.h"
 #include "taxfree/ops/all_gather_matmul.h"
+#include "taxfree/runtime/captured_graph.h"
 #include "taxfree/runtime/error.h"
 #include "taxfree/runtime/team.h"
 
@@ -20,7 +20,6 @@ namespace taxfree {
 namespace {
 
 using namespace agmm_test;
-using test::CapturedGraph;
 
 class AgmmEveryVariant : public ::testing::TestWithParam<std::tuple<int, DType, BLayout>> {};
 

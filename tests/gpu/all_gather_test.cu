@@ -6,9 +6,9 @@
 #include <random>
 
 #include "../../src/bench/bench_util.cuh"
-#include "captured_graph.h"
 #include "gpu_env.h"
 #include "taxfree/ops/all_gather.h"
+#include "taxfree/runtime/captured_graph.h"
 #include "taxfree/runtime/error.h"
 #include "taxfree/runtime/team.h"
 
@@ -16,7 +16,6 @@ namespace taxfree {
 namespace {
 
 using test::team;
-using test::CapturedGraph;
 
 constexpr uint64_t kGuard = 4096;
 

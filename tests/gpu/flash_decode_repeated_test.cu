@@ -13,10 +13,10 @@
 #include <string>
 #include <vector>
 
-#include "captured_graph.h"
 #include "flash_decode_team_util.h"
 #include "taxfree/device/dependent_launch.cuh"
 #include "taxfree/device/scoped_memory.cuh"
+#include "taxfree/runtime/captured_graph.h"
 
 namespace taxfree::ops::flash_decode {
 namespace {
@@ -272,7 +272,7 @@ TEST(FlashDecodeDist, CudaGraphReplayOfFusedSteps) {
   TF_REQUIRE_GPUS(1);
   auto& t = team();
   BothMerges m(700);
-  const ::taxfree::test::CapturedGraph graph(t.stream(), [&] {
+  const CapturedGraph graph(t.stream(), [&] {
     for (int i = 0; i < 4; ++i) (i % 2 ? m.direct : m.cluster)->launch(Variant::fused, m.l.args(m.p), t.stream());
   });
   for (int rep = 0; rep < 4; ++rep) {

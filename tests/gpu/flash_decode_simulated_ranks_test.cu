@@ -26,13 +26,13 @@
 #include "random_draws.h"
 #include "simulated_ranks.h"
 #include "taxfree/ops/flash_decode.h"
+#include "taxfree/runtime/captured_graph.h"
 #include "taxfree/runtime/error.h"
 
 namespace taxfree::ops::flash_decode {
 namespace {
 
 using namespace test;
-using ::taxfree::test::CapturedGraph;
 using ::taxfree::test::Draws;
 using SplitMerge = FlashDecodeConfig::SplitMerge;
 

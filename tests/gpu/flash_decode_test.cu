@@ -20,11 +20,11 @@
 #include <vector>
 
 #include "../../src/ops/flash_decode/reference.h"
-#include "captured_graph.h"
 #include "flash_decode_util.h"
 #include "gpu_env.h"
 #include "random_draws.h"
 #include "taxfree/ops/flash_decode.h"
+#include "taxfree/runtime/captured_graph.h"
 #include "taxfree/runtime/error.h"
 
 namespace taxfree::ops::flash_decode {
@@ -499,7 +499,7 @@ TEST(FlashDecodeGpu, RepeatedLaunchesAndCudaGraphReplay) {
   const DecodePlan plan = plan_decode(a, cfg);
   Dev<unsigned char> ws(plan.workspace_bytes);
   init_decode_workspace(ws.p, plan.workspace_bytes, run.stream);
-  const ::taxfree::test::CapturedGraph graph(run.stream,
+  const CapturedGraph graph(run.stream,
                                              [&] { launch_decode_partial(a, plan, ws.p, plan.workspace_bytes, run.stream); });
   for (int it = 0; it < 3; ++it) {
     fill_host(d, 1000 + it);  // fresh Q, K, V into the same device buffers the graph captured

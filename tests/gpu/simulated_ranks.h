@@ -21,11 +21,11 @@
 #include <string>
 #include <vector>
 
-#include "captured_graph.h"
 #include "taxfree/device/fault.cuh"
 #include "taxfree/device/signal.cuh"
 #include "taxfree/device/symmetric_view.cuh"
 #include "taxfree/ops/gemm.h"
+#include "taxfree/runtime/captured_graph.h"
 #include "taxfree/runtime/error.h"
 #include "taxfree/runtime/rank_share.h"
 #include "taxfree/runtime/symmetric_heap.h"
