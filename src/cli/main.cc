@@ -185,7 +185,7 @@ int main(int argc, char** argv) {
       return run_ranks(spec);
     } catch (const Error& e) {
       std::cerr << e.what() << "\n";
-      return kExitFailed;
+      return e.status() == Status::InvalidArgument ? kExitUsage : kExitFailed;
     }
   }
 

@@ -2,6 +2,7 @@
 
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -11,6 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
+#include <string_view>
 #include <thread>
 
 #include "taxfree/runtime/coordinator.h"
@@ -50,6 +52,76 @@ int exit_code_of(int status) {
 
 volatile sig_atomic_t g_interrupted = 0;
 void on_interrupt(int sig) { g_interrupted = sig; }
+
+// A rank's environment: the launcher's, with the rank's variables set. CUDA_MODULE_LOADING is
+// EAGER unless the user chose otherwise: with lazy loading the first launch of a kernel waits for
+// the device to go idle, which deadlocks (until a deadline) any kernel that waits for a
+// concurrently launched one, and adds load time to first timed runs.
+struct ChildEnv {
+  ChildEnv(int rank, int world, const std::string& coordinator, const std::string& program) {
+    const std::map<std::string, std::string> set = {
+        {"RANK", std::to_string(rank)},           {"WORLD_SIZE", std::to_string(world)},
+        {"LOCAL_RANK", std::to_string(rank)},     {"LOCAL_WORLD_SIZE", std::to_string(world)},
+        {"TAXFREE_COORDINATOR", coordinator}};
+    bool module_loading = false;
+    for (char** e = environ; *e != nullptr; ++e) {
+      const std::string kv = *e;
+      const std::string key = kv.substr(0, kv.find('='));
+      if (set.count(key)) continue;
+      module_loading |= key == "CUDA_MODULE_LOADING";
+      vars.push_back(kv);
+    }
+    for (const auto& [key, value] : set) vars.push_back(key + "=" + value);
+    if (!module_loading) vars.push_back("CUDA_MODULE_LOADING=EAGER");
+    for (std::string& v : vars) envp.push_back(v.data());
+    envp.push_back(nullptr);
+    exec_failed = "[taxfree launcher] rank " + std::to_string(rank) + ": cannot exec " + program + ": ";
+  }
+  ChildEnv(const ChildEnv&) = delete;  // envp points into vars
+  ChildEnv& operator=(const ChildEnv&) = delete;
+
+  std::vector<std::string> vars;
+  std::vector<char*> envp;  // into vars, null-terminated
+  std::string exec_failed;  // the message's start, should execve fail
+};
+
+// write(2) until done or failed: the one output a forked child may still do.
+void write_all(int fd, std::string_view text) {
+  while (!text.empty()) {
+    const ssize_t n = ::write(fd, text.data(), text.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;
+    text.remove_prefix(size_t(n));
+  }
+}
+
+// The file execvp would run for `name`: `name` itself if it has a '/', else the first executable
+// `PATH` entry (the C library's default path when PATH is unset). Throws InvalidArgument naming the
+// program when there is none, before any rank starts.
+std::string resolve_program(const std::string& name) {
+  TF_REQUIRE(!name.empty(), Status::InvalidArgument, "no program to launch");
+  auto runnable = [](const std::string& f) {
+    struct stat st{};
+    return ::stat(f.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(f.c_str(), X_OK) == 0;
+  };
+  if (name.find('/') != std::string::npos) {
+    TF_REQUIRE(runnable(name), Status::InvalidArgument,
+               "cannot exec " << name << ": " << (::access(name.c_str(), F_OK) != 0 ? std::strerror(errno)
+                                                                                     : "not an executable file"));
+    return name;
+  }
+  const char* path = std::getenv("PATH");
+  const std::string dirs = path != nullptr ? path : "/bin:/usr/bin";
+  for (size_t begin = 0;;) {
+    const size_t end = dirs.find(':', begin);
+    const std::string dir = dirs.substr(begin, end - begin);
+    const std::string file = (dir.empty() ? "." : dir) + "/" + name;
+    if (runnable(file)) return file;
+    if (end == std::string::npos) break;
+    begin = end + 1;
+  }
+  TF_THROW(Status::InvalidArgument, "cannot exec " << name << ": not found in PATH=" << dirs);
+}
 
 }  // namespace
 
@@ -158,6 +230,7 @@ int probe_visible_gpus(const std::string& self_exe, std::string* why) {
 int run_ranks(const LaunchSpec& spec) {
   TF_REQUIRE(spec.nranks >= 1, Status::InvalidArgument, "number of ranks " << spec.nranks << " must be >= 1");
   TF_REQUIRE(!spec.argv.empty(), Status::InvalidArgument, "no program to launch");
+  const std::string program = resolve_program(spec.argv[0]);
   CoordinatorServer server("127.0.0.1", 0, spec.nranks);
   const std::string coord = "127.0.0.1:" + std::to_string(server.port());
 
@@ -174,23 +247,21 @@ int run_ranks(const LaunchSpec& spec) {
 
   std::vector<pid_t> pids(size_t(spec.nranks), -1);
   for (int r = 0; r < spec.nranks; ++r) {
+    // Everything the child needs is built before the fork: the coordinator's thread runs in this
+    // process, so between fork() and exec the child may only call async-signal-safe functions (no
+    // malloc, setenv or stdio: a lock another thread held at the fork would stay held).
+    const ChildEnv child(r, spec.nranks, coord, program);
     pid_t pid = ::fork();
     TF_REQUIRE(pid >= 0, Status::SystemError, "fork() for rank " << r << ": " << std::strerror(errno));
     if (pid == 0) {
-      // The child only sets its environment and execs: nothing here touches CUDA.
       ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // a launcher that dies takes its ranks with it
       if (::getppid() != parent) ::_exit(kExitRemote);
-      ::setenv("RANK", std::to_string(r).c_str(), 1);
-      ::setenv("WORLD_SIZE", std::to_string(spec.nranks).c_str(), 1);
-      ::setenv("LOCAL_RANK", std::to_string(r).c_str(), 1);
-      ::setenv("LOCAL_WORLD_SIZE", std::to_string(spec.nranks).c_str(), 1);
-      ::setenv("TAXFREE_COORDINATOR", coord.c_str(), 1);
-      // Eager module loading unless the user chose otherwise: with lazy loading the first launch of
-      // a kernel waits for the device to go idle, which deadlocks (until a deadline) any kernel that
-      // waits for a concurrently launched one, and adds load time to first timed runs.
-      ::setenv("CUDA_MODULE_LOADING", "EAGER", 0);
-      ::execvp(args[0], args.data());
-      std::fprintf(stderr, "[taxfree launcher] rank %d: cannot exec %s: %s\n", r, args[0], std::strerror(errno));
+      ::execve(program.c_str(), args.data(), child.envp.data());
+      const int e = errno;
+      write_all(STDERR_FILENO, child.exec_failed);
+      const char* what = ::strerrordesc_np(e);  // a constant string: safe here, unlike strerror
+      write_all(STDERR_FILENO, what != nullptr ? what : "unknown error");
+      write_all(STDERR_FILENO, "\n");
       ::_exit(127);
     }
     pids[size_t(r)] = pid;

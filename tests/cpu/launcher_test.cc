@@ -2,6 +2,7 @@
 // how fast and how clearly the others learn of it.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -9,6 +10,7 @@
 #include <fstream>
 #include <map>
 
+#include "taxfree/runtime/coordinator.h"
 #include "taxfree/runtime/error.h"
 #include "taxfree/runtime/launcher.h"
 #include "test_process.h"
@@ -94,6 +96,53 @@ TEST(Launcher, AllRanksFinish) {
   auto r = run_process(selftest_job(4, -1, "ok"));
   EXPECT_EQ(r.exit_code, 0) << r.output;
   for (int i = 0; i < 4; ++i) EXPECT_NE(r.output.find("rank " + std::to_string(i) + " done"), std::string::npos) << r.output;
+}
+
+TEST(Launcher, EachRankGetsItsVariablesAndTheLaunchersEnvironment) {
+  // `sh` is found through PATH; each rank prints what it was given, on one line.
+  const std::string script =
+      "echo \"got rank=$RANK/$WORLD_SIZE local=$LOCAL_RANK/$LOCAL_WORLD_SIZE coord=${TAXFREE_COORDINATOR%%:*} "
+      "loading=$CUDA_MODULE_LOADING keep=$TAXFREE_TEST_KEEP\"";
+  auto r = run_process({cli(), "run", "-n", "3", "--", "sh", "-c", script},
+                       {{"TAXFREE_TEST_KEEP", "kept"}, {"RANK", "9"}, {"WORLD_SIZE", "9"}});
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  for (int i = 0; i < 3; ++i) {
+    const std::string want = "got rank=" + std::to_string(i) + "/3 local=" + std::to_string(i) +
+                             "/3 coord=127.0.0.1 loading=EAGER keep=kept";
+    EXPECT_NE(r.output.find(want), std::string::npos) << want << "\n" << r.output;
+  }
+  // A user's choice of module loading is kept.
+  auto lazy = run_process({cli(), "run", "-n", "2", "--", "sh", "-c", "echo \"loading=$CUDA_MODULE_LOADING\""},
+                          {{"CUDA_MODULE_LOADING", "LAZY"}});
+  EXPECT_EQ(lazy.exit_code, 0) << lazy.output;
+  EXPECT_NE(lazy.output.find("loading=LAZY"), std::string::npos) << lazy.output;
+  EXPECT_EQ(lazy.output.find("loading=EAGER"), std::string::npos) << lazy.output;
+}
+
+TEST(Launcher, ProgramNotFoundFailsBeforeAnyRankStarts) {
+  auto r = run_process({cli(), "run", "-n", "4", "--", "taxfree-no-such-program"}, {{"PATH", "/usr/bin:/bin"}});
+  EXPECT_EQ(r.exit_code, kExitUsage) << r.output;
+  EXPECT_NE(r.output.find("cannot exec taxfree-no-such-program: not found in PATH=/usr/bin:/bin"), std::string::npos)
+      << r.output;
+  EXPECT_EQ(r.output.find("[taxfree launcher] rank"), std::string::npos) << r.output;  // no rank started
+  auto dir = run_process({cli(), "run", "-n", "2", "--", "/"});
+  EXPECT_EQ(dir.exit_code, kExitUsage) << dir.output;
+  EXPECT_NE(dir.output.find("cannot exec /: not an executable file"), std::string::npos) << dir.output;
+}
+
+TEST(Launcher, ExecFailingInARankNamesTheRankAndTheCause) {
+  // Executable but in no format the kernel runs (no "#!"): execve fails in every child, which can
+  // then only write(2) its message and exit 127.
+  const std::string path = ::testing::TempDir() + "taxfree_not_a_program";
+  { std::ofstream(path) << "not a program\n"; }
+  ASSERT_EQ(::chmod(path.c_str(), 0755), 0);
+  auto r = run_process({cli(), "run", "-n", "2", "--", path});
+  std::remove(path.c_str());
+  EXPECT_EQ(r.exit_code, 127) << r.output;
+  for (int i = 0; i < 2; ++i)
+    EXPECT_NE(r.output.find("[taxfree launcher] rank " + std::to_string(i) + ": cannot exec " + path + ": Exec format error"),
+              std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("exited with code 127"), std::string::npos) << r.output;
 }
 
 TEST(Launcher, RankExitingNonZeroEndsTheJobNamingIt) {
