@@ -49,6 +49,51 @@ std::pair<std::string, std::string> head(const std::string& line) {
   return {line.substr(0, sp), line.substr(sp + 1)};
 }
 
+// Every connection of the protocol: no Nagle delay; a peer whose host vanished without closing
+// (power, network) is declared gone after ~11 s of unanswered keepalives or 20 s of unacknowledged
+// data; a send to a peer that stopped reading gives up after 10 s.
+void tune_socket(int fd) {
+  const int one = 1, idle_s = 5, interval_s = 2, probes = 3;
+  const unsigned user_timeout_ms = 20000;
+  const timeval send_timeout{10, 0};
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  ::setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
+  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle_s, sizeof idle_s);
+  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval_s, sizeof interval_s);
+  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &probes, sizeof probes);
+  ::setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout_ms, sizeof user_timeout_ms);
+  ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &send_timeout, sizeof send_timeout);
+}
+
+// connect() that gives up at `deadline` (a blocking one waits out the kernel's SYN retries,
+// ~2 min, when the host does not answer). Returns 0 or an errno.
+int connect_until(int fd, const sockaddr* addr, socklen_t len, Clock::time_point deadline) {
+  const int flags = ::fcntl(fd, F_GETFL);
+  ::fcntl(fd, F_SETFL, flags | O_NONBLOCK);
+  int err = ::connect(fd, addr, len) == 0 ? 0 : errno;
+  while (err == EINPROGRESS || err == EINTR) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+    if (left <= 0) {
+      err = ETIMEDOUT;
+      break;
+    }
+    pollfd p{fd, POLLOUT, 0};
+    const int n = ::poll(&p, 1, int(std::min<long long>(left, 1000)));
+    if (n < 0 && errno != EINTR) err = errno;
+    if (n <= 0) continue;
+    socklen_t el = sizeof err;
+    if (::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el) != 0) err = errno;
+  }
+  ::fcntl(fd, F_SETFL, flags);
+  return err;
+}
+
+// Keys and barrier names are one protocol field each.
+void require_name(const std::string& name, const char* what) {
+  TF_REQUIRE(!name.empty() && name.find_first_of(" \t\r\n") == std::string::npos, Status::InvalidArgument,
+             "coordinator " << what << " '" << name << "' must be non-empty and without spaces or line breaks");
+}
+
 std::string ranks_text(const std::set<int>& ranks) {
   std::ostringstream os;
   bool first = true;
@@ -112,11 +157,27 @@ CoordinatorServer::CoordinatorServer(const std::string& host, int port, int worl
   socklen_t len = sizeof addr;
   ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len);
   port_ = ntohs(addr.sin_port);
-  TF_REQUIRE(::pipe2(wake_pipe_, O_CLOEXEC) == 0, Status::SystemError, "pipe2(): " << std::strerror(errno));
+  if (::pipe2(wake_pipe_, O_CLOEXEC) != 0) {
+    const int e = errno;
+    ::close(listen_fd_);
+    TF_THROW(Status::SystemError, "pipe2(): " << std::strerror(e));
+  }
   thread_ = std::thread([this] { serve(); });
 }
 
 CoordinatorServer::~CoordinatorServer() {
+  // Under torchrun rank 0 hosts the server and may get here while the other ranks are between the
+  // finish barrier and their BYE: losing the server then would abort them. So a job that has not
+  // failed keeps serving until every rank said BYE or closed (bounded: a rank can hang).
+  const auto deadline = Clock::now() + std::chrono::seconds(10);
+  const auto all_said_bye = [&] {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (!first_failure_.empty()) return true;
+    for (const auto& c : conns_)
+      if (c->rank >= 0 && c->open && !c->finished) return false;
+    return true;
+  };
+  while (!all_said_bye() && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   stop_ = true;
   if (wake_pipe_[1] >= 0) (void)!::write(wake_pipe_[1], "x", 1);
   if (thread_.joinable()) thread_.join();
@@ -134,18 +195,22 @@ std::string CoordinatorServer::first_failure() const {
 
 void CoordinatorServer::rank_ended_abnormally(int rank, const std::string& how) {
   std::lock_guard<std::mutex> lk(mu_);
-  fail_locked(rank, how);
+  fail_locked(rank, how, nullptr);
 }
 
 void CoordinatorServer::send_locked(Conn& c, const std::string& line) {
-  if (c.open && !write_all(c.fd, line + "\n")) c.open = false;
+  if (!c.open || write_all(c.fd, line + "\n")) return;
+  c.open = false;  // a rank that cannot be written to is as gone as one that closed
+  if (c.rank >= 0 && !c.finished)
+    fail_locked(c.rank, "the coordinator could not write to its process (pid " + std::to_string(c.pid) +
+                            "): " + std::strerror(errno), &c);
 }
 
-void CoordinatorServer::fail_locked(int rank, const std::string& message) {
+void CoordinatorServer::fail_locked(int rank, const std::string& message, const Conn* source) {
   if (!first_failure_.empty()) return;  // later failures are consequences of the first
-  first_failure_ = "rank " + std::to_string(rank) + ": " + one_line(message);
+  first_failure_ = (rank >= 0 ? "rank " + std::to_string(rank) + ": " : "") + one_line(message);
   for (auto& c : conns_)
-    if (c->rank != rank) send_locked(*c, "ABORT " + std::to_string(rank) + " " + one_line(message));
+    if (c.get() != source) send_locked(*c, "ABORT " + std::to_string(rank) + " " + one_line(message));
 }
 
 void CoordinatorServer::handle_line(Conn& c, const std::string& line) {
@@ -161,8 +226,10 @@ void CoordinatorServer::handle_line(Conn& c, const std::string& line) {
     }
     for (auto& o : conns_)
       if (o.get() != &c && o->rank == c.rank && o->open) {
-        fail_locked(c.rank, "two processes claim rank " + std::to_string(c.rank) + " (pids " +
-                                std::to_string(o->pid) + " and " + std::to_string(c.pid) + ")");
+        fail_locked(c.rank,
+                    "two processes claim rank " + std::to_string(c.rank) + " (pids " + std::to_string(o->pid) +
+                        " and " + std::to_string(c.pid) + ")",
+                    nullptr);  // both claimants are told too
         return;
       }
     if (!first_failure_.empty()) send_locked(c, "ABORT -1 " + first_failure_);
@@ -185,13 +252,19 @@ void CoordinatorServer::handle_line(Conn& c, const std::string& line) {
     }
   } else if (cmd == "BARTIMEOUT") {
     auto [name, seconds] = head(rest);
+    const auto pending = barriers_.find(name);
+    if (pending == barriers_.end()) {  // it passed while the timeout was on its way: nobody is missing
+      fail_locked(c.rank, "host barrier '" + name + "' timed out after " + seconds +
+                              " s just as the last rank arrived (a slow host?)", &c);
+      return;
+    }
     std::set<int> missing;
     for (int r = 0; r < world_; ++r)
-      if (!barriers_[name].count(r)) missing.insert(r);
+      if (!pending->second.count(r)) missing.insert(r);
     fail_locked(c.rank, "host barrier '" + name + "' timed out after " + seconds + " s; rank(s) " +
-                            ranks_text(missing) + " never arrived");
+                            ranks_text(missing) + " never arrived", &c);
   } else if (cmd == "FAIL") {
-    fail_locked(c.rank, rest);
+    fail_locked(c.rank, rest, &c);
   } else if (cmd == "BYE") {
     c.finished = true;
   }
@@ -208,14 +281,16 @@ void CoordinatorServer::serve() {
       for (auto& c : conns_) fds.push_back({c->open ? c->fd : -1, POLLIN, 0});
     }
     int n = ::poll(fds.data(), fds.size(), 200);
-    if (n < 0 && errno != EINTR) break;
     if (stop_) break;
     std::lock_guard<std::mutex> lk(mu_);
+    if (n < 0 && errno != EINTR) {  // nobody could be served any more: end the job, do not go quiet
+      fail_locked(-1, std::string("coordinator: poll() failed: ") + std::strerror(errno), nullptr);
+      break;
+    }
     if (fds[0].revents & POLLIN) {
       int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
       if (fd >= 0) {
-        int one = 1;
-        ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        tune_socket(fd);
         auto c = std::make_unique<Conn>();
         c->fd = fd;
         conns_.push_back(std::move(c));
@@ -237,8 +312,10 @@ void CoordinatorServer::serve() {
       } else if (got == 0 || (errno != EINTR && errno != EAGAIN)) {
         c.open = false;
         if (!c.finished && c.rank >= 0)
-          fail_locked(c.rank, "its process (pid " + std::to_string(c.pid) +
-                                  ") disconnected before finishing: it exited or was killed");
+          fail_locked(c.rank,
+                      "its process (pid " + std::to_string(c.pid) + ") disconnected before finishing (" +
+                          (got == 0 ? std::string("it exited or was killed") : std::strerror(errno)) + ")",
+                      &c);
       }
     }
   }
@@ -257,12 +334,13 @@ CoordinatorClient::CoordinatorClient(const std::string& host, int port, int rank
   int gai = ::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res);
   TF_REQUIRE(gai == 0, Status::InvalidArgument,
              "cannot resolve coordinator host '" << host << "': " << ::gai_strerror(gai));
-  const auto deadline = Clock::now() + std::chrono::duration<double>(connect_timeout_s);
+  const auto deadline =
+      Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(connect_timeout_s));
   int last_errno = 0;
   while (true) {
     fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd_ >= 0 && ::connect(fd_, res->ai_addr, res->ai_addrlen) == 0) break;
-    last_errno = errno;
+    last_errno = fd_ >= 0 ? connect_until(fd_, res->ai_addr, res->ai_addrlen, deadline) : errno;
+    if (last_errno == 0) break;
     if (fd_ >= 0) ::close(fd_);
     fd_ = -1;
     if (Clock::now() > deadline) break;
@@ -273,13 +351,13 @@ CoordinatorClient::CoordinatorClient(const std::string& host, int port, int rank
              "rank " << rank << " could not reach the coordinator at " << host << ":" << port << " within "
                      << connect_timeout_s << " s (" << std::strerror(last_errno)
                      << "); is rank 0 / the launcher running?");
-  int one = 1;
-  ::setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  tune_socket(fd_);
   send("HELLO " + std::to_string(rank) + " " + std::to_string(long(::getpid())));
   watchdog_ = std::thread([this] { watch(); });
 }
 
 CoordinatorClient::~CoordinatorClient() {
+  closing_ = true;  // the watchdog sees its own end of the connection, not a lost coordinator
   if (fd_ >= 0) ::shutdown(fd_, SHUT_RDWR);
   if (watchdog_.joinable()) watchdog_.join();
   if (fd_ >= 0) ::close(fd_);
@@ -322,9 +400,9 @@ void CoordinatorClient::start_abort(const std::string& message) {
   cv_.notify_all();
   const double grace = exit_grace_s_.load();
   if (grace > 0) {
-    std::thread([this, grace, message] {
+    std::thread([rank = rank_, grace, message] {  // detached: may outlive this client
       std::this_thread::sleep_for(std::chrono::duration<double>(grace));
-      std::fprintf(stderr, "[taxfree rank %d] stopping: %s\n", rank_, message.c_str());
+      std::fprintf(stderr, "[taxfree rank %d] stopping: %s\n", rank, message.c_str());
       std::fflush(stderr);
       ::_exit(kExitRemote);
     }).detach();
@@ -338,9 +416,10 @@ void CoordinatorClient::watch() {
     ssize_t got = ::recv(fd_, buf, sizeof buf, 0);
     if (got < 0 && errno == EINTR) continue;
     if (got <= 0) {
-      if (!finished_ && !failed_sent_)
-        start_abort("lost the connection to the coordinator (hosted by the launcher, or by rank 0 under "
-                    "torchrun/mpirun): it exited or was killed");
+      if (!finished_ && !failed_sent_ && !closing_)
+        start_abort(std::string("lost the connection to the coordinator (hosted by the launcher, or by rank 0 "
+                                "under torchrun/mpirun): ") +
+                    (got == 0 ? "it exited or was killed" : std::strerror(errno)));
       std::lock_guard<std::mutex> lk(mu_);
       cv_.notify_all();
       return;
@@ -369,10 +448,12 @@ void CoordinatorClient::watch() {
 }
 
 void CoordinatorClient::set(const std::string& key, const std::string& value) {
+  require_name(key, "key");
   send("SET " + key + " " + to_hex(value.data(), value.size()));
 }
 
 std::string CoordinatorClient::get(const std::string& key, double timeout_s) {
+  require_name(key, "key");
   send("GET " + key);
   std::unique_lock<std::mutex> lk(mu_);
   bool ok = cv_.wait_for(lk, std::chrono::duration<double>(timeout_s),
@@ -392,6 +473,7 @@ std::vector<std::string> CoordinatorClient::all_gather(const std::string& key, c
 }
 
 void CoordinatorClient::barrier(const std::string& name, double timeout_s) {
+  require_name(name, "barrier name");
   send("BAR " + name);
   std::unique_lock<std::mutex> lk(mu_);
   bool ok = cv_.wait_for(lk, std::chrono::duration<double>(timeout_s),

@@ -1,6 +1,8 @@
 #include "taxfree/runtime/launcher.h"
 
 #include <signal.h>
+#include <fcntl.h>
+#include <poll.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -12,6 +14,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
+#include <sstream>
 #include <string_view>
 #include <thread>
 
@@ -52,6 +55,34 @@ int exit_code_of(int status) {
 
 volatile sig_atomic_t g_interrupted = 0;
 void on_interrupt(int sig) { g_interrupted = sig; }
+
+// A signal's handler for a scope; the previous one comes back at its end, thrown or not.
+class ScopedSignal {
+ public:
+  ScopedSignal(int sig, void (*handler)(int)) : sig_(sig) {
+    struct sigaction sa{};
+    sa.sa_handler = handler;
+    ::sigaction(sig, &sa, &old_);
+  }
+  ~ScopedSignal() { ::sigaction(sig_, &old_, nullptr); }
+  ScopedSignal(const ScopedSignal&) = delete;
+  ScopedSignal& operator=(const ScopedSignal&) = delete;
+
+ private:
+  int sig_;
+  struct sigaction old_{};
+};
+
+// waitpid() for at most `limit`; false if `pid` had not ended by then.
+bool wait_until(pid_t pid, int* status, std::chrono::steady_clock::duration limit) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  while (true) {
+    const pid_t got = ::waitpid(pid, status, WNOHANG);
+    if (got == pid || (got < 0 && errno != EINTR)) return got == pid;
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
 
 // A rank's environment: the launcher's, with the rank's variables set. CUDA_MODULE_LOADING is
 // EAGER unless the user chose otherwise: with lazy loading the first launch of a kernel waits for
@@ -192,27 +223,54 @@ std::string self_executable() {
   return std::string(buf, size_t(n));
 }
 
-int probe_visible_gpus(const std::string& self_exe, std::string* why) {
+int probe_visible_gpus(const std::string& self_exe, std::string* why, double timeout_s) {
+  const ScopedSignal child_default(SIGCHLD, SIG_DFL);  // an inherited SIG_IGN would reap it for us
   int pipefd[2];
-  TF_REQUIRE(::pipe(pipefd) == 0, Status::SystemError, "pipe(): " << std::strerror(errno));
+  TF_REQUIRE(::pipe2(pipefd, O_CLOEXEC) == 0, Status::SystemError, "pipe(): " << std::strerror(errno));
   pid_t pid = ::fork();
-  TF_REQUIRE(pid >= 0, Status::SystemError, "fork(): " << std::strerror(errno));
-  if (pid == 0) {
-    ::dup2(pipefd[1], STDOUT_FILENO);
+  if (pid < 0) {
+    const int e = errno;
     ::close(pipefd[0]);
     ::close(pipefd[1]);
+    TF_THROW(Status::SystemError, "fork(): " << std::strerror(e));
+  }
+  if (pid == 0) {
+    ::dup2(pipefd[1], STDOUT_FILENO);  // the copy is not close-on-exec; both pipe ends are
     ::execl(self_exe.c_str(), self_exe.c_str(), "_probe-gpus", static_cast<char*>(nullptr));
     ::_exit(127);
   }
   ::close(pipefd[1]);
+  // CUDA's initialisation can hang on a wedged GPU or driver: the probe gets `timeout_s`.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                                                std::chrono::duration<double>(timeout_s));
   std::string out;
-  char buf[512];
-  ssize_t n;
-  while ((n = ::read(pipefd[0], buf, sizeof buf)) > 0 || (n < 0 && errno == EINTR))
-    if (n > 0) out.append(buf, size_t(n));
+  bool answered = false;
+  while (std::chrono::steady_clock::now() < deadline) {
+    pollfd p{pipefd[0], POLLIN, 0};
+    if (::poll(&p, 1, 100) <= 0) continue;
+    char buf[512];
+    const ssize_t n = ::read(pipefd[0], buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      answered = true;
+      break;
+    }
+    out.append(buf, size_t(n));
+  }
   ::close(pipefd[0]);
+  if (!answered) ::kill(pid, SIGKILL);
   int status = 0;
-  ::waitpid(pid, &status, 0);
+  const bool reaped = wait_until(pid, &status, std::chrono::seconds(answered ? 60 : 5));
+  if (!answered || !reaped) {
+    if (!reaped && answered) ::kill(pid, SIGKILL);
+    if (why) {
+      std::ostringstream os;
+      os << "the GPU probe (" << self_exe << " _probe-gpus) " << (answered ? "did not exit" : "did not answer")
+         << " within " << timeout_s << " s: is a GPU or the driver hung?";
+      *why = os.str();
+    }
+    return 0;
+  }
   int count = 0;
   std::string reason;
   auto sp = out.find(' ');
@@ -234,11 +292,10 @@ int run_ranks(const LaunchSpec& spec) {
   CoordinatorServer server("127.0.0.1", 0, spec.nranks);
   const std::string coord = "127.0.0.1:" + std::to_string(server.port());
 
-  struct sigaction sa{};
-  sa.sa_handler = on_interrupt;
-  struct sigaction old_int{}, old_term{};
-  ::sigaction(SIGINT, &sa, &old_int);
-  ::sigaction(SIGTERM, &sa, &old_term);
+  const ScopedSignal interrupt(SIGINT, on_interrupt), terminate(SIGTERM, on_interrupt);
+  // Ranks must stay ours to reap: with an inherited SIG_IGN the kernel reaps them and waitpid
+  // would never report them (the loop below would wait forever).
+  const ScopedSignal child_default(SIGCHLD, SIG_DFL);
 
   std::vector<char*> args;
   for (const auto& a : spec.argv) args.push_back(const_cast<char*>(a.c_str()));
@@ -252,7 +309,12 @@ int run_ranks(const LaunchSpec& spec) {
     // malloc, setenv or stdio: a lock another thread held at the fork would stay held).
     const ChildEnv child(r, spec.nranks, coord, program);
     pid_t pid = ::fork();
-    TF_REQUIRE(pid >= 0, Status::SystemError, "fork() for rank " << r << ": " << std::strerror(errno));
+    if (pid < 0) {  // no half-started job: the ranks already started go too
+      const int e = errno;
+      for (pid_t p : pids)
+        if (p > 0) ::kill(p, SIGKILL), wait_until(p, nullptr, std::chrono::seconds(5));
+      TF_THROW(Status::SystemError, "fork() for rank " << r << ": " << std::strerror(e));
+    }
     if (pid == 0) {
       ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // a launcher that dies takes its ranks with it
       if (::getppid() != parent) ::_exit(kExitRemote);
@@ -274,6 +336,10 @@ int run_ranks(const LaunchSpec& spec) {
   std::vector<std::string> ended;  // abnormal endings, in order
   Clock::time_point failed_at{};
   int kill_stage = 0;
+  const auto fail = [&](int c) {
+    if (code == kExitOk || (code == kExitRemote && c != kExitRemote)) code = c;
+    if (!failing) failing = true, failed_at = Clock::now();
+  };
   while (alive > 0) {
     int status = 0;
     pid_t pid = ::waitpid(-1, &status, WNOHANG);
@@ -287,20 +353,19 @@ int run_ranks(const LaunchSpec& spec) {
       if (WIFEXITED(status) && WEXITSTATUS(status) == 0) continue;
       const std::string how = "rank " + std::to_string(r) + " (pid " + std::to_string(pid) + ") " + describe_status(status);
       ended.push_back(how);
-      const int c = exit_code_of(status);
-      if (code == kExitOk || (code == kExitRemote && c != kExitRemote)) code = c;
-      if (!failing) {
-        failing = true;
-        failed_at = Clock::now();
-        server.rank_ended_abnormally(r, how);
-      }
+      if (!failing) server.rank_ended_abnormally(r, how);
+      fail(exit_code_of(status));
       continue;
     }
+    if (pid < 0 && errno == ECHILD) {  // reaped by someone else (the SIGCHLD disposition changed?)
+      ended.push_back(std::to_string(alive) + " rank(s) ended unseen: their exit status is unknown");
+      fail(kExitFailed);
+      break;
+    }
     if (g_interrupted && !failing) {
-      failing = true;
-      code = 128 + g_interrupted;
       ended.push_back(std::string("launcher interrupted by ") + ::strsignal(g_interrupted));
-      failed_at = Clock::now() - std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(spec.grace_s));
+      fail(128 + g_interrupted);
+      failed_at -= std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(spec.grace_s));
     }
     if (failing) {
       double since = std::chrono::duration<double>(Clock::now() - failed_at).count();
@@ -312,12 +377,16 @@ int run_ranks(const LaunchSpec& spec) {
         for (pid_t p : pids)
           if (p > 0) ::kill(p, SIGKILL);
         kill_stage = 2;
+      } else if (kill_stage == 2 && since > spec.grace_s + 13) {  // unkillable (stuck in the kernel)
+        for (int r = 0; r < spec.nranks; ++r)
+          if (pids[size_t(r)] > 0)
+            ended.push_back("rank " + std::to_string(r) + " (pid " + std::to_string(pids[size_t(r)]) +
+                            ") did not end 10 s after SIGKILL (stuck in the driver?); left behind");
+        break;
       }
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  ::sigaction(SIGINT, &old_int, nullptr);
-  ::sigaction(SIGTERM, &old_term, nullptr);
 
   if (failing) {
     const std::string cause = server.first_failure();

@@ -171,6 +171,9 @@ void Team::init(const TeamOptions& options) {
 
 Team::~Team() {
   const bool clean = finished_ && !client_->aborted();
+  // Torn down unfinished (an exception unwinding): this rank's kernels that still wait stop now,
+  // not at their deadline. The other ranks learn from the coordinator when the client closes.
+  if (!clean && abort_flag_) __atomic_store_n(abort_flag_, 1u, __ATOMIC_RELEASE);
   if (device_ >= 0) cudaSetDevice(device_);
   if (clean && stream_) {
     cudaStreamSynchronize(stream_);
@@ -183,8 +186,8 @@ Team::~Team() {
     else ncclCommAbort(comm_);
   }
   if (stream_) cudaStreamDestroy(stream_);
+  client_.reset();  // first: its watchdog's abort callback writes the flag
   if (abort_flag_) cudaFreeHost(abort_flag_);
-  client_.reset();
   server_.reset();
 }
 

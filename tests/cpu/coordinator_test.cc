@@ -1,6 +1,13 @@
 // The coordinator in one process: clients on threads, as ranks would use it.
 #include <gtest/gtest.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
 #include <thread>
 
 #include "taxfree/runtime/coordinator.h"
@@ -152,6 +159,141 @@ TEST(Coordinator, DisconnectWithoutFinishingIsAFailure) {
   for (int i = 0; i < 100 && !job.ranks[1]->aborted(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
   EXPECT_TRUE(job.ranks[1]->aborted());
   EXPECT_NE(job.ranks[1]->abort_message().find("rank 2 failed"), std::string::npos) << job.ranks[1]->abort_message();
+}
+
+bool aborts_within(const CoordinatorClient& c, double seconds) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (!c.aborted() && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  return c.aborted();
+}
+
+TEST(Coordinator, BothClaimantsOfARankAreTold) {
+  Job job(2);
+  CoordinatorClient second("127.0.0.1", job.server.port(), 0, 2, 10);
+  second.set_exit_grace(0);
+  for (const CoordinatorClient* c : {job.ranks[0].get(), job.ranks[1].get(), &second}) {
+    EXPECT_TRUE(aborts_within(*c, 5)) << "rank " << c->rank();
+    EXPECT_NE(c->abort_message().find("two processes claim rank 0"), std::string::npos) << c->abort_message();
+  }
+}
+
+TEST(Coordinator, KeysAndNamesWithSpacesOrLineBreaksAreRefused) {
+  Job job(1);
+  for (const std::string bad : {"my key", "two\nlines", "", "tab\there"}) {
+    EXPECT_THROW(job.ranks[0]->set(bad, "v"), Error) << bad;
+    EXPECT_THROW(job.ranks[0]->get(bad, 0.1), Error) << bad;
+    EXPECT_THROW(job.ranks[0]->barrier(bad, 0.1), Error) << bad;
+  }
+  try {
+    job.ranks[0]->barrier("my barrier", 1);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.status(), Status::InvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("barrier name 'my barrier' must be non-empty and without spaces"),
+              std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(job.ranks[0]->aborted());  // refused before anything was sent
+  job.finish();
+}
+
+// A connection speaking the protocol by hand, for orders of messages a client cannot be timed into.
+struct RawRank {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  explicit RawRank(int port) {
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(uint16_t(port));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  }
+  ~RawRank() { ::close(fd); }
+  void send(const std::string& lines) { EXPECT_EQ(::send(fd, lines.data(), lines.size(), 0), ssize_t(lines.size())); }
+};
+
+TEST(Coordinator, BarrierTimeoutAsTheBarrierPassesBlamesNobody) {
+  // Rank 1 waits at the barrier; rank 0's arrival completes it, and its timeout, sent right after
+  // on the same connection, finds it passed: nobody is missing.
+  Job job(2);
+  job.ranks[0]->finish();
+  job.ranks[0].reset();  // its place is taken by a hand-driven connection
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  RawRank rank0(job.server.port());
+  std::thread t1([&] {  // it passes, or sees the abort first: either way it does not wait out its 10 s
+    try {
+      job.ranks[1]->barrier("late", 10);
+    } catch (const Error& e) {
+      EXPECT_EQ(e.status(), Status::RemoteError) << e.what();
+    }
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  rank0.send("HELLO 0 1\nBAR late\nBARTIMEOUT late 0\n");
+  t1.join();
+  ASSERT_TRUE(aborts_within(*job.ranks[1], 5));
+  EXPECT_NE(job.ranks[1]->abort_message().find("just as the last rank arrived"), std::string::npos)
+      << job.ranks[1]->abort_message();
+  EXPECT_EQ(job.ranks[1]->abort_message().find("never arrived"), std::string::npos) << job.ranks[1]->abort_message();
+}
+
+TEST(Coordinator, AClientClosingWithoutFinishingTellsTheOthersButNotItself) {
+  Job job(2);
+  std::atomic<bool> called{false};
+  job.ranks[0]->on_abort([&] { called = true; });
+  job.ranks[0].reset();  // e.g. unwinding from a user's exception: no finish()
+  EXPECT_FALSE(called) << "its own end of the connection is not a lost coordinator";
+  EXPECT_TRUE(aborts_within(*job.ranks[1], 5));
+  EXPECT_NE(job.ranks[1]->abort_message().find("rank 0 failed"), std::string::npos) << job.ranks[1]->abort_message();
+}
+
+TEST(Coordinator, ServerServesUntilEveryRankSaidBye) {
+  // Under torchrun rank 0 hosts the server and can tear it down while the others are between the
+  // last barrier and their BYE: they must not see a lost coordinator.
+  auto server = std::make_unique<CoordinatorServer>("127.0.0.1", 0, 2);
+  std::vector<std::unique_ptr<CoordinatorClient>> ranks;
+  for (int r = 0; r < 2; ++r) {
+    ranks.push_back(std::make_unique<CoordinatorClient>("127.0.0.1", server->port(), r, 2, 10));
+    ranks.back()->set_exit_grace(0);
+  }
+  std::thread other([&] { ranks[1]->barrier("end", 5); });
+  ranks[0]->barrier("end", 5);  // both HELLOs are in: the server knows its ranks
+  other.join();
+  ranks[0]->finish();
+  std::thread late([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    ranks[1]->finish();
+  });
+  const auto t0 = std::chrono::steady_clock::now();
+  server.reset();
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  late.join();
+  EXPECT_GE(took, 0.25);
+  EXPECT_LT(took, 5.0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  for (const auto& c : ranks) EXPECT_FALSE(c->aborted()) << "rank " << c->rank() << ": " << c->abort_message();
+}
+
+TEST(Coordinator, ConnectGivesUpAtItsDeadlineWhenTheHostIsSilent) {
+  // A listener whose accept queue is full drops further SYNs, as a silent host does: a blocking
+  // connect() would wait out the kernel's retries (~2 min).
+  const int lis = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  ASSERT_EQ(::bind(lis, reinterpret_cast<sockaddr*>(&a), len), 0);
+  ASSERT_EQ(::listen(lis, 0), 0);
+  ASSERT_EQ(::getsockname(lis, reinterpret_cast<sockaddr*>(&a), &len), 0);
+  RawRank queued(ntohs(a.sin_port));  // the queue's one place (backlog 0)
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    CoordinatorClient c("127.0.0.1", ntohs(a.sin_port), 0, 1, 0.5);
+    ADD_FAILURE() << "connected to a full accept queue";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.status(), Status::Timeout) << e.what();
+  }
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_LT(took, 3.0);
+  ::close(lis);
 }
 
 TEST(Coordinator, HexRoundTripAndBadInput) {

@@ -145,6 +145,31 @@ TEST(Launcher, ExecFailingInARankNamesTheRankAndTheCause) {
   EXPECT_NE(r.output.find("exited with code 127"), std::string::npos) << r.output;
 }
 
+TEST(Launcher, IgnoredSigchldDoesNotHangTheLauncher) {
+  // An ignored SIGCHLD survives exec (some job runners leave it so): the kernel would then reap the
+  // ranks itself and the launcher would wait for them forever.
+  auto r = run_process({"/bin/sh", "-c", "trap '' CHLD; exec \"$0\" run -n 2 -- sh -c 'exit 0'", cli()}, {}, 30);
+  EXPECT_FALSE(r.timed_out) << r.output;
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  auto failing = run_process({"/bin/sh", "-c", "trap '' CHLD; exec \"$0\" run -n 2 -- sh -c 'exit 7'", cli()}, {}, 30);
+  EXPECT_FALSE(failing.timed_out) << failing.output;
+  EXPECT_EQ(failing.exit_code, 7) << failing.output;
+}
+
+TEST(Launcher, GpuProbeThatHangsIsKilledAtItsDeadline) {
+  // Stands in for a probe stuck in CUDA's initialisation on a wedged GPU.
+  const std::string path = ::testing::TempDir() + "taxfree_hung_probe";
+  { std::ofstream(path) << "#!/bin/sh\nexec sleep 600\n"; }
+  ASSERT_EQ(::chmod(path.c_str(), 0755), 0);
+  std::string why;
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(probe_visible_gpus(path, &why, 0.5), 0);
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::remove(path.c_str());
+  EXPECT_LT(took, 5.0);
+  EXPECT_NE(why.find("did not answer within 0.5 s"), std::string::npos) << why;
+}
+
 TEST(Launcher, RankExitingNonZeroEndsTheJobNamingIt) {
   auto r = run_process(selftest_job(3, 1, "exit"));
   EXPECT_EQ(r.exit_code, 7) << r.output;  // the failing rank's own code

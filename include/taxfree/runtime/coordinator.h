@@ -6,7 +6,9 @@
 // The launcher hosts it (`taxfree ...`); under torchrun/mpirun rank 0 hosts it.
 //
 // Thread safety: a CoordinatorClient may be used from several threads. Every blocking call has a
-// timeout and returns early (throwing RemoteError) when the job is aborting.
+// timeout and returns early (throwing RemoteError) when the job is aborting. Connections use TCP
+// keepalive, so a rank or coordinator host that vanishes without closing (power, network) is
+// noticed within ~11 s idle (~20 s with data in flight), like one that exits.
 #pragma once
 
 #include <atomic>
@@ -51,7 +53,9 @@ class CoordinatorServer {
   struct Conn;
   void serve();
   void handle_line(Conn& c, const std::string& line);
-  void fail_locked(int rank, const std::string& message);
+  // Records the job's first failure and tells every connection but `source` (the one that
+  // reported it, if any). rank -1: the coordinator itself.
+  void fail_locked(int rank, const std::string& message, const Conn* source);
   void send_locked(Conn& c, const std::string& line);
 
   int world_;
@@ -79,6 +83,8 @@ class CoordinatorClient {
   int rank() const { return rank_; }
   int world() const { return world_; }
 
+  // Keys and barrier names must be non-empty without spaces or line breaks (InvalidArgument). A key
+  // is set once per job: a rank that has read it keeps the first value. Values may be any bytes.
   void set(const std::string& key, const std::string& value);
   // Blocks until some rank has set `key`. Throws Timeout (naming the key) or RemoteError.
   std::string get(const std::string& key, double timeout_s);
@@ -121,6 +127,7 @@ class CoordinatorClient {
   bool aborting_ = false;  // under mu_: start_abort began (its callback may still be running)
   std::atomic<bool> finished_{false};
   std::atomic<bool> failed_sent_{false};
+  std::atomic<bool> closing_{false};  // the destructor runs
   std::string abort_message_;
   std::function<void()> on_abort_;
   std::atomic<double> exit_grace_s_{5.0};

@@ -50,8 +50,8 @@ int run_ranks(const LaunchSpec& spec);
 
 // Number of GPUs visible to CUDA, asked of a child process (`argv0 _probe-gpus`) so the caller
 // never initialises CUDA before forking ranks. 0 when there is none; `why` then says what CUDA
-// reported.
-int probe_visible_gpus(const std::string& self_exe, std::string* why);
+// reported, or that the probe did not answer within `timeout_s` (it is then killed).
+int probe_visible_gpus(const std::string& self_exe, std::string* why, double timeout_s = 120);
 
 // Absolute path of the running executable.
 std::string self_executable();
