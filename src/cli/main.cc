@@ -18,9 +18,9 @@ namespace {
 
 using namespace taxfree;
 
-// Runs `body` as a rank: typed errors become exit codes, and a failure is reported to the other
-// ranks before this process ends.
-int as_rank(const std::function<int()>& body) {
+// Runs `body` with typed errors turned into the exit codes the README lists (a rank's body reports
+// its failure to the other ranks itself, before throwing).
+int with_exit_codes(const std::function<int()>& body) {
   try {
     return body();
   } catch (const Error& e) {
@@ -32,30 +32,34 @@ int as_rank(const std::function<int()>& body) {
       default: return kExitFailed;
     }
   } catch (const std::exception& e) {
-    std::cerr << "[taxfree rank " << error_rank() << "] unexpected error: " << e.what() << "\n";
+    std::cerr << "[taxfree" << (error_rank() >= 0 ? " rank " + std::to_string(error_rank()) : std::string())
+              << "] unexpected error: " << e.what() << "\n";
     return kExitFailed;
   }
 }
 
 // In a rank: run. Otherwise: start one rank per GPU (or `gpus`) running this same command line.
 int launch_or_run(int argc, char** argv, int gpus, const std::function<int()>& rank_body) {
-  if (rank_env()) return as_rank(rank_body);
-  std::string why;
-  const int visible = probe_visible_gpus(self_executable(), &why);
-  if (visible == 0) {
-    std::cerr << "taxfree: no GPU is visible (" << (why.empty() ? "CUDA reports no device" : why)
-              << "); this command needs at least one NVIDIA Hopper GPU\n";
-    return kExitNoGpu;
-  }
-  if (gpus > visible) {
-    std::cerr << "taxfree: -g " << gpus << " asks for more GPUs than the " << visible << " visible\n";
-    return kExitNoGpu;
-  }
-  LaunchSpec spec;
-  spec.nranks = gpus > 0 ? gpus : visible;
-  spec.argv.assign(argv, argv + argc);
-  spec.argv[0] = self_executable();
-  return run_ranks(spec);
+  // Outside a rank too: a malformed RANK / WORLD_SIZE, a failed fork or socket are typed errors.
+  return with_exit_codes([&] {
+    if (rank_env()) return rank_body();
+    std::string why;
+    const int visible = probe_visible_gpus(self_executable(), &why);
+    if (visible == 0) {
+      std::cerr << "taxfree: no GPU is visible (" << (why.empty() ? "CUDA reports no device" : why)
+                << "); this command needs at least one NVIDIA Hopper GPU\n";
+      return int(kExitNoGpu);
+    }
+    if (gpus > visible) {
+      std::cerr << "taxfree: -g " << gpus << " asks for more GPUs than the " << visible << " visible\n";
+      return int(kExitNoGpu);
+    }
+    LaunchSpec spec;
+    spec.nranks = gpus > 0 ? gpus : visible;
+    spec.argv.assign(argv, argv + argc);
+    spec.argv[0] = self_executable();
+    return run_ranks(spec);
+  });
 }
 
 std::string version_text(int code) {
@@ -132,7 +136,7 @@ int main(int argc, char** argv) {
 
   if (*selftest) {
     // A rank that does no CUDA work: exercises the launcher and coordinator (CPU tests).
-    return as_rank([&] {
+    return with_exit_codes([&] {
       auto env = rank_env();
       TF_REQUIRE(env, Status::InvalidUsage, "_rank-selftest must run as a rank");
       set_error_rank(env->rank);
@@ -156,7 +160,7 @@ int main(int argc, char** argv) {
     });
   }
 
-  if (*info) {
+  if (*info) return with_exit_codes([&] {
     int loaded = 0;
     ncclGetVersion(&loaded);
     std::cout << "taxfree 0.1.0\nNCCL headers " << version_text(NCCL_VERSION_CODE) << ", library "
@@ -165,7 +169,7 @@ int main(int argc, char** argv) {
     int n = probe_visible_gpus(self_executable(), &why);
     std::cout << "GPUs visible: " << n << (why.empty() ? "" : " (" + why + ")") << "\n";
     return 0;
-  }
+  });
 
   if (*list) {
     for (const auto& name : bench::bench_names()) {
@@ -178,15 +182,12 @@ int main(int argc, char** argv) {
   }
 
   if (*run) {
-    try {
+    return with_exit_codes([&] {
       LaunchSpec spec;
       spec.nranks = nranks;
       spec.argv = prog;
       return run_ranks(spec);
-    } catch (const Error& e) {
-      std::cerr << e.what() << "\n";
-      return e.status() == Status::InvalidArgument ? kExitUsage : kExitFailed;
-    }
+    });
   }
 
   // bench: validate everything here, before any rank starts, so a bad command fails once.

@@ -409,6 +409,7 @@ TEST(AgmmValidation, RejectsBadArgumentsNamingThem) {
   bad("16-byte aligned", [](AgmmArgs& a) { a.a_shard = g_mem + 1; });
   bad("lda_shard", [](AgmmArgs& a) { a.lda_shard = 32; });
   bad("multiple of 8", [](AgmmArgs& a) { a.lda_shard = 68; });
+  bad("pitch limit of 2^31 - 1 bytes", [](AgmmArgs& a) { a.lda_shard = int64_t(1) << 30; });
   bad("ldb", [](AgmmArgs& a) { a.ldb = 8; });
   bad("ldc", [](AgmmArgs& a) { a.ldc = 60; });
   bad("C overlaps A_shard", [](AgmmArgs& a) { a.c = g_mem + 64; });

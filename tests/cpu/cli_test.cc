@@ -41,6 +41,16 @@ TEST(Cli, BenchWithoutGpuSaysSoAndFails) {
   EXPECT_NE(r.output.find("no GPU is visible"), std::string::npos) << r.output;
 }
 
+TEST(Cli, MalformedRankVariablesAreUsageErrors) {
+  // Read before any rank starts, outside a rank's error handling: still a typed error and exit 2.
+  auto bad = run_process({cli(), "bench", "gemm"}, {{"RANK", "abc"}, {"WORLD_SIZE", "2"}});
+  EXPECT_EQ(bad.exit_code, 2) << bad.output;
+  EXPECT_NE(bad.output.find("environment variable RANK='abc' is not an integer"), std::string::npos) << bad.output;
+  auto port = run_process({cli(), "bench", "gemm"}, {{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_PORT", "99999"}});
+  EXPECT_EQ(port.exit_code, 2) << port.output;
+  EXPECT_NE(port.output.find("out of range"), std::string::npos) << port.output;
+}
+
 TEST(Cli, ListsOpsAndVariants) {
   auto r = run_process({cli(), "list"});
   EXPECT_EQ(r.exit_code, 0) << r.output;

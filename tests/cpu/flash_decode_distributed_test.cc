@@ -250,10 +250,10 @@ TEST(FlashDecodeDistPlan, ArgsValidation) {
   const FlashDecodeConfig c = config(4, 32, 4, 128);
   DecodeArgs a;
   a.batch = 3, a.q_heads = 32, a.kv_heads = 4, a.head_dim = 128;
-  a.q = fake(0x10000), a.k = fake(0x20000), a.v = fake(0x30000);
+  a.q = fake(0x10000000), a.k = fake(0x20000000), a.v = fake(0x30000000);  // apart: no overlap
   a.capacity = 256, a.max_len = 100;
-  a.slice_len = fake<const int32_t>(0x50000);
-  a.out = fake(0x60000);
+  a.slice_len = fake<const int32_t>(0x50000000);
+  a.out = fake(0x60000000);
   EXPECT_NO_THROW(validate_flash_decode_args(a, c));
   auto bad = [&](auto edit, const std::string& needle) {
     DecodeArgs b = a;

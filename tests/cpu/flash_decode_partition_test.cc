@@ -195,9 +195,9 @@ TEST(FlashDecodeSplits, WorkspaceBytes) {
 TEST(FlashDecodeSplits, PlanWithoutDeviceWhenGiven) {
   DecodeArgs a;
   a.batch = 1, a.q_heads = 96, a.kv_heads = 12, a.head_dim = 128;
-  a.q = a.k = a.v = reinterpret_cast<const void*>(uintptr_t(0x10000));
-  a.slice_len = reinterpret_cast<const int32_t*>(uintptr_t(0x20000));
-  a.out = reinterpret_cast<void*>(uintptr_t(0x30000));
+  a.q = a.k = a.v = reinterpret_cast<const void*>(uintptr_t(0x10000000));
+  a.slice_len = reinterpret_cast<const int32_t*>(uintptr_t(0x20000000));
+  a.out = reinterpret_cast<void*>(uintptr_t(0x30000000));
   a.capacity = 32768, a.max_len = 32768;
   DecodeConfig cfg;
   cfg.num_sms = 132;

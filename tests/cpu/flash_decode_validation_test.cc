@@ -28,18 +28,19 @@ struct Fixture {
   DecodeArgs a;
   Fixture() {
     a.batch = 3, a.q_heads = 32, a.kv_heads = 4, a.head_dim = 128;
-    a.q = fake(0x10000), a.k = fake(0x20000), a.v = fake(0x30000);
+    // 256 MiB apart: no buffer of these shapes reaches the next (the overlap checks see real ranges).
+    a.q = fake(0x10000000), a.k = fake(0x20000000), a.v = fake(0x30000000);
     a.capacity = 256, a.max_len = 128;
-    a.slice_start = fake<const int32_t>(0x40000);
-    a.slice_len = fake<const int32_t>(0x50000);
+    a.slice_start = fake<const int32_t>(0x40000000);
+    a.slice_len = fake<const int32_t>(0x50000000);
     a.host_slice_start = starts;
     a.host_slice_len = lens;
-    a.out = fake(0x60000);
+    a.out = fake(0x60000000);
   }
   void paged(int page_size) {
     a.layout = KvLayout::PagedHND;
     a.page_size = page_size, a.num_pages = 64, a.max_pages_per_seq = 16;
-    a.block_table = fake<const int32_t>(0x70000);
+    a.block_table = fake<const int32_t>(0x70000000);
     a.host_block_table = table;
     a.capacity = 0;
   }
@@ -98,6 +99,35 @@ TEST(FlashDecodeValidation, PointersAndAlignment) {
   bad([](DecodeArgs& a) { a.lse_part = fake<float>(0x60002); }, "lse_part=0x60002 must be 4-byte aligned");
   bad([](DecodeArgs& a) { a.slice_len = fake<const int32_t>(0x50002); }, "slice_len=0x50002");
   bad([](DecodeArgs& a) { a.out = nullptr; }, "no output");
+}
+
+TEST(FlashDecodeValidation, OutputsOverlappingInputsOrEachOther) {
+  auto bad = [](const std::function<void(Fixture&)>& set, const std::string& what, bool is_paged = false) {
+    Fixture f;
+    if (is_paged) f.paged(64);
+    set(f);
+    expect_invalid([&] { validate_decode_args(f.a); }, what);
+  };
+  const uintptr_t q = 0x10000000, k = 0x20000000;
+  const int64_t q_bytes = 3 * 32 * 128 * 2, k_bytes = 3 * 4 * 256 * 128 * 2;  // q; contiguous k
+  bad([&](Fixture& f) { f.a.out = fake(q + 16); }, "output out overlaps input q");
+  bad([&](Fixture& f) { f.a.out = fake(k + k_bytes - 16); }, "output out overlaps input k");
+  bad([&](Fixture& f) { f.a.o_part = fake<float>(0x30000000); }, "output o_part overlaps input v");
+  bad([&](Fixture& f) { f.a.lse_part = fake<float>(0x50000000); }, "output lse_part overlaps input slice_len");
+  bad([&](Fixture& f) { f.a.lse_part = fake<float>(0x60000000 + 3 * 32 * 128 * 2 - 4); },
+      "output lse_part overlaps output out");
+  // Paged: k is num_pages x kv_heads x page x head_dim; the block table is an input too.
+  bad([&](Fixture& f) { f.a.out = fake(k + 64 * 4 * 64 * 128 * 2 - 16); }, "output out overlaps input k", true);
+  bad([&](Fixture& f) { f.a.out = fake(0x70000000); }, "output out overlaps input block_table", true);
+  // Right after an input ends, or in a smaller paged cache's unused tail, is fine.
+  Fixture f;
+  f.a.out = fake(q + q_bytes);
+  f.a.o_part = fake<float>(k + k_bytes);
+  EXPECT_NO_THROW(validate_decode_args(f.a));
+  Fixture g;
+  g.paged(64);
+  g.a.out = fake(k + 64 * 4 * 64 * 128 * 2);
+  EXPECT_NO_THROW(validate_decode_args(g.a));
 }
 
 TEST(FlashDecodeValidation, LengthsAndSlices) {

@@ -22,7 +22,8 @@
 // Contract: `recv` lies in the team's symmetric heap (push: required; nccl: either). `send` is
 // device memory of this rank; `send == recv + rank * bytes` (in place) is allowed, other overlaps
 // are not. Both 16-byte aligned, `bytes` a multiple of 16 and > 0. Every rank calls with the same
-// `bytes` and variant, in the same order (collective). On return, work is enqueued on `stream`;
+// `bytes` and variant, in the same order (collective; checked across ranks only under
+// TeamOptions::check_launches, otherwise a mismatch is undefined). On return, work is enqueued on `stream`;
 // when it completes, `recv` holds all shards on this rank. A peer that never arrives ends the
 // kernel at the team's deadline with a diagnostic (Team::sync reports it).
 #pragma once
@@ -102,7 +103,7 @@ class AllGather {
   // x ll_max_bytes: 8 MiB at two ranks by default) in the symmetric heap (returned by the heap's
   // release(mark) after the op is gone). Throws InvalidArgument for threads outside [32, 512] or
   // not a multiple of 32, ll_max_bytes not a multiple of 16, or a max_blocks above the resident
-  // blocks.
+  // blocks; NotSupported where no push block fits an SM.
   explicit AllGather(Team& team, AllGatherConfig config = {});
   // The same on a rank share (rank_share.h; tests simulate ranks on one GPU this way): the grids
   // fit its SMs; the nccl variant throws NotSupported on a share without a communicator.

@@ -110,9 +110,14 @@
 //    same variant and shape (m, n, k, gather_dim, dtype) in the same order. Pointers and strides
 //    may differ per rank. Checked across ranks only in the launch check mode
 //    (TeamOptions::check_launches: describe_agmm_launch); otherwise a mismatch is undefined.
+//  - M, N, K in [1, 2^31); gather_dim 0 needs M divisible by the world, gather_dim 1 K divisible by
+//    it with K / world a multiple of 8 ("divisible" in the message).
 //  - A_shard, B, C: device memory of this rank, 16-byte aligned, row strides multiples of 8
-//    elements. C must not overlap A_shard, B or the op's buffers. A_shard may lie anywhere
-//    (symmetric heap or not); passing local_slot() with its stride (in place) skips the local copy.
+//    elements (A_shard's below 2^30 elements: the copy engine's pitch). C must not overlap A_shard,
+//    B or the op's buffers. A_shard may lie anywhere outside the op's buffers (symmetric heap or
+//    not), or exactly at local_slot() with its stride (in place: no local copy).
+//  - push and sm-specialized, with push_ctas 0 (the per-shape choice), need a share of more than
+//    4 SMs (NotSupported); a configured push_ctas must leave the GEMM an SM (InvalidArgument).
 //  - launch() validates everything first (throws taxfree::Error, InvalidArgument naming the
 //    constraint, e.g. "divisible" for a shape the ranks cannot split) and then enqueues on `stream`
 //    without blocking; it returns where the gathered A of this launch lives (an op buffer, valid

@@ -60,6 +60,9 @@ inline constexpr int kMaxSplits = 64;     // per (sequence, KV head); also the m
 inline constexpr int kMaxSplitWaves = 4;  // choose_splits: split CTAs past one per SM, in waves
 inline constexpr int kMaxWorld = 64;
 
+// validate_decode_args' limits beyond the field comments below (each an InvalidArgument naming the
+// value): batch and kv_heads <= 65535; a cache of at most 2^30 tokens per sequence (capacity, or
+// max_pages_per_seq x page_size); max_len <= that capacity; slices inside it.
 struct DecodeArgs {
   // Shape.
   int batch = 0;
@@ -95,8 +98,8 @@ struct DecodeArgs {
   std::span<const int32_t> host_slice_len;
   std::span<const int32_t> host_block_table;
 
-  // Outputs (device memory; any subset, at least one). Outputs must not overlap inputs or each
-  // other.
+  // Outputs (device memory; any subset, at least one). Outputs must not overlap inputs (q, the
+  // cache's k and v, the slice arrays, the block table) or each other: InvalidArgument naming both.
   float* o_part = nullptr;       // [batch][q_heads][head_dim] fp32, 16-byte aligned
   float* lse_part = nullptr;     // [batch][q_heads] fp32
   void* out = nullptr;           // [batch][q_heads][head_dim] dtype, 16-byte aligned

@@ -6,7 +6,8 @@
 //      [K, N], stride ldb >= N   (BLayout::KN: C = A * B)
 //   C  [M, N], stride ldc >= N
 // Requirements (TMA): A, B, C 16-byte aligned; every row stride a multiple of 16 bytes (8 elements).
-// M, N, K are otherwise free (M = 1, N = 3592, K = 8200 are fine). C must not overlap A or B.
+// M, N, K < 2^31 and row strides < 2^40 bytes are otherwise free (M = 1, N = 3592, K = 8200 are
+// fine). C must not overlap A or B.
 // launch() validates everything before its first CUDA call and throws taxfree::Error
 // (InvalidArgument for a bad value, NotSupported for a config this build does not have).
 // launch() is asynchronous on `stream`; it blocks on nothing. Split-K configs (splits_k()) use a

@@ -8,7 +8,14 @@
 // tells every other rank at once) and throws. Other ranks see RemoteError from their next Team
 // call, and their device waits stop (the abort flag is raised from the coordinator's thread). A
 // process still alive `exit_grace_s` after an abort is ended with kExitRemote by the watchdog, so
-// no rank is ever left hanging, even inside NCCL.
+// no rank is ever left hanging, even inside NCCL. A Team destroyed before finish() (an exception
+// unwinding) raises its own abort flag first, so this rank's waiting kernels stop at once.
+//
+// Threads: a Team, and every op built on it, is driven from one host thread at a time. The ops of
+// one Team share its NCCL communicator (NCCL allows one thread at a time per communicator) and
+// their collective launches must reach every rank in the same order; an op's launch also keeps
+// host state of its own (streams, events, warm-up mode). Concurrent launches from several threads
+// are undefined, not merely slower.
 #pragma once
 
 #include <cuda_runtime_api.h>

@@ -9,6 +9,7 @@
 
 #include "taxfree/kernels/gemm/tile_scheduler.cuh"
 #include "taxfree/ops/all_gather_matmul.h"
+#include "taxfree/runtime/byte_range.h"
 #include "taxfree/runtime/error.h"
 
 namespace taxfree {
@@ -32,14 +33,7 @@ void check_matrix(const char* name, const void* p, const char* ld_name, int64_t 
              "all_gather_matmul: " << ld_name << "=" << ld << " elements must be a multiple of 8 (16-byte rows)");
 }
 
-// Bytes [begin, end) of a rows x cols matrix with stride ld.
-std::pair<uintptr_t, uintptr_t> span(const void* p, int64_t rows, int64_t cols, int64_t ld) {
-  const auto b = reinterpret_cast<uintptr_t>(p);
-  return {b, b + uintptr_t(((rows - 1) * ld + cols) * kElem)};
-}
-bool overlap(std::pair<uintptr_t, uintptr_t> x, std::pair<uintptr_t, uintptr_t> y) {
-  return std::max(x.first, y.first) < std::min(x.second, y.second);
-}
+ByteRange span(const void* p, int64_t rows, int64_t cols, int64_t ld) { return matrix_range(p, rows, cols, ld, kElem); }
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
@@ -112,6 +106,10 @@ void validate_agmm_args(const AgmmArgs& a, int world, const AgmmConfig& cfg) {
              "all_gather_matmul: M=" << a.m << " K=" << a.k << " exceed the op's capacity (max_m=" << cfg.max_m
                                      << ", max_k=" << cfg.max_k << "); build the op with a larger AgmmConfig");
   check_matrix("A_shard", a.a_shard, "lda_shard", a.lda_shard, s.cols, "its columns");
+  // The copy engine moves A_shard (cudaMemcpy2DAsync, mid-launch): its pitch limit, checked here.
+  TF_REQUIRE(a.lda_shard * kElem <= INT_MAX, Status::InvalidArgument,
+             "all_gather_matmul: lda_shard=" << a.lda_shard << " elements (" << a.lda_shard * kElem
+                                             << " bytes) exceeds the copy engine's pitch limit of 2^31 - 1 bytes");
   const bool nk = a.b_layout == gemm::BLayout::NK;
   check_matrix("B", a.b, "ldb", a.ldb, nk ? a.k : a.n, nk ? "K" : "N");
   check_matrix("C", a.c, "ldc", a.ldc, a.n, "N");

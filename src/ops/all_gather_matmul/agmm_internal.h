@@ -36,10 +36,10 @@ struct ReadyGemmLaunch {
   int mover_ctas = 0;
 };
 // Enqueues the GEMM on `s`. launch_gemm checks the arguments again before it enqueues; callers
-// that enqueue other work first call validate_policy_gemm before any of it (nothing may throw
-// half-way through a launch: the ranks' sequences must advance together). split_k_ok: the policy
-// allows split-K (pull); the piece waits do not.
-void enqueue_ready_gemm(const ReadyGemmLaunch& l, cudaStream_t s);
+// that enqueue other work first call validate_policy_gemm and GemmStep::prepare before any of it
+// (nothing may throw half-way through a launch: the ranks' sequences must advance together).
+// split_k_ok: the policy allows split-K (pull); the piece waits do not.
+void enqueue_ready_gemm(const ReadyGemmLaunch& l, cudaStream_t s, gemm::GemmStep step = gemm::GemmStep::launch);
 void validate_policy_gemm(const gemm::GemmArgs& g, const gemm::GemmConfig& cfg, bool split_k_ok);
 
 // pull's GEMM (pull_ready.cuh): our GEMM over the gathered A whose producer loads each A tile from

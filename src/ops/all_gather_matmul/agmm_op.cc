@@ -11,22 +11,12 @@
 #include "taxfree/kernels/gemm/tile_scheduler.cuh"
 #include "taxfree/ops/cublaslt_gemm.h"
 #include "taxfree/ops/gemm.h"
+#include "taxfree/runtime/byte_range.h"
 #include "taxfree/runtime/team.h"
 
 namespace taxfree {
 
 using namespace agmm;
-
-namespace {
-bool overlap(const void* a, int64_t a_bytes, const void* b, int64_t b_bytes) {
-  const auto x = reinterpret_cast<uintptr_t>(a), y = reinterpret_cast<uintptr_t>(b);
-  return a_bytes > 0 && b_bytes > 0 && std::max(x, y) < std::min(x + uintptr_t(a_bytes), y + uintptr_t(b_bytes));
-}
-
-// Bytes a rows x cols matrix with stride ld spans from its first element.
-int64_t span_bytes(int64_t rows, int64_t cols, int64_t ld) { return ((rows - 1) * ld + cols) * kElem; }
-
-}  // namespace
 
 AllGatherMatmul::AllGatherMatmul(Team& team, AgmmConfig config) : AllGatherMatmul(team.share(), config) {}
 
@@ -156,12 +146,14 @@ void AllGatherMatmul::validate(const AgmmArgs& a) const {
   const ShardShape s = agmm_shard_shape(a.m, a.k, a.gather_dim, share_.world);
   const GatheredA slot = local_slot(a.m, a.k, a.gather_dim);
   const bool own_slot = in_place(a, slot);
-  const int64_t a_bytes = span_bytes(s.rows, s.cols, a.lda_shard), c_bytes = span_bytes(a.m, a.n, a.ldc);
+  const ByteRange a_range = matrix_range(a.a_shard, s.rows, s.cols, a.lda_shard, kElem);
+  const ByteRange c_range = matrix_range(a.c, a.m, a.n, a.ldc, kElem);
   for (const Buffer& b : impl_->buffers(share_.world)) {
-    TF_REQUIRE(own_slot || !overlap(a.a_shard, a_bytes, b.p, b.bytes), Status::InvalidArgument,
+    const ByteRange buffer = byte_range(b.p, b.bytes);
+    TF_REQUIRE(own_slot || !overlap(a_range, buffer), Status::InvalidArgument,
                "all_gather_matmul: A_shard overlaps the op's gathered / staging / partial buffers (only "
                "local_slot() with its stride is allowed)");
-    TF_REQUIRE(!overlap(a.c, c_bytes, b.p, b.bytes), Status::InvalidArgument,
+    TF_REQUIRE(!overlap(c_range, buffer), Status::InvalidArgument,
                "all_gather_matmul: C overlaps the op's gathered / staging / partial buffers");
   }
 }
@@ -437,6 +429,7 @@ GatheredA AllGatherMatmul::launch_fused_ce(const AgmmArgs& a, cudaStream_t s) {
   g.first_k = agmm::first_k_block(plan.grid, rank);
   g.seq = {epoch, nullptr};  // the begin kernel below advances the epoch for this launch
   agmm::validate_policy_gemm(g.gemm, g.config, false);  // before anything is enqueued
+  agmm::enqueue_ready_gemm(g, s, gemm::GemmStep::prepare);
 
   agmm::enqueue_begin(epoch, view, im.dec_barrier, share_.fault, s);
   TF_CUDA(cudaEventRecord(im.fork, s));

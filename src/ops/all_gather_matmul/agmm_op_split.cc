@@ -51,8 +51,8 @@ bool owner_sums_of_launch(int64_t partial_bytes, int world) {
 // launch sequence and flags of its own (the exchange kernel ends ksplit's sequence, possibly before the gather starts).
 GatheredA AllGatherMatmul::launch_ksplit(const AgmmArgs& a, cudaStream_t s) {
   switch (ksplit_path(a)) {  // warm_up(): only the two-kernel path calls cuBLASLt
-    case KsplitPath::skinny: return warm_only_ ? GatheredA{} : launch_ksplit_skinny(a, s);
-    case KsplitPath::bands: return warm_only_ ? GatheredA{} : launch_ksplit_bands(a, s);
+    case KsplitPath::skinny: return launch_ksplit_skinny(a, s);
+    case KsplitPath::bands: return launch_ksplit_bands(a, s);
     case KsplitPath::two_kernel: break;
   }
   // The exchange and the side gather both wait for peers, possibly at once: together in the share.
@@ -103,6 +103,7 @@ GatheredA AllGatherMatmul::launch_ksplit(const AgmmArgs& a, cudaStream_t s) {
 GatheredA AllGatherMatmul::launch_ksplit_skinny(const AgmmArgs& a, cudaStream_t s) {
   const int per_sm = agmm::ksplit_skinny_ctas_per_sm(a.dtype, a.b_layout, agmm::skinny_m_tiles(a.m));
   const agmm::KsplitSkinny p = make_ksplit_skinny_plan(a, share_.world, config_, share_.sm_count * per_sm);
+  if (warm_only_) return {};  // warm_up(): checked as a launch is; no cuBLASLt to warm
   Impl& im = *impl_;
   const GatheredA slot = local_slot(a.m, a.k, a.gather_dim);
   const int64_t k0 = share_.rank * p.shard_cols;  // this rank's K rows of B
@@ -164,6 +165,7 @@ GatheredA AllGatherMatmul::launch_ksplit_bands(const AgmmArgs& a, cudaStream_t s
   TF_REQUIRE((a.m + 63) / 64 * l.bands_n <= l.band_capacity, Status::Internal,
              "ksplit: " << (a.m + 63) / 64 * l.bands_n << " bands exceed the " << l.band_capacity << " flags");
   agmm::enqueue_ksplit_gemm(l, s, gemm::GemmStep::prepare);  // validation, split-K's workspace
+  if (warm_only_) return {};  // warm_up(): checked (and the workspace grown) as a launch is
 
   TF_CUDA(cudaEventRecord(im.fork, s));
   TF_CUDA(cudaStreamWaitEvent(im.side, im.fork, 0));

@@ -24,6 +24,10 @@ void enqueue_push(const PushLaunch& l, cudaStream_t main, cudaStream_t side, cud
   validate_policy_gemm(l.gemm.gemm, l.gemm.config, false);
   TF_REQUIRE(l.push_ctas >= 1 && l.gemm.mover_ctas == 0, Status::Internal,
              "push kernel with " << l.push_ctas << " CTAs beside a GEMM with " << l.gemm.mover_ctas << " movers");
+  // The GEMM's own launch checks too (residency, tensor maps, its attributes): the push kernel
+  // advances this rank's push sequence, and a GEMM that then failed to launch would leave the
+  // GEMM's sequence one behind for good.
+  enqueue_ready_gemm(l.gemm, main, gemm::GemmStep::prepare);
 
   TF_CUDA(cudaEventRecord(fork, main));
   TF_CUDA(cudaStreamWaitEvent(side, fork, 0));

@@ -16,7 +16,7 @@ void validate_policy_gemm(const gemm::GemmArgs& g, const gemm::GemmConfig& cfg, 
              "a GEMM waiting for A pieces runs whole tiles, got " << cfg.name());
 }
 
-void enqueue_ready_gemm(const ReadyGemmLaunch& l, cudaStream_t s) {
+void enqueue_ready_gemm(const ReadyGemmLaunch& l, cudaStream_t s, gemm::GemmStep step) {
   PieceReady::Params ready;
   ready.flags = l.flags;
   ready.pieces = l.grid;
@@ -36,7 +36,7 @@ void enqueue_ready_gemm(const ReadyGemmLaunch& l, cudaStream_t s) {
   ready.movers = l.movers;
   ready.mover_ctas = l.mover_ctas;
   gemm::launch_gemm<gemm::RotatedOrder, PieceReady, gemm::StoreTo>(l.gemm, l.config, gemm::RotatedOrder::Params{l.first_m},
-                                                                  ready, {l.gemm.c, l.gemm.ldc}, s);
+                                                                  ready, {l.gemm.c, l.gemm.ldc}, s, step);
 }
 
 }  // namespace taxfree::agmm

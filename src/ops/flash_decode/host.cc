@@ -12,6 +12,7 @@
 #include "taxfree/kernels/attention/config.h"
 #include "taxfree/kernels/attention/params.h"
 #include "taxfree/ops/flash_decode.h"
+#include "taxfree/runtime/byte_range.h"
 #include "taxfree/runtime/error.h"
 
 namespace taxfree::ops::flash_decode {
@@ -45,6 +46,35 @@ bool paged(KvLayout l) { return l == KvLayout::PagedHND || l == KvLayout::PagedN
 // Capacity in tokens per sequence, per layout (validated before use).
 int64_t capacity_of(const DecodeArgs& a) {
   return paged(a.layout) ? int64_t(a.max_pages_per_seq) * a.page_size : a.capacity;
+}
+
+// No output overlaps an input or another output (the kernels read inputs while writing outputs, and
+// write the outputs from different CTAs without ordering between them).
+void require_outputs_apart(const DecodeArgs& a) {
+  const int64_t e = 2;  // bytes of bf16 / fp16
+  const int64_t rows = int64_t(a.batch) * a.q_heads;
+  const int64_t kv = paged(a.layout) ? int64_t(a.num_pages) * a.kv_heads * a.page_size * a.head_dim
+                                     : int64_t(a.batch) * a.kv_heads * a.capacity * a.head_dim;
+  const std::pair<const char*, ByteRange> inputs[] = {
+      {"q", byte_range(a.q, rows * a.head_dim * e)},
+      {"k", byte_range(a.k, kv * e)},
+      {"v", byte_range(a.v, kv * e)},
+      {"slice_len", byte_range(a.slice_len, int64_t(a.batch) * 4)},
+      {"slice_start", byte_range(a.slice_start, int64_t(a.batch) * 4)},
+      {"block_table", paged(a.layout) ? byte_range(a.block_table, int64_t(a.batch) * a.max_pages_per_seq * 4)
+                                      : ByteRange{}}};
+  const std::pair<const char*, ByteRange> outputs[] = {{"o_part", byte_range(a.o_part, rows * a.head_dim * 4)},
+                                                       {"lse_part", byte_range(a.lse_part, rows * 4)},
+                                                       {"out", byte_range(a.out, rows * a.head_dim * e)}};
+  for (size_t i = 0; i < std::size(outputs); ++i) {
+    const auto& [name, range] = outputs[i];
+    for (const auto& [in_name, in_range] : inputs)
+      TF_REQUIRE(!overlap(range, in_range), Status::InvalidArgument,
+                 "output " << name << " overlaps input " << in_name);
+    for (size_t j = i + 1; j < std::size(outputs); ++j)
+      TF_REQUIRE(!overlap(range, outputs[j].second), Status::InvalidArgument,
+                 "output " << name << " overlaps output " << outputs[j].first);
+  }
 }
 
 }  // namespace
@@ -137,6 +167,7 @@ void validate_decode_args(const DecodeArgs& a) {
                            << " ends beyond the cache capacity of " << cap << " tokens");
     }
   }
+  require_outputs_apart(a);
   if (paged(a.layout) && !a.host_block_table.empty()) {
     const auto& bt = a.host_block_table;
     TF_REQUIRE(int64_t(bt.size()) == int64_t(a.batch) * a.max_pages_per_seq, S::InvalidArgument,

@@ -18,6 +18,7 @@
 #include "taxfree/ops/gemm.h"
 #include "taxfree/ops/gemm_detail.h"
 #include "taxfree/ops/gemm_tiles.h"
+#include "taxfree/runtime/byte_range.h"
 #include "taxfree/runtime/driver_api.h"
 #include "taxfree/runtime/error.h"
 #include "taxfree/runtime/stream_release.h"
@@ -74,13 +75,8 @@ void check_operand(const char* name, const void* p, const char* ld_name, int64_t
              "GEMM row stride " << ld_name << "=" << ld << " exceeds the TMA limit of 2^40 bytes");
 }
 
-// Bytes [begin, end) a row-major rows x cols matrix with row stride ld touches.
-std::pair<uintptr_t, uintptr_t> span(const void* p, int64_t rows, int64_t cols, int64_t ld) {
-  const auto b = reinterpret_cast<uintptr_t>(p);
-  return {b, b + uintptr_t(((rows - 1) * ld + cols) * kElemBytes)};
-}
-bool overlap(std::pair<uintptr_t, uintptr_t> x, std::pair<uintptr_t, uintptr_t> y) {
-  return std::max(x.first, y.first) < std::min(x.second, y.second);
+ByteRange span(const void* p, int64_t rows, int64_t cols, int64_t ld) {
+  return matrix_range(p, rows, cols, ld, kElemBytes);
 }
 
 }  // namespace
