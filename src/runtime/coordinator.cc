@@ -50,11 +50,12 @@ std::pair<std::string, std::string> head(const std::string& line) {
 }
 
 // Every connection of the protocol: no Nagle delay; a peer whose host vanished without closing
-// (power, network) is declared gone after ~11 s of unanswered keepalives or 20 s of unacknowledged
-// data; a send to a peer that stopped reading gives up after 10 s.
+// (power, network) is declared gone ~11 s after it last answered: keepalive probes from 5 s idle,
+// every 2 s, and TCP_USER_TIMEOUT (which, when set, decides for keepalive too, and bounds data
+// left unacknowledged); a send to a peer that stopped reading gives up after 10 s.
 void tune_socket(int fd) {
   const int one = 1, idle_s = 5, interval_s = 2, probes = 3;
-  const unsigned user_timeout_ms = 20000;
+  const unsigned user_timeout_ms = 11000;
   const timeval send_timeout{10, 0};
   ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   ::setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
@@ -219,7 +220,9 @@ void CoordinatorServer::handle_line(Conn& c, const std::string& line) {
     std::istringstream is(rest);
     is >> c.rank >> c.pid;
     if (c.rank < 0 || c.rank >= world_) {
-      send_locked(c, "ABORT -1 coordinator: rank " + std::to_string(c.rank) + " is outside world size " +
+      const int claimed = c.rank;
+      c.rank = -1;  // not a rank of this job: losing it fails nothing
+      send_locked(c, "ABORT -1 coordinator: rank " + std::to_string(claimed) + " is outside world size " +
                          std::to_string(world_));
       c.open = false;
       return;
@@ -365,7 +368,9 @@ CoordinatorClient::~CoordinatorClient() {
 
 void CoordinatorClient::send(const std::string& line) {
   std::lock_guard<std::mutex> lk(send_mu_);
-  write_all(fd_, line + "\n");  // a broken connection is reported by the watchdog
+  // A failed or timed-out send may have left half a line: the connection is unusable. Shutting it
+  // down makes the watchdog report it as lost (unless this rank finished or is closing).
+  if (!write_all(fd_, line + "\n")) ::shutdown(fd_, SHUT_RDWR);
 }
 
 std::string CoordinatorClient::abort_message() const {

@@ -235,7 +235,10 @@ int probe_visible_gpus(const std::string& self_exe, std::string* why, double tim
     TF_THROW(Status::SystemError, "fork(): " << std::strerror(e));
   }
   if (pid == 0) {
-    ::dup2(pipefd[1], STDOUT_FILENO);  // the copy is not close-on-exec; both pipe ends are
+    // The copy is not close-on-exec; both pipe ends are. (Started with stdout closed, the write end
+    // may be fd 1 itself: then only its flag changes.)
+    if (pipefd[1] == STDOUT_FILENO) ::fcntl(STDOUT_FILENO, F_SETFD, 0);
+    else ::dup2(pipefd[1], STDOUT_FILENO);
     ::execl(self_exe.c_str(), self_exe.c_str(), "_probe-gpus", static_cast<char*>(nullptr));
     ::_exit(127);
   }

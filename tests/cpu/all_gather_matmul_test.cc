@@ -410,6 +410,12 @@ TEST(AgmmValidation, RejectsBadArgumentsNamingThem) {
   bad("lda_shard", [](AgmmArgs& a) { a.lda_shard = 32; });
   bad("multiple of 8", [](AgmmArgs& a) { a.lda_shard = 68; });
   bad("pitch limit of 2^31 - 1 bytes", [](AgmmArgs& a) { a.lda_shard = int64_t(1) << 30; });
+  AgmmConfig wide;
+  wide.max_k = int64_t(1) << 30;
+  AgmmArgs k30 = valid_args();  // A_shard's pitch fits; the gathered row's (K) does not
+  k30.gather_dim = 1, k30.k = int64_t(1) << 30, k30.lda_shard = int64_t(1) << 29, k30.ldb = k30.k;
+  expect_error([&] { validate_agmm_args(k30, 2, wide); }, Status::InvalidArgument,
+               "K=1073741824 makes a gathered row of 2147483648 bytes");
   bad("ldb", [](AgmmArgs& a) { a.ldb = 8; });
   bad("ldc", [](AgmmArgs& a) { a.ldc = 60; });
   bad("C overlaps A_shard", [](AgmmArgs& a) { a.c = g_mem + 64; });

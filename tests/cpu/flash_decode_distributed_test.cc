@@ -264,6 +264,11 @@ TEST(FlashDecodeDistPlan, ArgsValidation) {
   bad([](DecodeArgs& b) { b.o_part = fake<float>(0x70000); }, "o_part=0x70000 must be null");
   bad([](DecodeArgs& b) { b.lse_part = fake<float>(0x70000); }, "lse_part=0x70000 must be null");
   bad([](DecodeArgs& b) { b.batch = 5; }, "batch=5 exceeds this FlashDecode's max_batch=4");
+  // Buffers packed for the op's largest batch: a larger batch is named as such, not as the
+  // overlap its sizes would imply.
+  const uintptr_t packed = 4 * 32 * 128 * 2;  // q, then out, for batch 4
+  bad([&](DecodeArgs& b) { b.batch = 5, b.q = fake(0x10000000), b.out = fake(0x10000000 + packed); },
+      "batch=5 exceeds this FlashDecode's max_batch=4");
   bad([](DecodeArgs& b) { b.q_heads = 64, b.kv_heads = 4; }, "q_heads=64 exceeds");
   bad([](DecodeArgs& b) { b.kv_heads = 8; }, "kv_heads=8 exceeds");
   bad([](DecodeArgs& b) { b.q = fake(0x10008); }, "q=0x10008 must be 16-byte aligned");  // the local checks too

@@ -110,10 +110,11 @@
 //    same variant and shape (m, n, k, gather_dim, dtype) in the same order. Pointers and strides
 //    may differ per rank. Checked across ranks only in the launch check mode
 //    (TeamOptions::check_launches: describe_agmm_launch); otherwise a mismatch is undefined.
-//  - M, N, K in [1, 2^31); gather_dim 0 needs M divisible by the world, gather_dim 1 K divisible by
-//    it with K / world a multiple of 8 ("divisible" in the message).
+//  - M, N in [1, 2^31), K in [1, 2^30) (a gathered row is one copy-engine pitch); gather_dim 0
+//    needs M divisible by the world, gather_dim 1 K divisible by it with K / world a multiple of 8
+//    ("divisible" in the message).
 //  - A_shard, B, C: device memory of this rank, 16-byte aligned, row strides multiples of 8
-//    elements (A_shard's below 2^30 elements: the copy engine's pitch). C must not overlap A_shard,
+//    elements (A_shard's at most 2^30 - 1 elements: the copy engine's pitch). C must not overlap A_shard,
 //    B or the op's buffers. A_shard may lie anywhere outside the op's buffers (symmetric heap or
 //    not), or exactly at local_slot() with its stride (in place: no local copy).
 //  - push and sm-specialized, with push_ctas 0 (the per-shape choice), need a share of more than
@@ -332,7 +333,8 @@ class AllGatherMatmul {
 
   GatheredA launch(AgmmVariant variant, const AgmmArgs& args, cudaStream_t stream);
   // This rank alone (not collective): runs on `stream` the cuBLASLt GEMMs launch(variant, args)
-  // would run, with the same arguments, and nothing else: their kernels are loaded and their plans
+  // would run, with the same arguments (and grows this stream's split-K workspace where ksplit's
+  // band path needs it), and nothing else: their kernels are loaded and their plans
   // made before a launch that must not stall. cuBLASLt loads a kernel at its first use, and the
   // driver may wait for the device to go idle first, which never comes while another rank's
   // kernels on the same GPU wait for this one (ranks simulated on one GPU). Touches no peer; leaves

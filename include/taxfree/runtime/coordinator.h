@@ -8,7 +8,7 @@
 // Thread safety: a CoordinatorClient may be used from several threads. Every blocking call has a
 // timeout and returns early (throwing RemoteError) when the job is aborting. Connections use TCP
 // keepalive, so a rank or coordinator host that vanishes without closing (power, network) is
-// noticed within ~11 s idle (~20 s with data in flight), like one that exits.
+// noticed ~11 s after it last answered, like one that exits.
 #pragma once
 
 #include <atomic>

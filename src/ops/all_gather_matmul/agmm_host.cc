@@ -106,10 +106,14 @@ void validate_agmm_args(const AgmmArgs& a, int world, const AgmmConfig& cfg) {
              "all_gather_matmul: M=" << a.m << " K=" << a.k << " exceed the op's capacity (max_m=" << cfg.max_m
                                      << ", max_k=" << cfg.max_k << "); build the op with a larger AgmmConfig");
   check_matrix("A_shard", a.a_shard, "lda_shard", a.lda_shard, s.cols, "its columns");
-  // The copy engine moves A_shard (cudaMemcpy2DAsync, mid-launch): its pitch limit, checked here.
-  TF_REQUIRE(a.lda_shard * kElem <= INT_MAX, Status::InvalidArgument,
-             "all_gather_matmul: lda_shard=" << a.lda_shard << " elements (" << a.lda_shard * kElem
-                                             << " bytes) exceeds the copy engine's pitch limit of 2^31 - 1 bytes");
+  // The copy engine moves A_shard into gathered rows (cudaMemcpy2DAsync, mid-launch): both pitches
+  // within its limit, checked here.
+  TF_REQUIRE(a.lda_shard <= INT_MAX / kElem, Status::InvalidArgument,
+             "all_gather_matmul: lda_shard=" << a.lda_shard
+                                             << " elements exceeds the copy engine's pitch limit of 2^31 - 1 bytes");
+  TF_REQUIRE(s.ld <= INT_MAX / kElem, Status::InvalidArgument,
+             "all_gather_matmul: K=" << a.k << " makes a gathered row of " << s.ld * kElem
+                                     << " bytes, beyond the copy engine's pitch limit of 2^31 - 1 bytes");
   const bool nk = a.b_layout == gemm::BLayout::NK;
   check_matrix("B", a.b, "ldb", a.ldb, nk ? a.k : a.n, nk ? "K" : "N");
   check_matrix("C", a.c, "ldc", a.ldc, a.n, "N");

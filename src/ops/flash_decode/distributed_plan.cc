@@ -113,7 +113,8 @@ void validate_flash_decode_args(const DecodeArgs& a, const FlashDecodeConfig& c)
              "o_part=" << static_cast<const void*>(a.o_part) << " must be null: FlashDecode keeps the partials itself");
   TF_REQUIRE(a.lse_part == nullptr, S::InvalidArgument,
              "lse_part=" << static_cast<const void*>(a.lse_part) << " must be null: FlashDecode keeps the partials itself");
-  validate_decode_args(a);
+  // The op's limits first: a shape beyond them must be named, not seen as overlapping buffers
+  // sized for a smaller one.
   TF_REQUIRE(a.batch <= c.max_batch, S::InvalidArgument,
              "batch=" << a.batch << " exceeds this FlashDecode's max_batch=" << c.max_batch);
   TF_REQUIRE(a.q_heads <= c.max_q_heads, S::InvalidArgument,
@@ -122,6 +123,7 @@ void validate_flash_decode_args(const DecodeArgs& a, const FlashDecodeConfig& c)
              "kv_heads=" << a.kv_heads << " exceeds this FlashDecode's max_kv_heads=" << c.max_kv_heads);
   TF_REQUIRE(a.head_dim <= c.max_head_dim, S::InvalidArgument,
              "head_dim=" << a.head_dim << " exceeds this FlashDecode's max_head_dim=" << c.max_head_dim);
+  validate_decode_args(a);
 }
 
 std::string describe_flash_decode_launch(Variant variant, const DecodeArgs& a, const FlashDecodeConfig& c) {
