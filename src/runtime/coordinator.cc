@@ -54,14 +54,13 @@ std::pair<std::string, std::string> head(const std::string& line) {
 // every 2 s, and TCP_USER_TIMEOUT (which, when set, decides for keepalive too, and bounds data
 // left unacknowledged); a send to a peer that stopped reading gives up after 10 s.
 void tune_socket(int fd) {
-  const int one = 1, idle_s = 5, interval_s = 2, probes = 3;
+  const int one = 1, idle_s = 5, interval_s = 2;  // no TCP_KEEPCNT: TCP_USER_TIMEOUT decides
   const unsigned user_timeout_ms = 11000;
   const timeval send_timeout{10, 0};
   ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   ::setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
   ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle_s, sizeof idle_s);
   ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval_s, sizeof interval_s);
-  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &probes, sizeof probes);
   ::setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout_ms, sizeof user_timeout_ms);
   ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &send_timeout, sizeof send_timeout);
 }

@@ -265,7 +265,7 @@ int probe_visible_gpus(const std::string& self_exe, std::string* why, double tim
   int status = 0;
   const bool reaped = wait_until(pid, &status, std::chrono::seconds(answered ? 60 : 5));
   if (!answered || !reaped) {
-    if (!reaped && answered) ::kill(pid, SIGKILL);
+    if (!reaped) ::kill(pid, SIGKILL);
     if (why) {
       std::ostringstream os;
       os << "the GPU probe (" << self_exe << " _probe-gpus) " << (answered ? "did not exit" : "did not answer")

@@ -130,14 +130,22 @@ TEST(Launcher, ProgramNotFoundFailsBeforeAnyRankStarts) {
   EXPECT_NE(dir.output.find("cannot exec /: not an executable file"), std::string::npos) << dir.output;
 }
 
+// An executable file with `text` in the test's temporary folder, removed when this goes.
+struct ExecutableFile {
+  std::string path;
+  ExecutableFile(const std::string& name, const std::string& text) : path(::testing::TempDir() + name) {
+    std::ofstream(path) << text;
+    EXPECT_EQ(::chmod(path.c_str(), 0755), 0) << path;
+  }
+  ~ExecutableFile() { std::remove(path.c_str()); }
+};
+
 TEST(Launcher, ExecFailingInARankNamesTheRankAndTheCause) {
   // Executable but in no format the kernel runs (no "#!"): execve fails in every child, which can
   // then only write(2) its message and exit 127.
-  const std::string path = ::testing::TempDir() + "taxfree_not_a_program";
-  { std::ofstream(path) << "not a program\n"; }
-  ASSERT_EQ(::chmod(path.c_str(), 0755), 0);
+  const ExecutableFile file("taxfree_not_a_program", "not a program\n");
+  const std::string& path = file.path;
   auto r = run_process({cli(), "run", "-n", "2", "--", path});
-  std::remove(path.c_str());
   EXPECT_EQ(r.exit_code, 127) << r.output;
   for (int i = 0; i < 2; ++i)
     EXPECT_NE(r.output.find("[taxfree launcher] rank " + std::to_string(i) + ": cannot exec " + path + ": Exec format error"),
@@ -158,14 +166,11 @@ TEST(Launcher, IgnoredSigchldDoesNotHangTheLauncher) {
 
 TEST(Launcher, GpuProbeThatHangsIsKilledAtItsDeadline) {
   // Stands in for a probe stuck in CUDA's initialisation on a wedged GPU.
-  const std::string path = ::testing::TempDir() + "taxfree_hung_probe";
-  { std::ofstream(path) << "#!/bin/sh\nexec sleep 600\n"; }
-  ASSERT_EQ(::chmod(path.c_str(), 0755), 0);
+  const ExecutableFile probe("taxfree_hung_probe", "#!/bin/sh\nexec sleep 600\n");
   std::string why;
   const auto t0 = std::chrono::steady_clock::now();
-  EXPECT_EQ(probe_visible_gpus(path, &why, 0.5), 0);
+  EXPECT_EQ(probe_visible_gpus(probe.path, &why, 0.5), 0);
   const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::remove(path.c_str());
   EXPECT_LT(took, 5.0);
   EXPECT_NE(why.find("did not answer within 0.5 s"), std::string::npos) << why;
 }

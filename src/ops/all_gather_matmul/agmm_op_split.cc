@@ -103,7 +103,7 @@ GatheredA AllGatherMatmul::launch_ksplit(const AgmmArgs& a, cudaStream_t s) {
 GatheredA AllGatherMatmul::launch_ksplit_skinny(const AgmmArgs& a, cudaStream_t s) {
   const int per_sm = agmm::ksplit_skinny_ctas_per_sm(a.dtype, a.b_layout, agmm::skinny_m_tiles(a.m));
   const agmm::KsplitSkinny p = make_ksplit_skinny_plan(a, share_.world, config_, share_.sm_count * per_sm);
-  if (warm_only_) return {};  // warm_up(): checked as a launch is; no cuBLASLt to warm
+  if (warm_only_) return {};  // warm_up(): the plan checked; no cuBLASLt to warm
   Impl& im = *impl_;
   const GatheredA slot = local_slot(a.m, a.k, a.gather_dim);
   const int64_t k0 = share_.rank * p.shard_cols;  // this rank's K rows of B
