@@ -312,7 +312,6 @@ int run(Team& team, const RunRequest& req) {
     TF_CUDA(cudaGetLastError());
   };
   Event ev0, ev1;
-  int seq = 0;  // coordinator keys must be unique
   TF_CUDA(cudaHostAlloc(&g_gate, sizeof(uint32_t), cudaHostAllocMapped));
   *g_gate = 0;
   g_gate_ticket = 0;
@@ -394,7 +393,7 @@ int run(Team& team, const RunRequest& req) {
             team.sync(s);
             wrong += bench->check(v, s);
           }
-          row.wrong = sum_over_ranks(team, "wrong-" + std::to_string(seq++), wrong);
+          row.wrong = sum_over_ranks(team, team.coordinator().next_key("bench.wrong"), wrong);
           total_wrong += row.wrong;
         }
         if (req.kill_rank == team.rank() && !killed_once) {
@@ -413,7 +412,7 @@ int run(Team& team, const RunRequest& req) {
         TF_CUDA(cudaEventRecord(ev1.e, s));
         team.sync(s);
         const int reps = runs_per_sample(opt, elapsed_s(ev0, ev1), bench->launches(v));
-        row.reps = int(max_over_ranks(team.coordinator(), "reps-" + std::to_string(seq++), reps));
+        row.reps = int(max_over_ranks(team.coordinator(), team.coordinator().next_key("bench.reps"), reps));
         if (opt.graph && row.reps > 1) graphs[vi].sample = std::make_unique<RunGraph>(*bench, name, v, row.reps, s);
         pending.push_back(std::move(row));
       }
@@ -459,7 +458,7 @@ int run(Team& team, const RunRequest& req) {
         Stats st = summarize(samples[vi]);
         for (double x : samples[vi]) row.samples_us.push_back(x * 1e6);
         // The op's time is the slowest rank's.
-        const std::string k = "t-" + std::to_string(seq++);
+        const std::string k = team.coordinator().next_key("bench.time");
         st.median = max_over_ranks(team.coordinator(), k + "m", st.median);
         st.min = max_over_ranks(team.coordinator(), k + "n", st.min);
         st.max = max_over_ranks(team.coordinator(), k + "x", st.max);
@@ -533,7 +532,7 @@ int run(Team& team, const RunRequest& req) {
   // Collective (every rank parses the same command line): each rank's GPU, in rank order.
   const std::vector<std::string> gpus =
       req.json_path.empty() ? std::vector<std::string>{}
-                            : team.coordinator().all_gather("bench.gpu_uuid", format_gpu_uuid(uuid), 60);
+                            : team.coordinator().all_gather(team.coordinator().next_key("bench.gpu_uuid"), format_gpu_uuid(uuid), 60);
   if (root && !req.json_path.empty()) {
     int nccl = 0;
     ncclGetVersion(&nccl);

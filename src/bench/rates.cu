@@ -115,7 +115,7 @@ MachineRates measure_rates(Team& team) {
     }
     // Ranks 0 and 1 time the loop; the others only pass through the barriers.
     const double mine = team.rank() <= 1 ? elapsed_s(a, b) / (2.0 * kRounds) : 0.0;
-    r.flag_latency_s = all_gather_doubles(team.coordinator(), "rates.flag", mine)[0];
+    r.flag_latency_s = all_gather_doubles(team.coordinator(), team.coordinator().next_key("rates.flag"), mine)[0];
     team.host_barrier("rates.flag.done");
     team.heap().release(mark);
   }

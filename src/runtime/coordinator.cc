@@ -12,6 +12,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -128,12 +129,20 @@ std::string from_hex(const std::string& hex) {
 struct CoordinatorServer::Conn {
   int fd = -1;
   int rank = -1;
+  int generation = 0;  // how many connections of this rank came before (scopes keys and barriers)
   long pid = 0;
   bool finished = false;
   bool open = true;
   std::string inbuf;
-  std::set<std::string> pending_gets;
+  std::set<std::string> pending_gets;  // keys as the client named them
 };
+
+namespace {
+// The name a key or barrier has on the server: a rank that joins again (a second Team, one after
+// the other, under the launcher) starts a fresh set of keys and barriers, shared with the other
+// ranks' connections of the same generation.
+std::string scoped(int generation, const std::string& name) { return std::to_string(generation) + ":" + name; }
+}  // namespace
 
 CoordinatorServer::CoordinatorServer(const std::string& host, int port, int world) : world_(world) {
   TF_REQUIRE(world >= 1, Status::InvalidArgument, "coordinator world size " << world << " must be >= 1");
@@ -198,12 +207,19 @@ void CoordinatorServer::rank_ended_abnormally(int rank, const std::string& how) 
   fail_locked(rank, how, nullptr);
 }
 
+void CoordinatorServer::close_locked(Conn& c) {
+  c.open = false;
+  if (c.fd >= 0) ::close(c.fd);
+  c.fd = -1;
+}
+
 void CoordinatorServer::send_locked(Conn& c, const std::string& line) {
   if (!c.open || write_all(c.fd, line + "\n")) return;
-  c.open = false;  // a rank that cannot be written to is as gone as one that closed
+  const int e = errno;
+  close_locked(c);  // a rank that cannot be written to is as gone as one that closed
   if (c.rank >= 0 && !c.finished)
     fail_locked(c.rank, "the coordinator could not write to its process (pid " + std::to_string(c.pid) +
-                            "): " + std::strerror(errno), &c);
+                            "): " + std::strerror(e), &c);
 }
 
 void CoordinatorServer::fail_locked(int rank, const std::string& message, const Conn* source) {
@@ -223,38 +239,49 @@ void CoordinatorServer::handle_line(Conn& c, const std::string& line) {
       c.rank = -1;  // not a rank of this job: losing it fails nothing
       send_locked(c, "ABORT -1 coordinator: rank " + std::to_string(claimed) + " is outside world size " +
                          std::to_string(world_));
-      c.open = false;
+      close_locked(c);
       return;
     }
-    for (auto& o : conns_)
-      if (o.get() != &c && o->rank == c.rank && o->open) {
+    for (auto& o : conns_) {
+      if (o.get() == &c || o->rank != c.rank) continue;
+      if (o->open && !o->finished) {
         fail_locked(c.rank,
                     "two processes claim rank " + std::to_string(c.rank) + " (pids " + std::to_string(o->pid) +
                         " and " + std::to_string(c.pid) + ")",
                     nullptr);  // both claimants are told too
         return;
       }
+      c.generation = std::max(c.generation, o->generation + 1);  // it finished before: a fresh start
+    }
     if (!first_failure_.empty()) send_locked(c, "ABORT -1 " + first_failure_);
   } else if (cmd == "SET") {
     auto [key, value] = head(rest);
-    kv_[key] = value;
+    const auto [it, inserted] = kv_.emplace(scoped(c.generation, key), value);
+    if (!inserted) {
+      // A rank that read the first value keeps it: a different one would split the job silently.
+      if (it->second != value)
+        fail_locked(c.rank, "set coordinator key '" + key + "' again with a different value (a key is set once per "
+                            "job; CoordinatorClient::next_key names repeated exchanges)", nullptr);
+      return;
+    }
     for (auto& o : conns_)
-      if (o->pending_gets.erase(key)) send_locked(*o, "VAL " + key + " " + value);
+      if (o->generation == c.generation && o->pending_gets.erase(key)) send_locked(*o, "VAL " + key + " " + value);
   } else if (cmd == "GET") {
-    auto it = kv_.find(rest);
+    auto it = kv_.find(scoped(c.generation, rest));
     if (it != kv_.end()) send_locked(c, "VAL " + rest + " " + it->second);
     else c.pending_gets.insert(rest);
   } else if (cmd == "BAR") {
-    auto& arrived = barriers_[rest];
+    const std::string name = scoped(c.generation, rest);
+    auto& arrived = barriers_[name];
     arrived.insert(c.rank);
     if (int(arrived.size()) == world_) {
       for (auto& o : conns_)
-        if (arrived.count(o->rank)) send_locked(*o, "PASS " + rest);
-      barriers_.erase(rest);
+        if (o->generation == c.generation && arrived.count(o->rank)) send_locked(*o, "PASS " + rest);
+      barriers_.erase(name);
     }
   } else if (cmd == "BARTIMEOUT") {
     auto [name, seconds] = head(rest);
-    const auto pending = barriers_.find(name);
+    const auto pending = barriers_.find(scoped(c.generation, name));
     if (pending == barriers_.end()) {  // it passed while the timeout was on its way: nobody is missing
       fail_locked(c.rank, "host barrier '" + name + "' timed out after " + seconds +
                               " s just as the last rank arrived (a slow host?)", &c);
@@ -300,7 +327,7 @@ void CoordinatorServer::serve() {
     }
     for (size_t i = 2; i < fds.size() && i - 2 < conns_.size(); ++i) {
       Conn& c = *conns_[i - 2];
-      if (fds[i].fd < 0 || !(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+      if (!c.open || fds[i].fd < 0 || !(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
       char buf[4096];
       ssize_t got = ::recv(c.fd, buf, sizeof buf, 0);
       if (got > 0) {
@@ -312,11 +339,11 @@ void CoordinatorServer::serve() {
           handle_line(c, line);
         }
       } else if (got == 0 || (errno != EINTR && errno != EAGAIN)) {
-        c.open = false;
+        const std::string why = got == 0 ? std::string("it exited or was killed") : std::strerror(errno);
+        close_locked(c);
         if (!c.finished && c.rank >= 0)
           fail_locked(c.rank,
-                      "its process (pid " + std::to_string(c.pid) + ") disconnected before finishing (" +
-                          (got == 0 ? std::string("it exited or was killed") : std::strerror(errno)) + ")",
+                      "its process (pid " + std::to_string(c.pid) + ") disconnected before finishing (" + why + ")",
                       &c);
       }
     }
@@ -382,9 +409,13 @@ void CoordinatorClient::throw_if_aborted() const {
 }
 
 void CoordinatorClient::on_abort(std::function<void()> callback) {
-  std::lock_guard<std::mutex> lk(mu_);
-  on_abort_ = std::move(callback);
-  if (aborting_ && on_abort_) on_abort_();  // registered after start_abort took the old one
+  bool late;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    on_abort_ = callback;
+    late = aborting_;  // start_abort already took the old one
+  }
+  if (late && callback) callback();  // outside the lock, as start_abort runs it
 }
 
 void CoordinatorClient::start_abort(const std::string& message) {
@@ -454,6 +485,11 @@ void CoordinatorClient::watch() {
 void CoordinatorClient::set(const std::string& key, const std::string& value) {
   require_name(key, "key");
   send("SET " + key + " " + to_hex(value.data(), value.size()));
+}
+
+std::string CoordinatorClient::next_key(const std::string& stem) {
+  require_name(stem, "key");
+  return stem + "#" + std::to_string(keys_made_++);
 }
 
 std::string CoordinatorClient::get(const std::string& key, double timeout_s) {

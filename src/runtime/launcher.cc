@@ -171,6 +171,7 @@ std::optional<RankEnv> rank_env(const EnvLookup& lookup) {
                "TAXFREE_COORDINATOR='" << c << "' has no valid port");
     env.coordinator_port = int(*port);
     env.source = "taxfree launcher";
+    env.launcher_coordinator = true;
     rank = parse_int(lookup, "RANK");
     world = parse_int(lookup, "WORLD_SIZE");
     local = parse_int(lookup, "LOCAL_RANK");

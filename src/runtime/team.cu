@@ -105,6 +105,15 @@ void Team::init(const TeamOptions& options) {
     env_.source = "single process";
   }
   set_error_rank(env_.rank);
+  // Under torchrun/mpirun rank 0's Team hosts the coordinator and takes it down with itself, so a
+  // later Team's ranks could reach the old one and lose it. The launcher's coordinator (and a
+  // single process's own) has no such race.
+  static std::atomic<int> teams_joined{0};
+  TF_REQUIRE(teams_joined++ == 0 || !env || env_.launcher_coordinator, Status::NotSupported,
+             "a second Team in one process started by " << env_.source
+                                                        << ": keep one Team for the process's life, or start the "
+                                                           "job with the taxfree launcher, whose ranks may join Teams "
+                                                           "one after another");
   timeout_s_ = options.timeout_s > 0 ? options.timeout_s : env_double("TAXFREE_TIMEOUT_S", 10.0);
 
   if (!env || env_.host_coordinator) {

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -214,14 +215,13 @@ struct RawRank {
 TEST(Coordinator, BarrierTimeoutAsTheBarrierPassesBlamesNobody) {
   // Rank 1 waits at the barrier; rank 0's arrival completes it, and its timeout, sent right after
   // on the same connection, finds it passed: nobody is missing.
-  Job job(2);
-  job.ranks[0]->finish();
-  job.ranks[0].reset();  // its place is taken by a hand-driven connection
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  RawRank rank0(job.server.port());
+  CoordinatorServer server("127.0.0.1", 0, 2);
+  RawRank rank0(server.port());  // rank 0 is a hand-driven connection
+  CoordinatorClient rank1("127.0.0.1", server.port(), 1, 2, 10);
+  rank1.set_exit_grace(0);
   std::thread t1([&] {  // it passes, or sees the abort first: either way it does not wait out its 10 s
     try {
-      job.ranks[1]->barrier("late", 10);
+      rank1.barrier("late", 10);
     } catch (const Error& e) {
       EXPECT_EQ(e.status(), Status::RemoteError) << e.what();
     }
@@ -229,10 +229,102 @@ TEST(Coordinator, BarrierTimeoutAsTheBarrierPassesBlamesNobody) {
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
   rank0.send("HELLO 0 1\nBAR late\nBARTIMEOUT late 0\n");
   t1.join();
-  ASSERT_TRUE(aborts_within(*job.ranks[1], 5));
-  EXPECT_NE(job.ranks[1]->abort_message().find("just as the last rank arrived"), std::string::npos)
-      << job.ranks[1]->abort_message();
-  EXPECT_EQ(job.ranks[1]->abort_message().find("never arrived"), std::string::npos) << job.ranks[1]->abort_message();
+  ASSERT_TRUE(aborts_within(rank1, 5));
+  EXPECT_NE(rank1.abort_message().find("just as the last rank arrived"), std::string::npos) << rank1.abort_message();
+  EXPECT_EQ(rank1.abort_message().find("never arrived"), std::string::npos) << rank1.abort_message();
+}
+
+TEST(Coordinator, SettingAKeyAgainWithAnotherValueFailsTheJobNamingTheKey) {
+  Job job(2);
+  job.ranks[0]->set("id", "first");
+  EXPECT_EQ(job.ranks[1]->get("id", 5), "first");
+  job.ranks[1]->set("id", "first");  // the same value again: nothing to split
+  EXPECT_EQ(job.ranks[1]->get("id", 5), "first");
+  EXPECT_FALSE(aborts_within(*job.ranks[0], 0.3));
+  job.ranks[1]->set("id", "second");
+  for (const auto& c : job.ranks) {  // the setter is told too: nothing else would tell it
+    ASSERT_TRUE(aborts_within(*c, 5)) << "rank " << c->rank();
+    EXPECT_NE(c->abort_message().find("rank 1 failed: set coordinator key 'id' again with a different value"),
+              std::string::npos) << c->abort_message();
+  }
+}
+
+TEST(Coordinator, NextKeyCountsPerClient) {
+  Job job(2);
+  EXPECT_EQ(job.ranks[0]->next_key("t"), "t#0");
+  EXPECT_EQ(job.ranks[0]->next_key("u"), "u#1");
+  EXPECT_EQ(job.ranks[1]->next_key("t"), "t#0");
+  EXPECT_THROW(job.ranks[1]->next_key("a b"), Error);  // refused, and counts nothing
+  EXPECT_EQ(job.ranks[1]->next_key("u"), "u#1");
+  // The exchange repeated with fresh keys reads fresh values (a reused key would read the first).
+  for (int round = 0; round < 3; ++round) {
+    std::vector<std::vector<std::string>> got(2);
+    on_all(job, [&](int r, CoordinatorClient& c) {
+      got[size_t(r)] = c.all_gather(c.next_key("x"), std::to_string(10 * round + r), 5);
+    });
+    for (const auto& g : got) EXPECT_EQ(g, (std::vector<std::string>{std::to_string(10 * round), std::to_string(10 * round + 1)}));
+  }
+  job.finish();
+}
+
+// A second Team after the first finished (the launcher's coordinator outlives Teams): the same keys
+// and barrier names start afresh, and the finished connections are no second claimants.
+TEST(Coordinator, RanksJoiningAgainAfterFinishingStartFreshKeysAndBarriers) {
+  Job job(2);
+  on_all(job, [&](int r, CoordinatorClient& c) {
+    EXPECT_EQ(c.all_gather("id", "old-" + std::to_string(r), 5), (std::vector<std::string>{"old-0", "old-1"}));
+    c.barrier("ready", 5);
+  });
+  job.finish();  // finished, still connected (a Team finished but not yet destroyed)
+  std::vector<std::unique_ptr<CoordinatorClient>> again(2);
+  std::vector<std::vector<std::string>> got(2);
+  std::vector<std::thread> ts;
+  for (int r = 0; r < 2; ++r)
+    ts.emplace_back([&, r] {
+      if (r == 1) std::this_thread::sleep_for(std::chrono::milliseconds(300));  // rank 0 asks before rank 1 joins
+      again[size_t(r)] = std::make_unique<CoordinatorClient>("127.0.0.1", job.server.port(), r, 2, 10);
+      again[size_t(r)]->set_exit_grace(0);
+      got[size_t(r)] = again[size_t(r)]->all_gather("id", "new-" + std::to_string(r), 5);
+      again[size_t(r)]->barrier("ready", 5);
+    });
+  for (auto& t : ts) t.join();
+  for (const auto& g : got) EXPECT_EQ(g, (std::vector<std::string>{"new-0", "new-1"}));
+  for (const auto& c : again) {
+    EXPECT_FALSE(c->aborted()) << c->abort_message();
+    c->finish();
+  }
+  for (const auto& c : job.ranks) EXPECT_FALSE(c->aborted()) << c->abort_message();
+}
+
+TEST(Coordinator, OnAbortRegisteredAfterTheAbortRunsOutsideTheLock) {
+  Job job(2);
+  job.ranks[1]->fail("gone");
+  ASSERT_TRUE(aborts_within(*job.ranks[0], 5));
+  std::string seen;
+  // The callback may call back into the client (here: a method that takes its lock).
+  job.ranks[0]->on_abort([&] { seen = job.ranks[0]->abort_message(); });
+  EXPECT_NE(seen.find("rank 1 failed: gone"), std::string::npos) << seen;
+}
+
+size_t open_fds() {
+  size_t n = 0;
+  for (int fd = 0; fd < 4096; ++fd) n += ::fcntl(fd, F_GETFD) != -1;
+  return n;
+}
+
+TEST(Coordinator, TheServerClosesAConnectionWhenItsRankLeaves) {
+  Job job(2);
+  job.ranks[0]->set("k", "v");
+  EXPECT_EQ(job.ranks[1]->get("k", 5), "v");  // both connections are accepted and said hello
+  const size_t before = open_fds();
+  job.ranks[0]->finish();
+  job.ranks[0].reset();  // its socket closes; the server's end of it must close too, not at the job's end
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (open_fds() > before - 2 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_EQ(open_fds(), before - 2);
+  EXPECT_FALSE(job.ranks[1]->aborted()) << job.ranks[1]->abort_message();
+  job.ranks[1]->finish();
 }
 
 TEST(Coordinator, AClientClosingWithoutFinishingTellsTheOthersButNotItself) {

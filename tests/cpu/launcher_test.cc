@@ -40,6 +40,7 @@ TEST(RankEnv, TaxfreeLauncher) {
   EXPECT_EQ(e->coordinator_host, "127.0.0.1");
   EXPECT_EQ(e->coordinator_port, 4567);
   EXPECT_FALSE(e->host_coordinator);
+  EXPECT_TRUE(e->launcher_coordinator);  // it outlives the rank's Teams: they may join one after another
 }
 
 TEST(RankEnv, TorchrunUsesMasterPortPlusOneAndRankZeroHosts) {
@@ -49,11 +50,13 @@ TEST(RankEnv, TorchrunUsesMasterPortPlusOneAndRankZeroHosts) {
   EXPECT_EQ(e->coordinator_host, "10.0.0.1");
   EXPECT_EQ(e->coordinator_port, 29501);
   EXPECT_TRUE(e->host_coordinator);
+  EXPECT_FALSE(e->launcher_coordinator);
   auto e3 = rank_env(env_of({{"RANK", "3"}, {"WORLD_SIZE", "8"}, {"TAXFREE_COORDINATOR_PORT", "4000"}}));
   ASSERT_TRUE(e3);
   EXPECT_EQ(e3->coordinator_port, 4000);
   EXPECT_EQ(e3->local_rank, 3);  // LOCAL_RANK defaults to RANK
   EXPECT_FALSE(e3->host_coordinator);
+  EXPECT_FALSE(e3->launcher_coordinator);
 }
 
 TEST(RankEnv, OpenMpiAndMpich) {

@@ -13,6 +13,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
@@ -57,6 +58,7 @@ class CoordinatorServer {
   // reported it, if any). rank -1: the coordinator itself.
   void fail_locked(int rank, const std::string& message, const Conn* source);
   void send_locked(Conn& c, const std::string& line);
+  void close_locked(Conn& c);
 
   int world_;
   int port_ = 0;
@@ -84,8 +86,15 @@ class CoordinatorClient {
   int world() const { return world_; }
 
   // Keys and barrier names must be non-empty without spaces or line breaks (InvalidArgument). A key
-  // is set once per job: a rank that has read it keeps the first value. Values may be any bytes.
+  // is set once per job: setting it again with another value fails the job (every rank is told,
+  // naming the key), since a rank that has read it keeps the first value. Values may be any bytes.
+  // A rank that connects again after its earlier connection finished (a second Team, one after the
+  // other, under the taxfree launcher) starts with fresh keys and barrier names, shared with the
+  // other ranks' connections of the same order.
   void set(const std::string& key, const std::string& value);
+  // A key for an exchange that repeats within a job: `stem` + "#" + a count kept by this client.
+  // Collective in the sense that ranks calling it in the same order get the same keys.
+  std::string next_key(const std::string& stem);
   // Blocks until some rank has set `key`. Throws Timeout (naming the key) or RemoteError.
   std::string get(const std::string& key, double timeout_s);
   // Every rank contributes `value`; returns all of them indexed by rank.
@@ -128,6 +137,7 @@ class CoordinatorClient {
   std::atomic<bool> finished_{false};
   std::atomic<bool> failed_sent_{false};
   std::atomic<bool> closing_{false};  // the destructor runs
+  std::atomic<uint64_t> keys_made_{0};
   std::string abort_message_;
   std::function<void()> on_abort_;
   std::atomic<double> exit_grace_s_{5.0};

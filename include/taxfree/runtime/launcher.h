@@ -20,6 +20,7 @@ struct RankEnv {
   std::string coordinator_host = "127.0.0.1";
   int coordinator_port = 0;
   bool host_coordinator = false;  // rank 0 of a torchrun/mpirun job hosts the coordinator
+  bool launcher_coordinator = false;  // the taxfree launcher hosts it: it outlives this process's Teams
   std::string source;             // which launcher's variables were read, for messages
 };
 

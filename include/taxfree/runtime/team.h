@@ -11,6 +11,11 @@
 // no rank is ever left hanging, even inside NCCL. A Team destroyed before finish() (an exception
 // unwinding) raises its own abort flag first, so this rank's waiting kernels stop at once.
 //
+// One Team per rank at a time: a process joining again while its Team is unfinished fails the job
+// ("two processes claim rank R"). Under the taxfree launcher (and in a single process) a rank may
+// join a new Team after the last one finished; under torchrun/mpirun, where rank 0's Team hosts the
+// coordinator, a second Team in a process is NotSupported.
+//
 // Threads: a Team, and every op built on it, is driven from one host thread at a time. The ops of
 // one Team share its NCCL communicator (NCCL allows one thread at a time per communicator) and
 // their collective launches must reach every rank in the same order; an op's launch also keeps
