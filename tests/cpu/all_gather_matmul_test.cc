@@ -40,6 +40,10 @@ TEST(AgmmShards, ShapesForEveryWorld) {
 TEST(AgmmShards, ShapesThatCannotSplitNameDivisible) {
   expect_error([] { agmm_shard_shape(1001, 8192, 0, 2); }, Status::InvalidArgument, "divisible");
   expect_error([] { agmm_shard_shape(1024, 8192, 0, 3); }, Status::InvalidArgument, "divisible");
+  expect_error([] { agmm_shard_shape(1026, 8192, 0, 4); }, Status::InvalidArgument, "divisible");
+  expect_error([] { agmm_shard_shape(1020, 8192, 0, 8); }, Status::InvalidArgument, "divisible");
+  expect_error([] { agmm_shard_shape(1024, 8200, 1, 4); }, Status::InvalidArgument, "divisible by 8");  // 2050 a rank
+  expect_error([] { agmm_shard_shape(1024, 8196, 1, 8); }, Status::InvalidArgument, "divisible");
   expect_error([] { agmm_shard_shape(1024, 1001, 1, 2); }, Status::InvalidArgument, "divisible");
   expect_error([] { agmm_shard_shape(1024, 1000, 1, 2); }, Status::InvalidArgument, "divisible by 8");
   expect_error([] { agmm_shard_shape(1024, 8192, 2, 2); }, Status::InvalidArgument, "gather_dim");

@@ -56,7 +56,7 @@ void check_random(std::mt19937& rng, int n, int parts, int dim, double score_sca
 TEST(FlashDecodeCombine, MatchesDirectSoftmaxOnRandomScores) {
   std::mt19937 rng(20260511);
   for (int parts : {1, 2, 3, 5, 8, 22, 64})
-    for (int n : {1, 2, 17, 300, 5000})
+    for (int n : {0, 1, 2, 17, 300, 5000})  // 0: every partial empty
       for (double sc : {0.3, 3.0, 30.0}) {
         SCOPED_TRACE(testing::Message() << "parts=" << parts << " n=" << n << " score_scale=" << sc);
         check_random(rng, n, parts, 16, sc, 0.0);

@@ -161,15 +161,18 @@ class SimulatedAgmm {
   }
 
   // Every variant of `seq` warmed up, then `seq` launched back to back without a reset, rank `late`
-  // sleeping late_ns before each of its launches; the last launch checked.
+  // sleeping late_ns before each of its launches, on ps's inputs and their decoys' in turn (ending
+  // on ps's); the last launch checked.
   void burst(std::vector<Problem>& ps, const std::vector<AgmmVariant>& seq, int late, uint64_t late_ns,
              const std::string& what) {
     std::vector<AgmmVariant> warm;
     for (AgmmVariant v : seq)
       if (std::find(warm.begin(), warm.end(), v) == warm.end()) warm_up(ps, v), warm.push_back(v);
+    std::vector<Problem> decoys;
+    for (const Problem& p : ps) decoys.push_back(p.decoy());
     poison(ps);
     std::vector<GatheredA> gs;
-    for (AgmmVariant v : seq) gs = launch(ps, v, false, late, late_ns);
+    for (size_t i = 0; i < seq.size(); ++i) gs = launch((seq.size() - 1 - i) % 2 ? decoys : ps, seq[i], false, late, late_ns);
     check(ps, gs, seq.back(), what + ", the last " + variant_name(seq.back()));
   }
 

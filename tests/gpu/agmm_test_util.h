@@ -62,6 +62,16 @@ class Problem {
   Problem(const Shape& s, uint64_t seed, bool same_b = false)
       : Problem(s, seed, same_b, team().rank(), team().world()) {}
   Problem(const Shape& s, uint64_t seed, bool same_b, int rank, int world)
+      : Problem(s, seed, same_b, rank, world, true) {}
+
+  // The same shape with other values, in buffers of its own, never checked (no reference): runs
+  // that alternate its args() with this one's launch by launch, ending on this one, compute a wrong
+  // C if a launch reads data a peer sent for the launch before it (with one set of inputs, that
+  // data would hold the same values).
+  Problem decoy() const { return Problem(s_, seed_ + 7919, same_b_, rank_, world_, false); }
+
+ private:
+  Problem(const Shape& s, uint64_t seed, bool same_b, int rank, int world, bool checked)
       : s_(s), seed_(seed), same_b_(same_b), rank_(rank), world_(world) {
     const int w = world_;
     sh_ = agmm_shard_shape(s.m, s.k, s.gather_dim, w);
@@ -76,9 +86,10 @@ class Problem {
     c_elems_ = s.m * ldc_ + 2 * kGuard;
     c_dev_ = std::make_unique<DevBuf>(size_t(c_elems_) * 2);
     upload();
-    reference();
+    if (checked) reference();
   }
 
+ public:
   // New values for every input (fresh random), same shape and buffers.
   void refresh(uint64_t seed) {
     const int w = world_;
@@ -187,7 +198,7 @@ class Problem {
 
  private:
   std::vector<uint16_t> random_matrix(int64_t rows, int64_t cols, int64_t ld, uint64_t seed) const {
-    std::mt19937_64 rng(seed);
+    std::mt19937_64 rng(::taxfree::test::value_seed(seed));
     std::uniform_real_distribution<float> u(-1.0f, 1.0f);
     std::vector<uint16_t> m(static_cast<size_t>(rows * ld), kPoison);
     for (int64_t r = 0; r < rows; ++r)
@@ -237,8 +248,8 @@ class Problem {
     return hash;
   }
   static void expect_same_on_every_rank(uint64_t hash, const std::string& what) {
-    static int round = 0;
-    const auto all = team().coordinator().all_gather("agmm.hash." + std::to_string(round++), std::to_string(hash), 60);
+    CoordinatorClient& c = team().coordinator();
+    const auto all = c.all_gather(c.next_key("agmm.hash"), std::to_string(hash), 60);
     for (size_t r = 1; r < all.size(); ++r) EXPECT_EQ(all[r], all[0]) << what << " differs on rank " << r;
   }
   void expect_gathered(const GatheredA& g, const std::string& what) {

@@ -167,6 +167,7 @@ TEST(Agmm, DecomposedEarlyAndLateGemmUnderSkewAndRepeats) {
   const VariantRun& run = kRuns[4];
   for (int64_t rows : {agmm::kDecEarlyGemmMaxRows, agmm::kDecEarlyGemmMaxRows + 1}) {
     Problem p(Shape{t.world() * rows, 264, 520, 0, DType::bf16, BLayout::NK}, 600 + uint64_t(rows));
+    const Problem decoy = p.decoy();
     const std::string what = label(p.shape()) + " decomposed";
     for (int late = 0; late < t.world(); ++late) {
       auto s = t.stream();
@@ -176,7 +177,7 @@ TEST(Agmm, DecomposedEarlyAndLateGemmUnderSkewAndRepeats) {
       t.host_barrier("agmm.dec.poisoned");
       if (t.rank() == late) usleep(50 * 1000);
       GatheredA g{};
-      for (int i = 0; i < 200; ++i) g = ops.plain->launch(run.variant, p.args(), s);
+      for (int i = 0; i < 200; ++i) g = ops.plain->launch(run.variant, (199 - i) % 2 ? decoy.args() : p.args(), s);
       t.sync(s);
       p.expect_result(g, what + ", rank " + std::to_string(late) + " late, 200 launches");
       t.host_barrier("agmm.dec.checked");
@@ -185,7 +186,8 @@ TEST(Agmm, DecomposedEarlyAndLateGemmUnderSkewAndRepeats) {
 }
 
 // Epochs, not resets: 1000 launches of each fused variant back to back with no host work between,
-// then new inputs and one more launch each, all checked.
+// alternating two sets of inputs (the last launch checked), then new inputs and one more launch
+// each, checked.
 TEST(Agmm, ThousandLaunchesWithoutReset) {
   TF_REQUIRE_GPUS(1);
   auto& t = team();
@@ -195,15 +197,17 @@ TEST(Agmm, ThousandLaunchesWithoutReset) {
   Problem cols(Shape{96, 264, w * 264, 1, DType::bf16, BLayout::KN}, 900);  // decomposed at gather_dim 1
   const std::pair<Problem*, VariantRun> cases[] = {{&rows, kRuns[5]}, {&rows, kRuns[4]}, {&rows, kRuns[6]},
                                                    {&rows, kRuns[8]}, {&cols, kRuns[4]}, {&cols, kRuns[8]}};
+  const Problem rows_decoy = rows.decoy(), cols_decoy = cols.decoy();
   for (const auto& [pp, run] : cases) {
     Problem& p = *pp;
+    const Problem& decoy = pp == &rows ? rows_decoy : cols_decoy;
     auto s = t.stream();
     p.poison_c(s);
     ops.plain->fill_buffers(0xFF, s);
     t.sync(s);
     t.host_barrier("agmm.many.poisoned");
     GatheredA g{};
-    for (int i = 0; i < 1000; ++i) g = ops.plain->launch(run.variant, p.args(), s);
+    for (int i = 0; i < 1000; ++i) g = ops.plain->launch(run.variant, (999 - i) % 2 ? decoy.args() : p.args(), s);
     t.sync(s);
     p.expect_result(g, label(p.shape()) + " " + run.name + " after 1000 launches");
     t.host_barrier("agmm.many.checked");
@@ -221,6 +225,7 @@ TEST(Agmm, PushAndSmSpecializedInterleaved) {
   Ops ops;
   for (int gd : {0, 1}) {
     Problem p(odd_shape(gd, DType::bf16, BLayout::NK), 950 + uint64_t(gd));
+    const Problem decoy = p.decoy();  // push's inputs; sm-specialized's last launch then reads its own
     auto s = t.stream();
     p.poison_c(s);
     ops.plain->fill_buffers(0xFF, s);
@@ -228,7 +233,8 @@ TEST(Agmm, PushAndSmSpecializedInterleaved) {
     t.host_barrier("agmm.interleave.poisoned");
     if (t.rank() == gd % t.world()) usleep(50 * 1000);
     GatheredA g{};
-    for (int i = 0; i < 101; ++i) g = ops.plain->launch(i % 2 ? AgmmVariant::push : AgmmVariant::sm_specialized, p.args(), s);
+    for (int i = 0; i < 101; ++i)
+      g = ops.plain->launch(i % 2 ? AgmmVariant::push : AgmmVariant::sm_specialized, i % 2 ? decoy.args() : p.args(), s);
     t.sync(s);
     p.expect_result(g, label(p.shape()) + " push / sm-specialized alternating, 101 launches");
     t.host_barrier("agmm.interleave.checked");
@@ -291,7 +297,7 @@ TEST(Agmm, RejectsBadArgumentsBeforeLaunch) {
   a.k = t.world() * 500 + 1;
   expect_invalid("K not divisible", a, "divisible");
   a = p.args();
-  a.m = 4096;
+  a.m = (ops.plain->config().max_m / t.world() + 1) * t.world();  // the least M over capacity, divisible
   expect_invalid("over capacity", a, "capacity");
   a = p.args();
   a.a_shard = ops.plain->local_slot(a.m, a.k, 0).ptr;  // in the op's buffer but not with its stride

@@ -51,13 +51,18 @@ TEST(FlashDecodeDist, PlainBspBuffersAndBothVariantsOnOneOp) {
   TF_REQUIRE_GPUS(1);
   Problem p;
   p.q_heads = 64, p.kv_heads = 8, p.batch = 3, p.lens = same_lens(team().world(), {4000, 17, 0});
-  const Global g = make_global(p, 7);
+  const Global g = make_global(p, 7), g2 = with_other_q(g, 8);
   Local l;
   upload_local(g, l);
   Op plain(p, BspBuffers::plain);
-  // Alternating variants on one op: bsp keeps its own buffers, so fused's parities stay valid.
+  // Alternating variants on one op: bsp keeps its own buffers, so fused's parities stay valid. The
+  // q alternates too, so a launch that read the last one's data would show.
   for (int i = 0; i < 3; ++i)
-    for (Variant v : kVariants) check(g, run_checked(plain, v, p, l), std::string("plain ") + variant_name(v));
+    for (Variant v : kVariants) {
+      const Global& gi = (i + int(v == Variant::fused)) % 2 ? g2 : g;
+      l.q_d.upload(gi.q);
+      check(gi, run_checked(plain, v, p, l), std::string("plain ") + variant_name(v));
+    }
 }
 
 TEST(FlashDecodeDist, PagedMatchesContiguousBitwise) {
@@ -204,12 +209,15 @@ TEST(FlashDecodeDist, ClusterSplitMergeMatchesGlobalMergeBitwise) {
     same.num_splits = cp.num_splits;
     Op global(same, BspBuffers::symmetric, Op::SplitMerge::global);
     EXPECT_EQ(global->fused_plan(l.args(same)).cluster, 0);
-    for (int round = 0; round < 3; ++round) {
+    const Global g2 = with_other_q(g, seed + 50);
+    for (int round = 0; round < 3; ++round) {  // the q alternates: a partial read a launch early shows
       const std::string what = name(p) + " round " + std::to_string(round);
+      const Global& gr = round % 2 ? g2 : g;
+      l.q_d.upload(gr.q);
       const auto a = run_checked(clustered, Variant::fused, p, l);
       const auto b = run_checked(global, Variant::fused, same, l);
-      check(g, a, what + " clustered");
-      check(g, b, what + " global");
+      check(gr, a, what + " clustered");
+      check(gr, b, what + " global");
       EXPECT_TRUE(a == b) << what << ": the clustered merge differs from the global one";
       if (round == 0) EXPECT_TRUE(a == run_checked(global, Variant::bsp, same, l)) << what << ": differs from bsp";
     }
@@ -251,10 +259,13 @@ TEST(FlashDecodeDist, DirectSplitMergeMatchesBspBitwise) {
     Problem same = p;  // bsp at the direct plan's split count
     same.num_splits = dp.num_splits;
     Op forced(same);
-    for (int round = 0; round < 3; ++round) {
+    const Global g2 = with_other_q(g, seed + 50);
+    for (int round = 0; round < 3; ++round) {  // the q alternates: a partial read a launch early shows
       const std::string what = name(p) + " direct round " + std::to_string(round);
+      const Global& gr = round % 2 ? g2 : g;
+      l.q_d.upload(gr.q);
       const auto a = run_checked(direct, Variant::fused, p, l);
-      check(g, a, what);
+      check(gr, a, what);
       if (round != 1) EXPECT_TRUE(a == run_checked(forced, Variant::bsp, same, l)) << what << ": differs from bsp";
     }
   }

@@ -39,9 +39,10 @@ TEST(FlashDecodeDist, LargeBatchManyGroupsRepeatedSkewedSteps) {
     for (int r = 0; r < world; ++r)  // < 800 tokens per sequence in all (the host reference's memory)
       for (int b = 0; b < batch; ++b)
         p.lens[size_t(r)][size_t(b)] = b % 5 == 4 && r == 0 ? 0 : (b * 37 + r * 211) % 400 * 2 / world;
-    const Global g = make_global(p, 1300 + batch);
+    const Global g = make_global(p, 1300 + batch), g2 = with_other_q(g, 1350 + batch);
     Local l;
     upload_local(g, l);
+    const DeviceQ q2(g2);
     Op op(p);
     const FusedPlan fp = op->fused_plan(l.args(p));
     if (batch * kv >= t.sm_count())  // no cluster of a group's splits fits: the split plan's count
@@ -51,13 +52,15 @@ TEST(FlashDecodeDist, LargeBatchManyGroupsRepeatedSkewedSteps) {
     check(g, bsp, what + " bsp");
     Rng delay{uint64_t(t.rank()) + 31};
     t.host_barrier("fdd.large");
-    for (int step = 0; step < 24; ++step) {
+    for (int step = 0; step < 24; ++step) {  // the q switches every step: a stale partial shows
       TF_CUDA(cudaMemsetAsync(l.out_d.p, 0xFF, l.out_d.n * 2, t.stream()));
       if (step % world == t.rank() && step % 3 == 1) usleep(500 + delay.below(3000));  // this rank starts late
-      op->launch(Variant::fused, l.args(p), t.stream());
+      DecodeArgs a = l.args(p);
+      if (step % 2) a.q = q2.d.p;
+      op->launch(Variant::fused, a, t.stream());
       const auto out = download_out(l);
       const std::string at = what + " fused step " + std::to_string(step);
-      EXPECT_EQ(count_wrong(g, out, at), 0) << at;  // no early exit: the peers would wait for this rank
+      EXPECT_EQ(count_wrong(step % 2 ? g2 : g, out, at), 0) << at;  // no early exit: the peers would wait for this rank
       if (step == 0) EXPECT_TRUE(out == bsp) << at << ": fused differs from bsp";
       if (step % 6 == 5) expect_same_on_all_ranks(out, at);
     }
@@ -86,10 +89,7 @@ TEST(FlashDecodeDist, LlThousandStepsChangingShapesAndInputs) {
   Local ls[3];
   for (int i = 0; i < 3; ++i) {
     gs[i].push_back(make_global(ps[i], 2000 + 10 * i));
-    Global other = gs[i][0];
-    draw_q(other, 2005 + 10 * i);
-    compute_reference(other);
-    gs[i].push_back(std::move(other));
+    gs[i].push_back(with_other_q(gs[i][0], 2005 + 10 * i));
     upload_local(gs[i][0], ls[i]);
   }
   // global at 64 forced splits: the persistent schedule with several items per CTA (512-768 items,
@@ -209,15 +209,18 @@ TEST(FlashDecodeDist, OpsBuiltAndDroppedThousandsOfTimes) {
   auto& t = team();
   const Problem p = two_odd_sequences(8);
   const Global g = make_global(p, 77);
+  const Global gs[2] = {g, with_other_q(g, 78)};
   Local l;
-  upload_local(g, l);
+  upload_local(gs[0], l);
+  const DeviceQ qs[2] = {DeviceQ(gs[0]), DeviceQ(gs[1])};
   const uint64_t start = t.heap().used();
-  for (int i = 0; i < 2500; ++i) {
+  for (int i = 0; i < 2500; ++i) {  // every op gets the q its predecessor did not: stale lines show
     Op op(p);
     const Variant v = i % 2 ? Variant::fused : Variant::bsp;
+    TF_CUDA(cudaMemcpyAsync(l.q_d.p, qs[i % 2].d.p, l.q_d.n * 2, cudaMemcpyDeviceToDevice, t.stream()));
     if (i % 250 == 0 || i == 2499) {
-      check(g, run_checked(op, v, p, l), "op " + std::to_string(i) + " " + variant_name(v));
-      check(g, run_checked(op, Variant::fused, p, l), "op " + std::to_string(i) + " second launch");
+      check(gs[i % 2], run_checked(op, v, p, l), "op " + std::to_string(i) + " " + variant_name(v));
+      check(gs[i % 2], run_checked(op, Variant::fused, p, l), "op " + std::to_string(i) + " second launch");
     } else {
       op->launch(v, l.args(p), t.stream());
       t.sync(t.stream());  // the op's work is done before its heap goes back
@@ -234,6 +237,7 @@ TEST(FlashDecodeDist, RankSkew) {
   const Global g = make_global(p, 600);
   Local l;
   upload_local(g, l);
+  const DeviceQ other(with_other_q(g, 601));  // the middle launch's: a partial read a launch early shows
   Op op(p), direct(p, BspBuffers::symmetric, Op::SplitMerge::direct);
   Rng rng{uint64_t(t.rank()) + 9};
   for (int round = 0; round < 2 * t.world(); ++round)
@@ -242,7 +246,11 @@ TEST(FlashDecodeDist, RankSkew) {
       t.sync(t.stream());
       t.host_barrier("fdd.skew");
       if (t.rank() == round % t.world()) usleep(50'000 + rng.below(100'000));  // this rank starts late
-      for (int k = 0; k < 3; ++k) (v == 2 ? direct : op)->launch(kVariants[v % 2], l.args(p), t.stream());
+      for (int k = 0; k < 3; ++k) {
+        DecodeArgs a = l.args(p);
+        if (k == 1) a.q = other.d.p;
+        (v == 2 ? direct : op)->launch(kVariants[v % 2], a, t.stream());
+      }
       t.sync(t.stream());
       check(g, download_out(l), "skew round " + std::to_string(round) + " " + std::to_string(v));
     }

@@ -237,11 +237,16 @@ TEST(FlashDecodeSim, ManyFusedStepsWithoutResetAtThreeRanks) {
     Problem p;
     p.batch = 2, p.q_heads = 64, p.kv_heads = 8, p.lens = {{2500, 1}, {0, 300}, {777, 0}};
     const Global g = make_global(p, 4242);
+    const DeviceQ other(with_other_q(g, 4243));  // every other step's, ending on g's: stale partials show
     SimulatedRanks sim(p, kWorld, merge);
     std::vector<Local> ls(static_cast<size_t>(kWorld));
     for (int r = 0; r < kWorld; ++r) upload_local(g, ls[size_t(r)], r);
     for (int i = 0; i < kSteps; ++i)
-      for (int r = 0; r < kWorld; ++r) sim.launch(r, ls[size_t(r)].args(p), r == 1 ? 20'000u : 0u);
+      for (int r = 0; r < kWorld; ++r) {
+        DecodeArgs a = ls[size_t(r)].args(p);
+        if ((kSteps - i) % 2) a.q = other.d.p;
+        sim.launch(r, a, r == 1 ? 20'000u : 0u);
+      }
     run_and_check(sim, g, ls, std::string("after ") + std::to_string(kSteps) + " steps, " + merge_name(merge));
   }
 }

@@ -61,10 +61,10 @@ inline std::vector<uint16_t> run_checked(Op& op, Variant v, const Problem& p, Lo
 
 // Collective: every rank's output must equal rank 0's bit for bit (compared by hash).
 inline void expect_same_on_all_ranks(const std::vector<uint16_t>& out, const std::string& what) {
-  static int calls = 0;
   uint64_t h = 1469598103934665603ull;
   for (uint16_t x : out) h = (h ^ x) * 1099511628211ull;
-  const auto all = team().coordinator().all_gather("fdd.hash." + std::to_string(calls++), std::to_string(h), 120);
+  CoordinatorClient& c = team().coordinator();
+  const auto all = c.all_gather(c.next_key("fdd.hash"), std::to_string(h), 120);
   for (size_t r = 1; r < all.size(); ++r) EXPECT_EQ(all[r], all[0]) << what << ": rank " << r << " differs from rank 0";
 }
 

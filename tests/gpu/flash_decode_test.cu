@@ -78,7 +78,7 @@ struct Data {
 // Fresh host values (the device copies are (re)made by upload()).
 void fill_host(Data& d, uint64_t seed) {
   const Problem& p = d.pb;
-  Rng rng{seed};
+  Rng rng{::taxfree::test::value_seed(seed)};
   d.q.resize(size_t(p.rows()) * p.head_dim);
   d.qf.resize(d.q.size());
   for (size_t i = 0; i < d.q.size(); ++i) {

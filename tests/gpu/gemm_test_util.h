@@ -99,7 +99,7 @@ struct Problem {
 inline Problem make_problem(int64_t m, int64_t n, int64_t k, DType dtype, BLayout layout, uint64_t seed) {
   Problem p{m, n, k, (k + 7) / 8 * 8 + 8, 0, (n + 7) / 8 * 8 + 16, dtype, layout, {}, {}, {}, {}, {}, {}};
   p.ldb = layout == BLayout::NK ? (k + 7) / 8 * 8 + 24 : (n + 7) / 8 * 8 + 8;
-  std::mt19937_64 rng(seed);
+  std::mt19937_64 rng(::taxfree::test::value_seed(seed));
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
   p.a.assign(size_t(m * p.lda), kPoison);  // padding stays NaN: reading it would poison C
   p.b.assign(size_t(p.b_rows() * p.ldb), kPoison);
@@ -151,7 +151,7 @@ struct Output {
 // buffer as written: the base that an add epilogue's result is checked against.
 inline std::vector<uint16_t> fill_random(const Problem& p, Output& c, uint32_t seed) {
   std::vector<uint16_t> init(static_cast<size_t>(c.elems), kPoison);
-  std::mt19937 rng(seed);
+  std::mt19937_64 rng(::taxfree::test::value_seed(seed));
   std::uniform_real_distribution<float> u(-4.0f, 4.0f);
   for (int64_t i = 0; i < p.m; ++i)
     for (int64_t j = 0; j < p.n; ++j) init[kGuard + i * p.ldc + j] = from_float(u(rng), p.dtype);

@@ -33,8 +33,14 @@ Team& team();
 // before it lands.
 void copy_to_device(void* dst, const void* src, size_t bytes);
 // Seed of a test that draws fresh shapes every run: TAXFREE_TEST_SEED when set (to repeat a run),
-// else a fresh one. Such tests name it in every failure.
+// else a fresh one at each call (--gtest_repeat draws anew). Such tests name it in every failure.
+uint64_t draw_seed();
+// The run's seed: TAXFREE_TEST_SEED when set, else rank 0's draw_seed() at the start, the same on
+// every rank (the ranks regenerate each other's inputs from it); rank 0 prints it first.
 uint64_t test_seed();
+// `seed` mixed with the run's seed, for input values: fresh values every run, the same on every
+// rank and for equal `seed`s.
+uint64_t value_seed(uint64_t seed);
 }  // namespace taxfree::test
 
 // Skip the current test unless `n` GPUs are available: one visible GPU for single-GPU tests, `n`

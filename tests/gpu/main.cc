@@ -19,6 +19,7 @@ namespace taxfree::test {
 namespace {
 std::unique_ptr<Team> g_team;
 int g_visible = 0;
+uint64_t g_seed = 0;
 
 // Ranks other than 0 print only failures, prefixed with their rank.
 class FailurePrinter : public ::testing::EmptyTestEventListener {
@@ -43,9 +44,16 @@ void copy_to_device(void* dst, const void* src, size_t bytes) {
   TF_CUDA(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice));
   TF_CUDA(cudaStreamSynchronize(cudaStreamLegacy));
 }
-uint64_t test_seed() {
+uint64_t draw_seed() {
   if (const char* s = std::getenv("TAXFREE_TEST_SEED"); s && *s) return std::strtoull(s, nullptr, 10);
   return (uint64_t(std::random_device{}()) << 32) | std::random_device{}();
+}
+uint64_t test_seed() { return g_seed; }
+uint64_t value_seed(uint64_t seed) {  // splitmix64 of the pair
+  uint64_t z = seed * 0x9E3779B97F4A7C15ull + g_seed;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
 }
 }  // namespace taxfree::test
 
@@ -64,6 +72,7 @@ int main(int argc, char** argv) {
   const std::vector<std::string> given(argv, argv + argc);
   ::testing::InitGoogleTest(&argc, argv);
   if (listing) return RUN_ALL_TESTS();
+  taxfree::test::g_seed = taxfree::test::draw_seed();
 
   if (!rank_env()) {
     std::string why;
@@ -84,6 +93,9 @@ int main(int argc, char** argv) {
     int n = 0;
     taxfree::test::g_visible = cudaGetDeviceCount(&n) == cudaSuccess ? n : 0;
     taxfree::test::g_team = Team::join();
+    CoordinatorClient& c = taxfree::test::g_team->coordinator();
+    taxfree::test::g_seed = std::stoull(c.all_gather("test.seed", std::to_string(taxfree::test::g_seed), 60)[0]);
+    if (c.rank() == 0) std::cout << "[taxfree gpu tests] TAXFREE_TEST_SEED=" << taxfree::test::g_seed << std::endl;
   } catch (const Error& e) {
     std::cerr << e.what() << "\n";
     return e.status() == Status::RemoteError ? kExitRemote : kExitFailed;
