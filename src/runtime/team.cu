@@ -73,16 +73,23 @@ const char* wait_site_name(dev::WaitSite site) {
 
 std::string describe_wait_record(const dev::WaitRecord& r, const SymmetricHeap* heap) {
   std::ostringstream os;
-  os << "rank " << r.rank << " gave up waiting at '" << wait_site_name(dev::WaitSite(r.site)) << "'";
-  if (r.peer >= 0) os << " for rank " << r.peer;
-  os << ": flag";
+  // waited 0: a value check failed, nothing timed out (direct_merge.h: a split count outside
+  // [1, expected] read from a peer's line).
+  const bool bad_count = r.waited_ns == 0;
+  os << "rank " << r.rank << (bad_count ? " stopped at '" : " gave up waiting at '")
+     << wait_site_name(dev::WaitSite(r.site)) << "'";
+  if (r.peer >= 0) os << (bad_count ? " from rank " : " for rank ") << r.peer;
+  os << ": " << (bad_count ? "line" : "flag");
   if (r.flag_offset != ~0ull) {
     os << " at heap offset " << r.flag_offset;
     const std::string name = heap ? heap->describe_offset(r.flag_offset) : "";
     if (!name.empty()) os << " (" << name << ")";
   }
-  os << " expected >= " << r.expected << ", observed " << r.observed << " after " << double(r.waited_ns) * 1e-9
-     << " s (block " << r.block << ", thread " << r.thread << ")";
+  if (bad_count)
+    os << " holds " << r.observed << " where a count in [1, " << r.expected << "] was due (a corrupt or stale line)";
+  else
+    os << " expected >= " << r.expected << ", observed " << r.observed << " after " << double(r.waited_ns) * 1e-9 << " s";
+  os << " (block " << r.block << ", thread " << r.thread << ")";
   return os.str();
 }
 

@@ -205,10 +205,19 @@ TEST(Heap, DescribeOffsetNamesTheLiveAllocation) {
   EXPECT_EQ(heap.describe_offset(256 + 32), "");
   dev::WaitRecord r{};
   r.complete = 1, r.site = uint32_t(dev::WaitSite::all_gather_data), r.rank = 0, r.peer = 1;
-  r.flag_offset = 256 + 8, r.expected = 7, r.observed = 6;
+  r.flag_offset = 256 + 8, r.expected = 7, r.observed = 6, r.waited_ns = 10'000'000'001;
   const std::string text = describe_wait_record(r, &heap);
   EXPECT_NE(text.find("at heap offset 264 ('op.arrived' + 8 B of a 32-byte allocation) expected >= 7, observed 6"),
             std::string::npos) << text;
+  // A value that is wrong, not late (waited 0: the direct merge's split count): no "gave up
+  // waiting", no wait time.
+  dev::WaitRecord bad = r;
+  bad.site = uint32_t(dev::WaitSite::decode_partial), bad.expected = 16, bad.observed = 40, bad.waited_ns = 0;
+  const std::string count = describe_wait_record(bad, &heap);
+  EXPECT_NE(count.find("rank 0 stopped at 'flash_decode: peer partial arrived' from rank 1: line at heap offset 264 "
+                       "('op.arrived' + 8 B of a 32-byte allocation) holds 40 where a count in [1, 16] was due"),
+            std::string::npos) << count;
+  EXPECT_EQ(count.find("after"), std::string::npos) << count;
   heap.release(mark);
   EXPECT_EQ(heap.describe_offset(256 + 24), "");
   EXPECT_EQ(describe_wait_record(r, &heap).find("op.arrived"), std::string::npos);

@@ -116,6 +116,7 @@ struct FlagWait {
     uint64_t epoch;
     dev::FaultContext fault;
   };
+  TF_HOST_DEVICE static uint64_t max_wait_ns(const Params& p) { return p.fault.timeout_ns; }
   __device__ static void wait(const Params& p, TileCoord tile, int k_block) {
     if (k_block != 0) return;
     dev::wait_geq(p.flags + tile.m, p.epoch, p.fault, dev::WaitSite::gemm_a_ready, -1);

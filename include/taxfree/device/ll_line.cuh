@@ -2,10 +2,14 @@
 // flag and the sender no "buffer free" handshake when lines go to a staging buffer that alternates
 // by epoch parity.
 //
-// A line is 16 bytes {d0, flag, d1, flag}: 8 data bytes and the 32-bit epoch twice. Each 8-byte
-// half is written and read as a single-copy-atomic unit (a naturally aligned 8-byte access), so a
-// reader that sees the current epoch in both halves has both data words of this epoch. Lines use
-// volatile (relaxed, uncached) accesses; no fence is needed on either side.
+// A line is 16 bytes {d0, flag, d1, flag}: 8 data bytes and the 32-bit epoch twice, written and
+// read by one 16-byte access, so a reader that sees the current epoch in both halves has both data
+// words of this epoch. That relies on the hardware keeping each aligned 8-byte half of a 16-byte
+// access whole, as NCCL's LL protocol does; the PTX memory model itself treats a .v4.u32 access as
+// four 32-bit ones. (Packing each half as a .v2.b64 element would make it single-copy atomic in
+// the model too: the same 16-byte loads and stores, but ptxas then schedules other instructions
+// around them, so it waits for a GPU to measure.) Lines use volatile (relaxed, uncached) accesses;
+// no fence is needed on either side.
 //
 // Staging-slot reuse (epoch parity e & 1) is safe when every receiver also sends to every sender
 // in each launch (all-gather, all-to-all): a sender at epoch e has received the receiver's lines of

@@ -4,8 +4,9 @@
 // Addresses are 32-bit shared-window addresses (smem_addr), as the PTX instructions take them.
 // Waits are bounded: a local barrier whose phase never completes means a lost transaction or a
 // protocol bug, and after kMbarTimeoutNs the waiting thread prints what it waited for and traps,
-// so the host sees a launch failure instead of a hang. The bound is far above any legitimate wait
-// (a producer held by a cross-rank flag gives up at the team deadline first).
+// so the host sees a launch failure instead of a hang. The bound is far above any legitimate wait;
+// a kernel whose producer may be held by another rank's flag adds that wait's deadline to it (the
+// GEMM: GemmParams::stall_ns), so the flag wait gives up and reports first.
 #pragma once
 
 #include <cstdint>

@@ -99,6 +99,7 @@ void launch_gemm(const GemmArgs& args, const GemmConfig& cfg, const typename Ord
       if (p.ready.a_bases[i] != nullptr)
         p.ready.a_maps[i] = detail::make_tensor_map(p.ready.a_bases[i], args.dtype, args.k, args.m, args.lda, 64, Shape::BM);
   p.epi = epi;
+  p.stall_ns = dev::kMbarTimeoutNs + ready_max_wait_ns<Ready>(ready);
   if (step == GemmStep::prepare) return;
 
   // A programmatic dependent launch (the kernel waits for the grid ahead before touching memory).

@@ -51,6 +51,8 @@ struct PieceReady {
 
   // The engine's mover hook (policies.cuh).
   TF_HOST_DEVICE static int movers(const Params& p) { return p.mover_ctas; }
+  // A wait's deadline (policies.cuh); after the first gives up, the abort flag it raises ends the rest.
+  TF_HOST_DEVICE static uint64_t max_wait_ns(const Params& p) { return p.fault.timeout_ns; }
 #ifdef __CUDACC__
   __device__ __forceinline__ static void move(const Params& p, int block, int blocks, const dev::ThreadGroup& t) {
     // 256 threads (a GEMM CTA's consumer warpgroups) x 6 x 16 B = 24 KiB of loads in flight; 8 made

@@ -107,8 +107,9 @@ __device__ inline bool cluster_inbox_wait(ClusterInbox<D>& inbox, const dev::Fau
   uint64_t start = 0, waited = 0;
   for (uint32_t i = 0; !(done = dev::mbar_try_wait(full, 0)); ++i)
     if (dev::ll_poll_expired(i, start, fc, waited)) {
-      if (waited != 0 && threadIdx.x == 0)
-        dev::report_wait_timeout(fc, dev::WaitSite::decode_cluster_rows, -1, nullptr, 1, 0, waited);
+      // Whichever thread's deadline passes reports (the record keeps the first): the others may
+      // still see the phase complete, and the CTA's vote then fails on this thread alone.
+      if (waited != 0) dev::report_wait_timeout(fc, dev::WaitSite::decode_cluster_rows, -1, nullptr, 1, 0, waited);
       break;
     }
   return __syncthreads_and(done) != 0;

@@ -151,6 +151,9 @@ struct GemmParams {
   typename Order::Params order;
   typename Ready::Params ready;
   typename Epilogue::Params epi;
+  // A pipeline (mbarrier) wait traps after this long: kMbarTimeoutNs plus the Ready policy's own
+  // deadline (policies.cuh: max_wait_ns), so a producer held by another rank's flag reports first.
+  uint64_t stall_ns;
 };
 
 namespace device {
@@ -264,7 +267,7 @@ __device__ __forceinline__ void produce(const GemmParams<Order, Ready, Epi>& p, 
       const int kb = i + rot < k_blocks ? i + rot : i + rot - k_blocks;
       const uint32_t full = full0 + 8 * stage, a_dst = base + stage * L::kStageBytes, b_dst = a_dst + L::kABytes;
       // The consumers of every CTA this stage's B lands in are done with its last use.
-      mbar_wait<false>(empty0 + 8 * stage, phase ^ 1);
+      mbar_wait<false>(empty0 + 8 * stage, phase ^ 1, p.stall_ns);
       mbar_arrive_expect_tx(full, L::kStageBytes);  // A, and all of B (this CTA's half + the peer's)
       if constexpr (Shape::kCluster == 1) {
         if constexpr (kMajorB == Major::K) {
@@ -327,7 +330,7 @@ __device__ __forceinline__ void consume(const GemmParams<Order, Ready, Epi>& p, 
     if (w.kb_begin >= w.kb_end) __trap();
     uint32_t prev = 0;
     for (int kb = w.kb_begin; kb < w.kb_end; ++kb) {
-      mbar_wait<false>(full0 + 8 * stage, phase);
+      mbar_wait<false>(full0 + 8 * stage, phase, p.stall_ns);
       // This consumer's 64 rows of A (64 columns of B with swap-AB: 64 rows of [N, K] or one
       // 64-column box of [K, N], 8 KiB either way) and the operand all consumers share.
       const uint32_t a_tile = base + stage * L::kStageBytes, b_tile = a_tile + L::kABytes;

@@ -18,6 +18,10 @@
 //             A wait must have a deadline (the engine has none); when it gives up it returns
 //             anyway: the GEMM then finishes on whatever A holds, in bounded time, and the host
 //             reports the wait record.
+//             Optional: uint64_t max_wait_ns(const Params&)                       host + device
+//             That deadline (ns), for a policy whose wait can block: the engine's own pipeline
+//             waits (mbarriers, which trap) allow that much more than kMbarTimeoutNs, so the
+//             policy's wait gives up, and names what it waited for, first. Without it, 0.
 //             Optional: int first_k_block(const Params&, TileCoord tile)                device
 //             The k-block the producer loads first for `tile`; it then wraps around (k-blocks
 //             r, r+1, ..., last, 0, ..., r-1) and wait() sees that order. Whole tiles only (a
@@ -106,6 +110,13 @@ template <class Epi>
 constexpr bool float_out() {
   if constexpr (requires { Epi::kFloatOut; }) return Epi::kFloatOut;
   else return false;
+}
+
+// How long one Ready::wait may block: Ready::max_wait_ns when the policy declares it, else 0.
+template <class Ready>
+TF_HOST_DEVICE uint64_t ready_max_wait_ns(const typename Ready::Params& p) {
+  if constexpr (requires { Ready::max_wait_ns(p); }) return Ready::max_wait_ns(p);
+  else return 0;
 }
 
 // Mover CTAs of a launch: Ready::movers when the policy has movers, else 0.
