@@ -529,10 +529,11 @@ int run(Team& team, const RunRequest& req) {
   TF_CUDA(cudaGetDeviceProperties(&p, team.device()));
   unsigned char uuid[16];
   std::memcpy(uuid, p.uuid.bytes, sizeof uuid);
-  // Collective (every rank parses the same command line): each rank's GPU, in rank order.
+  // Each rank's GPU, in rank order, for rank 0's JSON. Gathered whether or not a rank was given a
+  // path: only rank 0 writes, so callers may pass the path to rank 0 alone.
+  CoordinatorClient& coordinator = team.coordinator();
   const std::vector<std::string> gpus =
-      req.json_path.empty() ? std::vector<std::string>{}
-                            : team.coordinator().all_gather(team.coordinator().next_key("bench.gpu_uuid"), format_gpu_uuid(uuid), 60);
+      coordinator.all_gather(coordinator.next_key("bench.gpu_uuid"), format_gpu_uuid(uuid), 60);
   if (root && !req.json_path.empty()) {
     int nccl = 0;
     ncclGetVersion(&nccl);

@@ -323,11 +323,15 @@ int run_ranks(const LaunchSpec& spec) {
       ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // a launcher that dies takes its ranks with it
       if (::getppid() != parent) ::_exit(kExitRemote);
       ::execve(program.c_str(), args.data(), child.envp.data());
-      const int e = errno;
-      write_all(STDERR_FILENO, child.exec_failed);
-      const char* what = ::strerrordesc_np(e);  // a constant string: safe here, unlike strerror
-      write_all(STDERR_FILENO, what != nullptr ? what : "unknown error");
-      write_all(STDERR_FILENO, "\n");
+      const char* what = ::strerrordesc_np(errno);  // a constant string: safe here, unlike strerror
+      // One write of at most PIPE_BUF bytes: the line stays whole beside other ranks' lines.
+      char line[PIPE_BUF];
+      size_t n = 0;
+      for (std::string_view part : {std::string_view(child.exec_failed), std::string_view(what ? what : "unknown error")})
+        for (char ch : part)
+          if (n < sizeof line - 1) line[n++] = ch;
+      line[n++] = '\n';
+      write_all(STDERR_FILENO, std::string_view(line, n));
       ::_exit(127);
     }
     pids[size_t(r)] = pid;

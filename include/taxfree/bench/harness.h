@@ -21,7 +21,7 @@ namespace taxfree::bench {
 struct RunRequest {
   std::vector<std::string> ops;  // empty: every registered op, default sweeps, with the summary
   Options options;
-  std::string json_path;         // empty: no JSON
+  std::string json_path;         // empty: no JSON; rank 0's is written (the others' are not read)
   int kill_rank = -1;            // --inject kill:R: rank R kills itself mid-run (tests fault handling)
 };
 
