@@ -5,6 +5,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -165,6 +167,9 @@ std::vector<double> all_gather_doubles(CoordinatorClient& coordinator, const std
 }
 
 int runs_per_sample(const Options& o, double run_s, int launches) {
+  // A NaN sample_us made int(clamp(NaN)) undefined; no iterations divided by zero below.
+  TF_REQUIRE(std::isfinite(o.sample_us) && o.sample_us > 0 && o.iters >= 1, Status::InvalidArgument,
+             "bench options: sample_us=" << o.sample_us << " must be finite and > 0, iters=" << o.iters << " >= 1");
   if (o.cold_l2) return 1;
   const double wanted = std::ceil(o.sample_us * 1e-6 / std::max(run_s, 1e-7));
   const int batch = (o.iters + kTimingRounds - 1) / kTimingRounds;  // samples per variant and round
@@ -195,22 +200,31 @@ Stats summarize(std::vector<double> v) {
 }
 
 int64_t parse_bytes(const std::string& text) {
-  size_t pos = 0;
-  double x = 0;
-  try {
-    x = std::stod(text, &pos);
-  } catch (...) {
-    TF_THROW(Status::InvalidArgument, "size '" << text << "' is not a number (examples: 1024, 64K, 8M, 1G)");
-  }
-  std::string unit = text.substr(pos);
+  char* end = nullptr;
+  const double x = std::strtod(text.c_str(), &end);
+  TF_REQUIRE(!text.empty() && end != text.c_str() && !std::isspace(static_cast<unsigned char>(text[0])),
+             Status::InvalidArgument, "size '" << text << "' is not a number (examples: 1024, 64K, 8M, 1G)");
+  const std::string unit = end;
   double mul = 1;
   if (unit == "K" || unit == "k" || unit == "KiB") mul = 1024.0;
   else if (unit == "M" || unit == "MiB") mul = 1024.0 * 1024;
   else if (unit == "G" || unit == "GiB") mul = 1024.0 * 1024 * 1024;
   else TF_REQUIRE(unit.empty() || unit == "B", Status::InvalidArgument, "size '" << text << "' has an unknown unit '" << unit << "'");
-  TF_REQUIRE(x >= 0 && std::floor(x * mul) == x * mul, Status::InvalidArgument,
-             "size '" << text << "' must be a whole, non-negative number of bytes");
-  return int64_t(x * mul);
+  // In range before converting: a double past int64 (1e19) or NaN converts to an undefined value.
+  const double bytes = x * mul;
+  TF_REQUIRE(bytes >= 0 && bytes <= double(kMaxBytes), Status::InvalidArgument,
+             "size '" << text << "' is out of range: sizes are 0 to 2^50 bytes (1 PiB)");
+  TF_REQUIRE(std::floor(bytes) == bytes, Status::InvalidArgument, "size '" << text << "' must be a whole number of bytes");
+  return int64_t(bytes);
+}
+
+int64_t parse_int(const std::string& what, const std::string& text, int64_t min, int64_t max) {
+  const bool digits = !text.empty() && std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; });
+  int64_t v = 0;
+  const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), v);  // ERANGE: no saturation
+  TF_REQUIRE(digits && ec == std::errc() && ptr == text.data() + text.size() && v >= min && v <= max,
+             Status::InvalidArgument, what << "=" << text << " is not an integer in [" << min << ", " << max << "]");
+  return v;
 }
 
 std::vector<int64_t> size_sweep(const Options& o, int64_t def_min, int64_t def_max, int64_t multiple) {
@@ -225,35 +239,62 @@ std::vector<int64_t> size_sweep(const Options& o, int64_t def_min, int64_t def_m
   return out;
 }
 
+namespace {
+
+// "a,b,,c," -> {"a", "b", "", "c", ""}: every empty item kept (getline drops a trailing one).
+std::vector<std::string> split_items(const std::string& text) {
+  std::vector<std::string> items;
+  size_t start = 0;
+  for (size_t comma; (comma = text.find(',', start)) != std::string::npos; start = comma + 1)
+    items.push_back(text.substr(start, comma - start));
+  items.push_back(text.substr(start));
+  return items;
+}
+
+std::string joined(const std::vector<std::string>& words) {
+  std::string out;
+  for (const auto& w : words) out += (out.empty() ? "" : ", ") + w;
+  return out;
+}
+
+}  // namespace
+
 std::map<std::string, std::string> parse_shape_entry(const std::string& entry, const std::vector<ShapeKey>& keys) {
-  std::string names;
-  for (const auto& k : keys) names += (names.empty() ? "" : ", ") + k.name;
+  std::vector<std::string> key_names;
+  for (const auto& k : keys) key_names.push_back(k.name);
+  const std::string names = key_names.empty() ? "none" : joined(key_names);
   std::map<std::string, std::string> kv;
-  std::stringstream ss(entry);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
+  for (const std::string& item : split_items(entry)) {
     const auto eq = item.find('=');
     TF_REQUIRE(eq != std::string::npos && eq > 0, Status::InvalidArgument,
-               "--shape entry '" << entry << "': expected key=value,... with keys " << names);
+               "--shape entry '" << entry << "': " << (item.empty() ? "empty item" : "'" + item + "'")
+                                 << "; expected key=value,... with keys " << names);
     const std::string key = item.substr(0, eq), value = item.substr(eq + 1);
     auto k = std::find_if(keys.begin(), keys.end(), [&](const ShapeKey& x) { return x.name == key; });
     TF_REQUIRE(k != keys.end(), Status::InvalidArgument,
                "--shape entry '" << entry << "': unknown key '" << key << "' (keys: " << names << ")");
-    if (k->choices.empty()) {
-      char* end = nullptr;
-      const long long v = std::strtoll(value.c_str(), &end, 10);
-      TF_REQUIRE(!value.empty() && *end == '\0' && v > 0, Status::InvalidArgument,
-                 "--shape entry '" << entry << "': " << key << "=" << value << " is not a positive integer");
-    } else {
-      std::string options;
-      for (const auto& c : k->choices) options += (options.empty() ? "" : ", ") + c;
+    TF_REQUIRE(!kv.count(key), Status::InvalidArgument, "--shape entry '" << entry << "': key '" << key << "' given twice");
+    if (k->choices.empty())
+      parse_int("--shape entry '" + entry + "': " + key, value, 1, k->max);
+    else
       TF_REQUIRE(std::find(k->choices.begin(), k->choices.end(), value) != k->choices.end(), Status::InvalidArgument,
-                 "--shape entry '" << entry << "': " << key << "=" << value << " is not one of " << options);
-    }
+                 "--shape entry '" << entry << "': " << key << "=" << value << " is not one of " << joined(k->choices));
     kv[key] = value;
   }
   return kv;
 }
+
+int64_t shape_int(const std::map<std::string, std::string>& kv, const std::string& key, int64_t def) {
+  const auto it = kv.find(key);
+  return it == kv.end() ? def : parse_int(key, it->second, 0, INT64_MAX);
+}
+
+void check_shape_entries(const std::vector<std::string>& entries, const std::vector<ShapeKey>& keys) {
+  for (const std::string& e : entries) parse_shape_entry(e, keys);
+}
+
+// An op that names no --shape keys takes no --shape entries.
+void OpBench::check_options(const Options& opt) const { check_shape_entries(opt.shapes, {}); }
 
 bool matches_shape_filters(const nlohmann::json& params, const std::vector<std::string>& filters) {
   if (filters.empty()) return true;

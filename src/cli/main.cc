@@ -7,7 +7,12 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <iomanip>
 #include <iostream>
+#include <sstream>
 #include <thread>
 
 #include "taxfree/bench/harness.h"
@@ -62,6 +67,29 @@ int launch_or_run(int argc, char** argv, int gpus, const std::function<int()>& r
   });
 }
 
+// CLI11's Range lets NaN through (every comparison with it is false) and takes inf, and a value
+// past what the later uint64 conversions hold (timeout seconds -> ns, heap GiB -> bytes) converts
+// to an undefined one: a finite number in [lo, hi], or (lo, hi] when `lo_open`.
+CLI::Validator finite_in(double lo, double hi, bool lo_open = false) {
+  std::ostringstream os;
+  os << std::setprecision(10) << (lo_open ? "(" : "[") << lo << ", " << hi << "]";
+  const std::string range = os.str();
+  return CLI::Validator(
+      [=](std::string& text) {
+        char* end = nullptr;
+        const double v = std::strtod(text.c_str(), &end);
+        const bool ok = end != text.c_str() && *end == '\0' && std::isfinite(v) && (lo_open ? v > lo : v >= lo) && v <= hi;
+        return ok ? std::string() : "value " + text + " is not a finite number in " + range;
+      },
+      "NUMBER in " + range);
+}
+
+// --inject's rank must be one of the job's `world` ranks: a fault for a rank past them never fired.
+void require_inject_rank(const std::string& inject, int rank, int world) {
+  TF_REQUIRE(rank < world, Status::InvalidArgument,
+             "--inject '" << inject << "': rank " << rank << " is not in this job of " << world << " rank(s)");
+}
+
 std::string version_text(int code) {
   return std::to_string(code / 10000) + "." + std::to_string(code / 100 % 100) + "." + std::to_string(code % 100);
 }
@@ -83,7 +111,7 @@ int main(int argc, char** argv) {
   bench->add_option("op", ops, "ops to run (see `taxfree list`)");
   bench->add_option("-b,--minbytes", min_b, "smallest size (bytes per rank; K/M/G suffixes)");
   bench->add_option("-e,--maxbytes", max_b, "largest size");
-  bench->add_option("-f,--stepfactor", opt.step_factor, "multiply the size by this each step")->check(CLI::Range(1.01, 1e6));
+  bench->add_option("-f,--stepfactor", opt.step_factor, "multiply the size by this each step")->check(finite_in(1.01, 1e6));
   bench->add_option("-n,--iters", opt.iters, "timed iterations per case")->check(CLI::Range(1, 1000000));
   bench->add_option("-w,--warmup_iters", opt.warmup, "warm-up iterations per case")->check(CLI::Range(0, 1000000));
   bench->add_option("-c,--check", opt.check, "checked runs per case and variant (0: no check)")->check(CLI::Range(0, 1000));
@@ -92,13 +120,13 @@ int main(int argc, char** argv) {
   bench->add_flag("--graph", opt.graph,
                   "run every variant as a captured CUDA graph (checks too), as serving engines replay a step");
   bench->add_option("--sample-us", opt.sample_us, "back-to-back runs per timed sample: about this long (1-64 runs; 1 with --cold)")
-      ->check(CLI::Range(1.0, 100000.0));
+      ->check(finite_in(1.0, 100000.0));
   bench->add_option("--json", json, "write results as JSON to this file");
   bench->add_option("--variant", opt.variants, "only these variants, or parts (timed, unchecked: e.g. gemm-only)");
   bench->add_option("--shape", opt.shapes, "op-specific shape filter key=value[,key=value]; repeatable");
   bench->add_option("--dtype", opt.dtype, "element type")->check(CLI::IsMember({"bf16", "fp16"}));
-  bench->add_option("--heap", heap_gib, "symmetric heap per rank, GiB")->check(CLI::PositiveNumber);
-  bench->add_option("--timeout", timeout_s, "device wait deadline, seconds")->check(CLI::PositiveNumber);
+  bench->add_option("--heap", heap_gib, "symmetric heap per rank, GiB")->check(finite_in(1.0 / 1024, 1 << 20));
+  bench->add_option("--timeout", timeout_s, "device wait deadline, seconds")->check(finite_in(0, 1e6, true));
   bench->add_option("--seed", opt.seed, "random seed for inputs");
   bench->add_option("--inject", inject, "fault injection for tests: kill:RANK or skip-signal:RANK");
 
@@ -192,17 +220,21 @@ int main(int argc, char** argv) {
 
   // bench: validate everything here, before any rank starts, so a bad command fails once.
   bench::RunRequest req;
+  int inject_rank = -1;
   try {
-    const auto known = bench::bench_names();
-    for (const auto& op : ops) {
+    // No op: every op's default sweep, where one op's --shape keys and --variant names mean nothing.
+    TF_REQUIRE(!ops.empty() || (opt.shapes.empty() && opt.variants.empty()), Status::InvalidArgument,
+               "--shape and --variant need an op (e.g. taxfree bench gemm --shape M=1,N=4096,K=8192); "
+               "without one, bench runs every op's default sweep");
+    for (const auto& op : ops.empty() ? bench::bench_names() : ops) {
       auto b = bench::make_bench(op);  // throws for unknown ops, naming the known ones
-      b->check_options(opt);
+      b->check_options(opt);           // every op's when none is named (e.g. its environment knobs)
       for (const auto& v : opt.variants) {
         const auto vs = b->variants(), ps = b->parts();
         TF_REQUIRE(std::find(vs.begin(), vs.end(), v) != vs.end() || std::find(ps.begin(), ps.end(), v) != ps.end(),
                    Status::InvalidArgument, "op '" << op << "' has no variant or part '" << v << "'");
       }
-      if (gpus > 0)
+      if (gpus > 0 && !ops.empty())  // the summary skips ops that need more ranks
         TF_REQUIRE(gpus >= b->min_ranks(), Status::InvalidUsage,
                    "op '" << op << "' needs at least " << b->min_ranks() << " GPUs; -g " << gpus << " given");
     }
@@ -219,10 +251,12 @@ int main(int argc, char** argv) {
       auto colon = inject.find(':');
       TF_REQUIRE(colon != std::string::npos, Status::InvalidArgument, "--inject '" << inject << "' must be kill:RANK or skip-signal:RANK");
       const std::string what = inject.substr(0, colon);
-      const int r = std::stoi(inject.substr(colon + 1));
-      if (what == "kill") req.kill_rank = r;
-      else if (what == "skip-signal") opt.skip_signal_rank = r;
-      else TF_THROW(Status::InvalidArgument, "--inject '" << inject << "': unknown fault '" << what << "'");
+      TF_REQUIRE(what == "kill" || what == "skip-signal", Status::InvalidArgument,
+                 "--inject '" << inject << "': unknown fault '" << what << "'");
+      inject_rank = int(bench::parse_int("--inject '" + inject + "': rank", inject.substr(colon + 1), 0, INT32_MAX));
+      if (gpus > 0) require_inject_rank(inject, inject_rank, gpus);  // else once the ranks know the world
+      if (what == "kill") req.kill_rank = inject_rank;
+      else opt.skip_signal_rank = inject_rank;
     }
   } catch (const Error& e) {
     std::cerr << e.what() << "\n";
@@ -242,6 +276,7 @@ int main(int argc, char** argv) {
     auto team = Team::join(to);
     int code = kExitOk;
     try {
+      if (inject_rank >= 0) require_inject_rank(inject, inject_rank, team->world());
       code = bench::run(*team, req);
     } catch (const Error& e) {
       if (e.status() != Status::RemoteError) team->fail(e.what());

@@ -9,6 +9,10 @@ void check_rank_share(const RankShare& s, const char* op) {
              Status::InvalidArgument,
              op << ": rank share of rank " << s.rank << " of " << s.world << " with " << s.sm_count << " SMs, "
                 << (s.heap ? "a heap" : "no heap") << " (needs a heap, 0 <= rank < world and SMs >= 1)");
+  const dev::SymmetricView& v = s.heap->view();
+  TF_REQUIRE(v.rank == s.rank && v.world == s.world, Status::InvalidArgument,
+             op << ": rank share of rank " << s.rank << " of " << s.world << ", but its heap is rank " << v.rank
+                << " of " << v.world);
 }
 
 }  // namespace taxfree

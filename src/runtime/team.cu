@@ -16,13 +16,14 @@
 namespace taxfree {
 
 namespace {
-double env_double(const char* name, double fallback) {
-  const char* v = std::getenv(name);
+// `name` from the environment as a number in [lo, hi], or `fallback` when unset.
+double env_number(const EnvLookup& env, const char* name, double lo, double hi, double fallback) {
+  const char* v = env(name);
   if (!v || !*v) return fallback;
   char* end = nullptr;
-  double x = std::strtod(v, &end);
-  TF_REQUIRE(end != v && *end == '\0' && x > 0, Status::InvalidArgument,
-             "environment variable " << name << "='" << v << "' must be a positive number");
+  const double x = std::strtod(v, &end);
+  TF_REQUIRE(end != v && *end == '\0' && x >= lo && x <= hi, Status::InvalidArgument,
+             "environment variable " << name << "='" << v << "' must be a number in [" << lo << ", " << hi << "]");
   return x;
 }
 
@@ -104,6 +105,24 @@ std::unique_ptr<Team> Team::join(const TeamOptions& options) {
   return team;
 }
 
+double team_timeout_s(const TeamOptions& options, const EnvLookup& env) {
+  constexpr double kMax = 1e6;  // s: far past any wait, and timeout_ns stays exact in 64 bits
+  if (options.timeout_s < 0) return env_number(env, "TAXFREE_TIMEOUT_S", 1e-6, kMax, 10.0);
+  TF_REQUIRE(options.timeout_s > 0 && options.timeout_s <= kMax, Status::InvalidArgument,
+             "TeamOptions::timeout_s=" << options.timeout_s << " must be in (0, " << kMax << "] s (< 0: the default)");
+  return options.timeout_s;
+}
+
+uint64_t team_heap_bytes(const TeamOptions& options, int world, const EnvLookup& env) {
+  constexpr uint64_t kMin = 1ull << 20, kMax = 1ull << 50;
+  uint64_t bytes = options.heap_bytes;
+  if (bytes == 0) bytes = uint64_t(env_number(env, "TAXFREE_HEAP_BYTES", double(kMin), double(kMax), 0));
+  if (bytes == 0) return std::max<uint64_t>(4ull << 30, (uint64_t(world) + 2) << 30);
+  TF_REQUIRE(bytes >= kMin && bytes <= kMax, Status::InvalidArgument,
+             "TeamOptions::heap_bytes=" << bytes << " must be in [2^20, 2^50] (0: the default)");
+  return bytes;
+}
+
 void Team::init(const TeamOptions& options) {
   auto env = rank_env();
   if (env) {
@@ -121,7 +140,9 @@ void Team::init(const TeamOptions& options) {
                                                         << ": keep one Team for the process's life, or start the "
                                                            "job with the taxfree launcher, whose ranks may join Teams "
                                                            "one after another");
-  timeout_s_ = options.timeout_s > 0 ? options.timeout_s : env_double("TAXFREE_TIMEOUT_S", 10.0);
+  const EnvLookup env_of = [](const char* name) -> const char* { return std::getenv(name); };
+  timeout_s_ = team_timeout_s(options, env_of);  // both checked before anything starts
+  const uint64_t heap_bytes = team_heap_bytes(options, env_.world, env_of);
 
   if (!env || env_.host_coordinator) {
     server_ = std::make_unique<CoordinatorServer>(env ? "0.0.0.0" : "127.0.0.1", env ? env_.coordinator_port : 0,
@@ -167,9 +188,6 @@ void Team::init(const TeamOptions& options) {
   }
   TF_NCCL(ncclCommInitRank(&comm_, env_.world, id, env_.rank));
 
-  uint64_t heap_bytes = options.heap_bytes;
-  if (heap_bytes == 0) heap_bytes = uint64_t(env_double("TAXFREE_HEAP_BYTES", 0));
-  if (heap_bytes == 0) heap_bytes = std::max<uint64_t>(4ull << 30, (uint64_t(env_.world) + 2) << 30);
   const auto env_on = [](const char* name) {
     const char* v = std::getenv(name);
     return v != nullptr && *v != '\0' && std::strcmp(v, "0") != 0;

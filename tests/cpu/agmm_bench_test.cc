@@ -2,8 +2,11 @@
 // compute, NVLink and the GEMM's own HBM traffic).
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <string>
+#include <vector>
 
+#include "expect_error.h"
 #include "taxfree/bench/op_bench.h"
 
 namespace taxfree::bench {
@@ -42,6 +45,42 @@ TEST(AgmmBench, FloorIsTheLargestOfNvlinkAndTheGemmsHbmTraffic) {
   EXPECT_DOUBLE_EQ(f.seconds, 8192.0 * 8192 * 2 / 2 / 4e11);
   // No rates measured: no floor claimed.
   EXPECT_EQ(b->floor(agmm_case(1, 3584, 8192, 1), MachineRates{}).seconds, 0);
+}
+
+Options with_shapes(std::vector<std::string> shapes) {
+  Options o;
+  o.shapes = std::move(shapes);
+  return o;
+}
+
+// Before any rank starts: M, N < 2^31 and K < 2^30 (all_gather_matmul.h); a larger size once
+// passed here and was bounded only at setup, after allocating from it.
+TEST(AgmmBench, CheckOptionsBoundsTheShapeToTheOpsLimits) {
+  const auto b = make_bench("all_gather_matmul");
+  EXPECT_NO_THROW(b->check_options(with_shapes({"M=2147483647,N=2147483647,K=1073741823,gather_dim=0"})));
+  test::expect_invalid([&] { b->check_options(with_shapes({"M=2147483648,N=3584,K=8192,gather_dim=1"})); },
+                       "M=2147483648 is not an integer in [1, 2147483647]");
+  test::expect_invalid([&] { b->check_options(with_shapes({"M=8,N=99999999999999999999,K=8192,gather_dim=1"})); },
+                       "N=99999999999999999999 is not an integer");
+  test::expect_invalid([&] { b->check_options(with_shapes({"M=8,N=3584,K=1073741824,gather_dim=1"})); },
+                       "K=1073741824 is not an integer in [1, 1073741823]");
+  test::expect_invalid([&] { b->check_options(with_shapes({"M=8,M=16"})); }, "key 'M' given twice");
+}
+
+// TAXFREE_AGMM_* knobs: int-sized, read by check_options too (4294967300 once truncated to 4 at
+// setup, on the GPU).
+TEST(AgmmBench, CheckOptionsReadsTheTuningVariables) {
+  const auto b = make_bench("all_gather_matmul");
+  for (const char* name : {"TAXFREE_AGMM_PUSH_CTAS", "TAXFREE_AGMM_COL_CHUNK", "TAXFREE_AGMM_SIDE_CTAS"}) {
+    for (const char* bad : {"4294967300", "-1", "12x", "99999999999999999999"}) {
+      ::setenv(name, bad, 1);
+      test::expect_invalid([&] { b->check_options(Options{}); },
+                           std::string(name) + "=" + bad + " is not an integer in [0, 2147483647]");
+    }
+    ::setenv(name, "128", 1);
+    EXPECT_NO_THROW(b->check_options(Options{})) << name;
+    ::unsetenv(name);
+  }
 }
 
 }  // namespace

@@ -2,8 +2,11 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <vector>
 
+#include "expect_error.h"
 #include "taxfree/ops/all_gather.h"
+#include "host_heap.h"
 
 namespace taxfree {
 namespace {
@@ -20,6 +23,18 @@ TEST(AllGatherLaunchCheck, DescriptionNamesBytesAndPushGrid) {
   AllGatherConfig fewer = c;
   fewer.max_blocks = 8;
   EXPECT_NE(direct, describe_all_gather_launch(AllGatherVariant::push, 4 << 20, fewer));
+}
+
+// ll_max_bytes sizes the staging lines (4 x world x it, in bytes): a value whose product would wrap
+// is refused before anything is allocated (no GPU needed to get there).
+TEST(AllGatherConfigCheck, HugeLowLatencyLimitIsRefused) {
+  test::HostHeap host(0, 2);
+  RankShare share;
+  share.world = 2, share.sm_count = 132, share.heap = &host.heap;
+  AllGatherConfig c;
+  c.ll_max_bytes = (uint64_t(1) << 62) + 16;  // 2 x 2 x it / 8 lines x 16 B wraps to 128 bytes
+  test::expect_invalid([&] { AllGather op(share, c); }, "ll_max_bytes 4611686018427387920 must be a multiple of 16, at most 2^40");
+  EXPECT_EQ(host.heap.used(), 0u) << "nothing allocated";
 }
 
 TEST(AllGatherPushGrid, ProtocolBlocksAndChunkPerSize) {

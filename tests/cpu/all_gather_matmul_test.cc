@@ -137,8 +137,8 @@ TEST(AgmmPieces, SkippedKBlocksStartNoPiece) {
 TEST(AgmmPieces, RotatedKLoopMeetsEveryPieceBeforeReadingIt) {
   int rotated = 0;
   for (int w : kWorlds)
-    for (const GridCase& c : grid_cases(w))
-      for (int64_t chunk : {int64_t(0), int64_t(64), int64_t(192)}) {
+    for (const GridCase& c : grid_cases(w))  // 2^32 + 64: wider than any shard, and than 32 bits
+      for (int64_t chunk : {int64_t(0), int64_t(64), int64_t(192), (int64_t(1) << 32) + 64}) {
         AgmmConfig cfg;
         cfg.col_chunk = chunk;
         for (const agmm::PieceGrid& g : {make_push_plan(args_for(c), w, cfg, c.sms).grid,

@@ -30,7 +30,100 @@ TEST(Cli, RejectsBadBenchArguments) {
   expect_usage_error({"bench", "gemm", "--shape", "M=1,tile=1x1"}, "tile=1x1 is not one of");
   expect_usage_error({"bench", "gemm", "--shape", "Q=1"}, "unknown key 'Q'");
   expect_usage_error({"bench", "all_gather_matmul", "--shape", "gather_dim=2"}, "gather_dim=2 is not one of 0, 1");
-  expect_usage_error({"bench", "all_gather_matmul", "--shape", "M=-4"}, "M=-4 is not a positive integer");
+  expect_usage_error({"bench", "all_gather_matmul", "--shape", "M=-4"}, "M=-4 is not an integer in [1, 2147483647]");
+}
+
+// Passes the CLI's checks: fails only at the malformed RANK read after them (exit 2 naming RANK),
+// so no GPU is needed and none is used.
+void expect_accepted(std::vector<std::string> args) {
+  args.insert(args.begin(), cli());
+  auto r = run_process(args, {{"RANK", "abc"}, {"WORLD_SIZE", "2"}});
+  EXPECT_NE(r.output.find("RANK='abc'"), std::string::npos) << r.output;
+}
+
+// --shape numbers: plain decimal, in the key's range (the op's limit), each key once, no empty
+// entry or item. Saturated or huge values once passed (gemm then overflowed its allocation size)
+// and decode's std::stoi said only "stoi".
+TEST(Cli, ShapeNumbersAreCheckedAgainstEachKeysLimit) {
+  expect_usage_error({"bench", "gemm", "--shape", "M=1125899906842625,N=3584,K=8192"},
+                     "M=1125899906842625 is not an integer in [1, 2147483647]");
+  expect_usage_error({"bench", "gemm", "--shape", "M=99999999999999999999,N=3584,K=8192"}, "M=99999999999999999999");
+  expect_usage_error({"bench", "gemm", "--shape", "M=2147483648,N=1,K=1"}, "M=2147483648");
+  expect_usage_error({"bench", "gemm", "--shape", "M= 5"}, "M= 5 is not an integer");
+  expect_usage_error({"bench", "gemm", "--shape", "M=+5"}, "M=+5 is not an integer");
+  expect_usage_error({"bench", "gemm", "--shape", "M=5abc"}, "M=5abc is not an integer");
+  expect_usage_error({"bench", "gemm", "--shape", "M=1,M=2"}, "key 'M' given twice");
+  expect_usage_error({"bench", "gemm", "--shape", ""}, "--shape entry '': empty item");
+  expect_usage_error({"bench", "gemm", "--shape", "M=1,"}, "--shape entry 'M=1,': empty item");
+  expect_usage_error({"bench", "gemm", "--shape", "M=1,,N=2"}, "empty item");
+  expect_usage_error({"bench", "all_gather_matmul", "--shape", "M=2147483648,N=3584,K=8192,gather_dim=1"},
+                     "M=2147483648 is not an integer in [1, 2147483647]");
+  expect_usage_error({"bench", "all_gather_matmul", "--shape", "M=8,N=3584,K=1073741824,gather_dim=1"},
+                     "K=1073741824 is not an integer in [1, 1073741823]");
+  expect_usage_error({"bench", "decode", "--shape", "batch=99999999999,kv=8192"},
+                     "batch=99999999999 is not an integer in [1, 65535]");
+  expect_usage_error({"bench", "flash_decode", "--shape", "batch=1,kv=2147483648"},
+                     "kv=2147483648 is not an integer in [1, 1073741824]");
+  expect_usage_error({"bench", "flash_decode", "--shape", "batch=1,kv=8192,kv_heads=65536,q_heads=65536"},
+                     "kv_heads=65536");
+  expect_accepted({"bench", "gemm", "--shape", "M=2147483647,N=1,K=1"});
+  expect_accepted({"bench", "flash_decode", "--shape", "batch=65535,kv=8192,kv_heads=1,q_heads=1"});
+}
+
+// Ops whose entries only filter (put_get, signal, barrier, all_gather) once took any key and ran
+// no case; an op named without --shape keys takes none.
+TEST(Cli, FilterOnlyOpsRejectUnknownShapeKeys) {
+  expect_usage_error({"bench", "all_gather", "--shape", "foo=1"}, "unknown key 'foo' (keys: bytes_per_rank)");
+  expect_usage_error({"bench", "put_get", "--shape", "mode=both"}, "mode=both is not one of oneway, ring");
+  expect_usage_error({"bench", "signal", "--shape", "bytes=8"}, "unknown key 'bytes' (keys: rounds)");
+  expect_usage_error({"bench", "barrier", "--shape", "M=1"}, "unknown key 'M' (keys: reps)");
+  expect_accepted({"bench", "all_gather", "--shape", "bytes_per_rank=4294967296"});  // past int32: a size
+  expect_accepted({"bench", "put_get", "--shape", "bytes=1024,mode=ring"});
+}
+
+// With no op, bench runs every op's default sweep: one op's --shape or --variant is a mistake;
+// every op's other checks still run up front.
+TEST(Cli, SummaryModeTakesNoShapeOrVariant) {
+  expect_usage_error({"bench", "--shape", "M=1"}, "--shape and --variant need an op");
+  expect_usage_error({"bench", "--variant", "ours"}, "--shape and --variant need an op");
+  auto r = run_process({cli(), "bench"}, {{"TAXFREE_AGMM_PUSH_CTAS", "4294967300"}});
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("TAXFREE_AGMM_PUSH_CTAS=4294967300 is not an integer in [0, 2147483647]"), std::string::npos)
+      << r.output;
+}
+
+// -b/-e past int64 once hit an undefined double -> int64 conversion ("sizes must be > 0 bytes").
+TEST(Cli, SizesPastTheLimitNameTheValue) {
+  expect_usage_error({"bench", "all_gather", "-b", "1e19"}, "size '1e19' is out of range");
+  expect_usage_error({"bench", "all_gather", "-b", "1e30"}, "size '1e30' is out of range");
+  expect_usage_error({"bench", "all_gather", "-e", "9223372036854775807"}, "size '9223372036854775807' is out of range");
+  expect_usage_error({"bench", "all_gather", "-b", "inf"}, "size 'inf' is out of range");
+}
+
+// NaN passed CLI11's ranges; huge timeouts and heaps became 0 in later uint64 conversions.
+TEST(Cli, FloatingOptionsAreFiniteAndBounded) {
+  expect_usage_error({"bench", "gemm", "--timeout", "nan"}, "--timeout");
+  expect_usage_error({"bench", "gemm", "--timeout", "1e12"}, "--timeout");
+  expect_usage_error({"bench", "gemm", "--timeout", "inf"}, "--timeout");
+  expect_usage_error({"bench", "gemm", "--timeout", "0"}, "--timeout");
+  expect_usage_error({"bench", "gemm", "--heap", "nan"}, "--heap");
+  expect_usage_error({"bench", "gemm", "--heap", "1e300"}, "--heap");
+  expect_usage_error({"bench", "gemm", "--heap", "0.0001"}, "--heap");
+  expect_usage_error({"bench", "gemm", "-f", "nan"}, "--stepfactor");
+  expect_usage_error({"bench", "gemm", "--sample-us", "nan"}, "--sample-us");
+  expect_usage_error({"bench", "gemm", "--sample-us", "-inf"}, "--sample-us");
+  expect_accepted({"bench", "gemm", "--timeout", "1e6", "--heap", "0.0009765625", "-f", "1.01", "--sample-us", "1"});
+  expect_accepted({"bench", "gemm", "--heap", "1048576", "--sample-us", "100000"});
+}
+
+// --inject's rank: a number (kill:5abc once meant 5, kill:abc said only "stoi"), inside the job.
+TEST(Cli, InjectRankIsCheckedAgainstTheJob) {
+  expect_usage_error({"bench", "gemm", "--inject", "kill:abc"}, "--inject 'kill:abc': rank=abc is not an integer");
+  expect_usage_error({"bench", "gemm", "--inject", "kill:5abc"}, "rank=5abc is not an integer");
+  expect_usage_error({"bench", "gemm", "--inject", "skip-signal:-1"}, "rank=-1 is not an integer");
+  expect_usage_error({"bench", "gemm", "-g", "2", "--inject", "kill:99"},
+                     "--inject 'kill:99': rank 99 is not in this job of 2 rank(s)");
+  expect_accepted({"bench", "gemm", "-g", "2", "--inject", "kill:1"});
 }
 
 TEST(Cli, BenchWithoutGpuSaysSoAndFails) {

@@ -4,9 +4,11 @@
 #include <algorithm>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "../../src/ops/flash_decode/bench_inputs.h"
+#include "expect_error.h"
 #include "taxfree/bench/op_bench.h"
 #include "taxfree/runtime/error.h"
 
@@ -112,6 +114,34 @@ TEST(FlashDecodeBench, ShapeEntriesNameFilterAndForcePlans) {
     o.shapes = {"batch=1,kv=8192,split=3"};
     return o;
   }()), Error);
+}
+
+// Shape numbers within flash_decode.h's limits (batch, kv_heads <= 65535, 2^30 tokens), named
+// with their key: std::stoi once said only "stoi" (or, past int, nothing useful), and a cache past
+// 2^64 bytes wrapped the allocation's size.
+TEST(FlashDecodeBench, ShapeNumbersAreBoundedAndNamed) {
+  namespace bi = ops::flash_decode::bench_inputs;
+  const std::vector<std::pair<const char*, const char*>> bad = {
+      {"batch=99999999999,kv=8192", "batch=99999999999 is not an integer in [1, 65535]"},
+      {"batch=65536,kv=8192", "batch=65536 is not an integer in [1, 65535]"},
+      {"batch=1,kv=2147483648", "kv=2147483648 is not an integer in [1, 1073741824]"},
+      {"batch=1,kv=1073741825", "kv=1073741825 is not an integer"},
+      {"batch=1,kv=8192,q_heads=16,kv_heads=65536", "kv_heads=65536 is not an integer in [1, 65535]"},
+      {"batch=1,kv=8192,splits=65", "splits=65 is not an integer in [1, 64]"},
+      {"batch=1,kv=+8192", "kv=+8192 is not an integer"},
+      {"batch=1,kv=8192,batch=2", "key 'batch' given twice"},
+      {"batch=65535,kv=1073741824,q_heads=65535,kv_heads=65535", "past the 2^50-byte limit"},
+  };
+  for (const auto& b : bad) test::expect_invalid([&] { bi::shapes_of({b.first}); }, b.second);
+  for (const char* op : {"decode", "flash_decode"}) {
+    Options o;
+    o.shapes = {"batch=1,kv=2147483648"};
+    test::expect_invalid([&] { make_bench(op)->check_options(o); }, "kv=2147483648");
+  }
+  const auto s = bi::shapes_of({"batch=65535,kv=16,q_heads=1,kv_heads=1", "batch=1,kv=1073741824"});
+  ASSERT_EQ(s.size(), 2u);
+  EXPECT_EQ(s[0].batch, 65535);
+  EXPECT_EQ(s[1].kv, 1 << 30);
 }
 
 // Paged caches and ragged batches: carried into the case params and back; both benches take both.

@@ -248,6 +248,18 @@ TEST(GemmValidation, NamesTheBrokenConstraint) {
   a = valid_args();
   a.m = int64_t(1) << 31;
   expect_error(a, cfg, Status::InvalidArgument, "2^31");
+  // Strides whose byte products overflow int64 (2^62 * 2 wraps to a multiple of 16 below 2^40).
+  a = valid_args();
+  a.lda = int64_t(1) << 62;
+  expect_error(a, cfg, Status::InvalidArgument, "lda=4611686018427387904 elements exceeds the TMA limit");
+  a = valid_args();
+  a.m = (int64_t(1) << 31) - 1, a.lda = int64_t(1) << 38;  // under the TMA limit, but 2^70 bytes in all
+  expect_error(a, cfg, Status::InvalidArgument, "span more than 2^56 bytes");
+  for (int64_t ldc : {int64_t(1) << 50, int64_t(1) << 61}) {
+    a = valid_args();
+    a.ldc = ldc;
+    expect_error(a, cfg, Status::InvalidArgument, "ldc=" + std::to_string(ldc) + " elements span more than 2^56");
+  }
 }
 
 TEST(GemmValidation, RejectsConfigsThatAreNotCompiled) {

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <utility>
 #include <vector>
@@ -191,6 +192,28 @@ TEST(GemmWorkPlan, SplitKCutsEveryTileInEqualParts) {
   }
   a.k = 128;  // 2 k-blocks: 3 splits are capped at 2
   EXPECT_EQ(detail::make_work_plan(a, cfg, 132).max_parts, 2);
+}
+
+// Every tile of a split-all plan is cut alike, so planning is O(1) in the tiles: a grid of 2^42
+// tiles (M = N = 2^31 - 1, which validation accepts) plans at once, with the parts of a small grid.
+TEST(GemmWorkPlan, SplitAllPlansHugeGridsAtOnce) {
+  GemmArgs a;
+  a.m = a.n = (int64_t(1) << 31) - 1, a.k = 8192;
+  GemmConfig cfg;
+  cfg.bm = 64, cfg.bn = 64;
+  for (int s : {2, 3, 12}) {
+    cfg.splits = s;
+    const auto t0 = std::chrono::steady_clock::now();
+    const WorkPlan plan = detail::make_work_plan(a, cfg, 132);
+    EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 0.1) << s << " splits";
+    GemmArgs small = a;
+    small.m = 1, small.n = 3584;
+    EXPECT_EQ(plan.max_parts, detail::make_work_plan(small, cfg, 132).max_parts) << s << " splits";
+    EXPECT_EQ(plan.split_tiles(), plan.grid.tiles());
+  }
+  const auto t0 = std::chrono::steady_clock::now();  // the heuristic plans every candidate
+  const GemmConfig c = choose_gemm_config(a.m, a.n, a.k, DType::bf16, BLayout::NK);
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 1.0) << c.name();
 }
 
 TEST(GemmWorkPlan, TailSplitLeavesWholeWavesWhole) {

@@ -2,11 +2,13 @@
 // heap placement, the heap over caller-owned memory.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <memory>
 #include <thread>
 #include <vector>
 
 #include "expect_error.h"
+#include "host_heap.h"
 #include "taxfree/bench/harness.h"
 #include "taxfree/runtime/coordinator.h"
 #include "taxfree/runtime/error.h"
@@ -42,7 +44,10 @@ TEST(Harness, ParseBytes) {
   EXPECT_EQ(parse_bytes("8M"), 8 << 20);
   EXPECT_EQ(parse_bytes("1G"), int64_t(1) << 30);
   EXPECT_EQ(parse_bytes("1.5K"), 1536);
-  for (const char* bad : {"", "abc", "12Q", "-5", "1.3"}) {
+  EXPECT_EQ(parse_bytes("1048576G"), kMaxBytes);
+  // Past kMaxBytes (or int64: an undefined conversion before), NaN, inf, a leading space.
+  for (const char* bad : {"", "abc", "12Q", "-5", "1.3", "1e19", "1e30", "9223372036854775807", "1048577G", "nan",
+                          "inf", " 5"}) {
     try {
       parse_bytes(bad);
       ADD_FAILURE() << "accepted '" << bad << "'";
@@ -51,6 +56,68 @@ TEST(Harness, ParseBytes) {
       EXPECT_NE(std::string(e.what()).find(std::string("'") + bad + "'"), std::string::npos) << e.what();
     }
   }
+}
+
+// Plain decimal digits in [min, max]; strtoll's saturation, signs, spaces and suffixes rejected.
+TEST(Harness, ParseIntTakesPlainDecimalInRange) {
+  EXPECT_EQ(parse_int("X", "0", 0, 10), 0);
+  EXPECT_EQ(parse_int("X", "10", 0, 10), 10);
+  EXPECT_EQ(parse_int("X", "9223372036854775807", 0, INT64_MAX), INT64_MAX);
+  for (const char* bad : {"", "11", "-1", "+5", " 5", "5 ", "5abc", "0x5", "1e3", "99999999999999999999"})
+    test::expect_invalid([&] { parse_int("X", bad, 0, 10); }, std::string("X=") + bad + " is not an integer in [0, 10]");
+}
+
+// --shape entries: each numeric key up to its own max (INT32_MAX unless the op says less), each key
+// once, no empty entry or item; the message names the entry and the key.
+TEST(Harness, ShapeEntriesAreStrict) {
+  const std::vector<ShapeKey> keys = {{"M", {}}, {"B", {}, kMaxBytes}, {"small", {}, 8}, {"layout", {"nk", "kn"}}};
+  auto kv = parse_shape_entry("M=2147483647,B=4294967296,small=8,layout=kn", keys);
+  EXPECT_EQ(shape_int(kv, "M", 0), INT32_MAX);
+  EXPECT_EQ(shape_int(kv, "B", 0), int64_t(1) << 32);
+  EXPECT_EQ(shape_int(kv, "small", 0), 8);
+  EXPECT_EQ(shape_int(kv, "absent", -7), -7);
+  EXPECT_EQ(kv.at("layout"), "kn");
+  const std::vector<std::pair<const char*, const char*>> bad = {
+      {"M=2147483648", "--shape entry 'M=2147483648': M=2147483648 is not an integer in [1, 2147483647]"},
+      {"M=99999999999999999999", "M=99999999999999999999 is not an integer"},
+      {"M=0", "M=0 is not an integer in [1, "},
+      {"M= 5", "M= 5 is not an integer"},
+      {"M=+5", "M=+5 is not an integer"},
+      {"M=5abc", "M=5abc is not an integer"},
+      {"M=", "M= is not an integer"},
+      {"small=9", "small=9 is not an integer in [1, 8]"},
+      {"B=1125899906842625", "B=1125899906842625 is not an integer in [1, 1125899906842624]"},
+      {"M=1,M=2", "--shape entry 'M=1,M=2': key 'M' given twice"},
+      {"", "--shape entry '': empty item"},
+      {"M=1,", "--shape entry 'M=1,': empty item"},
+      {",M=1", "empty item"},
+      {"M=1,,small=2", "empty item"},
+      {"M", "'M'; expected key=value"},
+      {"=1", "'=1'; expected key=value"},
+      {"Q=1", "unknown key 'Q' (keys: M, B, small, layout)"},
+      {"layout=xy", "layout=xy is not one of nk, kn"},
+  };
+  for (const auto& b : bad) test::expect_invalid([&] { parse_shape_entry(b.first, keys); }, b.second);
+}
+
+// The ops whose entries only filter accept their own keys and nothing else (an unknown key once
+// selected no case and exited 0).
+TEST(Harness, FilterOnlyOpsCheckTheirShapeKeys) {
+  const auto with = [](std::vector<std::string> shapes) {
+    Options o;
+    o.shapes = std::move(shapes);
+    return o;
+  };
+  const std::vector<std::pair<const char*, const char*>> good = {
+      {"put_get", "bytes=1073741824,mode=oneway"}, {"signal", "rounds=2000"},
+      {"barrier", "reps=200"}, {"all_gather", "bytes_per_rank=4294967296"}};
+  for (const auto& g : good) {
+    EXPECT_NO_THROW(make_bench(g.first)->check_options(with({g.second}))) << g.first;
+    test::expect_invalid([&] { make_bench(g.first)->check_options(with({"foo=1"})); }, "unknown key 'foo'");
+    test::expect_invalid([&] { make_bench(g.first)->check_options(with({""})); }, "empty item");
+  }
+  test::expect_invalid([&] { make_bench("all_gather")->check_options(with({"bytes_per_rank=1125899906842625"})); },
+                       "bytes_per_rank=1125899906842625");
 }
 
 TEST(Harness, SizeSweepRespectsBoundsFactorAndMultiple) {
@@ -120,6 +187,15 @@ TEST(Harness, RunsPerSample) {
   o.cold_l2 = true;
   EXPECT_EQ(runs_per_sample(o, 5e-6, 1), 1);    // every run after its own flush
   o.cold_l2 = false;
+  // NaN made int(clamp(NaN)) undefined; no iterations divided by zero.
+  for (double bad : {std::nan(""), 0.0, -1.0, HUGE_VAL}) {
+    Options b = o;
+    b.sample_us = bad;
+    test::expect_invalid([&] { runs_per_sample(b, 20e-6, 1); }, "sample_us=");
+  }
+  Options none = o;
+  none.iters = 0;
+  test::expect_invalid([&] { runs_per_sample(none, 20e-6, 1); }, "iters=0");
   // A round's batch must fit behind the gate: samples x (3 + runs x launches) <= 600.
   for (int iters : {1, 5, 16, 20, 40, 100, 1000})
     for (int launches = 1; launches <= 40; ++launches)
@@ -192,10 +268,8 @@ TEST(Heap, OverCallerMemoryGivesEveryRankTheSameOffsets) {
 // A wait that gave up names its flag by heap offset; the heap turns that into the live allocation
 // holding it (its tag, the byte within it), and forgets allocations a release took back.
 TEST(Heap, DescribeOffsetNamesTheLiveAllocation) {
-  std::vector<char> memory(1 << 16);
-  dev::SymmetricView v;
-  v.local_base = memory.data(), v.stride = int64_t(memory.size()), v.size = memory.size(), v.rank = 0, v.world = 1;
-  SymmetricHeap heap(v);
+  test::HostHeap host(0, 1, 1 << 16);
+  SymmetricHeap& heap = host.heap;
   heap.allocate(100, 256, "op.data");
   const uint64_t mark = heap.mark();
   heap.allocate_array<uint64_t>(4, "op.arrived");  // at 256
@@ -226,12 +300,9 @@ TEST(Heap, DescribeOffsetNamesTheLiveAllocation) {
 // What an op takes from a rank (rank_share.h): refused, naming the op and the bad value, without a
 // heap, with a rank outside [0, world), or with no SMs.
 TEST(RankShare, CheckNamesTheOpAndWhatIsMissing) {
-  std::vector<char> memory(1 << 12);
-  dev::SymmetricView v;
-  v.local_base = memory.data(), v.stride = int64_t(memory.size()), v.size = memory.size(), v.rank = 0, v.world = 1;
-  SymmetricHeap heap(v);
+  test::HostHeap host(1, 2);
   RankShare good;
-  good.rank = 1, good.world = 2, good.sm_count = 66, good.heap = &heap;
+  good.rank = 1, good.world = 2, good.sm_count = 66, good.heap = &host.heap;
   check_rank_share(good, "op");  // accepted
   RankShare s = good;
   s.heap = nullptr;
@@ -240,6 +311,10 @@ TEST(RankShare, CheckNamesTheOpAndWhatIsMissing) {
   test::expect_invalid([&] { check_rank_share(s, "all_gather_matmul"); }, "rank 2 of 2");
   s = good, s.sm_count = 0;
   test::expect_invalid([&] { check_rank_share(s, "op"); }, "with 0 SMs");
+  // Kernels index flags by the heap's rank and world, hosts size them by the share's: they must agree.
+  test::HostHeap other(0, 4);
+  s = good, s.heap = &other.heap;
+  test::expect_invalid([&] { check_rank_share(s, "all_gather"); }, "its heap is rank 0 of 4");
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <map>
@@ -13,6 +14,8 @@
 #include "taxfree/runtime/coordinator.h"
 #include "taxfree/runtime/error.h"
 #include "taxfree/runtime/launcher.h"
+#include "taxfree/runtime/team.h"
+#include "expect_error.h"
 #include "test_process.h"
 
 namespace taxfree {
@@ -57,6 +60,30 @@ TEST(RankEnv, TorchrunUsesMasterPortPlusOneAndRankZeroHosts) {
   EXPECT_EQ(e3->local_rank, 3);  // LOCAL_RANK defaults to RANK
   EXPECT_FALSE(e3->host_coordinator);
   EXPECT_FALSE(e3->launcher_coordinator);
+}
+
+// A Team's deadline and heap from its options and the environment, checked before anything starts:
+// NaN, inf, 0 and values whose conversion to integer nanoseconds or bytes would overflow are refused.
+TEST(TeamLimits, DeadlineAndHeapFromOptionsAndEnvironment) {
+  TeamOptions o;
+  EXPECT_EQ(team_timeout_s(o, env_of({})), 10.0);
+  EXPECT_EQ(team_timeout_s(o, env_of({{"TAXFREE_TIMEOUT_S", "60"}})), 60.0);
+  EXPECT_EQ(team_heap_bytes(o, 8, env_of({})), 10ull << 30);
+  EXPECT_EQ(team_heap_bytes(o, 1, env_of({})), 4ull << 30);
+  EXPECT_EQ(team_heap_bytes(o, 2, env_of({{"TAXFREE_HEAP_BYTES", "3e9"}})), 3'000'000'000ull);
+  for (const char* bad : {"nan", "inf", "0", "-1", "2e10", "1e400", "10s"})
+    test::expect_error([&] { team_timeout_s(o, env_of({{"TAXFREE_TIMEOUT_S", bad}})); }, Status::InvalidArgument,
+                       "TAXFREE_TIMEOUT_S");
+  for (const char* bad : {"nan", "inf", "1e300", "1000", "4GiB"})
+    test::expect_error([&] { team_heap_bytes(o, 2, env_of({{"TAXFREE_HEAP_BYTES", bad}})); }, Status::InvalidArgument,
+                       "TAXFREE_HEAP_BYTES");
+  o.timeout_s = 2.5;
+  EXPECT_EQ(team_timeout_s(o, env_of({{"TAXFREE_TIMEOUT_S", "nan"}})), 2.5);  // the option wins
+  for (double bad : {0.0, std::nan(""), 1e12})
+    o.timeout_s = bad, test::expect_error([&] { team_timeout_s(o, env_of({})); }, Status::InvalidArgument,
+                                          "TeamOptions::timeout_s");
+  o.heap_bytes = 1000;
+  test::expect_error([&] { team_heap_bytes(o, 2, env_of({})); }, Status::InvalidArgument, "TeamOptions::heap_bytes");
 }
 
 TEST(RankEnv, OpenMpiAndMpich) {

@@ -5,6 +5,7 @@
 // checked against a reference, JSON beside the table.
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <string>
 #include <vector>
@@ -53,21 +54,42 @@ double max_over_ranks(CoordinatorClient& coordinator, const std::string& key, do
 // runs, see harness.cu).
 int runs_per_sample(const Options& o, double run_s, int launches);
 
-// Parse "-b 1K", "64M", "1G" (powers of 1024) into bytes; throws InvalidArgument naming the text.
+// The largest size (-b/-e, a bytes --shape key): 1 PiB, past any GPU's memory, so a size times
+// the world or a sweep step, and every allocation computed from it, stays inside int64.
+inline constexpr int64_t kMaxBytes = int64_t(1) << 50;
+
+// Parse "-b 1K", "64M", "1G" (powers of 1024) into bytes, at most kMaxBytes; throws InvalidArgument
+// naming the text.
 int64_t parse_bytes(const std::string& text);
+
+// `text` as an integer in [min, max], written in plain decimal digits (no sign, space, exponent or
+// suffix: strtoll's "+5", " 5" and "5abc" are typos here, and its saturation at ERANGE a wrong
+// value). Throws InvalidArgument "<what>=<text> is not an integer in [min, max]"; `what` names the
+// option or variable (e.g. "--shape entry 'M=x': M", "TAXFREE_AGMM_PUSH_CTAS").
+int64_t parse_int(const std::string& what, const std::string& text, int64_t min, int64_t max);
 
 // Sizes from -b/-e/-f, or [def_min, def_max] by -f when not given; each rounded down to a multiple
 // of `multiple` (at least `multiple`).
 std::vector<int64_t> size_sweep(const Options& o, int64_t def_min, int64_t def_max, int64_t multiple);
 
 // One --shape entry "k=v,k=v" of an op with a fixed set of keys. A key with `choices` takes one of
-// them; one without takes a positive integer. Throws InvalidArgument naming the entry, the key and
-// what it accepts.
+// them; one without takes an integer in [1, max] (parse_int: decimal digits only). Each key at most
+// once; no empty entry or item ("", "M=1,", "M=1,,N=2"). Throws InvalidArgument naming the entry,
+// the key and what it accepts.
 struct ShapeKey {
   std::string name;
   std::vector<std::string> choices;
+  int64_t max = INT32_MAX;  // numeric keys: the op's documented limit (ops keep shapes in int32)
 };
 std::map<std::string, std::string> parse_shape_entry(const std::string& entry, const std::vector<ShapeKey>& keys);
+
+// Numeric key `key` of a parse_shape_entry result (already checked against its range), or `def`
+// when the entry does not name it.
+int64_t shape_int(const std::map<std::string, std::string>& kv, const std::string& key, int64_t def);
+
+// check_options of an op whose --shape entries only filter its cases: every entry must parse with
+// `keys` (an unknown key would otherwise select no case and "pass").
+void check_shape_entries(const std::vector<std::string>& entries, const std::vector<ShapeKey>& keys);
 
 // A GPU's 16-byte UUID (cudaDeviceProp::uuid) as nvidia-smi prints it:
 // "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx". The bench JSON names every rank's GPU this way: the

@@ -106,9 +106,11 @@ class OpBench {
     (void)c, (void)variant;
     return true;
   }
-  // Rejects options this op cannot take (e.g. malformed --shape entries) with InvalidArgument.
-  // Called by the CLI before any rank starts, so it must not touch CUDA.
-  virtual void check_options(const Options& opt) const { (void)opt; }
+  // Rejects options this op cannot take (e.g. malformed --shape entries, sizes past the op's
+  // limits) with InvalidArgument. Called by the CLI before any rank starts (for every op when none
+  // is named), so it must not touch CUDA. Default: no --shape entries at all (an op with shape
+  // keys checks its own: check_shape_entries, harness.h).
+  virtual void check_options(const Options& opt) const;
   // Allocate buffers and draw fresh random inputs for `c` (never zeros).
   virtual void setup(Team& team, const Case& c, const Options& opt) = 0;
   // Fill every output with a poison pattern so unwritten elements are caught by check().

@@ -98,18 +98,20 @@ void launch_all_gather_push(const AllGatherPushArgs& a, const AllGatherPushGrid&
 class AllGather {
  public:
   static constexpr int kMaxBlocks = 1024;
+  static constexpr uint64_t kMaxShardBytes = 1ull << 40;  // per rank, and ll_max_bytes: no product overflows
 
   // Collective: allocates this op's flags, launch sequence and low-latency staging lines (4 x world
   // x ll_max_bytes: 8 MiB at two ranks by default) in the symmetric heap (returned by the heap's
   // release(mark) after the op is gone). Throws InvalidArgument for threads outside [32, 512] or
-  // not a multiple of 32, ll_max_bytes not a multiple of 16, or a max_blocks above the resident
+  // not a multiple of 32, ll_max_bytes not a multiple of 16 or over 2^40, or a max_blocks above the resident
   // blocks; NotSupported where no push block fits an SM.
   explicit AllGather(Team& team, AllGatherConfig config = {});
   // The same on a rank share (rank_share.h; tests simulate ranks on one GPU this way): the grids
   // fit its SMs; the nccl variant throws NotSupported on a share without a communicator.
   AllGather(RankShare share, AllGatherConfig config);
 
-  // Validates, then enqueues. Throws InvalidArgument (naming the bad value) before any launch.
+  // Validates, then enqueues. Throws InvalidArgument (naming the bad value: bytes outside [1, 2^40]
+  // or not a multiple of 16, buffers, overlap) before any launch.
   void launch(AllGatherVariant variant, const void* send, void* recv, uint64_t bytes, cudaStream_t stream);
 
   // Whether push uses the low-latency protocol for `bytes` per rank.

@@ -162,7 +162,7 @@ struct AgmmConfig {
   int64_t max_k = 8192;        // capacity of the gathered A (columns)
   bool bsp_symmetric = false;  // bsp / bsp-own: NCCL on the symmetric window (true) or plain buffers
   int push_ctas = 0;           // push: SMs for the push kernel; 0 = choose per shape (make_push_plan)
-  int64_t col_chunk = 0;       // push: piece width in columns (multiple of 64); 0 = per shape
+  int64_t col_chunk = 0;       // push: piece width in columns (multiple of 64, at most the shard's); 0 = per shape
   int side_gather_ctas = 0;    // ksplit's two-kernel path: SMs for the A gather beside the GEMM, at
                                // most agmm::kKsplitMaxCtas (and half the rank's share when used:
                                // side_gather_ctas()); 0 = side_gather_ctas()'s default

@@ -91,7 +91,9 @@ struct DecodeArgs {
   int max_len = 0;               // >= every slice_len; sizes the split heuristic only
 
   // Optional host copies of the device arrays above: when non-empty they are validated (lengths
-  // >= 0, slices inside the capacity, pages in range), and host_slice_len plans the splits of a
+  // >= 0, slices inside the capacity; with host_slice_len too, the pages each slice touches in
+  // [0, num_pages): without the lengths nothing says which entries are read, and the others may
+  // hold anything, so none is checked), and host_slice_len plans the splits of a
   // ragged batch (choose_splits with lengths: 0.77-1.0 of the time planned from max_len, r205)
   // and the order its CTAs start in (longest_first). They must hold the same values.
   std::span<const int32_t> host_slice_start;

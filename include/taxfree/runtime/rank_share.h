@@ -40,8 +40,8 @@ struct RankShare {
   std::function<void(const std::string&)> check_launch;
 };
 
-// Throws InvalidArgument naming `op` unless the share has a heap, a rank in [0, world) and at least
-// one SM.
+// Throws InvalidArgument naming `op` unless the share has a heap of the same rank and world, a rank
+// in [0, world) and at least one SM.
 void check_rank_share(const RankShare& share, const char* op);
 
 }  // namespace taxfree

@@ -42,8 +42,8 @@
 namespace taxfree {
 
 struct TeamOptions {
-  uint64_t heap_bytes = 0;         // 0: TAXFREE_HEAP_BYTES, else max(4 GiB, (world + 2) GiB)
-  double timeout_s = -1;           // device wait deadline; <0: TAXFREE_TIMEOUT_S, else 10 s
+  uint64_t heap_bytes = 0;         // in [2^20, 2^50]; 0: TAXFREE_HEAP_BYTES, else max(4 GiB, (world + 2) GiB)
+  double timeout_s = -1;           // device wait deadline in (0, 1e6] s; <0: TAXFREE_TIMEOUT_S, else 10 s
   double bootstrap_timeout_s = 120;  // connecting ranks, NCCL id exchange
   bool check_heap = false;         // also on with TAXFREE_CHECK_HEAP=1
   // Compare every collective op launch across ranks before it enqueues (RankShare::check_launch):
@@ -114,6 +114,12 @@ class Team {
   std::atomic<uint64_t> launches_checked_{0};
   bool finished_ = false;
 };
+
+// The device wait deadline (s) and the heap size (bytes) a Team takes from `options` and the
+// environment (TAXFREE_TIMEOUT_S, TAXFREE_HEAP_BYTES, read through `env`). InvalidArgument naming
+// the option or variable for a value out of the ranges of TeamOptions (NaN, inf, 0 included).
+double team_timeout_s(const TeamOptions& options, const EnvLookup& env);
+uint64_t team_heap_bytes(const TeamOptions& options, int world, const EnvLookup& env);
 
 // Human-readable name of a device wait site.
 const char* wait_site_name(dev::WaitSite site);

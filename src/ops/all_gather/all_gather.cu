@@ -102,13 +102,13 @@ AllGather::AllGather(RankShare share, AllGatherConfig config) : share_(std::move
   check_rank_share(share_, "all_gather");
   TF_REQUIRE(config_.threads >= 32 && config_.threads <= 512 && config_.threads % 32 == 0, Status::InvalidArgument,
              "all_gather threads per block " << config_.threads << " must be a multiple of 32 in [32, 512]");
+  TF_REQUIRE(config_.ll_max_bytes % 16 == 0 && config_.ll_max_bytes <= kMaxShardBytes, Status::InvalidArgument,
+             "all_gather ll_max_bytes " << config_.ll_max_bytes << " must be a multiple of 16, at most 2^40");
   const int resident = std::min(all_gather_push_resident_blocks(config_.threads, share_.sm_count), kMaxBlocks);
   if (config_.max_blocks <= 0) config_.max_blocks = resident;
   TF_REQUIRE(config_.max_blocks <= resident, Status::InvalidArgument,
              "all_gather max_blocks " << config_.max_blocks << " exceeds the " << resident
                                       << " blocks resident at once (a block waits for the same block of every peer)");
-  TF_REQUIRE(config_.ll_max_bytes % 16 == 0, Status::InvalidArgument,
-             "all_gather ll_max_bytes " << config_.ll_max_bytes << " must be a multiple of 16");
   const uint64_t w = uint64_t(share_.world);
   ready_ = share_.heap->allocate_array<uint64_t>(w, "all_gather.ready");
   arrived_ = share_.heap->allocate_array<uint64_t>(w * kMaxBlocks, "all_gather.arrived");
@@ -170,7 +170,8 @@ void launch_all_gather_push(const AllGatherPushArgs& a, const AllGatherPushGrid&
 }
 
 void AllGather::validate(AllGatherVariant variant, const void* send, const void* recv, uint64_t bytes) const {
-  TF_REQUIRE(bytes > 0, Status::InvalidArgument, "all_gather of 0 bytes per rank");
+  TF_REQUIRE(bytes > 0 && bytes <= kMaxShardBytes, Status::InvalidArgument,
+             "all_gather of " << bytes << " bytes per rank (must be in [1, 2^40])");
   TF_REQUIRE(bytes % 16 == 0, Status::InvalidArgument,
              "all_gather bytes per rank " << bytes << " must be a multiple of 16");
   TF_REQUIRE(send != nullptr && recv != nullptr, Status::InvalidArgument, "all_gather with a null buffer");

@@ -17,6 +17,9 @@ class AllGatherBench final : public OpBench {
   std::vector<std::string> variants() const override { return {"nccl", "nccl-sym", "push", "push-direct"}; }
   int baseline_count() const override { return 2; }
   int min_ranks() const override { return 2; }
+  void check_options(const Options& o) const override {
+    check_shape_entries(o.shapes, {{"bytes_per_rank", {}, kMaxBytes}});
+  }
 
   std::vector<Case> cases(const Options& o, const Team& team) const override {
     std::vector<Case> out;

@@ -49,15 +49,21 @@ struct Shape {
   BLayout layout;
 };
 
+// M, N < 2^31 and K < 2^30 (all_gather_matmul.h's contract), checked here before any rank starts;
+// divisibility by the world waits for cases().
 std::map<std::string, std::string> parse_entry(const std::string& entry) {
-  return parse_shape_entry(entry, {{"M", {}}, {"N", {}}, {"K", {}}, {"gather_dim", {"0", "1"}}, {"layout", {"nk", "kn"}}});
+  return parse_shape_entry(entry, {{"M", {}, INT32_MAX},
+                                   {"N", {}, INT32_MAX},
+                                   {"K", {}, (int64_t(1) << 30) - 1},
+                                   {"gather_dim", {"0", "1"}},
+                                   {"layout", {"nk", "kn"}}});
 }
 
 bool matches(const Shape& s, const std::map<std::string, std::string>& kv) {
   for (const auto& [key, value] : kv) {
     if (key == "layout" && value != gemm::layout_name(s.layout)) return false;
-    if (key == "gather_dim" && std::stoi(value) != s.gather_dim) return false;
-    if ((key == "M" || key == "N" || key == "K") && std::stoll(value) != (key == "M" ? s.m : key == "N" ? s.n : s.k))
+    if (key == "gather_dim" && shape_int(kv, key, 0) != s.gather_dim) return false;
+    if ((key == "M" || key == "N" || key == "K") && shape_int(kv, key, 0) != (key == "M" ? s.m : key == "N" ? s.n : s.k))
       return false;
   }
   return true;
@@ -73,13 +79,15 @@ std::vector<Shape> default_sweep() {
   return out;
 }
 
-int64_t env_int(const char* name) {
+// Push's and ksplit's tuning knobs (AgmmConfig fields, all int-sized); unset or empty: 0, the
+// per-shape choice. Read by check_options too, so a bad value fails before any rank starts.
+constexpr const char* kPushCtasEnv = "TAXFREE_AGMM_PUSH_CTAS";
+constexpr const char* kColChunkEnv = "TAXFREE_AGMM_COL_CHUNK";
+constexpr const char* kSideCtasEnv = "TAXFREE_AGMM_SIDE_CTAS";
+int env_int(const char* name) {
   const char* v = std::getenv(name);
   if (!v || !*v) return 0;
-  char* end = nullptr;
-  const long long x = std::strtoll(v, &end, 10);
-  TF_REQUIRE(*end == '\0' && x >= 0, Status::InvalidArgument, name << "='" << v << "' must be a number >= 0");
-  return x;
+  return int(parse_int(name, v, 0, INT_MAX));  // in int range: 4294967300 no longer truncates to 4
 }
 
 DType parse_dtype(const std::string& s) {
@@ -132,6 +140,7 @@ class AgmmBench final : public OpBench {
  public:
   void check_options(const Options& opt) const override {
     for (const std::string& e : opt.shapes) parse_entry(e);
+    for (const char* knob : {kPushCtasEnv, kColChunkEnv, kSideCtasEnv}) env_int(knob);
   }
   std::string name() const override { return "all_gather_matmul"; }
   std::vector<std::string> variants() const override {
@@ -175,7 +184,8 @@ class AgmmBench final : public OpBench {
       if (kv.count("M") && kv.count("N") && kv.count("K") && kv.count("gather_dim")) {
         for (BLayout l : {BLayout::KN, BLayout::NK})
           if (!kv.count("layout") || kv["layout"] == gemm::layout_name(l)) {
-            shapes.push_back({std::stoll(kv["M"]), std::stoll(kv["N"]), std::stoll(kv["K"]), std::stoi(kv["gather_dim"]), l});
+            shapes.push_back({shape_int(kv, "M", 0), shape_int(kv, "N", 0), shape_int(kv, "K", 0),
+                              int(shape_int(kv, "gather_dim", 0)), l});
             agmm_shard_shape(shapes.back().m, shapes.back().k, shapes.back().gather_dim, team.world());  // "divisible"
           }
       } else {
@@ -221,9 +231,9 @@ class AgmmBench final : public OpBench {
       cfg.max_m = std::max<int64_t>(max_m_, 1);
       cfg.max_k = std::max<int64_t>(max_k_, 8);
       // Tuning knobs of push without a rebuild (0 / unset: the per-shape choice).
-      cfg.push_ctas = int(env_int("TAXFREE_AGMM_PUSH_CTAS"));
-      cfg.col_chunk = env_int("TAXFREE_AGMM_COL_CHUNK");
-      cfg.side_gather_ctas = int(env_int("TAXFREE_AGMM_SIDE_CTAS"));
+      cfg.push_ctas = env_int(kPushCtasEnv);
+      cfg.col_chunk = env_int(kColChunkEnv);
+      cfg.side_gather_ctas = env_int(kSideCtasEnv);
       plain_ = std::make_unique<AllGatherMatmul>(team, cfg);
       plain_->set_skip_signal(opt.skip_signal_rank == team.rank());
       cfg.bsp_symmetric = true;  // auto runs on it for small shards: it may pick ksplit there

@@ -158,7 +158,8 @@ PushPlan make_push_plan(const AgmmArgs& a, int world, const AgmmConfig& cfg, int
   if (cfg.col_chunk > 0) {
     TF_REQUIRE(cfg.col_chunk % 64 == 0, Status::InvalidArgument,
                "all_gather_matmul: col_chunk=" << cfg.col_chunk << " must be a multiple of 64 (one GEMM k-block)");
-    g.col_chunk = cfg.col_chunk;
+    // Wider than the shard is one piece across it; the GEMM's producer walks pieces in 32 bits.
+    g.col_chunk = std::min(cfg.col_chunk, ceil_div(s.cols, 64) * 64);
   } else {
     // About 8 pieces across a shard: the GEMM can start on a piece's first k-blocks while the rest
     // is in flight, at the cost of one flag check per piece per tile. A power of two times 64 that

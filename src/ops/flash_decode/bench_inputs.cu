@@ -4,6 +4,7 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <random>
 #include <utility>
@@ -118,25 +119,37 @@ std::vector<Shape> issue_shapes() {
   return s;
 }
 
+namespace {
+
+// K + V cache bytes a named shape allocates (DeviceKv: whole pages when paged), in double: the
+// key limits alone allow 2^71, which wrapped the allocation's size_t.
+double cache_bytes(const Shape& s) {
+  const double capacity = s.page > 0 ? std::ceil(double(s.kv) / s.page) * s.page : double(s.kv);
+  return 2.0 * s.batch * s.kv_heads * capacity * s.head_dim * 2;
+}
+
+}  // namespace
+
 std::vector<Shape> shapes_of(const std::vector<std::string>& entries) {
   if (entries.empty()) return issue_shapes();
   std::vector<Shape> out;
   for (const std::string& e : entries) {
-    const auto kv = bench::parse_shape_entry(e, {{"batch", {}},
-                                                 {"kv", {}},
+    // flash_decode.h's limits: batch and kv_heads <= 65535, 2^30 tokens per sequence (per rank
+    // here), q_heads <= kMaxGqaRatio per KV head, at most kMaxSplits splits.
+    const auto kv = bench::parse_shape_entry(e, {{"batch", {}, 65535},
+                                                 {"kv", {}, int64_t(1) << 30},
                                                  {"heads", {"96/12", "64/8"}},
-                                                 {"q_heads", {}},
-                                                 {"kv_heads", {}},
+                                                 {"q_heads", {}, int64_t(65535) * kMaxGqaRatio},
+                                                 {"kv_heads", {}, 65535},
                                                  {"head_dim", {"64", "128"}},
-                                                 {"splits", {}},
+                                                 {"splits", {}, kMaxSplits},
                                                  {"page", {"16", "32", "64", "128", "256"}},
                                                  {"layout", {"hnd", "nhd"}},
                                                  {"ragged", {"0", "1"}}});
-    const auto get = [&](const char* key, int def) { return kv.count(key) ? std::stoi(kv.at(key)) : def; };
+    // Every numeric key is in int range (checked above).
+    const auto get = [&](const char* key, int def) { return int(bench::shape_int(kv, key, def)); };
     const std::string heads = kv.count("heads") ? kv.at("heads") : "";
     const int splits = get("splits", 0);
-    TF_REQUIRE(splits <= kMaxSplits, Status::InvalidArgument,
-               "--shape entry '" << e << "': splits=" << splits << " must be in [1, " << kMaxSplits << "]");
     TF_REQUIRE(!kv.count("heads") || !(kv.count("q_heads") || kv.count("kv_heads")), Status::InvalidArgument,
                "--shape entry '" << e << "': give heads=Q/KV or q_heads and kv_heads, not both");
     TF_REQUIRE(!kv.count("layout") || kv.count("page"), Status::InvalidArgument,
@@ -148,6 +161,9 @@ std::vector<Shape> shapes_of(const std::vector<std::string>& entries) {
       const bool h64 = heads == "64/8";
       out.push_back({get("q_heads", h64 ? 64 : 96), get("kv_heads", h64 ? 8 : 12), get("head_dim", 128),
                      get("batch", 1), get("kv", 1), splits, page, nhd, ragged});
+      TF_REQUIRE(cache_bytes(out.back()) <= double(bench::kMaxBytes), Status::InvalidArgument,
+                 "--shape entry '" << e << "': a K + V cache of " << cache_bytes(out.back())
+                                   << " bytes is past the 2^50-byte limit of bench sizes");
       continue;
     }
     for (Shape s : issue_shapes()) {

@@ -49,8 +49,10 @@ std::vector<Shape> issue_shapes();
 // hnd unless given) and ragged (1: lengths drawn in [1, kv]). An entry with batch and
 // kv names a shape of any KV length (heads 96/12 and head_dim 128 unless given); any other entry
 // selects the issue shapes whose batch, kv, heads and head_dim match its keys. splits applies to
-// the shapes the entry names or selects. No entries: the
-// issue shapes with the heuristic's choices. Throws InvalidArgument naming a malformed entry.
+// the shapes the entry names or selects. No entries: the issue shapes with the heuristic's
+// choices. Numbers within the op's limits (batch, kv_heads <= 65535, kv <= 2^30, q_heads <= 16 x
+// 65535, splits <= 64) and a named shape's K + V cache <= 2^50 bytes. Throws InvalidArgument naming
+// a malformed entry.
 std::vector<Shape> shapes_of(const std::vector<std::string>& entries);
 
 DType parse_dtype(const std::string& name);  // bf16 | fp16; throws InvalidArgument

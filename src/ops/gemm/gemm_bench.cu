@@ -78,9 +78,9 @@ bool is_tuning_key(const std::string& key) {
 
 Tuning tuning_of(const std::map<std::string, std::string>& kv) {
   Tuning t;
-  auto get = [&](const char* key) { return kv.count(key) ? std::stoi(kv.at(key)) : 0; };
+  auto get = [&](const char* key) { return int(shape_int(kv, key, 0)); };  // int32: checked by parse_entry
   t.tile = kv.count("tile") ? kv.at("tile") : "";
-  t.swap = kv.count("swap") ? get("swap") : -1;
+  t.swap = int(shape_int(kv, "swap", -1));
   t.cluster = get("cluster");
   t.clusterk = get("clusterk");
   t.group = get("group");
@@ -90,14 +90,16 @@ Tuning tuning_of(const std::map<std::string, std::string>& kv) {
   return t;
 }
 
-// Parses "M=1,N=2,K=3,layout=nk[,tuning keys]" into key -> value; throws InvalidArgument naming the entry.
+// Parses "M=1,N=2,K=3,layout=nk[,tuning keys]" into key -> value; throws InvalidArgument naming the
+// entry. M, N, K up to gemm.h's 2^31 - 1 (ShapeKey's default max): a larger M passed here once and
+// overflowed m * lda * 2 at setup.
 std::map<std::string, std::string> parse_entry(const std::string& entry) {
   std::vector<std::string> tiles;
   for (const gemm::GemmConfig& cfg : gemm::compiled_configs())
     tiles.push_back(std::to_string(cfg.bm) + "x" + std::to_string(cfg.bn));
   auto kv = parse_shape_entry(entry, {{"M", {}}, {"N", {}}, {"K", {}}, {"layout", {"nk", "kn"}}, {"tile", tiles},
                                       {"swap", {"0", "1"}}, {"cluster", {}}, {"clusterk", {}}, {"group", {}}, {"splitk", {}},
-                                      {"tailsplit", {}}, {"streamk", {}}});
+                                      {"tailsplit", {}}, {"streamk", {"1"}}});
   TF_REQUIRE(kv.count("splitk") + kv.count("tailsplit") + kv.count("streamk") <= 1, Status::InvalidArgument,
              "--shape entry '" << entry << "': splitk, tailsplit and streamk exclude each other");
   return kv;
@@ -107,7 +109,7 @@ bool matches(const Shape& s, const std::map<std::string, std::string>& kv) {
   for (const auto& [key, value] : kv) {
     if (is_tuning_key(key)) continue;
     if (key == "layout" ? value != gemm::layout_name(s.layout)
-                        : std::stoll(value) != (key == "M" ? s.m : key == "N" ? s.n : s.k))
+                        : shape_int(kv, key, 0) != (key == "M" ? s.m : key == "N" ? s.n : s.k))
       return false;
   }
   return true;
@@ -130,7 +132,7 @@ class GemmBench final : public OpBench {
       if (kv.count("M") && kv.count("N") && kv.count("K")) {
         for (BLayout l : {BLayout::NK, BLayout::KN})
           if (!kv.count("layout") || kv["layout"] == gemm::layout_name(l))
-            shapes.push_back({std::stoll(kv["M"]), std::stoll(kv["N"]), std::stoll(kv["K"]), l, tuning_of(kv)});
+            shapes.push_back({shape_int(kv, "M", 0), shape_int(kv, "N", 0), shape_int(kv, "K", 0), l, tuning_of(kv)});
       } else {
         filters.push_back(std::move(kv));
       }

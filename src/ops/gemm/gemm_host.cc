@@ -61,18 +61,22 @@ constexpr int64_t kElemBytes = 2;
 constexpr int64_t kMaxTmaStrideBytes = int64_t(1) << 40;
 constexpr int kMaxSplits = 64;
 
-void check_operand(const char* name, const void* p, const char* ld_name, int64_t ld, int64_t min_ld,
+// `rows` rows of `ld` elements: the stride bounds come first, so that no product below overflows.
+void check_operand(const char* name, const void* p, int64_t rows, const char* ld_name, int64_t ld, int64_t min_ld,
                    const char* min_name) {
   TF_REQUIRE(p != nullptr, Status::InvalidArgument, "GEMM operand " << name << " is null");
   TF_REQUIRE(reinterpret_cast<uintptr_t>(p) % 16 == 0, Status::InvalidArgument,
              "GEMM operand " << name << " at " << p << " must be 16-byte aligned (TMA)");
   TF_REQUIRE(ld >= min_ld, Status::InvalidArgument,
              "GEMM row stride " << ld_name << "=" << ld << " must be >= " << min_name << "=" << min_ld);
+  TF_REQUIRE(ld < kMaxTmaStrideBytes / kElemBytes, Status::InvalidArgument,
+             "GEMM row stride " << ld_name << "=" << ld << " elements exceeds the TMA limit of 2^40 bytes");
   TF_REQUIRE(ld * kElemBytes % 16 == 0, Status::InvalidArgument,
              "GEMM row stride " << ld_name << "=" << ld << " elements (" << ld * kElemBytes
                                   << " bytes) must be a multiple of 16 bytes (TMA)");
-  TF_REQUIRE(ld * kElemBytes < kMaxTmaStrideBytes, Status::InvalidArgument,
-             "GEMM row stride " << ld_name << "=" << ld << " exceeds the TMA limit of 2^40 bytes");
+  TF_REQUIRE(ld <= detail::kMaxMatrixBytes / kElemBytes / rows, Status::InvalidArgument,
+             "GEMM operand " << name << ": " << rows << " rows of " << ld_name << "=" << ld
+                             << " elements span more than 2^56 bytes");
 }
 
 ByteRange span(const void* p, int64_t rows, int64_t cols, int64_t ld) {
@@ -90,11 +94,11 @@ void validate_inputs(const GemmArgs& a, const GemmConfig& cfg) {
              "GEMM sizes must be >= 1: M=" << a.m << " N=" << a.n << " K=" << a.k);
   TF_REQUIRE(a.m <= INT_MAX && a.n <= INT_MAX && a.k <= INT_MAX, Status::InvalidArgument,
              "GEMM sizes must be < 2^31 (TMA coordinates): M=" << a.m << " N=" << a.n << " K=" << a.k);
-  check_operand("A", a.a, "lda", a.lda, a.k, "K");
+  check_operand("A", a.a, a.m, "lda", a.lda, a.k, "K");
   if (a.b_layout == BLayout::NK)
-    check_operand("B", a.b, "ldb", a.ldb, a.k, "K");
+    check_operand("B", a.b, a.n, "ldb", a.ldb, a.k, "K");
   else
-    check_operand("B", a.b, "ldb", a.ldb, a.n, "N");
+    check_operand("B", a.b, a.k, "ldb", a.ldb, a.n, "N");
 
   TF_REQUIRE(cfg.bm >= 1 && cfg.bn >= 1 && cfg.stages >= 1 && cfg.cluster_m >= 1 && cfg.cluster_k >= 1,
              Status::InvalidArgument, "GEMM config " << cfg.name() << ": bm, bn, stages, cluster_m and cluster_k must be >= 1");
@@ -244,7 +248,11 @@ WorkPlan make_work_plan(const GemmArgs& a, const GemmConfig& cfg, int64_t cluste
   }
   if (plan.sk_units == 0) plan.dp_tiles = tiles;
   plan.max_parts = 1;
-  for (int64_t slot = 0; slot < plan.split_tiles(); ++slot) {
+  // Under SplitScope::all every tile starts at a multiple of the ranges' length (tile t at
+  // t * splits ranges), so every tile is cut like the first: one slot says it, where walking them
+  // all took seconds on grids of 2^30 tiles. The other scopes split fewer tiles than two waves.
+  const int64_t slots = cfg.split_scope == SplitScope::all ? std::min<int64_t>(plan.split_tiles(), 1) : plan.split_tiles();
+  for (int64_t slot = 0; slot < slots; ++slot) {
     const int64_t pos = slot * plan.k_blocks;
     const int64_t parts = plan.sk_range_of(pos + plan.k_blocks - 1) - plan.sk_range_of(pos) + 1;
     plan.max_parts = std::max<int>(plan.max_parts, int(parts));

@@ -68,6 +68,9 @@ class PutGetBench final : public OpBench {
   std::string name() const override { return "put_get"; }
   std::vector<std::string> variants() const override { return {"copy-engine", "put", "get", "put-bulk"}; }
   int min_ranks() const override { return 2; }
+  void check_options(const Options& o) const override {
+    check_shape_entries(o.shapes, {{"bytes", {}, kMaxBytes}, {"mode", {"oneway", "ring"}}});
+  }
 
   std::vector<Case> cases(const Options& o, const Team& team) const override {
     std::vector<Case> out;
@@ -157,6 +160,7 @@ class SignalBench final : public OpBench {
   double ops_per_run(const Case&, const std::string& v) const override {
     return v == "one-way" ? 2.0 * kRounds : double(kRounds);
   }
+  void check_options(const Options& o) const override { check_shape_entries(o.shapes, {{"rounds", {}}}); }
   std::vector<Case> cases(const Options&, const Team&) const override {
     Case c;
     c.size_bytes = 8;
@@ -216,6 +220,7 @@ class BarrierBench final : public OpBench {
   std::vector<std::string> variants() const override { return {"nccl-allreduce", "device", "in-kernel"}; }
   int min_ranks() const override { return 2; }
   double ops_per_run(const Case&, const std::string&) const override { return kReps; }
+  void check_options(const Options& o) const override { check_shape_entries(o.shapes, {{"reps", {}}}); }
   std::vector<Case> cases(const Options&, const Team& team) const override {
     Case c;
     c.size_bytes = 4;

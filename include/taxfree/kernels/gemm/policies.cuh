@@ -71,6 +71,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <type_traits>
 
@@ -157,15 +158,19 @@ struct OutputParams {
 };
 
 namespace detail {
+// A matrix spans at most this many bytes: strides and offsets stay far from int64 overflow.
+inline constexpr int64_t kMaxMatrixBytes = int64_t(1) << 56;
+
 inline void check_output(const OutputParams& p, int64_t m, int64_t n, int elem_bytes) {
   TF_REQUIRE(p.ptr != nullptr, Status::InvalidArgument, "GEMM output pointer is null");
   TF_REQUIRE(reinterpret_cast<uintptr_t>(p.ptr) % 16 == 0, Status::InvalidArgument,
              "GEMM output pointer " << p.ptr << " must be 16-byte aligned");
   TF_REQUIRE(p.ld >= n, Status::InvalidArgument, "GEMM output row stride ldc=" << p.ld << " must be >= N=" << n);
+  TF_REQUIRE(p.ld <= kMaxMatrixBytes / elem_bytes / std::max<int64_t>(m, 1), Status::InvalidArgument,
+             "GEMM output: " << m << " rows of ldc=" << p.ld << " elements span more than 2^56 bytes");
   TF_REQUIRE(p.ld * elem_bytes % 16 == 0, Status::InvalidArgument,
              "GEMM output row stride ldc=" << p.ld << " elements (" << p.ld * elem_bytes
                                            << " bytes) must be a multiple of 16 bytes");
-  (void)m;
 }
 }  // namespace detail
 
