@@ -126,7 +126,7 @@ int main(int argc, char** argv) {
   bench->add_option("--shape", opt.shapes, "op-specific shape filter key=value[,key=value]; repeatable");
   bench->add_option("--dtype", opt.dtype, "element type")->check(CLI::IsMember({"bf16", "fp16"}));
   bench->add_option("--heap", heap_gib, "symmetric heap per rank, GiB")->check(finite_in(1.0 / 1024, 1 << 20));
-  bench->add_option("--timeout", timeout_s, "device wait deadline, seconds")->check(finite_in(0, 1e6, true));
+  bench->add_option("--timeout", timeout_s, "device wait deadline, seconds")->check(finite_in(1e-6, 1e6));
   bench->add_option("--seed", opt.seed, "random seed for inputs");
   bench->add_option("--inject", inject, "fault injection for tests: kill:RANK or skip-signal:RANK");
 

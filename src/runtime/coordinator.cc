@@ -242,16 +242,19 @@ void CoordinatorServer::handle_line(Conn& c, const std::string& line) {
       close_locked(c);
       return;
     }
+    // The same process again (a new Team, one after the other) starts a new generation, whether or
+    // not its old connection's BYE has been read yet; another process claiming a live rank is a
+    // misconfigured job.
     for (auto& o : conns_) {
       if (o.get() == &c || o->rank != c.rank) continue;
-      if (o->open && !o->finished) {
+      if (o->open && !o->finished && o->pid != c.pid) {
         fail_locked(c.rank,
                     "two processes claim rank " + std::to_string(c.rank) + " (pids " + std::to_string(o->pid) +
                         " and " + std::to_string(c.pid) + ")",
                     nullptr);  // both claimants are told too
         return;
       }
-      c.generation = std::max(c.generation, o->generation + 1);  // it finished before: a fresh start
+      c.generation = std::max(c.generation, o->generation + 1);
     }
     if (!first_failure_.empty()) send_locked(c, "ABORT -1 " + first_failure_);
   } else if (cmd == "SET") {

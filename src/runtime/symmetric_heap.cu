@@ -39,7 +39,7 @@ uint64_t heap_place(uint64_t used, uint64_t capacity, uint64_t bytes, uint64_t a
 
 SymmetricHeap::SymmetricHeap(ncclComm_t comm, CoordinatorClient& coord, int rank, int world, uint64_t bytes,
                              bool check)
-    : comm_(comm), coord_(&coord), check_(check) {
+    : comm_(comm), coord_(&coord), check_(check), check_key_(check ? coord.next_key("heap-call") : "") {
   TF_REQUIRE(bytes > 0, Status::InvalidArgument, "symmetric heap size must be > 0");
   ncclTeam_t lsa = ncclTeamLsa(comm);
   TF_REQUIRE(lsa.nRanks == world, Status::NotSupported,
@@ -88,7 +88,7 @@ SymmetricHeap::~SymmetricHeap() {
 }
 
 void SymmetricHeap::check_collective(const std::string& what) {
-  if (check_) require_same_call(*coord_, "heap-call", "symmetric heap call", calls_, what, 60);
+  if (check_) require_same_call(*coord_, check_key_, "symmetric heap call", calls_, what, 60);
 }
 
 void* SymmetricHeap::allocate(uint64_t bytes, uint64_t align, const std::string& tag) {

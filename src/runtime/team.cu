@@ -106,10 +106,11 @@ std::unique_ptr<Team> Team::join(const TeamOptions& options) {
 }
 
 double team_timeout_s(const TeamOptions& options, const EnvLookup& env) {
-  constexpr double kMax = 1e6;  // s: far past any wait, and timeout_ns stays exact in 64 bits
-  if (options.timeout_s < 0) return env_number(env, "TAXFREE_TIMEOUT_S", 1e-6, kMax, 10.0);
-  TF_REQUIRE(options.timeout_s > 0 && options.timeout_s <= kMax, Status::InvalidArgument,
-             "TeamOptions::timeout_s=" << options.timeout_s << " must be in (0, " << kMax << "] s (< 0: the default)");
+  constexpr double kMin = 1e-6, kMax = 1e6;  // s: a microsecond to far past any wait (exact in ns)
+  if (options.timeout_s < 0) return env_number(env, "TAXFREE_TIMEOUT_S", kMin, kMax, 10.0);
+  TF_REQUIRE(options.timeout_s >= kMin && options.timeout_s <= kMax, Status::InvalidArgument,
+             "TeamOptions::timeout_s=" << options.timeout_s << " must be in [" << kMin << ", " << kMax
+                                       << "] s (< 0: the default)");
   return options.timeout_s;
 }
 

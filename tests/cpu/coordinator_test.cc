@@ -4,6 +4,7 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -169,16 +170,6 @@ bool aborts_within(const CoordinatorClient& c, double seconds) {
   return c.aborted();
 }
 
-TEST(Coordinator, BothClaimantsOfARankAreTold) {
-  Job job(2);
-  CoordinatorClient second("127.0.0.1", job.server.port(), 0, 2, 10);
-  second.set_exit_grace(0);
-  for (const CoordinatorClient* c : {job.ranks[0].get(), job.ranks[1].get(), &second}) {
-    EXPECT_TRUE(aborts_within(*c, 5)) << "rank " << c->rank();
-    EXPECT_NE(c->abort_message().find("two processes claim rank 0"), std::string::npos) << c->abort_message();
-  }
-}
-
 TEST(Coordinator, KeysAndNamesWithSpacesOrLineBreaksAreRefused) {
   Job job(1);
   for (const std::string bad : {"my key", "two\nlines", "", "tab\there"}) {
@@ -210,7 +201,49 @@ struct RawRank {
   }
   ~RawRank() { ::close(fd); }
   void send(const std::string& lines) { EXPECT_EQ(::send(fd, lines.data(), lines.size(), 0), ssize_t(lines.size())); }
+  // What the server sent within `seconds` (until it sends nothing more for that long).
+  std::string received(double seconds) {
+    std::string got;
+    char buf[4096];
+    pollfd p{fd, POLLIN, 0};
+    while (::poll(&p, 1, int(seconds * 1000)) > 0) {
+      const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+      if (n <= 0) break;
+      got.append(buf, size_t(n));
+    }
+    return got;
+  }
 };
+
+TEST(Coordinator, BothClaimantsOfARankAreTold) {
+  Job job(2);
+  RawRank other(job.server.port());  // another process claiming live rank 0
+  other.send("HELLO 0 " + std::to_string(long(::getpid()) + 1) + "\n");
+  for (const auto& c : job.ranks) {
+    EXPECT_TRUE(aborts_within(*c, 5)) << "rank " << c->rank();
+    EXPECT_NE(c->abort_message().find("two processes claim rank 0"), std::string::npos) << c->abort_message();
+  }
+  EXPECT_NE(other.received(0.5).find("two processes claim rank 0"), std::string::npos);
+}
+
+// A process joining again (a new Team) before the server has read its old connection's BYE, or
+// with that connection unfinished: its own new generation, not a second claimant.
+TEST(Coordinator, TheSameProcessRejoiningIsANewGenerationWhateverItsOldConnection) {
+  Job job(2);
+  CoordinatorClient again0("127.0.0.1", job.server.port(), 0, 2, 10);  // rank 0's old client never finished
+  again0.set_exit_grace(0);
+  job.ranks[1]->finish();
+  CoordinatorClient again1("127.0.0.1", job.server.port(), 1, 2, 10);
+  again1.set_exit_grace(0);
+  std::vector<std::string> got0;
+  std::thread t([&] { got0 = again0.all_gather("id", "a", 5); });
+  EXPECT_EQ(again1.all_gather("id", "b", 5), (std::vector<std::string>{"a", "b"}));
+  t.join();
+  EXPECT_EQ(got0, (std::vector<std::string>{"a", "b"}));
+  for (const CoordinatorClient* c : {job.ranks[0].get(), job.ranks[1].get(), &again0, &again1})
+    EXPECT_FALSE(aborts_within(*c, 0.2)) << c->abort_message();
+  job.ranks[0]->finish(), again0.finish(), again1.finish();
+}
 
 TEST(Coordinator, BarrierTimeoutAsTheBarrierPassesBlamesNobody) {
   // Rank 1 waits at the barrier; rank 0's arrival completes it, and its timeout, sent right after

@@ -32,11 +32,10 @@ Team& team();
 // the legacy stream; a kernel on a non-blocking stream could read (or overwrite) the old bytes
 // before it lands.
 void copy_to_device(void* dst, const void* src, size_t bytes);
-// Seed of a test that draws fresh shapes every run: TAXFREE_TEST_SEED when set (to repeat a run),
-// else a fresh one at each call (--gtest_repeat draws anew). Such tests name it in every failure.
-uint64_t draw_seed();
-// The run's seed: TAXFREE_TEST_SEED when set, else rank 0's draw_seed() at the start, the same on
-// every rank (the ranks regenerate each other's inputs from it); rank 0 prints it first.
+// The run's seed: TAXFREE_TEST_SEED when set (to repeat a run), else a fresh one at each
+// --gtest_repeat iteration, the same on every rank (rank 0's: the ranks regenerate each other's
+// inputs from it); rank 0 prints it at the iteration's start. Tests that draw fresh shapes seed
+// from it and name it in every failure.
 uint64_t test_seed();
 // `seed` mixed with the run's seed, for input values: fresh values every run, the same on every
 // rank and for equal `seed`s.

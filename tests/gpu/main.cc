@@ -34,6 +34,32 @@ class FailurePrinter : public ::testing::EmptyTestEventListener {
  private:
   int rank_;
 };
+
+uint64_t fresh_seed() {
+  if (const char* s = std::getenv("TAXFREE_TEST_SEED"); s && *s) return std::strtoull(s, nullptr, 10);
+  return (uint64_t(std::random_device{}()) << 32) | std::random_device{}();
+}
+
+// The run's seed, anew at each --gtest_repeat iteration: rank 0's on every rank (the ranks
+// regenerate each other's inputs from it), printed by rank 0 first, so TAXFREE_TEST_SEED=N repeats
+// an iteration's shapes and values alike.
+class SeedListener : public ::testing::EmptyTestEventListener {
+  void OnTestIterationStart(const ::testing::UnitTest&, int iteration) override {
+    uint64_t seed = fresh_seed();
+    try {
+      if (g_team) {
+        CoordinatorClient& c = g_team->coordinator();
+        seed = std::stoull(c.all_gather(c.next_key("test.seed"), std::to_string(seed), 60)[0]);
+      }
+    } catch (const Error& e) {  // another rank is gone: nothing can run
+      std::cerr << e.what() << "\n";
+      std::exit(e.status() == Status::RemoteError ? kExitRemote : kExitFailed);
+    }
+    g_seed = seed;
+    if (!g_team || g_team->rank() == 0)
+      std::cout << "[taxfree gpu tests] iteration " << iteration << ": TAXFREE_TEST_SEED=" << seed << std::endl;
+  }
+};
 }  // namespace
 
 int visible_gpus() { return g_visible; }
@@ -43,10 +69,6 @@ Team& team() { return *g_team; }
 void copy_to_device(void* dst, const void* src, size_t bytes) {
   TF_CUDA(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice));
   TF_CUDA(cudaStreamSynchronize(cudaStreamLegacy));
-}
-uint64_t draw_seed() {
-  if (const char* s = std::getenv("TAXFREE_TEST_SEED"); s && *s) return std::strtoull(s, nullptr, 10);
-  return (uint64_t(std::random_device{}()) << 32) | std::random_device{}();
 }
 uint64_t test_seed() { return g_seed; }
 uint64_t value_seed(uint64_t seed) {  // splitmix64 of the pair
@@ -72,7 +94,7 @@ int main(int argc, char** argv) {
   const std::vector<std::string> given(argv, argv + argc);
   ::testing::InitGoogleTest(&argc, argv);
   if (listing) return RUN_ALL_TESTS();
-  taxfree::test::g_seed = taxfree::test::draw_seed();
+  ::testing::UnitTest::GetInstance()->listeners().Append(new taxfree::test::SeedListener);
 
   if (!rank_env()) {
     std::string why;
@@ -93,9 +115,6 @@ int main(int argc, char** argv) {
     int n = 0;
     taxfree::test::g_visible = cudaGetDeviceCount(&n) == cudaSuccess ? n : 0;
     taxfree::test::g_team = Team::join();
-    CoordinatorClient& c = taxfree::test::g_team->coordinator();
-    taxfree::test::g_seed = std::stoull(c.all_gather("test.seed", std::to_string(taxfree::test::g_seed), 60)[0]);
-    if (c.rank() == 0) std::cout << "[taxfree gpu tests] TAXFREE_TEST_SEED=" << taxfree::test::g_seed << std::endl;
   } catch (const Error& e) {
     std::cerr << e.what() << "\n";
     return e.status() == Status::RemoteError ? kExitRemote : kExitFailed;

@@ -1,4 +1,4 @@
-// The draws of the tests that pick fresh shapes every run: seeded from draw_seed() (recorded as the
+// The draws of the tests that pick fresh shapes every run: seeded from test_seed() (recorded as the
 // test's "seed" property and named in every failure), so TAXFREE_TEST_SEED=N repeats a run draw for
 // draw.
 #pragma once
@@ -16,7 +16,7 @@ namespace taxfree::test {
 
 class Draws {
  public:
-  Draws() : seed_(draw_seed()), rng_(seed_) { ::testing::Test::RecordProperty("seed", std::to_string(seed_)); }
+  Draws() : seed_(test_seed()), rng_(seed_) { ::testing::Test::RecordProperty("seed", std::to_string(seed_)); }
 
   // Uniform in [lo, hi].
   int uni(int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng_); }

@@ -81,6 +81,7 @@ class SymmetricHeap {
   dev::SymmetricView view_{};
   uint64_t used_ = 0;
   uint64_t calls_ = 0;
+  std::string check_key_;  // this heap's coordinator keys (heaps are built collectively: next_key)
   struct Allocation {
     uint64_t offset, bytes;
     std::string tag;

@@ -43,7 +43,7 @@ namespace taxfree {
 
 struct TeamOptions {
   uint64_t heap_bytes = 0;         // in [2^20, 2^50]; 0: TAXFREE_HEAP_BYTES, else max(4 GiB, (world + 2) GiB)
-  double timeout_s = -1;           // device wait deadline in (0, 1e6] s; <0: TAXFREE_TIMEOUT_S, else 10 s
+  double timeout_s = -1;           // device wait deadline in [1e-6, 1e6] s; <0: TAXFREE_TIMEOUT_S, else 10 s
   double bootstrap_timeout_s = 120;  // connecting ranks, NCCL id exchange
   bool check_heap = false;         // also on with TAXFREE_CHECK_HEAP=1
   // Compare every collective op launch across ranks before it enqueues (RankShare::check_launch):
