@@ -108,7 +108,8 @@ int main(int argc, char** argv) {
       spec.argv[0] = self_executable();
       return run_ranks(spec);
     }
-    std::cerr << "[taxfree gpu tests] no GPU visible (" << why << "): every test reports SKIPPED\n";
+    std::cerr << "[taxfree gpu tests] no GPU visible" << (why.empty() ? "" : " (" + why + ")")
+              << ": every test reports SKIPPED\n";
     return RUN_ALL_TESTS();
   }
   try {
