@@ -247,6 +247,10 @@ WorkPlan make_work_plan(const GemmArgs& a, const GemmConfig& cfg, int64_t cluste
     plan.sk_units = std::min<int64_t>(clusters, plan.split_tiles() * plan.k_blocks);
   }
   if (plan.sk_units == 0) plan.dp_tiles = tiles;
+  // The scheduler places ranges with products of the two (tile_scheduler.cuh: sk_begin).
+  TF_REQUIRE(plan.sk_units == 0 || plan.sk_length() <= INT64_MAX / plan.sk_units, Status::InvalidArgument,
+             "GEMM config " << cfg.name() << ": split-K of " << plan.split_tiles() << " tiles x " << plan.k_blocks
+                            << " k-blocks into " << plan.sk_units << " ranges exceeds the scheduler's 64-bit arithmetic");
   plan.max_parts = 1;
   // Under SplitScope::all every tile starts at a multiple of the ranges' length (tile t at
   // t * splits ranges), so every tile is cut like the first: one slot says it, where walking them

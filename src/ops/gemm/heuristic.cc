@@ -149,11 +149,13 @@ double estimate_seconds(const Candidate& c, const WorkPlan& plan, int64_t m, int
     makespan = std::max(makespan, busy);
   }
   const double streaming = std::min(1.0, double(active * t.cluster * ck) / (kSaturatingSmFraction * sms));
-  const double zero_fill = double(plan.grid.m_blocks * t.bm * t.cluster - m) * k * plan.grid.n_blocks;
+  // In double: int products overflow on the largest shapes validation accepts (M, N, K < 2^31).
+  const double zero_fill = (double(plan.grid.m_blocks) * t.bm * t.cluster - double(m)) * double(k) * plan.grid.n_blocks;
   const bool drifting_m_block = t.cluster == 1 && !t.swap && m % t.bm != 0 && plan.grid.m_blocks > 1 &&
-                                plan.grid.m_blocks <= kDriftMaxMBlocks && double(n * k) * 2.0 > kL2Bytes;
-  const double b_reread = drifting_m_block ? double(n * k) : 0.0;
-  const double hbm = (double(m * k + n * k + m * n) + zero_fill + b_reread) * 2.0 / (kHbmBytesPerSec * streaming);
+                                plan.grid.m_blocks <= kDriftMaxMBlocks && double(n) * double(k) * 2.0 > kL2Bytes;
+  const double b_reread = drifting_m_block ? double(n) * double(k) : 0.0;
+  const double hbm = (double(m) * double(k) + double(n) * double(k) + double(m) * double(n) + zero_fill + b_reread) *
+                     2.0 / (kHbmBytesPerSec * streaming);
   // Neither bound hides the other completely; the overlap term also ranks the candidates that
   // tie at the HBM bound (small M) by their schedules.
   return std::max(makespan, hbm) + kBoundOverlap * std::min(makespan, hbm) + kFixed;
@@ -243,6 +245,9 @@ GemmConfig choose_gemm_config(int64_t m, int64_t n, int64_t k, DType dtype, BLay
   for (const Candidate& c : candidates) {
     const GemmConfig cfg = c.config();
     const int64_t clusters = resident_clusters_estimate(num_sms, c.tile->cluster * c.tile->cluster_k);
+    if (c.splits > 1 && c.scope == SplitScope::all &&  // many waves of split tiles (the rule below), unplanned
+        make_tile_grid(m, n, cfg.bm * cfg.cluster_m, cfg.bn, cfg.group_m).tiles() * c.splits > 16 * clusters)
+      continue;
     const WorkPlan plan = detail::make_work_plan(shape, cfg, clusters);
     if (cfg.splits_k() && plan.split_tiles() == 0) continue;  // nothing to split: the same as whole tiles
     if (plan.sk_units > 16 * clusters) continue;  // splitting many waves of tiles only adds traffic
