@@ -245,12 +245,13 @@ GemmConfig choose_gemm_config(int64_t m, int64_t n, int64_t k, DType dtype, BLay
   for (const Candidate& c : candidates) {
     const GemmConfig cfg = c.config();
     const int64_t clusters = resident_clusters_estimate(num_sms, c.tile->cluster * c.tile->cluster_k);
-    if (c.splits > 1 && c.scope == SplitScope::all &&  // many waves of split tiles (the rule below), unplanned
+    // Splitting many waves of tiles only adds traffic: skipped before planning them (a tail split
+    // cuts at most 4 x clusters ranges).
+    if (c.splits > 1 && c.scope == SplitScope::all &&
         make_tile_grid(m, n, cfg.bm * cfg.cluster_m, cfg.bn, cfg.group_m).tiles() * c.splits > 16 * clusters)
       continue;
     const WorkPlan plan = detail::make_work_plan(shape, cfg, clusters);
     if (cfg.splits_k() && plan.split_tiles() == 0) continue;  // nothing to split: the same as whole tiles
-    if (plan.sk_units > 16 * clusters) continue;  // splitting many waves of tiles only adds traffic
     if (detail::workspace_need(plan, cfg).partial_bytes > kMaxWorkspaceBytes) continue;
     const double time = estimate_seconds(c, plan, m, n, k, clusters, num_sms);
     if (!best || time < kSwitchMargin * best_time) best = &c, best_time = time;
