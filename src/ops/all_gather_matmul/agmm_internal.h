@@ -201,7 +201,10 @@ void enqueue_wait(const uint64_t* flag, const uint64_t* epoch, const dev::FaultC
                   int peer, cudaStream_t s);
 // signal without an SM: the copy engine copies the epoch into `flag` (a peer's) once the stream's
 // earlier copies have completed (stream order), as cuStreamWriteValue after a copy would, but
-// with the value read on the device (CUDA-graph replay).
+// with the value read on the device (CUDA-graph replay). It relies on the peer's SMs seeing the
+// earlier copies' writes before this one, which CUDA does not state (it states stream order); NCCL
+// 2.28's copy-engine collectives rely on the same (ce_coll.cc: the sequence number copied from
+// device memory into each peer's ready/complete slot after the data copies, on the same stream).
 void enqueue_signal_copy(uint64_t* flag, const uint64_t* epoch, cudaStream_t s);
 
 // gather_dim 1 BSP: dst[r, s * cols + c] = src[s][r][c] for the world blocks of rows x cols
