@@ -2,6 +2,8 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <cublasLt.h>
 
@@ -42,6 +44,57 @@ TEST(GemmHeuristic, ReturnsACompiledConfigForEveryShape) {
             EXPECT_EQ(c.max_ctas, 0);
             if (c.cluster_k > 1) EXPECT_GE((k + 63) / 64, c.cluster_k) << c.name() << ": a K-cluster CTA with no k-block";
           }
+}
+
+// choose_gemm_config keeps its answers: a kept answer must be the one a fresh ranking gives for
+// exactly those arguments. Each pair below differs in one argument and ranks differently, so a key
+// that left that argument out would hand one's answer to the other.
+TEST(GemmHeuristic, KeptAnswersEqualFreshRankingForEveryArgument) {
+  struct Call {
+    int64_t m, n, k;
+    BLayout layout;
+    int sms;
+    KCuts cuts;
+    SwapAB swap;
+    EpilogueOutput out;
+  };
+  const Call base{64, 3584, 8192, BLayout::NK, 132, KCuts::split_or_cluster, SwapAB::choose, EpilogueOutput::bits16};
+  std::vector<std::pair<Call, Call>> pairs;
+  const auto vary = [&](auto set) {
+    Call a = base, b = base;
+    set(a, b);
+    pairs.push_back({a, b});
+  };
+  vary([](Call& a, Call& b) { a.m = 64, b.m = 8192; });
+  vary([](Call& a, Call& b) { a.m = b.m = 1024, a.n = 3584, b.n = 4096; });
+  vary([](Call& a, Call& b) { a.k = 8192, b.k = 256; });
+  vary([](Call& a, Call& b) { a.m = b.m = 1024, a.layout = BLayout::NK, b.layout = BLayout::KN; });
+  vary([](Call& a, Call& b) { a.sms = 132, b.sms = 1; });
+  vary([](Call& a, Call& b) { a.cuts = KCuts::split_or_cluster, b.cuts = KCuts::none; });
+  vary([](Call& a, Call& b) { a.m = b.m = 16, a.swap = SwapAB::choose, b.swap = SwapAB::never; });
+  vary([](Call& a, Call& b) { a.m = b.m = 16, a.out = EpilogueOutput::bits16, b.out = EpilogueOutput::fp32; });
+  const auto choose = [](const Call& c) {
+    const GemmConfig g = choose_gemm_config(c.m, c.n, c.k, DType::bf16, c.layout, c.sms, c.cuts, c.swap, c.out);
+    return g.name() + " max_ctas " + std::to_string(g.max_ctas);
+  };
+  const auto fresh = [&](const Call& c) {
+    detail::forget_chosen_gemm_configs();
+    return choose(c);
+  };
+  for (size_t i = 0; i < pairs.size(); ++i) {
+    const auto& [a, b] = pairs[i];
+    const std::string fa = fresh(a), fb = fresh(b);
+    ASSERT_NE(fa, fb) << "pair " << i << " ranks alike: it cannot show a key that misses its argument";
+    // Kept answers, both orders: the second call of each is a lookup.
+    detail::forget_chosen_gemm_configs();
+    EXPECT_EQ(choose(a), fa) << "pair " << i;
+    EXPECT_EQ(choose(b), fb) << "pair " << i;
+    EXPECT_EQ(choose(a), fa) << "pair " << i;
+    detail::forget_chosen_gemm_configs();
+    EXPECT_EQ(choose(b), fb) << "pair " << i;
+    EXPECT_EQ(choose(a), fa) << "pair " << i;
+    EXPECT_EQ(choose(b), fb) << "pair " << i;
+  }
 }
 
 TEST(GemmHeuristic, LargeProblemsUseTheLargestTile) {

@@ -124,7 +124,8 @@ void validate(const GemmArgs& args, const GemmConfig& cfg);
 // `cuts` limits how K may be cut (KCuts above). Swap-AB configs are candidates for small M (up to
 // 64 rows) unless `swap` says never; `always` returns the best swap-AB config for any M. `out`
 // limits the tiles to those compiled for the caller's epilogue (fp32: no swap-AB, so with `always`
-// there is none: NotSupported).
+// there is none: NotSupported). Thread-safe; answers are kept per argument set (ranking costs tens of
+// microseconds of host time, a lookup well under one).
 GemmConfig choose_gemm_config(int64_t m, int64_t n, int64_t k, DType dtype, BLayout b_layout, int num_sms = 132,
                               KCuts cuts = KCuts::split_or_cluster, SwapAB swap = SwapAB::choose,
                               EpilogueOutput out = EpilogueOutput::bits16);

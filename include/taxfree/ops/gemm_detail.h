@@ -45,4 +45,8 @@ struct Workspace {
 };
 Workspace stream_workspace(cudaStream_t stream, const WorkspaceNeed& need);
 
+// choose_gemm_config keeps its answers (per argument set, up to a few thousand); this forgets them,
+// so the next call ranks again (tests compare kept answers with fresh ones).
+void forget_chosen_gemm_configs();
+
 }  // namespace taxfree::gemm::detail

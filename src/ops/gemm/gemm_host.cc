@@ -79,6 +79,16 @@ void check_operand(const char* name, const void* p, int64_t rows, const char* ld
                              << " elements span more than 2^56 bytes");
 }
 
+// For the error that names an unknown tile only: every launch validates, and building this list
+// cost more host time than the rest of validation together.
+std::string compiled_tile_names() {
+  std::ostringstream known;
+  for (const CompiledTile& t : kCompiledTiles)
+    known << (known.tellp() > 0 ? ", " : "") << t.bm << "x" << t.bn << " s" << t.stages << " c" << t.cluster
+          << (t.swap ? " swap" : "") << (t.cluster_k > 1 ? " ck" + std::to_string(t.cluster_k) : "");
+  return known.str();
+}
+
 ByteRange span(const void* p, int64_t rows, int64_t cols, int64_t ld) {
   return matrix_range(p, rows, cols, ld, kElemBytes);
 }
@@ -113,23 +123,19 @@ void validate_inputs(const GemmArgs& a, const GemmConfig& cfg) {
   TF_REQUIRE(cfg.split_scope == SplitScope::all || cfg.split_scope == SplitScope::tail ||
                  cfg.split_scope == SplitScope::stream,
              Status::InvalidArgument, "GEMM config split_scope " << int(cfg.split_scope) << " is not all, tail or stream");
-  const CompiledTile* tile = nullptr;
-  std::ostringstream known;
   // Swap-AB kernels have no clusters: the operand a cluster would share (A, along N) is small.
   TF_REQUIRE(!cfg.swap_ab || cfg.cluster_m == 1, Status::NotSupported,
              "GEMM config " << cfg.name() << ": swap-AB runs without clusters (cluster_m=1)");
-  for (const CompiledTile& t : kCompiledTiles) {
-    known << (known.tellp() > 0 ? ", " : "") << t.bm << "x" << t.bn << " s" << t.stages << " c" << t.cluster
-          << (t.swap ? " swap" : "") << (t.cluster_k > 1 ? " ck" + std::to_string(t.cluster_k) : "");
+  const CompiledTile* tile = nullptr;
+  for (const CompiledTile& t : kCompiledTiles)
     if (t.bm == cfg.bm && t.bn == cfg.bn && t.stages == cfg.stages && t.cluster == cfg.cluster_m &&
         t.swap == cfg.swap_ab && t.cluster_k == cfg.cluster_k)
       tile = &t;
-  }
   TF_REQUIRE(tile != nullptr, Status::NotSupported,
              "GEMM tile " << cfg.bm << "x" << cfg.bn << " s" << cfg.stages << " cluster_m=" << cfg.cluster_m
                           << (cfg.cluster_k != 1 ? " cluster_k=" + std::to_string(cfg.cluster_k) : "")
-                          << (cfg.swap_ab ? " swap-AB" : "")
-                          << " is not compiled (have: " << known.str() << ")");
+                          << (cfg.swap_ab ? " swap-AB" : "") << " is not compiled (have: " << compiled_tile_names()
+                          << ")");
   // A K cluster already cuts K; each of its CTAs needs a k-block.
   TF_REQUIRE(cfg.cluster_k == 1 || !cfg.splits_k(), Status::NotSupported,
              "GEMM config " << cfg.name() << ": K clusters (cluster_k=" << cfg.cluster_k

@@ -29,6 +29,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <map>
+#include <mutex>
+#include <tuple>
 #include <vector>
 
 #include "taxfree/kernels/gemm/tile_scheduler.cuh"
@@ -186,12 +189,9 @@ int choose_group_m(int bm_eff, int bn, int64_t m, int64_t n, int64_t active_tile
   return best;
 }
 
-}  // namespace
-
-GemmConfig choose_gemm_config(int64_t m, int64_t n, int64_t k, DType dtype, BLayout b_layout, int num_sms,
-                              KCuts cuts, SwapAB swap, EpilogueOutput out) {
+GemmConfig rank_candidates(int64_t m, int64_t n, int64_t k, BLayout b_layout, int num_sms, KCuts cuts, SwapAB swap,
+                           EpilogueOutput out) {
   const bool allow_split_k = cuts != KCuts::none;
-  (void)dtype;  // bf16 and fp16 run at the same rate
   m = std::max<int64_t>(m, 1), n = std::max<int64_t>(n, 1), k = std::max<int64_t>(k, 1);
   num_sms = std::max(num_sms, 1);
   const int k_blocks = int((k + 63) / 64);
@@ -264,5 +264,39 @@ GemmConfig choose_gemm_config(int64_t m, int64_t n, int64_t k, DType dtype, BLay
   cfg.group_m = choose_group_m(cfg.bm * cfg.cluster_m, cfg.bn, m, n, num_sms / cfg.cluster_m);
   return cfg;
 }
+
+// Ranking replays every candidate's schedule: tens of microseconds of host time, paid by every
+// launch that asks (the plain GEMM without a config, every all_gather_matmul launch), more than
+// the GPU time of small shapes. A serving loop asks for the same few shapes every step, so the
+// answers are kept. Bounded: emptied when full (a sweep over thousands of shapes ranks again).
+using MemoKey = std::tuple<int64_t, int64_t, int64_t, int, int, int, int, int>;
+constexpr size_t kMemoCapacity = 4096;
+std::mutex g_memo_mutex;
+std::map<MemoKey, GemmConfig> g_memo;
+
+}  // namespace
+
+GemmConfig choose_gemm_config(int64_t m, int64_t n, int64_t k, DType dtype, BLayout b_layout, int num_sms,
+                              KCuts cuts, SwapAB swap, EpilogueOutput out) {
+  (void)dtype;  // bf16 and fp16 run at the same rate
+  const MemoKey key{m, n, k, int(b_layout), num_sms, int(cuts), int(swap), int(out)};
+  {
+    std::lock_guard<std::mutex> lock(g_memo_mutex);
+    const auto it = g_memo.find(key);
+    if (it != g_memo.end()) return it->second;
+  }
+  const GemmConfig cfg = rank_candidates(m, n, k, b_layout, num_sms, cuts, swap, out);  // throws: nothing kept
+  std::lock_guard<std::mutex> lock(g_memo_mutex);
+  if (g_memo.size() >= kMemoCapacity) g_memo.clear();
+  g_memo.emplace(key, cfg);
+  return cfg;
+}
+
+namespace detail {
+void forget_chosen_gemm_configs() {
+  std::lock_guard<std::mutex> lock(g_memo_mutex);
+  g_memo.clear();
+}
+}  // namespace detail
 
 }  // namespace taxfree::gemm
