@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cctype>
 #include <charconv>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -90,25 +91,26 @@ struct Row {
   Figures fig;
   int64_t wrong = -1;  // -1: not checked
   double floor_us = 0;
+  double host_us = 0;  // host wall time to enqueue one run, slowest rank
   std::string bound;
 };
 
 void print_header(const std::string& op, const Team& team, const Options& o) {
   std::printf("#\n# taxfree bench %s   ranks %d   iters %d   warmup %d   check %d   cold-L2 %d   graph %d   sample %g us\n",
               op.c_str(), team.world(), o.iters, o.warmup, o.check, int(o.cold_l2), int(o.graph), o.sample_us);
-  std::printf("#%12s %12s %6s %-12s %10s %10s %10s %8s %8s %7s %8s %7s %9s  %s\n", "size(B)", "count", "type",
+  std::printf("#%12s %12s %6s %-12s %10s %10s %10s %8s %8s %7s %8s %7s %9s %9s  %s\n", "size(B)", "count", "type",
               "variant", "time(us)", "min(us)", "max(us)", "algbw", "busbw", "#wrong", "TFLOP/s", "vs-bsp",
-              "floor(us)", "case");
+              "floor(us)", "host(us)", "case");
 }
 
 void print_row(const Row& r, double base_us) {
   const std::string wrong = r.wrong < 0 ? "N/A" : std::to_string(r.wrong);
   const std::string speed = base_us > 0 ? fmt(base_us / r.us.median, 2) + "x" : "-";
-  std::printf(" %12lld %12lld %6s %-12s %10s %10s %10s %8s %8s %7s %8s %7s %9s  %s\n",
+  std::printf(" %12lld %12lld %6s %-12s %10s %10s %10s %8s %8s %7s %8s %7s %9s %9s  %s\n",
               static_cast<long long>(r.c.size_bytes), static_cast<long long>(r.c.count), r.c.type.c_str(),
               r.variant.c_str(), fmt(r.us.median).c_str(), fmt(r.us.min).c_str(), fmt(r.us.max).c_str(),
               fmt(r.fig.algbw_gbs).c_str(), fmt(r.fig.busbw_gbs).c_str(), wrong.c_str(), fmt(r.fig.tflops, 1).c_str(),
-              speed.c_str(), fmt(r.floor_us).c_str(), r.c.label.c_str());
+              speed.c_str(), fmt(r.floor_us).c_str(), fmt(r.host_us).c_str(), r.c.label.c_str());
   std::fflush(stdout);
 }
 
@@ -127,6 +129,7 @@ nlohmann::json row_json(const Row& r) {
           {"nwrong", r.wrong},
           {"floor_us", r.floor_us},
           {"floor_bound", r.bound},
+          {"host_us", r.host_us},
           {"runs_per_sample", r.reps},
           {"samples_us", r.samples_us}};
 }
@@ -467,6 +470,11 @@ int run(Team& team, const RunRequest& req) {
       // over a case: r29/r30 timed one code path 761 and 885 us depending on what ran before).
       const int rounds = std::min(opt.iters, kTimingRounds);
       std::vector<std::vector<double>> samples(pending.size());
+      // Host wall time of enqueueing the runs (validation, planning, launches; with --graph a graph's
+      // launch): an eager caller pays it per call, and the gated GPU samples hide it. Only run_sample
+      // is timed (flushes, barriers and events are the harness's). Per variant, each batch's sum
+      // scaled as its samples are; over the sample count at the end: total / runs, not a median.
+      std::vector<double> host_s(pending.size());
       const size_t nv = pending.size();
       for (int r = 0; r < rounds; ++r)
         for (size_t j = 0; j < nv; ++j) {
@@ -486,11 +494,14 @@ int run(Team& team, const RunRequest& req) {
           // A graph's kernels are counted as its runs' launches: nothing says the stream queues them as one.
           const bool gated = double(n) * (3 + reps_all * bench->launches(v)) <= kMaxGatedLaunches;
           if (gated) gate_kernel<<<1, 1, 0, s>>>(g_gate, ++g_gate_ticket, 20'000'000'000ull);
+          double batch_host_s = 0;
           for (int i = 0; i < n; ++i) {
             if (flush) flush_l2(s);
             team.device_barrier(s);
             TF_CUDA(cudaEventRecord(starts[size_t(i)].e, s));
+            const auto t0 = std::chrono::steady_clock::now();
             run_sample(vi);
+            batch_host_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
             TF_CUDA(cudaEventRecord(stops[size_t(i)].e, s));
           }
           if (gated) __atomic_store_n(g_gate, g_gate_ticket, __ATOMIC_RELEASE);
@@ -502,6 +513,7 @@ int run(Team& team, const RunRequest& req) {
                          team.rank(), name.c_str(), pending[vi].c.label.c_str(), v.c_str());
           const double per_run = bench->ops_per_run(c, v);
           for (int i = 0; i < n; ++i) samples[vi].push_back(elapsed_s(starts[size_t(i)], stops[size_t(i)]) / reps_all / per_run);
+          host_s[vi] += batch_host_s / reps_all / per_run;
         }
       for (size_t vi = 0; vi < pending.size(); ++vi) {
         Row& row = pending[vi];
@@ -512,6 +524,7 @@ int run(Team& team, const RunRequest& req) {
         st.median = max_over_ranks(team.coordinator(), k + "m", st.median);
         st.min = max_over_ranks(team.coordinator(), k + "n", st.min);
         st.max = max_over_ranks(team.coordinator(), k + "x", st.max);
+        row.host_us = max_over_ranks(team.coordinator(), k + "h", host_s[vi] / double(samples[vi].size())) * 1e6;
         medians[row.variant] = st.median;
         row.fig = bench->figures(c, st.median);
         row.us = {st.median * 1e6, st.min * 1e6, st.max * 1e6};
