@@ -18,7 +18,6 @@
 #include "gemm_test_util.h"
 #include "gpu_env.h"
 #include "taxfree/ops/all_gather_matmul.h"
-#include "taxfree/runtime/coordinator.h"
 #include "taxfree/runtime/error.h"
 #include "taxfree/runtime/team.h"
 
@@ -26,6 +25,8 @@ namespace taxfree::agmm_test {
 
 using gemm::BLayout;
 using gemm::DType;
+using test::bits_hash;
+using test::expect_same_on_every_rank;
 using test::team;
 
 using gemm::test::DevBuf;
@@ -147,7 +148,7 @@ class Problem {
                         << a_bits(r, c) << std::dec;
       }
     EXPECT_EQ(wrong, 0) << what << ": gathered A elements differ from the shards";
-    return hash_of(got);
+    return bits_hash(got);
   }
 
   // C as it is now on this rank (guard bands and padding included), bits.
@@ -161,7 +162,7 @@ class Problem {
   void expect_c_same_on_every_rank(const std::string& what) {
     std::vector<uint16_t> out(static_cast<size_t>(c_elems_));
     TF_CUDA(cudaMemcpy(out.data(), c_dev_->p, out.size() * 2, cudaMemcpyDeviceToHost));
-    expect_same_on_every_rank(hash_of(out), what + ": C");
+    expect_same_on_every_rank(bits_hash(out), what + ": C");
   }
 
   // Bounds as the GEMM tests: |got - ref| <= 2u|ref| + slack, relative Frobenius error <= 1.5u.
@@ -242,16 +243,6 @@ class Problem {
     }
   }
   uint64_t b_seed() const { return 1000 * seed_ + 500 + (same_b_ ? 0 : uint64_t(rank_)); }
-  static uint64_t hash_of(const std::vector<uint16_t>& bits) {
-    uint64_t hash = 1469598103934665603ull;  // FNV-1a
-    for (uint16_t v : bits) hash = (hash ^ v) * 1099511628211ull;
-    return hash;
-  }
-  static void expect_same_on_every_rank(uint64_t hash, const std::string& what) {
-    CoordinatorClient& c = team().coordinator();
-    const auto all = c.all_gather(c.next_key("agmm.hash"), std::to_string(hash), 60);
-    for (size_t r = 1; r < all.size(); ++r) EXPECT_EQ(all[r], all[0]) << what << " differs on rank " << r;
-  }
   void expect_gathered(const GatheredA& g, const std::string& what) {
     expect_same_on_every_rank(expect_gathered_values(g, what), what + ": gathered A");
   }

@@ -84,7 +84,7 @@ TEST(FlashDecodeDist, PagedMatchesContiguousBitwise) {
       const auto paged = run_checked(op, v, p, l);
       // Same tiles (absolute positions), same splits, same math: same bits.
       EXPECT_TRUE(paged == contiguous) << what << " differs from the contiguous cache";
-      expect_same_on_all_ranks(paged, what);
+      expect_same_on_every_rank(paged, what);
     }
   }
   l.paged.reset();

@@ -62,7 +62,7 @@ TEST(FlashDecodeDist, LargeBatchManyGroupsRepeatedSkewedSteps) {
       const std::string at = what + " fused step " + std::to_string(step);
       EXPECT_EQ(count_wrong(step % 2 ? g2 : g, out, at), 0) << at;  // no early exit: the peers would wait for this rank
       if (step == 0) EXPECT_TRUE(out == bsp) << at << ": fused differs from bsp";
-      if (step % 6 == 5) expect_same_on_all_ranks(out, at);
+      if (step % 6 == 5) expect_same_on_every_rank(out, at);
     }
   }
 }
@@ -124,7 +124,7 @@ TEST(FlashDecodeDist, LlThousandStepsChangingShapesAndInputs) {
                                " step " +
                                std::to_string(step) + " problem " + std::to_string(i);
       EXPECT_EQ(count_wrong(g, out, what), 0) << what;  // no early exit: the peers would wait for this rank
-      if (step % 50 == 49) expect_same_on_all_ranks(out, what);
+      if (step % 50 == 49) expect_same_on_every_rank(out, what);
     }
   }
 }
@@ -161,7 +161,7 @@ TEST(FlashDecodeDist, LateReaderWhilePeersRunAheadIntoAnotherShape) {
       EXPECT_EQ(count_wrong(gs[i], out, what), 0) << what;
     }
     op->set_combine_delay_ns(0);
-    expect_same_on_all_ranks(out, what);
+    expect_same_on_every_rank(out, what);
   }
 }
 

@@ -19,6 +19,7 @@
 
 namespace taxfree::ops::flash_decode::test {
 
+using ::taxfree::test::expect_same_on_every_rank;
 using ::taxfree::test::team;
 
 inline void upload_local(const Global& g, Local& l) { upload_local(g, l, team().rank()); }
@@ -59,18 +60,9 @@ inline std::vector<uint16_t> run_checked(Op& op, Variant v, const Problem& p, Lo
   return download_out(l);
 }
 
-// Collective: every rank's output must equal rank 0's bit for bit (compared by hash).
-inline void expect_same_on_all_ranks(const std::vector<uint16_t>& out, const std::string& what) {
-  uint64_t h = 1469598103934665603ull;
-  for (uint16_t x : out) h = (h ^ x) * 1099511628211ull;
-  CoordinatorClient& c = team().coordinator();
-  const auto all = c.all_gather(c.next_key("fdd.hash"), std::to_string(h), 120);
-  for (size_t r = 1; r < all.size(); ++r) EXPECT_EQ(all[r], all[0]) << what << ": rank " << r << " differs from rank 0";
-}
-
 inline void check(const Global& g, const std::vector<uint16_t>& out, const std::string& what) {
   EXPECT_EQ(count_wrong(g, out, what), 0) << what;
-  expect_same_on_all_ranks(out, what);
+  expect_same_on_every_rank(out, what);
 }
 
 inline std::string name(const Problem& p) {

@@ -14,6 +14,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
+#include <vector>
 
 namespace taxfree {
 class Team;
@@ -40,6 +42,14 @@ uint64_t test_seed();
 // `seed` mixed with the run's seed, for input values: fresh values every run, the same on every
 // rank and for equal `seed`s.
 uint64_t value_seed(uint64_t seed);
+// FNV-1a of 16-bit values (outputs compared across ranks by hash).
+uint64_t bits_hash(const std::vector<uint16_t>& bits);
+// Collective (every rank calls, in the same order): fails the test where a rank's hash differs
+// from rank 0's.
+void expect_same_on_every_rank(uint64_t hash, const std::string& what);
+inline void expect_same_on_every_rank(const std::vector<uint16_t>& bits, const std::string& what) {
+  expect_same_on_every_rank(bits_hash(bits), what);
+}
 }  // namespace taxfree::test
 
 // Skip the current test unless `n` GPUs are available: one visible GPU for single-GPU tests, `n`

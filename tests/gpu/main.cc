@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "gpu_env.h"
+#include "taxfree/runtime/coordinator.h"
 #include "taxfree/runtime/error.h"
 #include "taxfree/runtime/launcher.h"
 #include "taxfree/runtime/team.h"
@@ -76,6 +77,16 @@ uint64_t value_seed(uint64_t seed) {  // splitmix64 of the pair
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
   return z ^ (z >> 31);
+}
+uint64_t bits_hash(const std::vector<uint16_t>& bits) {
+  uint64_t h = 1469598103934665603ull;
+  for (uint16_t x : bits) h = (h ^ x) * 1099511628211ull;
+  return h;
+}
+void expect_same_on_every_rank(uint64_t hash, const std::string& what) {
+  CoordinatorClient& c = team().coordinator();
+  const auto all = c.all_gather(c.next_key("test.hash"), std::to_string(hash), 120);
+  for (size_t r = 1; r < all.size(); ++r) EXPECT_EQ(all[r], all[0]) << what << ": rank " << r << " differs from rank 0";
 }
 }  // namespace taxfree::test
 
