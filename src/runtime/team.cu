@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <sstream>
@@ -205,15 +206,30 @@ void Team::init(const TeamOptions& options) {
 }
 
 Team::~Team() {
-  const bool clean = finished_ && !client_->aborted();
+  bool clean = finished_ && !client_->aborted();
   // Torn down unfinished (an exception unwinding): this rank's kernels that still wait stop now,
   // not at their deadline. The other ranks learn from the coordinator when the client closes.
   if (!clean && abort_flag_) __atomic_store_n(abort_flag_, 1u, __ATOMIC_RELEASE);
   if (device_ >= 0) cudaSetDevice(device_);
   if (clean && stream_) {
-    cudaStreamSynchronize(stream_);
-    run_stream_release_hooks(stream_);  // e.g. the GEMM workspace ops kept for it (after a failure
-                                        // the process ends anyway: nothing to tidy)
+    // finish() drained the stream; work queued on it since gets sync()'s deadline, then the
+    // teardown of a failure (our kernels stop at the abort flag).
+    using Clock = std::chrono::steady_clock;
+    const auto deadline = Clock::now() + std::chrono::duration<double>(default_sync_limit_s());
+    cudaError_t e = cudaStreamQuery(stream_);
+    for (; e == cudaErrorNotReady && Clock::now() < deadline; e = cudaStreamQuery(stream_))
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
+    if (e == cudaSuccess) {
+      run_stream_release_hooks(stream_);  // e.g. the GEMM workspace ops kept for it (after a failure
+                                          // the process ends anyway: nothing to tidy)
+    } else {
+      std::fprintf(stderr, "[taxfree rank %d] Team teardown: work queued on its stream after finish() %s%s; tearing "
+                   "down as after a failure\n", env_.rank,
+                   e == cudaErrorNotReady ? "did not end within " : "failed: ",
+                   e == cudaErrorNotReady ? (std::to_string(default_sync_limit_s()) + " s").c_str() : cudaGetErrorString(e));
+      __atomic_store_n(abort_flag_, 1u, __ATOMIC_RELEASE);
+      clean = false;
+    }
   }
   heap_.reset();
   if (comm_) {
@@ -262,7 +278,7 @@ void Team::check_device_faults() {
 
 void Team::sync(cudaStream_t stream, double timeout_s) {
   using Clock = std::chrono::steady_clock;
-  const double limit = timeout_s > 0 ? timeout_s : 2 * timeout_s_ + 10;
+  const double limit = timeout_s > 0 ? timeout_s : default_sync_limit_s();
   const auto deadline = Clock::now() + std::chrono::duration<double>(limit);
   while (true) {
     cudaError_t e = cudaStreamQuery(stream);

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -95,6 +96,28 @@ TEST(GemmHeuristic, KeptAnswersEqualFreshRankingForEveryArgument) {
     EXPECT_EQ(choose(a), fa) << "pair " << i;
     EXPECT_EQ(choose(b), fb) << "pair " << i;
   }
+}
+
+// Launches on several host threads ask at once (one per GPU, or a serving engine's workers): each
+// must get its own shape's answer while others fill and empty the kept set.
+TEST(GemmHeuristic, KeptAnswersHoldUnderConcurrentCallers) {
+  std::vector<int64_t> ms;
+  for (int64_t m = 1; m <= 4096; m = m * 3 / 2 + 1) ms.push_back(m);
+  std::vector<std::string> want;
+  for (int64_t m : ms) want.push_back(choose_gemm_config(m, 3584, 8192, DType::bf16, BLayout::NK).name());
+  std::vector<int> wrong(4, 0);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&, t] {
+      for (int round = 0; round < 20; ++round)
+        for (size_t i = 0; i < ms.size(); ++i) {
+          const size_t j = (i * 7 + size_t(t) * 5 + size_t(round)) % ms.size();
+          if (t == 0 && i % 16 == 0) detail::forget_chosen_gemm_configs();
+          wrong[size_t(t)] += choose_gemm_config(ms[j], 3584, 8192, DType::bf16, BLayout::NK).name() != want[j];
+        }
+    });
+  for (auto& th : threads) th.join();
+  for (int t = 0; t < 4; ++t) EXPECT_EQ(wrong[size_t(t)], 0) << "thread " << t;
 }
 
 TEST(GemmHeuristic, LargeProblemsUseTheLargestTile) {

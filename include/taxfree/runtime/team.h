@@ -90,11 +90,14 @@ class Team {
 
   // Report this rank's failure to every rank (call before exiting on an error).
   void fail(const std::string& message) { client_->fail(message); }
-  // Clean end of this rank's work.
+  // Clean end of this rank's work: drains stream() (sync's deadline), then a host barrier. A
+  // finished Team's destructor waits for work queued on stream() since within the same deadline;
+  // past it, it says so on stderr and tears down as after a failure (abort flag raised).
   void finish();
 
  private:
   Team() = default;
+  double default_sync_limit_s() const { return 2 * timeout_s_ + 10; }
   void init(const TeamOptions& options);
 
   RankEnv env_;
