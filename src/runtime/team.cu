@@ -223,10 +223,11 @@ Team::~Team() {
       run_stream_release_hooks(stream_);  // e.g. the GEMM workspace ops kept for it (after a failure
                                           // the process ends anyway: nothing to tidy)
     } else {
-      std::fprintf(stderr, "[taxfree rank %d] Team teardown: work queued on its stream after finish() %s%s; tearing "
-                   "down as after a failure\n", env_.rank,
-                   e == cudaErrorNotReady ? "did not end within " : "failed: ",
-                   e == cudaErrorNotReady ? (std::to_string(default_sync_limit_s()) + " s").c_str() : cudaGetErrorString(e));
+      const std::string why = e == cudaErrorNotReady
+                                  ? "did not end within " + std::to_string(default_sync_limit_s()) + " s"
+                                  : std::string("failed: ") + cudaGetErrorString(e);
+      std::fprintf(stderr, "[taxfree rank %d] Team teardown: work queued on its stream after finish() %s; tearing down "
+                   "as after a failure\n", env_.rank, why.c_str());
       __atomic_store_n(abort_flag_, 1u, __ATOMIC_RELEASE);
       clean = false;
     }
