@@ -69,6 +69,7 @@ const char* wait_site_name(dev::WaitSite site) {
     case dev::WaitSite::nsplit_block: return "all_gather_matmul nsplit: peer C block arrived";
     case dev::WaitSite::ksplit_sum: return "all_gather_matmul ksplit: owner's C slice arrived";
     case dev::WaitSite::decode_cluster_rows: return "flash_decode: the cluster's split rows reached this CTA";
+    case dev::WaitSite::ksplit_a_lines: return "all_gather_matmul ksplit: peer A_shard lines arrived";
   }
   return "unknown site";
 }

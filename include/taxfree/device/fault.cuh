@@ -23,6 +23,7 @@ enum class WaitSite : uint32_t {
   nsplit_block = 10,      // all_gather_matmul nsplit: a peer's column block of C arrived
   ksplit_sum = 11,        // all_gather_matmul ksplit: the owner's summed slice of C arrived
   decode_cluster_rows = 12,  // flash_decode fused: the cluster's splits' rows reached this CTA
+  ksplit_a_lines = 13,    // all_gather_matmul ksplit (skinny): a peer's A_shard lines arrived
 };
 
 // Filled once per team by the first wait that expires; later ones only raise the abort flag.

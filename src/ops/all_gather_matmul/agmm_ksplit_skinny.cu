@@ -80,12 +80,12 @@ __device__ __forceinline__ uint32_t swz(int line, int chunk) {
 }
 
 // The data of a line read by ll_peek, once it carries `flag` (polling it alone, bounded, if it did
-// not). After a wait gave up (`ok` false) no more waiting: zeros.
+// not; a timeout names `site` and `peer`). After a wait gave up (`ok` false) no more waiting: zeros.
 __device__ __forceinline__ uint2 settle(uint4 x, const uint4* line, uint32_t flag, const dev::FaultContext& fc,
-                                        int peer, bool& ok) {
+                                        dev::WaitSite site, int peer, bool& ok) {
   if (dev::ll_current(x, flag)) return make_uint2(x.x, x.z);
   uint2 d = make_uint2(0u, 0u);
-  if (ok) ok = dev::ll_load(line, flag, d, fc, dev::WaitSite::ksplit_partial, peer);
+  if (ok) ok = dev::ll_load(line, flag, d, fc, site, peer);
   return d;
 }
 
@@ -274,7 +274,7 @@ __global__ void __launch_bounds__(kThreads, 1) ksplit_skinny_kernel(const __grid
           if (src == v.rank) {
             y = *reinterpret_cast<const float2*>(a.own + row * p.ldp + col);
           } else {
-            const uint2 d = settle(got[u], in_slot(src) + line, flag, a.fault, src, ok);
+            const uint2 d = settle(got[u], in_slot(src) + line, flag, a.fault, dev::WaitSite::ksplit_partial, src, ok);
             y = make_float2(__uint_as_float(d.x), __uint_as_float(d.y));
           }
           if (src == 0) sum = y;
@@ -296,7 +296,7 @@ __global__ void __launch_bounds__(kThreads, 1) ksplit_skinny_kernel(const __grid
     for (int src = 0; src < v.world; ++src) {
       if (src == v.rank) continue;
       const uint4* line = in_slot(src) + a.partial_cap + u;
-      const uint2 d = settle(dev::ll_peek(line), line, flag, a.fault, src, ok);
+      const uint2 d = settle(dev::ll_peek(line), line, flag, a.fault, dev::WaitSite::ksplit_a_lines, src, ok);
       *reinterpret_cast<uint2*>(a.gathered + r * a.ld + (src * p.shard_cols + c) * 2) = d;
     }
   }
