@@ -46,6 +46,10 @@ SymmetricHeap::SymmetricHeap(ncclComm_t comm, CoordinatorClient& coord, int rank
              "only " << lsa.nRanks << " of " << world
                      << " ranks can load/store each other's memory (one NVLink domain); taxfree's symmetric heap "
                         "needs all ranks in it");
+  // The view indexes peers by communicator rank (bases[rank] below): the LSA team must number them so.
+  TF_REQUIRE(lsa.rank == rank, Status::NotSupported,
+             "rank " << rank << " is rank " << lsa.rank << " of NCCL's load/store team; taxfree's symmetric heap "
+                     "needs the two numberings to agree");
   TF_NCCL(ncclMemAlloc(&registered_, bytes));
   try {
     TF_NCCL(ncclCommWindowRegister(comm, registered_, bytes, &window_, NCCL_WIN_COLL_SYMMETRIC));

@@ -34,6 +34,19 @@ std::string version_text(int code) {
   return os.str();
 }
 
+using Clock = std::chrono::steady_clock;
+
+// Polls `stream` until its work ends or fails, `limit_s` passes or `stop()` holds; returns the last
+// cudaStreamQuery (cudaErrorNotReady: deadline or stop).
+template <class Stop>
+cudaError_t poll_stream(cudaStream_t stream, double limit_s, Stop stop) {
+  const auto deadline = Clock::now() + std::chrono::duration<double>(limit_s);
+  cudaError_t e = cudaStreamQuery(stream);
+  for (; e == cudaErrorNotReady && !stop() && Clock::now() < deadline; e = cudaStreamQuery(stream))
+    std::this_thread::sleep_for(std::chrono::microseconds(20));
+  return e;
+}
+
 __global__ void barrier_kernel(dev::SymmetricView view, uint64_t* slots, dev::LaunchSequence seq,
                                dev::FaultContext fc) {
   const uint64_t epoch = dev::sequence_begin(seq);
@@ -215,11 +228,7 @@ Team::~Team() {
   if (clean && stream_) {
     // finish() drained the stream; work queued on it since gets sync()'s deadline, then the
     // teardown of a failure (our kernels stop at the abort flag).
-    using Clock = std::chrono::steady_clock;
-    const auto deadline = Clock::now() + std::chrono::duration<double>(default_sync_limit_s());
-    cudaError_t e = cudaStreamQuery(stream_);
-    for (; e == cudaErrorNotReady && Clock::now() < deadline; e = cudaStreamQuery(stream_))
-      std::this_thread::sleep_for(std::chrono::microseconds(20));
+    const cudaError_t e = poll_stream(stream_, default_sync_limit_s(), [] { return false; });
     if (e == cudaSuccess) {
       run_stream_release_hooks(stream_);  // e.g. the GEMM workspace ops kept for it (after a failure
                                           // the process ends anyway: nothing to tidy)
@@ -279,31 +288,22 @@ void Team::check_device_faults() {
 }
 
 void Team::sync(cudaStream_t stream, double timeout_s) {
-  using Clock = std::chrono::steady_clock;
   const double limit = timeout_s > 0 ? timeout_s : default_sync_limit_s();
-  const auto deadline = Clock::now() + std::chrono::duration<double>(limit);
-  while (true) {
-    cudaError_t e = cudaStreamQuery(stream);
-    if (e == cudaSuccess) break;
-    if (e != cudaErrorNotReady) {
-      check_device_faults();
-      cudaGetLastError();
-      client_->fail(std::string("CUDA error: ") + cudaGetErrorString(e));
-      TF_CUDA(e);
-    }
-    if (client_->aborted()) {
-      __atomic_store_n(abort_flag_, 1u, __ATOMIC_RELEASE);
-      client_->throw_if_aborted();
-    }
-    if (Clock::now() > deadline) {
-      __atomic_store_n(abort_flag_, 1u, __ATOMIC_RELEASE);
-      check_device_faults();
-      std::ostringstream os;
-      os << "rank " << env_.rank << ": stream work did not finish within " << limit << " s";
-      client_->fail(os.str());
-      TF_THROW(Status::Timeout, os.str());
-    }
-    std::this_thread::sleep_for(std::chrono::microseconds(20));
+  const cudaError_t e = poll_stream(stream, limit, [this] { return client_->aborted(); });
+  if (e != cudaSuccess && e != cudaErrorNotReady) {
+    check_device_faults();
+    cudaGetLastError();
+    client_->fail(std::string("CUDA error: ") + cudaGetErrorString(e));
+    TF_CUDA(e);
+  }
+  if (e == cudaErrorNotReady) {  // stopped by another rank's abort or by the deadline
+    __atomic_store_n(abort_flag_, 1u, __ATOMIC_RELEASE);
+    client_->throw_if_aborted();
+    check_device_faults();
+    std::ostringstream os;
+    os << "rank " << env_.rank << ": stream work did not finish within " << limit << " s";
+    client_->fail(os.str());
+    TF_THROW(Status::Timeout, os.str());
   }
   check_device_faults();
   client_->throw_if_aborted();

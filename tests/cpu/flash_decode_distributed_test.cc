@@ -14,6 +14,7 @@
 
 #include "../../src/ops/flash_decode/reference.h"
 #include "expect_error.h"
+#include "taxfree/device/ll_line.cuh"
 #include "taxfree/kernels/attention/fused_schedule.h"
 #include "taxfree/kernels/attention/lse_combine.h"
 #include "taxfree/ops/flash_decode.h"
@@ -115,6 +116,21 @@ TEST(FlashDecodeDistPlan, FusedInboxParitiesNeverOverlapAcrossShapes) {
           }
           EXPECT_EQ(at::fused_inbox_span(e + 2, lines, world, y.rows, y.head_dim).begin, now.begin);
         }
+  }
+}
+
+// The flag an LL line of epoch e carries (ll_line.cuh): a reader of parity e & 1 must not take a
+// zeroed (never written) line or a stale one of the same parity (e - 2, e - 4, ...) for current,
+// also past 2^32 launches, where uint32(e) was 0 at e = 2^32.
+TEST(FlashDecodeDistPlan, LineFlagsAreNeverZeroAndDifferFromTheParitysEarlierEpochs) {
+  constexpr uint64_t kPeriod = 0xffffffffull;
+  const uint64_t epochs[] = {1, 2, 3, kPeriod - 1, kPeriod, kPeriod + 1, 1ull << 32, (1ull << 32) + 1,
+                             2 * kPeriod, 1ull << 33, (1ull << 40) + 5, ~0ull - 1, ~0ull};
+  for (uint64_t e : epochs) {
+    SCOPED_TRACE(testing::Message() << "epoch " << e);
+    EXPECT_NE(dev::ll_flag(e), 0u);
+    for (uint64_t back = 1; back <= 64 && back <= e; ++back) EXPECT_NE(dev::ll_flag(e), dev::ll_flag(e - back));
+    if (e >= kPeriod) EXPECT_EQ(dev::ll_flag(e), dev::ll_flag(e - kPeriod));  // the documented period
   }
 }
 

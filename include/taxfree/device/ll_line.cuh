@@ -20,10 +20,19 @@
 
 #include <cstdint>
 
+#if defined(__CUDACC__)
 #include "taxfree/device/signal.cuh"
+#endif
 
 namespace taxfree::dev {
 
+// The flag the lines of epoch `epoch` carry: never 0, the value of a zeroed (never written) line,
+// even once epochs pass 2^32. Flags repeat every 2^32 - 1 epochs: a line left unwritten for a
+// multiple of that many launches would pass as current.
+// (Host code too: plain constexpr, which device code may call under --expt-relaxed-constexpr.)
+constexpr uint32_t ll_flag(uint64_t epoch) { return uint32_t(epoch % 0xffffffffull) + 1u; }
+
+#if defined(__CUDACC__)
 __device__ __forceinline__ void ll_store(uint4* line, uint32_t d0, uint32_t d1, uint32_t flag) {
   asm volatile("st.volatile.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(line), "r"(d0), "r"(flag), "r"(d1),
                "r"(flag)
@@ -89,5 +98,7 @@ __device__ __forceinline__ bool ll_load(const uint4* line, uint32_t flag, uint2&
     }
   }
 }
+
+#endif  // __CUDACC__
 
 }  // namespace taxfree::dev

@@ -21,6 +21,11 @@
 // their collective launches must reach every rank in the same order; an op's launch also keeps
 // host state of its own (streams, events, warm-up mode). Concurrent launches from several threads
 // are undefined, not merely slower.
+//
+// A collective op's launch validates its arguments before it enqueues anything, so a launch that
+// throws leaves this rank's epochs where they were, and the peers' launches of that step still
+// wait for this rank's: make it again with valid arguments, or their waits give up at the deadline
+// and the job fails, naming this rank. Skipping it on one rank is not recoverable.
 #pragma once
 
 #include <cuda_runtime_api.h>

@@ -57,7 +57,7 @@ __global__ void __launch_bounds__(512) all_gather_direct_kernel(AllGatherPushArg
 __global__ void __launch_bounds__(512) all_gather_ll_kernel(AllGatherPushArgs a) {
   const auto& v = a.view;
   const uint64_t epoch = dev::sequence_begin(a.seq);
-  const uint32_t flag = uint32_t(epoch);
+  const uint32_t flag = dev::ll_flag(epoch);
   const uint64_t parity = epoch & 1;
   const uint64_t lines = a.bytes / 8, stride = uint64_t(gridDim.x) * blockDim.x;
   const uint64_t first = uint64_t(blockIdx.x) * blockDim.x + threadIdx.x;

@@ -28,7 +28,7 @@
 //
 // Epochs, buffers, reuse (no host reset between launches, CUDA-graph safe):
 //  * epoch e = dev::sequence_begin(seq), the op's ksplit sequence (+1 per ksplit launch, either
-//    path); lines carry uint32(e) and a receiver accepts a line only when it carries exactly e.
+//    path); lines carry dev::ll_flag(e) and a receiver accepts a line only when it carries e's.
 //  * Launch e uses inbox parity e & 1. A sender at e + 2 overwrites what a receiver R reads at e.
 //    It got there only after its launch e + 1 ended, which waited for something R sends in R's
 //    launch e + 1 (skinny: partial lines; two-kernel path: flags), which starts after R's launch e
@@ -38,7 +38,7 @@
 //    e; the caller's uses of launch e - 1's gathered A precede launch e on the stream, and a peer's
 //    two-kernel launch e - 1 finished its stores into it before this rank's e - 1 saw its flags. So
 //    it needs no parity and no "ready" handshake, and stays valid until the next launch.
-//  * Epochs wrap at 2^32 launches (a line unwritten for a multiple of 2^32 launches would pass).
+//  * Flags repeat every 2^32 - 1 launches (a line unwritten for a multiple of that would pass).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -185,7 +185,7 @@ __global__ void __launch_bounds__(kThreads, 1) ksplit_skinny_kernel(const __grid
   const KsplitSkinny& p = a.plan;
   const int t = threadIdx.x, warp = t >> 5, lane = t & 31;
   const uint64_t epoch = dev::sequence_begin(a.seq);
-  const uint32_t flag = uint32_t(epoch);
+  const uint32_t flag = dev::ll_flag(epoch);
   uint4* const inbox = a.inbox + int64_t(epoch & 1) * (v.world - 1) * a.slot_lines;  // this launch's parity
   // Where this rank's lines go in rank q's inbox (a local address; v.peer translates it).
   const auto out_slot = [&](int q) { return inbox + KsplitSlices::slot(v.rank, q) * a.slot_lines; };

@@ -19,22 +19,22 @@
 //
 // Epochs, buffers, reuse (no host reset between launches, CUDA-graph safe):
 //  * epoch e from the op's sequence, entered way (launch_sequence.cuh), +1 per launch of the op;
-//    lines carry uint32(e). Thread 0 takes the ticket at the CTA's start and turns it into the
+//    lines carry dev::ll_flag(e). Thread 0 takes the ticket at the CTA's start and turns it into the
 //    epoch only when the first partial is ready (shared with the CTA through post.word), so the
 //    atomic's round trip hides behind the attention, and the launch's tail holds no fenced atomic
 //    waiting for the output stores.
 //  * Launch e uses inbox parity e & 1, at a line fixed by the op's maxima whatever the launch's
 //    shape (fused_inbox_span): a sender may write its lines of e + 1 while a receiver still reads
 //    those of e, so the two parities must not overlap. A receiver reads parity e & 1 only during its launch e,
-//    and accepts a line only when it carries exactly e (a stale line of this parity carries
-//    e - 2 or less, or 0 from the initial zeroing, which no epoch is).
+//    and accepts a line only when it carries exactly e's flag (a stale line of this parity carries
+//    an older epoch's, or 0 from the initial zeroing, which no flag is).
 //  * A sender at launch e + 2 overwrites the lines a receiver R reads at e. It got there only
 //    after finishing e + 1, which needed R's partials of e + 1 for every group (every rank
 //    combines every group), which R sends only during its launch e + 1, after its launch e ended
 //    (launches of one op are stream-ordered on each rank). So the lines are free without a
 //    "buffer free" handshake: the ll_line.cuh argument, since every rank receives from every rank
 //    at every step.
-//  * Epochs wrap at 2^32 launches: a line left unwritten for exactly a multiple of 2^32 launches
+//  * Flags repeat every 2^32 - 1 launches: a line left unwritten for exactly a multiple of that
 //    (a larger shape used that long ago) would be taken as current.
 #pragma once
 
@@ -105,12 +105,13 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) fused_decode_kernel(cons
       return true;
     }
     uint4* const inbox = p.ll + fused_inbox_span(epoch, p.parity_lines, v.world, p.rows, D).begin;  // this parity
-    if (!p.skip_signal) cta_push_partial_ll<D>(part, rows, inbox + v.rank * sender_lines + row * kRow, v, uint32_t(epoch));
+    const uint32_t flag = dev::ll_flag(epoch);
+    if (!p.skip_signal) cta_push_partial_ll<D>(part, rows, inbox + v.rank * sender_lines + row * kRow, v, flag);
     mark(kTracePushed);
     if (p.combine_delay_ns != 0) dev::sleep_for_ns(p.combine_delay_ns);
-    if (!cta_wait_ll<D>(inbox + row * kRow, sender_lines, rows, v.rank, v.world, uint32_t(epoch), p.fault)) return false;
+    if (!cta_wait_ll<D>(inbox + row * kRow, sender_lines, rows, v.rank, v.world, flag, p.fault)) return false;
     mark(kTraceArrived);
-    if (!cta_combine_ll<T, D>(part, rows, inbox + row * kRow, sender_lines, v.rank, v.world, uint32_t(epoch), p.fault,
+    if (!cta_combine_ll<T, D>(part, rows, inbox + row * kRow, sender_lines, v.rank, v.world, flag, p.fault,
                               smem.post.scratch, static_cast<T*>(d.out) + row * D))
       return false;
     mark(kTraceCombined);
@@ -148,11 +149,12 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) fused_decode_kernel(cons
     const bool attends = it.split < sr.splits;
     if (attends) attend(it, slice, sr);  // into smem.post.tile
     share_epoch();
+    const uint32_t flag = dev::ll_flag(epoch);
     const auto line = [&](int sender, int split, int64_t row) {
       return p.ll + direct_line(epoch, p.parity_lines, p.direct_begin, p.direct_sender_lines, p.rows, D, sender, split, row);
     };
     if (attends)  // to every rank, this one last (only to itself under skip_signal)
-      cta_push_partial_ll<D>(smem.post.tile, d.group, line(v.rank, it.split, row0), v, uint32_t(epoch), true,
+      cta_push_partial_ll<D>(smem.post.tile, d.group, line(v.rank, it.split, row0), v, flag, true,
                              uint32_t(sr.splits), !p.skip_signal);
     mark(kTracePushed);
     const RowBlock rb = cluster_rows(d.group, d.num_splits, it.split);
@@ -161,9 +163,9 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) fused_decode_kernel(cons
       const int rows = rb.end - rb.begin;
       const uint4* const base = line(0, 0, row0 + rb.begin);
       const int64_t split_lines = p.rows * kRow;
-      if (cta_wait_direct<D>(base, p.direct_sender_lines, split_lines, rows, v.world, uint32_t(epoch), p.fault, counts)) {
+      if (cta_wait_direct<D>(base, p.direct_sender_lines, split_lines, rows, v.world, flag, p.fault, counts)) {
         mark(kTraceArrived);  // the wait's barriers also end the push's reads of the tile the stage overwrites
-        cta_merge_direct<T, D>(base, p.direct_sender_lines, split_lines, rows, v.world, counts, uint32_t(epoch), p.fault,
+        cta_merge_direct<T, D>(base, p.direct_sender_lines, split_lines, rows, v.world, counts, flag, p.fault,
                                smem.post.scratch, DirectStage<D>(smem_raw, v.world * rows),
                                static_cast<T*>(d.out) + (row0 + rb.begin) * D);
         mark(kTraceCombined);
