@@ -260,6 +260,27 @@ TEST(AgmmPlan, PushLeavesTheGemmItsWavesAndNamesItsSms) {
   expect_error([&] { make_push_plan(a, 2, cfg, 132); }, Status::InvalidArgument, "multiple of 64");
 }
 
+// The op sizes its piece flags by push_flag_capacity at construction; every plan within the
+// capacity must fit them (else its launches fail with Internal): small M, where the GEMM may take
+// a swap-AB tile of 16 or 32 rows, and the narrowest column chunk a config may ask for included.
+TEST(AgmmPlan, PieceFlagsFitTheCapacityForEveryShapeAndColumnChunk) {
+  for (int w : kWorlds)
+    for (int64_t m : {int64_t(w), int64_t(2 * w), int64_t(16 * w), int64_t(24 * w), int64_t(48 * w), int64_t(64 * w),
+                      int64_t(96 * w), int64_t(200 * w), int64_t(1024 * w)})
+      for (int gd : {0, 1})
+        for (int64_t col_chunk : {0, 64, 128, 512})
+          for (int sms : {16, 132}) {
+            const int64_t k = int64_t(w) * 1024;  // divisible by the world (gather_dim 1)
+            const AgmmArgs a = args_for({m, 3584, k, gd});
+            AgmmConfig cfg;
+            cfg.col_chunk = col_chunk;
+            for (const PushPlan& p : {make_push_plan(a, w, cfg, sms), make_sm_specialized_plan(a, w, cfg, sms)})
+              EXPECT_LE(p.grid.flags(), push_flag_capacity(m, k, w))
+                  << "world " << w << " M=" << m << " gd" << gd << " col_chunk " << col_chunk << " sms " << sms << " "
+                  << p.gemm.name() << " row_chunk " << p.grid.row_chunk;
+          }
+}
+
 // The waiting GEMM's tile order (push, sm-specialized, fused-ce) at gather_dim 0: its first tile
 // holds this rank's first shard row, counted in the cluster tiles the GEMM's order walks (2 x 128
 // rows for the large-M configs), and its first rasterisation group stays inside the shard.

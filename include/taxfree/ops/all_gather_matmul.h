@@ -218,6 +218,10 @@ struct PushPlan {
   agmm::PieceGrid grid;
 };
 PushPlan make_push_plan(const AgmmArgs& args, int world, const AgmmConfig& config, int num_sms);
+// The piece flags push and sm-specialized need at most for any shape within the capacity: a piece
+// is at least 64 columns and min(M, 64) rows (the GEMM's bm: 64 or more, or a swap-AB tile's, which
+// covers M), so a shard holds at most ceil(max_m / 64) x ceil(max_k / 64) pieces. Pure.
+int64_t push_flag_capacity(int64_t max_m, int64_t max_k, int world);
 // sm-specialized: the push plan with push_ctas rounded up to whole clusters of the GEMM config
 // (the movers are CTAs of the GEMM kernel) and max_ctas the SMs left after them. Pure.
 PushPlan make_sm_specialized_plan(const AgmmArgs& args, int world, const AgmmConfig& config, int num_sms);

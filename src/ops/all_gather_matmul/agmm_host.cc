@@ -124,6 +124,10 @@ void validate_agmm_args(const AgmmArgs& a, int world, const AgmmConfig& cfg) {
              "all_gather_matmul: C overlaps B");
 }
 
+int64_t push_flag_capacity(int64_t max_m, int64_t max_k, int world) {
+  return int64_t(world) * ceil_div(max_m, 64) * ceil_div(max_k, 64);
+}
+
 PushPlan make_push_plan(const AgmmArgs& a, int world, const AgmmConfig& cfg, int num_sms) {
   const ShardShape s = agmm_shard_shape(a.m, a.k, a.gather_dim, world);
   // The push kernel needs SMs of its own (a GEMM CTA fills an SM). 4 SMs of 16-byte copies are

@@ -41,8 +41,7 @@ AllGatherMatmul::AllGatherMatmul(RankShare share, AgmmConfig config)
   const uint64_t w = uint64_t(share_.world);
   if (share_.sm_count < gemm::device_sm_count()) im.lt_clusters = gemm::Clusters::small;
   im.capacity_bytes = config_.max_m * ceil_div(config_.max_k, 8) * 8 * kElem;
-  // Pieces are at least 64 x 64 (row_chunk = GEMM bm >= 64, col_chunk a multiple of 64).
-  im.flag_capacity = int64_t(w) * ceil_div(config_.max_m, 64) * ceil_div(config_.max_k, 64);
+  im.flag_capacity = push_flag_capacity(config_.max_m, config_.max_k, share_.world);
   auto& heap = *share_.heap;
   im.gathered = static_cast<char*>(heap.allocate(uint64_t(im.capacity_bytes), 4096, "all_gather_matmul.gathered"));
   if (config_.bsp_symmetric)
@@ -69,7 +68,7 @@ AllGatherMatmul::AllGatherMatmul(RankShare share, AgmmConfig config)
       im.ksplit_recv = heap.allocate_array<float>(2 * (w - 1) * slot, "all_gather_matmul.ksplit_recv");
       const uint64_t lines = 2 * (w - 1) * uint64_t(im.skinny_slot_lines());
       im.skinny_inbox = heap.allocate_array<uint4>(lines, "all_gather_matmul.ksplit_skinny_inbox");
-      // Zero carries no epoch (epochs start at 1): no line is current before its sender stores it.
+      // Zero is no epoch's flag (dev::ll_flag): no line is current before its sender stores it.
       TF_CUDA(cudaMemset(im.skinny_inbox, 0, lines * sizeof(uint4)));
     }
     im.ksplit_flags = heap.allocate_array<uint64_t>(w * agmm::kKsplitMaxCtas, "all_gather_matmul.ksplit_flags");
