@@ -281,6 +281,9 @@ int main(int argc, char** argv) {
     } catch (const Error& e) {
       if (e.status() != Status::RemoteError) team->fail(e.what());
       throw;
+    } catch (const std::exception& e) {
+      team->fail("rank " + std::to_string(team->rank()) + ": unexpected error: " + e.what());
+      throw;
     }
     team->finish();
     return code;

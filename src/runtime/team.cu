@@ -116,6 +116,9 @@ std::unique_ptr<Team> Team::join(const TeamOptions& options) {
   } catch (const Error& e) {
     if (team->client_ && e.status() != Status::RemoteError) team->client_->fail(e.what());
     throw;
+  } catch (const std::exception& e) {
+    if (team->client_) team->client_->fail("rank " + std::to_string(team->env_.rank) + ": Team start: " + e.what());
+    throw;
   }
   return team;
 }
@@ -184,6 +187,11 @@ void Team::init(const TeamOptions& options) {
              "GPU " << device_ << " (" << prop.name << ") is compute capability " << prop.major << "." << prop.minor
                     << "; taxfree is built for Hopper (sm_90a) only");
   sm_count_ = prop.multiProcessorCount;
+  // Every rank gets here, on the same kind of GPU, before NCCL's init, which waits for every rank
+  // without a deadline of its own; the plans each rank makes from its SM count must agree.
+  require_same_call(*client_, "team-gpu", "GPU check at Team start", 0,
+                    std::string(prop.name) + " with " + std::to_string(sm_count_) + " SMs",
+                    options.bootstrap_timeout_s);
   TF_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
 
   void* host = nullptr;
@@ -221,8 +229,11 @@ void Team::init(const TeamOptions& options) {
 
 Team::~Team() {
   bool clean = finished_ && !client_->aborted();
-  // Torn down unfinished (an exception unwinding): this rank's kernels that still wait stop now,
-  // not at their deadline. The other ranks learn from the coordinator when the client closes.
+  // Torn down unfinished (an exception unwinding): the other ranks learn it now, not when the client
+  // closes after the teardown below (a no-op where the failure was reported already); this rank's
+  // kernels that still wait stop now, not at their deadline.
+  if (!finished_ && client_ && !client_->aborted())
+    client_->fail("rank " + std::to_string(env_.rank) + ": Team destroyed before finish() (an exception unwinding?)");
   if (!clean && abort_flag_) __atomic_store_n(abort_flag_, 1u, __ATOMIC_RELEASE);
   if (device_ >= 0) cudaSetDevice(device_);
   if (clean && stream_) {
@@ -306,6 +317,15 @@ void Team::sync(cudaStream_t stream, double timeout_s) {
     TF_THROW(Status::Timeout, os.str());
   }
   check_device_faults();
+  if (__atomic_load_n(abort_flag_, __ATOMIC_ACQUIRE) != 0u) {
+    // Kernels that saw the flag stopped early: their work is not done. The coordinator's thread
+    // raises it just before it marks the client aborted (start_abort): wait that moment out.
+    for (const auto until = Clock::now() + std::chrono::seconds(1); !client_->aborted() && Clock::now() < until;)
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
+    client_->throw_if_aborted();
+    TF_THROW(Status::RemoteError, "rank " << env_.rank << ": the abort flag is raised (an earlier failure); "
+                                                           "the stream's kernels may have stopped early");
+  }
   client_->throw_if_aborted();
 }
 
@@ -331,6 +351,7 @@ void Team::finish() {
   }
   finished_ = true;
   client_->finish();
+  client_->throw_if_aborted();  // a rank of a failed job does not end as if it succeeded
 }
 
 }  // namespace taxfree

@@ -49,7 +49,9 @@ namespace taxfree {
 struct TeamOptions {
   uint64_t heap_bytes = 0;         // in [2^20, 2^50]; 0: TAXFREE_HEAP_BYTES, else max(4 GiB, (world + 2) GiB)
   double timeout_s = -1;           // device wait deadline in [1e-6, 1e6] s; <0: TAXFREE_TIMEOUT_S, else 10 s
-  double bootstrap_timeout_s = 120;  // connecting ranks, NCCL id exchange
+  // Connecting ranks, the GPU check (every rank reaches NCCL's init on the same GPU kind and SM
+  // count, InvalidUsage naming the rank that differs) and the NCCL id exchange.
+  double bootstrap_timeout_s = 120;
   bool check_heap = false;         // also on with TAXFREE_CHECK_HEAP=1
   // Compare every collective op launch across ranks before it enqueues (RankShare::check_launch):
   // a host round trip per launch, for debugging runs. Also on with TAXFREE_CHECK_LAUNCHES=1. In a
@@ -84,7 +86,8 @@ class Team {
 
   // Waits for `stream` with a deadline (default: twice the device deadline + 10 s). Throws Timeout
   // with the device's diagnostic (rank, peer, site, flag, expected, observed) if a device wait gave
-  // up, RemoteError if another rank failed, CudaError for CUDA failures.
+  // up, RemoteError if another rank failed or the abort flag is up (kernels that saw it stopped
+  // early), CudaError for CUDA failures.
   void sync(cudaStream_t stream, double timeout_s = -1);
   // Throws if a device wait has recorded a timeout (without waiting for any stream).
   void check_device_faults();
@@ -97,7 +100,8 @@ class Team {
   void fail(const std::string& message) { client_->fail(message); }
   // Clean end of this rank's work: drains stream() (sync's deadline), then a host barrier. A
   // finished Team's destructor waits for work queued on stream() since within the same deadline;
-  // past it, it says so on stderr and tears down as after a failure (abort flag raised).
+  // past it, it says so on stderr and tears down as after a failure (abort flag raised). In a job
+  // that failed, it skips both, ends this rank's part and throws RemoteError.
   void finish();
 
  private:
