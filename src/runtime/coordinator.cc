@@ -86,6 +86,14 @@ int connect_until(int fd, const sockaddr* addr, socklen_t len, Clock::time_point
     if (::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el) != 0) err = errno;
   }
   ::fcntl(fd, F_SETFL, flags);
+  // A loopback connect to a port nobody listens on yet can meet itself (TCP simultaneous open,
+  // when the kernel picks that port as the ephemeral one): not the coordinator, so try again.
+  sockaddr_in self{}, peer{};
+  socklen_t ls = sizeof self, lp = sizeof peer;
+  if (err == 0 && ::getsockname(fd, reinterpret_cast<sockaddr*>(&self), &ls) == 0 &&
+      ::getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &lp) == 0 && self.sin_port == peer.sin_port &&
+      self.sin_addr.s_addr == peer.sin_addr.s_addr)
+    err = ECONNREFUSED;
   return err;
 }
 
