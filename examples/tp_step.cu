@@ -166,6 +166,6 @@ int main() {
   } catch (const Error& e) {
     std::fprintf(stderr, "tp_step: %s\n", e.what());
     if (team && e.status() != Status::RemoteError) team->fail(e.what());
-    return 1;
+    return e.status() == Status::RemoteError ? int(kExitRemote) : 1;
   }
 }

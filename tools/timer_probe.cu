@@ -255,5 +255,6 @@ int main(int argc, char** argv) {
   TF_CUDA(cudaFree(sink));
   for (void* p : {q, o, ws, static_cast<void*>(lse), static_cast<void*>(len)}) TF_CUDA(cudaFree(p));
   TF_CUDA(cudaFree(d));
+  if (team) team->finish();
   return 0;
 }

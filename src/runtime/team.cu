@@ -252,7 +252,8 @@ Team::~Team() {
       __atomic_store_n(abort_flag_, 1u, __ATOMIC_RELEASE);
       clean = false;
     }
-  } else if (stream_) {
+  }
+  if (!clean && stream_) {
     // After a failure this rank's waiting kernels stop at the abort flag within microseconds: give
     // its stream a moment before the heap is unmapped under them (a kernel that ignores the flag is
     // not waited out; the process is ending).

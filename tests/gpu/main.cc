@@ -142,7 +142,7 @@ int main(int argc, char** argv) {
     taxfree::test::team().finish();
   } catch (const Error& e) {
     std::cerr << e.what() << "\n";
-    rc = rc ? rc : kExitFailed;
+    rc = rc ? rc : e.status() == Status::RemoteError ? kExitRemote : kExitFailed;
   }
   taxfree::test::g_team.reset();
   return rc;

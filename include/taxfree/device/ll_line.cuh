@@ -2,14 +2,15 @@
 // flag and the sender no "buffer free" handshake when lines go to a staging buffer that alternates
 // by epoch parity.
 //
-// A line is 16 bytes {d0, flag, d1, flag}: 8 data bytes and the 32-bit epoch twice, written and
-// read by one 16-byte access, so a reader that sees the current epoch in both halves has both data
-// words of this epoch. That relies on the hardware keeping each aligned 8-byte half of a 16-byte
-// access whole, as NCCL's LL protocol does; the PTX memory model itself treats a .v4.u32 access as
-// four 32-bit ones. (Packing each half as a .v2.b64 element would make it single-copy atomic in
-// the model too: the same 16-byte loads and stores, but ptxas then schedules other instructions
-// around them, so it waits for a GPU to measure.) Lines use volatile (relaxed, uncached) accesses;
-// no fence is needed on either side.
+// A line is 16 bytes {d0, flag, d1, flag}: 8 data bytes and the launch's 32-bit flag (ll_flag of
+// its epoch) twice, written and read by one 16-byte access, so a reader that sees the current flag
+// in both halves has both data words of this launch. That relies on the hardware keeping each
+// aligned 8-byte half of a 16-byte access whole, as NCCL's LL protocol does; the PTX memory model
+// itself treats a .v4.u32 access as four 32-bit ones. (Packing each half as a .v2.b64 element
+// would make it single-copy atomic in the model too: the same 16-byte loads and stores, but ptxas
+// then schedules other instructions around them, so it waits for a GPU to measure.) Lines use
+// volatile (relaxed, uncached) accesses; no fence is needed on either side. A wait that gives up
+// records the flag, not the epoch, as the value it expected.
 //
 // Staging-slot reuse (epoch parity e & 1) is safe when every receiver also sends to every sender
 // in each launch (all-gather, all-to-all): a sender at epoch e has received the receiver's lines of
@@ -20,6 +21,7 @@
 
 #include <cstdint>
 
+#include "taxfree/device/config.cuh"
 #if defined(__CUDACC__)
 #include "taxfree/device/signal.cuh"
 #endif
@@ -29,8 +31,7 @@ namespace taxfree::dev {
 // The flag the lines of epoch `epoch` carry: never 0, the value of a zeroed (never written) line,
 // even once epochs pass 2^32. Flags repeat every 2^32 - 1 epochs: a line left unwritten for a
 // multiple of that many launches would pass as current.
-// (Host code too: plain constexpr, which device code may call under --expt-relaxed-constexpr.)
-constexpr uint32_t ll_flag(uint64_t epoch) { return uint32_t(epoch % 0xffffffffull) + 1u; }
+TF_HOST_DEVICE constexpr uint32_t ll_flag(uint64_t epoch) { return uint32_t(epoch % 0xffffffffull) + 1u; }
 
 #if defined(__CUDACC__)
 __device__ __forceinline__ void ll_store(uint4* line, uint32_t d0, uint32_t d1, uint32_t flag) {

@@ -127,7 +127,7 @@
 //  - Epochs, not resets: the fused variants keep their launch counters on the device, so launches
 //    can run back to back and inside CUDA graphs (capture and replay) with no host work between.
 //    Launches of one op are ordered on one stream per rank: the epochs depend on it, and the
-//    variants that fork to the op's side stream share one pair of events.
+//    variants that fork to the op's side stream share one set of events.
 //  - A peer that never delivers ends this rank's waits at the team's deadline with a diagnostic
 //    (Team::sync reports it).
 //  - ksplit's exchange kernel and its skinny kernel assume their CTAs (<= what the GPU holds at

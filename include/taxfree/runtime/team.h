@@ -100,8 +100,9 @@ class Team {
   void fail(const std::string& message) { client_->fail(message); }
   // Clean end of this rank's work: drains stream() (sync's deadline), then a host barrier. A
   // finished Team's destructor waits for work queued on stream() since within the same deadline;
-  // past it, it says so on stderr and tears down as after a failure (abort flag raised). In a job
-  // that failed, it skips both, ends this rank's part and throws RemoteError.
+  // past it, it says so on stderr and tears down as after a failure (abort flag raised). Once this
+  // rank knows of another rank's failure it skips both, ends this rank's part and throws
+  // RemoteError; its own failures surface from the drain (sync's errors).
   void finish();
 
  private:

@@ -117,7 +117,7 @@ AllGather::AllGather(RankShare share, AllGatherConfig config) : share_(std::move
   if (config_.ll_max_bytes > 0) {
     const uint64_t n = 2 * w * (config_.ll_max_bytes / 8);
     ll_ = share_.heap->allocate_array<uint4>(n, "all_gather.ll");
-    TF_CUDA(cudaMemset(ll_, 0, n * sizeof(uint4)));  // flag 0 is never an epoch
+    TF_CUDA(cudaMemset(ll_, 0, n * sizeof(uint4)));  // 0 is no launch's flag (dev::ll_flag)
   }
   TF_CUDA(cudaDeviceSynchronize());
   seq_ = share_.heap->allocate_sequence("all_gather.sequence");

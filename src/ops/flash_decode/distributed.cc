@@ -53,7 +53,7 @@ FlashDecode::FlashDecode(RankShare share, const FlashDecodeConfig& cfg) : share_
     TF_CUDA(cudaMalloc(&workspace_, workspace_bytes_));
     init_decode_workspace(workspace_, workspace_bytes_, nullptr);  // split counters start at 0
   }
-  TF_CUDA(cudaMemset(inbox_, 0, bytes.fused_inbox_bytes));  // epoch 0: no launch's lines
+  TF_CUDA(cudaMemset(inbox_, 0, bytes.fused_inbox_bytes));  // 0 is no launch's flag (dev::ll_flag)
   TF_CUDA(cudaDeviceSynchronize());
   seq_ = heap.allocate_sequence("flash_decode.sequence");
   work_ = heap.allocate_sequence("flash_decode.work_tickets");

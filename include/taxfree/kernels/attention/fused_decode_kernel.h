@@ -34,8 +34,9 @@
 //    (launches of one op are stream-ordered on each rank). So the lines are free without a
 //    "buffer free" handshake: the ll_line.cuh argument, since every rank receives from every rank
 //    at every step.
-//  * Flags repeat every 2^32 - 1 launches: a line left unwritten for exactly a multiple of that
-//    (a larger shape used that long ago) would be taken as current.
+//  * The entered way's epochs run 1..2^32 and wrap (launch_sequence.cuh), so flags repeat every
+//    2^32 launches: a line left unwritten for exactly a multiple of that (a larger shape used that
+//    long ago) would be taken as current.
 #pragma once
 
 #include <cuda_bf16.h>
