@@ -16,7 +16,9 @@
 #include <thread>
 
 #include "taxfree/bench/harness.h"
+#include "taxfree/runtime/call_deadline.h"
 #include "taxfree/runtime/error.h"
+#include "taxfree/runtime/launcher.h"
 #include "taxfree/runtime/team.h"
 
 namespace {
@@ -97,6 +99,7 @@ std::string version_text(int code) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  default_multicast_off();
   CLI::App app{"taxfree: multi-GPU LLM kernels without the bulk-synchronous, data-locality and launch taxes"};
   app.require_subcommand(1);
   app.set_help_all_flag("--help-all", "show help for every command");
@@ -146,7 +149,7 @@ int main(int argc, char** argv) {
   int fail_rank = -1;
   std::string mode = "ok";
   selftest->add_option("--fail-rank", fail_rank);
-  selftest->add_option("--mode", mode)->check(CLI::IsMember({"ok", "exit", "kill", "error", "hang"}));
+  selftest->add_option("--mode", mode)->check(CLI::IsMember({"ok", "exit", "kill", "error", "hang", "stall"}));
 
   try {
     app.parse(argc, argv);
@@ -180,6 +183,10 @@ int main(int argc, char** argv) {
           return int(kExitFailed);
         }
         if (mode == "hang") std::this_thread::sleep_for(std::chrono::hours(1));
+        if (mode == "stall") {  // a call with no deadline of its own that never returns, under a CallDeadline
+          CallDeadline deadline(c, "a stalled call", 1.0);
+          std::this_thread::sleep_for(std::chrono::hours(1));
+        }
       }
       c.barrier("end", 10);
       std::cout << "rank " << env->rank << " done\n";
@@ -282,7 +289,7 @@ int main(int argc, char** argv) {
       if (e.status() != Status::RemoteError) team->fail(e.what());
       throw;
     } catch (const std::exception& e) {
-      team->fail("rank " + std::to_string(team->rank()) + ": unexpected error: " + e.what());
+      team->fail(std::string("unexpected error: ") + e.what());
       throw;
     }
     team->finish();

@@ -217,6 +217,12 @@ std::optional<RankEnv> rank_env() {
   return rank_env([](const char* n) -> const char* { return std::getenv(n); });
 }
 
+void default_multicast_off() {
+  ::setenv("NCCL_NVLS_ENABLE", "0", 0);
+  ::setenv("NVSHMEM_DISABLE_NVLS", "1", 0);
+  ::setenv("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1", 0);
+}
+
 std::string self_executable() {
   char buf[PATH_MAX];
   ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);

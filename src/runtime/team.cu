@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "taxfree/device/barrier.cuh"
+#include "taxfree/runtime/call_deadline.h"
 #include "taxfree/runtime/error.h"
 #include "taxfree/runtime/stream_release.h"
 
@@ -117,7 +118,7 @@ std::unique_ptr<Team> Team::join(const TeamOptions& options) {
     if (team->client_ && e.status() != Status::RemoteError) team->client_->fail(e.what());
     throw;
   } catch (const std::exception& e) {
-    if (team->client_) team->client_->fail("rank " + std::to_string(team->env_.rank) + ": Team start: " + e.what());
+    if (team->client_) team->client_->fail(std::string("Team start: ") + e.what());
     throw;
   }
   return team;
@@ -210,7 +211,10 @@ void Team::init(const TeamOptions& options) {
     TF_REQUIRE(v.size() == sizeof id, Status::Internal, "NCCL id of " << v.size() << " bytes");
     std::memcpy(&id, v.data(), sizeof id);
   }
-  TF_NCCL(ncclCommInitRank(&comm_, env_.world, id, env_.rank));
+  {
+    const CallDeadline deadline(*client_, "ncclCommInitRank", options.bootstrap_timeout_s);
+    TF_NCCL(ncclCommInitRank(&comm_, env_.world, id, env_.rank));
+  }
 
   const auto env_on = [](const char* name) {
     const char* v = std::getenv(name);
@@ -218,7 +222,10 @@ void Team::init(const TeamOptions& options) {
   };
   const bool check = options.check_heap || env_on("TAXFREE_CHECK_HEAP");
   check_launches_ = options.check_launches || env_on("TAXFREE_CHECK_LAUNCHES");
-  heap_ = std::make_unique<SymmetricHeap>(comm_, *client_, env_.rank, env_.world, heap_bytes, check);
+  {
+    const CallDeadline deadline(*client_, "the symmetric heap's NCCL window registration", options.bootstrap_timeout_s);
+    heap_ = std::make_unique<SymmetricHeap>(comm_, *client_, env_.rank, env_.world, heap_bytes, check);
+  }
 
   barrier_slots_ = heap_->allocate_array<uint64_t>(uint64_t(env_.world), "team.barrier");
   TF_CUDA(cudaMemset(barrier_slots_, 0, sizeof(uint64_t) * size_t(env_.world)));
@@ -233,7 +240,7 @@ Team::~Team() {
   // closes after the teardown below (a no-op where the failure was reported already); this rank's
   // kernels that still wait stop now, not at their deadline.
   if (!finished_ && client_ && !client_->aborted())
-    client_->fail("rank " + std::to_string(env_.rank) + ": Team destroyed before finish() (an exception unwinding?)");
+    client_->fail("Team destroyed before finish() (an exception unwinding?)");
   if (!clean && abort_flag_) __atomic_store_n(abort_flag_, 1u, __ATOMIC_RELEASE);
   if (device_ >= 0) cudaSetDevice(device_);
   if (clean && stream_) {

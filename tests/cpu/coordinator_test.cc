@@ -12,6 +12,7 @@
 #include <chrono>
 #include <thread>
 
+#include "taxfree/runtime/call_deadline.h"
 #include "taxfree/runtime/coordinator.h"
 #include "taxfree/runtime/error.h"
 
@@ -51,6 +52,23 @@ TEST(Coordinator, SetGetAllGatherAndBarrier) {
     c.barrier("b", 5);  // the same name twice in a row
   });
   for (const auto& g : got) EXPECT_EQ(g, (std::vector<std::string>{"value-0", "value-1", "value-2"}));
+  job.finish();
+}
+
+// A call that returns before its deadline disarms it at once: nothing is reported and the process
+// lives on past the limit (an armed one would end this test process). The stalled call's side is
+// Launcher.StalledCallEndsItsRankAtTheCallDeadlineAndTheJobNamesIt.
+TEST(CallDeadline, ACallThatReturnsDisarmsIt) {
+  Job job(1);
+  const auto t0 = std::chrono::steady_clock::now();
+  {
+    const CallDeadline deadline(*job.ranks[0], "a quick call", 0.3);
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 0.25);
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  EXPECT_EQ(job.server.first_failure(), "");
+  EXPECT_FALSE(job.ranks[0]->aborted());
   job.finish();
 }
 

@@ -243,6 +243,17 @@ TEST(Launcher, HungRankIsNamedWhenTheOthersTimeOut) {
   EXPECT_NE(r.output.find("rank(s) 1 never arrived"), std::string::npos) << r.output;
 }
 
+TEST(Launcher, StalledCallEndsItsRankAtTheCallDeadlineAndTheJobNamesIt) {
+  // A call that never returns, under a 1 s CallDeadline (what guards NCCL's init in a Team).
+  auto r = run_process(selftest_job(3, 2, "stall"), {}, 60);
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_LT(r.seconds, 10) << r.output;  // not the others' 10 s barrier timeout
+  EXPECT_NE(r.output.find("[taxfree rank 2] a stalled call did not return within 1"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("job failed: rank 2: a stalled call did not return"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("rank 2 failed"), std::string::npos) << r.output;  // the others are told
+  EXPECT_EQ(r.output.find("done"), std::string::npos) << r.output;
+}
+
 // ---- ranks started by another launcher (torchrun/mpirun style environment) ---------------------
 
 // Rank r's log of one of the tests below; the test process's pid in the name, so two test runs at

@@ -92,6 +92,7 @@ void expect_same_on_every_rank(uint64_t hash, const std::string& what) {
 
 int main(int argc, char** argv) {
   using namespace taxfree;
+  default_multicast_off();
   if (argc > 1 && std::strcmp(argv[1], "_probe-gpus") == 0) {
     int n = 0;
     if (cudaGetDeviceCount(&n) != cudaSuccess) n = 0;

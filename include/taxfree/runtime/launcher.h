@@ -57,4 +57,11 @@ int probe_visible_gpus(const std::string& self_exe, std::string* why, double tim
 // Absolute path of the running executable.
 std::string self_executable();
 
+// Multicast (NVLS) off unless the environment says otherwise: sets NCCL_NVLS_ENABLE=0,
+// NVSHMEM_DISABLE_NVLS=1 and TORCH_SYMM_MEM_DISABLE_MULTICAST=1 where they are unset. taxfree's
+// ops never use multicast; NCCL would set it up by default where the NVLink fabric offers it.
+// Call at the start of main, before any thread starts (setenv); the ranks a launcher starts
+// inherit it. The taxfree CLI and the GPU test binary do.
+void default_multicast_off();
+
 }  // namespace taxfree

@@ -50,7 +50,9 @@ struct TeamOptions {
   uint64_t heap_bytes = 0;         // in [2^20, 2^50]; 0: TAXFREE_HEAP_BYTES, else max(4 GiB, (world + 2) GiB)
   double timeout_s = -1;           // device wait deadline in [1e-6, 1e6] s; <0: TAXFREE_TIMEOUT_S, else 10 s
   // Connecting ranks, the GPU check (every rank reaches NCCL's init on the same GPU kind and SM
-  // count, InvalidUsage naming the rank that differs) and the NCCL id exchange.
+  // count, InvalidUsage naming the rank that differs), the NCCL id exchange, and each of NCCL's
+  // init and the heap's window registration (which have no deadline of their own: past this one
+  // the process ends, CallDeadline).
   double bootstrap_timeout_s = 120;
   bool check_heap = false;         // also on with TAXFREE_CHECK_HEAP=1
   // Compare every collective op launch across ranks before it enqueues (RankShare::check_launch):
