@@ -11,6 +11,7 @@ bsp-sym; tax-* are the three taxes of the BSP baseline (DESIGN.md) in us. Exit c
 report, not a gate).
 """
 import json
+import os
 import sys
 
 FUSED = ("bsp-own", "decomposed", "pull", "push", "sm-specialized", "fused-ce", "ksplit", "nsplit")
@@ -55,8 +56,15 @@ def fmt(x, w=9, p=1):
 def main():
     if len(sys.argv) < 2:
         sys.exit(__doc__)
+    if not os.path.exists(sys.argv[1]):
+        sys.exit(f"agmm_compare: {sys.argv[1]} is missing (the all_gather_matmul bench wrote no JSON)")
     ours, taxes = load_ours(sys.argv[1])
-    torch = load_torch(sys.argv[2]) if len(sys.argv) > 2 else {}
+    torch = {}
+    if len(sys.argv) > 2:
+        if os.path.exists(sys.argv[2]):
+            torch = load_torch(sys.argv[2])
+        else:
+            print(f"# {sys.argv[2]} is missing (the PyTorch step wrote no JSON): ours only\n")
     print(f"{'case':<32} {'bsp':>9} {'bsp-own':>9} {'decomp':>9} {'push':>9} {'fusedce':>9} {'ksplit':>9} {'auto':>9} {'gemm':>9} "
           f"{'floor':>9} {'auto/bsp':>8} {'t-bsp':>9} {'t-fused':>9} {'auto/tf':>8} {'tax-bsp':>8} {'tax-loc':>8} "
           f"{'tax-lau':>8}  best")

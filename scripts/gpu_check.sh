@@ -28,6 +28,7 @@ out=${1:?usage: scripts/gpu_check.sh OUT_DIR [tests|soak|random|sanitize|faults|
 shift
 steps=${*:-all}
 mkdir -p "$out"
+out=$(cd "$out" && pwd)  # absolute: the script works from the repository root
 cd "$(dirname "$0")/.." || exit 1
 bin=build/taxfree
 tests=build/tests/taxfree_gpu_tests

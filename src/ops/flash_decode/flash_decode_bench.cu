@@ -160,6 +160,7 @@ class FlashDecodeBench final : public bench::OpBench {
     const size_t n = size_t(s_.batch) * s_.q_heads * d;
     // Bitwise against rank 0: every rank gathers every rank's output (collective).
     TF_NCCL(ncclAllGather(out_, all_out_, n * 2, ncclUint8, team_->comm(), stream));
+    team_->sync(stream);  // the deadline and diagnostic of a Team wait, not count_diff16's plain one
     int64_t wrong = bench::count_diff16(static_cast<uint16_t*>(all_out_) + n * team_->rank(), all_out_, n * 2, stream);
 
     std::vector<uint16_t> out(n);
