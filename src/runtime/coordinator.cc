@@ -120,11 +120,14 @@ std::string to_hex(const void* data, size_t n) {
 }
 
 std::string from_hex(const std::string& hex) {
-  TF_REQUIRE(hex.size() % 2 == 0, Status::Internal, "odd-length hex value on the coordinator protocol");
-  auto nib = [](char c) -> int {
+  // The value, shortened, in the message: a corrupt line is then recognisable.
+  const auto shown = [&] { return hex.size() <= 40 ? hex : hex.substr(0, 40) + "..."; };
+  TF_REQUIRE(hex.size() % 2 == 0, Status::Internal,
+             "odd-length hex value '" << shown() << "' (" << hex.size() << " digits) on the coordinator protocol");
+  auto nib = [&](char c) -> int {
     if (c >= '0' && c <= '9') return c - '0';
     if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    TF_THROW(Status::Internal, "bad hex digit '" << c << "' on the coordinator protocol");
+    TF_THROW(Status::Internal, "bad hex digit '" << c << "' in '" << shown() << "' on the coordinator protocol");
   };
   std::string out(hex.size() / 2, '\0');
   for (size_t i = 0; i < out.size(); ++i) out[i] = char(nib(hex[2 * i]) << 4 | nib(hex[2 * i + 1]));

@@ -6,6 +6,8 @@
 #include <mutex>
 #include <vector>
 
+#include "taxfree/runtime/error.h"
+
 namespace taxfree {
 namespace {
 struct Hooks {
@@ -33,7 +35,8 @@ bool run_stream_release_hooks(cudaStream_t stream) noexcept {
   }
   bool ok = true;
   const auto report = [&](const char* what) {
-    std::fprintf(stderr, "taxfree: releasing what stream %p held failed: %s\n", static_cast<void*>(stream), what);
+    std::fprintf(stderr, "[taxfree rank %d] releasing what stream %p held failed: %s\n", error_rank(),
+                 static_cast<void*>(stream), what);
     ok = false;
   };
   for (StreamReleaseHook hook : list) {

@@ -208,7 +208,9 @@ void Team::init(const TeamOptions& options) {
     client_->set("nccl-id", std::string(reinterpret_cast<const char*>(&id), sizeof id));
   } else {
     std::string v = client_->get("nccl-id", options.bootstrap_timeout_s);
-    TF_REQUIRE(v.size() == sizeof id, Status::Internal, "NCCL id of " << v.size() << " bytes");
+    TF_REQUIRE(v.size() == sizeof id, Status::Internal,
+               "rank " << env_.rank << ": the NCCL id from the coordinator has " << v.size() << " bytes, not "
+                       << sizeof id);
     std::memcpy(&id, v.data(), sizeof id);
   }
   {
