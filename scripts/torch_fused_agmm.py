@@ -19,6 +19,7 @@ standalone (python3 scripts/torch_fused_agmm.py --json OUT.json), which starts -
 Multicast (NVLS) stays off: TORCH_SYMM_MEM_DISABLE_MULTICAST=1, NCCL_NVLS_ENABLE=0.
 """
 import argparse
+import datetime
 import json
 import math
 import os
@@ -150,16 +151,35 @@ def count_wrong(c, ref, a, a_ref, k, dtype):
     return int(wrong.item())
 
 
+def agree(ok):
+    """True when `ok` holds on every rank (a collective: every rank calls it at the same point)."""
+    t = torch.tensor([1 if ok else 0], device="cuda", dtype=torch.int32)
+    dist.all_reduce(t, op=dist.ReduceOp.MIN)
+    return bool(t.item())
+
+
+def write_json(args, world, results):
+    env = {k: v for k, v in os.environ.items() if k.startswith(("NCCL_", "TORCH_SYMM", "NVSHMEM", "CUDA_VISIBLE"))}
+    doc = {"config": vars(args), "world": world, "torch": torch.__version__, "device": torch.cuda.get_device_name(),
+           "nccl": str(torch.cuda.nccl.version()), "env": env, "results": results,
+           "wrong_total": sum(r.get("nwrong", 0) for r in results)}
+    with open(args.json, "w") as f:
+        json.dump(doc, f, indent=2)
+
+
 def worker(rank, world, args, master_port):
     if master_port is not None:
         os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(master_port), RANK=str(rank),
                           WORLD_SIZE=str(world), LOCAL_RANK=str(rank))
     local = int(os.environ.get("LOCAL_RANK", rank))
     torch.cuda.set_device(local)
+    # A collective a peer never joins ends at this deadline (PyTorch's NCCL watchdog), not at the
+    # device call's limit.
+    timeout = datetime.timedelta(seconds=args.timeout)
     try:
-        dist.init_process_group("nccl", device_id=torch.device("cuda", local))
+        dist.init_process_group("nccl", device_id=torch.device("cuda", local), timeout=timeout)
     except TypeError:  # releases before device_id
-        dist.init_process_group("nccl")
+        dist.init_process_group("nccl", timeout=timeout)
     group_name = dist.group.WORLD.group_name
     try:
         from torch.distributed._symmetric_memory import enable_symm_mem_for_group
@@ -189,8 +209,16 @@ def worker(rank, world, args, master_port):
             else:
                 native = variant == "torch-fused-native"
                 fn = lambda native=native: fused(a_shard, b, gd, group_name, native)  # noqa: E731
+            # This PyTorch may not run the variant here: say why. Every rank learns whether every
+            # rank ran it before any goes on to a collective, so one rank's error cannot leave the
+            # others waiting in one.
+            error = None
             try:
                 a_out, c_out = fn()
+                torch.cuda.synchronize()
+            except Exception as e:
+                error = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:200]
+            if agree(error is None):
                 row["nwrong"] = count_wrong(c_out, c_ref, a_out, a_ref, k, dtype)
                 (med, lo, hi), reps = time_variant(fn, args.warmup, args.iters)
                 row.update(time_us={"median": med, "min": lo, "max": hi}, runs_per_sample=reps,
@@ -198,10 +226,8 @@ def worker(rank, world, args, master_port):
                 if variant == "torch-bsp":
                     base = med
                 row["speedup_vs_torch_bsp"] = base / med if base else None
-            except Exception as e:  # this PyTorch cannot run the variant here: say why
-                row["error"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:200]
-                torch.cuda.synchronize()
-                dist.barrier()
+            else:
+                row["error"] = error or "failed on another rank"
             results.append(row)
             if rank == 0:
                 if "error" in row:
@@ -211,13 +237,10 @@ def worker(rank, world, args, master_port):
                     print(f"  {label:<34} {variant:<20} {row['time_us']['median']:10.2f} {row['time_us']['min']:10.2f} "
                           f"{row['tflops']:8.1f} {(f'{sp:.2f}x' if sp else '-'):>7} {row['nwrong']:7d}")
                 sys.stdout.flush()
+        if rank == 0 and args.json:  # after every shape: a run cut short keeps what it measured
+            write_json(args, world, results)
     if rank == 0 and args.json:
-        env = {k: v for k, v in os.environ.items() if k.startswith(("NCCL_", "TORCH_SYMM", "NVSHMEM", "CUDA_VISIBLE"))}
-        doc = {"config": vars(args), "world": world, "torch": torch.__version__, "device": torch.cuda.get_device_name(),
-               "nccl": str(torch.cuda.nccl.version()), "env": env, "results": results,
-               "wrong_total": sum(r.get("nwrong", 0) for r in results)}
-        with open(args.json, "w") as f:
-            json.dump(doc, f, indent=2)
+        write_json(args, world, results)
         print(f"# JSON: {args.json}")
     dist.barrier()
     dist.destroy_process_group()
@@ -233,6 +256,8 @@ def main():
     p.add_argument("-w", "--warmup", type=int, default=5)
     p.add_argument("--seed", type=int, default=2026)
     p.add_argument("--nproc", type=int, default=2, help="ranks to start when not run under torchrun")
+    p.add_argument("--timeout", type=float, default=120,
+                   help="seconds a collective may wait for the other ranks before the job fails")
     args = p.parse_args()
     if "RANK" in os.environ:  # torchrun
         worker(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), args, None)
