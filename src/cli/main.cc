@@ -149,7 +149,7 @@ int main(int argc, char** argv) {
   int fail_rank = -1;
   std::string mode = "ok";
   selftest->add_option("--fail-rank", fail_rank);
-  selftest->add_option("--mode", mode)->check(CLI::IsMember({"ok", "exit", "kill", "error", "hang", "stall"}));
+  selftest->add_option("--mode", mode)->check(CLI::IsMember({"ok", "exit", "kill", "error", "hang", "stall", "finish-exit"}));
 
   try {
     app.parse(argc, argv);
@@ -191,6 +191,12 @@ int main(int argc, char** argv) {
       c.barrier("end", 10);
       std::cout << "rank " << env->rank << " done\n";
       c.finish();
+      if (mode == "finish-exit") {  // the failing rank ends with an exit code after finishing, as a
+                                    // benchmark that found wrong elements; the others look for an abort
+        if (env->rank == fail_rank) return int(kExitWrongResult);
+        std::this_thread::sleep_for(std::chrono::milliseconds(500));
+        if (c.aborted()) std::cout << "rank " << env->rank << " was told to abort after finishing\n";
+      }
       return int(kExitOk);
     });
   }

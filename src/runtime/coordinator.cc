@@ -213,8 +213,15 @@ std::string CoordinatorServer::first_failure() const {
   return first_failure_;
 }
 
-void CoordinatorServer::rank_ended_abnormally(int rank, const std::string& how) {
+void CoordinatorServer::rank_ended_abnormally(int rank, const std::string& how, bool exited) {
   std::lock_guard<std::mutex> lk(mu_);
+  const Conn* latest = nullptr;
+  for (const auto& c : conns_)
+    if (c->rank == rank && (!latest || c->generation >= latest->generation)) latest = c.get();
+  if (exited && latest && latest->finished) {
+    if (first_failure_.empty()) first_failure_ = "rank " + std::to_string(rank) + ": " + one_line(how);
+    return;
+  }
   fail_locked(rank, how, nullptr);
 }
 

@@ -367,7 +367,7 @@ int run_ranks(const LaunchSpec& spec) {
       if (WIFEXITED(status) && WEXITSTATUS(status) == 0) continue;
       const std::string how = "rank " + std::to_string(r) + " (pid " + std::to_string(pid) + ") " + describe_status(status);
       ended.push_back(how);
-      if (!failing) server.rank_ended_abnormally(r, how);
+      if (!failing) server.rank_ended_abnormally(r, how, WIFEXITED(status));
       fail(exit_code_of(status));
       continue;
     }

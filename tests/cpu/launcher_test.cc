@@ -243,6 +243,15 @@ TEST(Launcher, HungRankIsNamedWhenTheOthersTimeOut) {
   EXPECT_NE(r.output.find("rank(s) 1 never arrived"), std::string::npos) << r.output;
 }
 
+TEST(Launcher, NonZeroExitAfterFinishingFailsTheJobWithoutAbortingFinishedPeers) {
+  auto r = run_process(selftest_job(3, 1, "finish-exit"));
+  EXPECT_EQ(r.exit_code, 5) << r.output;
+  EXPECT_NE(r.output.find("job failed: rank 1: rank 1 (pid"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("exited with code 5"), std::string::npos) << r.output;
+  for (int rank : {0, 1, 2}) EXPECT_NE(r.output.find("rank " + std::to_string(rank) + " done"), std::string::npos);
+  EXPECT_EQ(r.output.find("was told to abort"), std::string::npos) << r.output;
+}
+
 TEST(Launcher, StalledCallEndsItsRankAtTheCallDeadlineAndTheJobNamesIt) {
   // A call that never returns, under a 1 s CallDeadline (what guards NCCL's init in a Team).
   auto r = run_process(selftest_job(3, 2, "stall"), {}, 60);

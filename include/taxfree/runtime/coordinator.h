@@ -45,8 +45,11 @@ class CoordinatorServer {
   CoordinatorServer& operator=(const CoordinatorServer&) = delete;
 
   int port() const { return port_; }
-  // The launcher saw rank `rank` end abnormally (exit code or signal, in words).
-  void rank_ended_abnormally(int rank, const std::string& how);
+  // The launcher saw rank `rank` end abnormally (exit code or signal, in words). The job's first
+  // failure either way; the other ranks are told unless the rank `exited` (not by a signal) after
+  // its latest connection said it finished (e.g. a benchmark's "wrong elements" exit code): its
+  // peers finished too and are tearing down, which an abort would turn into a failed teardown.
+  void rank_ended_abnormally(int rank, const std::string& how, bool exited);
   // "rank R: message" of the first failure, or empty.
   std::string first_failure() const;
 
