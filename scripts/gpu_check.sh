@@ -28,7 +28,7 @@ out=${1:?usage: scripts/gpu_check.sh OUT_DIR [tests|soak|random|sanitize|faults|
 shift
 steps=${*:-all}
 mkdir -p "$out"
-out=$(cd "$out" && pwd)  # absolute: the script works from the repository root
+out=$(CDPATH='' cd -- "$out" && pwd) || exit 1  # absolute: the script works from the repository root
 cd "$(dirname "$0")/.." || exit 1
 bin=build/taxfree
 tests=build/tests/taxfree_gpu_tests
@@ -38,7 +38,7 @@ export NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1 TORCH_SYMM_MEM_DISABLE_MULTICAS
 # Load the NCCL the binaries were compiled against (2.28.9 ships in PyTorch's packages there;
 # /usr/lib may hold another version, which the Team refuses at start).
 if nccl_lib=$(python3 -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "lib"))' 2>/dev/null); then
-  export LD_LIBRARY_PATH="$nccl_lib:${LD_LIBRARY_PATH:-}"
+  export LD_LIBRARY_PATH="$nccl_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 fi
 for d in /usr/local/cuda/lib64 /usr/local/cuda/lib; do [ -d "$d" ] && export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$d"; done
 

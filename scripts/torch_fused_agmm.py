@@ -163,8 +163,9 @@ def write_json(args, world, results):
     doc = {"config": vars(args), "world": world, "torch": torch.__version__, "device": torch.cuda.get_device_name(),
            "nccl": str(torch.cuda.nccl.version()), "env": env, "results": results,
            "wrong_total": sum(r.get("nwrong", 0) for r in results)}
-    with open(args.json, "w") as f:
+    with open(args.json + ".tmp", "w") as f:  # replaced whole: a run cut short leaves valid JSON
         json.dump(doc, f, indent=2)
+    os.replace(args.json + ".tmp", args.json)
 
 
 def worker(rank, world, args, master_port):

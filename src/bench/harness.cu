@@ -514,9 +514,9 @@ int run(Team& team, const RunRequest& req) {
           team.sync(s);
           if (gated && __atomic_load_n(g_gate + 1, __ATOMIC_ACQUIRE) == g_gate_ticket)
             std::fprintf(stderr,
-                         "[taxfree rank %d] bench %s %s, variant %s: the timing gate opened at its %g s deadline "
+                         "[taxfree rank %d] bench %s %s, variant %s: the timing gate opened at its deadline (%g s) "
                          "before the host had queued the batch; these samples include host launch time\n",
-                         team.rank(), gate_s, name.c_str(), pending[vi].c.label.c_str(), v.c_str());
+                         team.rank(), name.c_str(), pending[vi].c.label.c_str(), v.c_str(), gate_s);
           const double per_run = bench->ops_per_run(c, v);
           for (int i = 0; i < n; ++i) samples[vi].push_back(elapsed_s(starts[size_t(i)], stops[size_t(i)]) / reps_all / per_run);
           host_s[vi] += batch_host_s / reps_all / per_run;

@@ -215,9 +215,16 @@ std::string CoordinatorServer::first_failure() const {
 
 void CoordinatorServer::rank_ended_abnormally(int rank, const std::string& how, bool exited) {
   std::lock_guard<std::mutex> lk(mu_);
-  const Conn* latest = nullptr;
+  Conn* latest = nullptr;
   for (const auto& c : conns_)
     if (c->rank == rank && (!latest || c->generation >= latest->generation)) latest = c.get();
+  if (exited && latest && latest->open && !latest->finished) {
+    // The launcher can reap the process before this thread has read its last lines (its BYE).
+    char buf[4096];
+    ssize_t got;
+    while (latest->open && (got = ::recv(latest->fd, buf, sizeof buf, MSG_DONTWAIT)) > 0)
+      take_bytes_locked(*latest, buf, size_t(got));
+  }
   if (exited && latest && latest->finished) {
     if (first_failure_.empty()) first_failure_ = "rank " + std::to_string(rank) + ": " + one_line(how);
     return;
@@ -241,8 +248,10 @@ void CoordinatorServer::send_locked(Conn& c, const std::string& line) {
 }
 
 void CoordinatorServer::fail_locked(int rank, const std::string& message, const Conn* source) {
-  if (!first_failure_.empty()) return;  // later failures are consequences of the first
-  first_failure_ = (rank >= 0 ? "rank " + std::to_string(rank) + ": " : "") + one_line(message);
+  if (abort_sent_) return;  // later failures are consequences of the first
+  abort_sent_ = true;
+  if (first_failure_.empty())
+    first_failure_ = (rank >= 0 ? "rank " + std::to_string(rank) + ": " : "") + one_line(message);
   for (auto& c : conns_)
     if (c.get() != source) send_locked(*c, "ABORT " + std::to_string(rank) + " " + one_line(message));
 }
@@ -320,6 +329,16 @@ void CoordinatorServer::handle_line(Conn& c, const std::string& line) {
   }
 }
 
+void CoordinatorServer::take_bytes_locked(Conn& c, const char* data, size_t n) {
+  c.inbuf.append(data, n);
+  size_t nl;
+  while (c.open && (nl = c.inbuf.find('\n')) != std::string::npos) {
+    std::string line = c.inbuf.substr(0, nl);
+    c.inbuf.erase(0, nl + 1);
+    handle_line(c, line);
+  }
+}
+
 void CoordinatorServer::serve() {
   std::vector<pollfd> fds;
   while (!stop_) {
@@ -352,13 +371,7 @@ void CoordinatorServer::serve() {
       char buf[4096];
       ssize_t got = ::recv(c.fd, buf, sizeof buf, 0);
       if (got > 0) {
-        c.inbuf.append(buf, size_t(got));
-        size_t nl;
-        while (c.open && (nl = c.inbuf.find('\n')) != std::string::npos) {
-          std::string line = c.inbuf.substr(0, nl);
-          c.inbuf.erase(0, nl + 1);
-          handle_line(c, line);
-        }
+        take_bytes_locked(c, buf, size_t(got));
       } else if (got == 0 || (errno != EINTR && errno != EAGAIN)) {
         const std::string why = got == 0 ? std::string("it exited or was killed") : std::strerror(errno);
         close_locked(c);

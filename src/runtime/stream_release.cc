@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <exception>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "taxfree/runtime/error.h"
@@ -35,7 +36,8 @@ bool run_stream_release_hooks(cudaStream_t stream) noexcept {
   }
   bool ok = true;
   const auto report = [&](const char* what) {
-    std::fprintf(stderr, "[taxfree rank %d] releasing what stream %p held failed: %s\n", error_rank(),
+    const std::string who = error_rank() >= 0 ? " rank " + std::to_string(error_rank()) : "";
+    std::fprintf(stderr, "[taxfree%s] releasing what stream %p held failed: %s\n", who.c_str(),
                  static_cast<void*>(stream), what);
     ok = false;
   };

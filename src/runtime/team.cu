@@ -126,6 +126,10 @@ std::unique_ptr<Team> Team::join(const TeamOptions& options) {
 
 double team_timeout_s(const TeamOptions& options, const EnvLookup& env) {
   constexpr double kMin = 1e-6, kMax = 1e6;  // s: a microsecond to far past any wait (exact in ns)
+  // The bootstrap's deadlines too (a CallDeadline among them): NaN or inf would end a healthy rank.
+  TF_REQUIRE(options.bootstrap_timeout_s >= 1e-3 && options.bootstrap_timeout_s <= kMax, Status::InvalidArgument,
+             "TeamOptions::bootstrap_timeout_s=" << options.bootstrap_timeout_s << " must be in [0.001, " << kMax
+                                                 << "] s");
   if (options.timeout_s < 0) return env_number(env, "TAXFREE_TIMEOUT_S", kMin, kMax, 10.0);
   TF_REQUIRE(options.timeout_s >= kMin && options.timeout_s <= kMax, Status::InvalidArgument,
              "TeamOptions::timeout_s=" << options.timeout_s << " must be in [" << kMin << ", " << kMax

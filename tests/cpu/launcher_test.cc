@@ -84,6 +84,10 @@ TEST(TeamLimits, DeadlineAndHeapFromOptionsAndEnvironment) {
                                           "TeamOptions::timeout_s");
   o.heap_bytes = 1000;
   test::expect_error([&] { team_heap_bytes(o, 2, env_of({})); }, Status::InvalidArgument, "TeamOptions::heap_bytes");
+  o.timeout_s = 2.5;
+  for (double bad : {0.0, std::nan(""), HUGE_VAL, 1e7})
+    o.bootstrap_timeout_s = bad, test::expect_error([&] { team_timeout_s(o, env_of({})); }, Status::InvalidArgument,
+                                                    "TeamOptions::bootstrap_timeout_s");
 }
 
 TEST(RankEnv, OpenMpiAndMpich) {

@@ -57,8 +57,10 @@ class CoordinatorServer {
   struct Conn;
   void serve();
   void handle_line(Conn& c, const std::string& line);
-  // Records the job's first failure and tells every connection but `source` (the one that
-  // reported it, if any). rank -1: the coordinator itself.
+  // Appends `n` received bytes to c's input and handles its complete lines.
+  void take_bytes_locked(Conn& c, const char* data, size_t n);
+  // Records the job's first failure and, unless an abort went out already, tells every connection
+  // but `source` (the one that reported it, if any). rank -1: the coordinator itself.
   void fail_locked(int rank, const std::string& message, const Conn* source);
   void send_locked(Conn& c, const std::string& line);
   void close_locked(Conn& c);
@@ -73,6 +75,7 @@ class CoordinatorServer {
   std::map<std::string, std::string> kv_;
   std::map<std::string, std::set<int>> barriers_;
   std::string first_failure_;
+  bool abort_sent_ = false;  // under mu_: the ranks were told (not after a finished rank's exit code)
   std::thread thread_;
 };
 

@@ -132,7 +132,8 @@ class Team {
 
 // The device wait deadline (s) and the heap size (bytes) a Team takes from `options` and the
 // environment (TAXFREE_TIMEOUT_S, TAXFREE_HEAP_BYTES, read through `env`). InvalidArgument naming
-// the option or variable for a value out of the ranges of TeamOptions (NaN, inf, 0 included).
+// the option or variable for a value out of the ranges of TeamOptions (NaN, inf, 0 included);
+// team_timeout_s also checks bootstrap_timeout_s, in [0.001, 1e6] s.
 double team_timeout_s(const TeamOptions& options, const EnvLookup& env);
 uint64_t team_heap_bytes(const TeamOptions& options, int world, const EnvLookup& env);
 
