@@ -170,6 +170,38 @@ TEST(Coordinator, FailureIsBroadcastAndWakesWaiters) {
   EXPECT_THROW(job.ranks[0]->throw_if_aborted(), Error);
 }
 
+// The launcher reports a rank that exited non-zero right after its BYE (a benchmark's "wrong
+// elements"): the job's first failure, told to nobody (the BYE is read first, even when the
+// report comes before the server thread got to it); a later failure is still told to everyone.
+TEST(Coordinator, ExitAfterFinishingIsRecordedNotBroadcastAndALaterFailureIs) {
+  Job job;
+  on_all(job, [](int, CoordinatorClient& c) { c.barrier("start", 5); });  // every HELLO read
+  job.ranks[0]->finish();
+  job.server.rank_ended_abnormally(0, "rank 0 (pid 1) exited with code 5", true);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_FALSE(job.ranks[1]->aborted()) << job.ranks[1]->abort_message();
+  EXPECT_FALSE(job.ranks[2]->aborted()) << job.ranks[2]->abort_message();
+  EXPECT_EQ(job.server.first_failure(), "rank 0: rank 0 (pid 1) exited with code 5");
+  job.ranks[1]->fail("out of cheese");
+  for (int i = 0; i < 100 && !job.ranks[2]->aborted(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_TRUE(job.ranks[2]->aborted());
+  EXPECT_NE(job.ranks[2]->abort_message().find("out of cheese"), std::string::npos) << job.ranks[2]->abort_message();
+  EXPECT_EQ(job.server.first_failure(), "rank 0: rank 0 (pid 1) exited with code 5");
+}
+
+// A rank that ended by a signal, or that never said it finished, is told to every rank.
+TEST(Coordinator, SignalledOrUnfinishedRankIsBroadcast) {
+  for (const bool finished : {true, false}) {
+    Job job;
+    on_all(job, [](int, CoordinatorClient& c) { c.barrier("start", 5); });
+    if (finished) job.ranks[0]->finish();
+    job.server.rank_ended_abnormally(0, "rank 0 (pid 1) ended", !finished);  // signalled, or exited unfinished
+    for (int i = 0; i < 100 && !job.ranks[1]->aborted(); ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    EXPECT_TRUE(job.ranks[1]->aborted()) << "finished " << finished;
+  }
+}
+
 TEST(Coordinator, DisconnectWithoutFinishingIsAFailure) {
   Job job;
   job.ranks[0]->finish();
