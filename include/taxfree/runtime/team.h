@@ -9,7 +9,9 @@
 // call, and their device waits stop (the abort flag is raised from the coordinator's thread). A
 // process still alive `exit_grace_s` after an abort is ended with kExitRemote by the watchdog, so
 // no rank is ever left hanging, even inside NCCL. A Team destroyed before finish() (an exception
-// unwinding) raises its own abort flag first, so this rank's waiting kernels stop at once.
+// unwinding) reports that and raises its own abort flag first, so the other ranks learn it before
+// its teardown and this rank's waiting kernels stop at once. A rank whose process ends with a
+// non-zero code after finish() fails the job without aborting the ranks that finished too.
 //
 // One Team per rank at a time: a process joining again while its Team is unfinished fails the job
 // ("two processes claim rank R"). Under the taxfree launcher (and in a single process) a rank may
