@@ -218,18 +218,23 @@ void CoordinatorServer::rank_ended_abnormally(int rank, const std::string& how, 
   Conn* latest = nullptr;
   for (const auto& c : conns_)
     if (c->rank == rank && (!latest || c->generation >= latest->generation)) latest = c.get();
-  if (exited && latest && latest->open && !latest->finished) {
+  if (exited && latest) {
     // The launcher can reap the process before this thread has read its last lines (its BYE).
     char buf[4096];
     ssize_t got;
-    while (latest->open && (got = ::recv(latest->fd, buf, sizeof buf, MSG_DONTWAIT)) > 0)
+    while (latest->open && !latest->finished && (got = ::recv(latest->fd, buf, sizeof buf, MSG_DONTWAIT)) > 0)
       take_bytes_locked(*latest, buf, size_t(got));
-  }
-  if (exited && latest && latest->finished) {
-    if (first_failure_.empty()) first_failure_ = "rank " + std::to_string(rank) + ": " + one_line(how);
-    return;
+    if (latest->finished) {
+      record_failure_locked(rank, how);
+      return;
+    }
   }
   fail_locked(rank, how, nullptr);
+}
+
+void CoordinatorServer::record_failure_locked(int rank, const std::string& message) {
+  if (first_failure_.empty())
+    first_failure_ = (rank >= 0 ? "rank " + std::to_string(rank) + ": " : "") + one_line(message);
 }
 
 void CoordinatorServer::close_locked(Conn& c) {
@@ -250,8 +255,7 @@ void CoordinatorServer::send_locked(Conn& c, const std::string& line) {
 void CoordinatorServer::fail_locked(int rank, const std::string& message, const Conn* source) {
   if (abort_sent_) return;  // later failures are consequences of the first
   abort_sent_ = true;
-  if (first_failure_.empty())
-    first_failure_ = (rank >= 0 ? "rank " + std::to_string(rank) + ": " : "") + one_line(message);
+  record_failure_locked(rank, message);
   for (auto& c : conns_)
     if (c.get() != source) send_locked(*c, "ABORT " + std::to_string(rank) + " " + one_line(message));
 }

@@ -59,6 +59,8 @@ class CoordinatorServer {
   void handle_line(Conn& c, const std::string& line);
   // Appends `n` received bytes to c's input and handles its complete lines.
   void take_bytes_locked(Conn& c, const char* data, size_t n);
+  // Keeps "rank R: message" as the job's first failure unless there is one.
+  void record_failure_locked(int rank, const std::string& message);
   // Records the job's first failure and, unless an abort went out already, tells every connection
   // but `source` (the one that reported it, if any). rank -1: the coordinator itself.
   void fail_locked(int rank, const std::string& message, const Conn* source);

@@ -268,7 +268,8 @@ GemmConfig rank_candidates(int64_t m, int64_t n, int64_t k, BLayout b_layout, in
 // Ranking replays every candidate's schedule: tens of microseconds of host time, paid by every
 // launch that asks (the plain GEMM without a config, all_gather_matmul's launches on our GEMM),
 // more than the GPU time of small shapes (r309: 96-279 us on the GPU machine's host). A serving
-// loop asks for the same few shapes every step, so the answers are kept. Bounded: emptied when full (a sweep over thousands of shapes ranks again).
+// loop asks for the same few shapes every step, so the answers are kept. Bounded: emptied when
+// full (a sweep over thousands of shapes ranks again).
 using MemoKey = std::tuple<int64_t, int64_t, int64_t, int, int, int, int, int>;
 constexpr size_t kMemoCapacity = 4096;
 std::mutex g_memo_mutex;
