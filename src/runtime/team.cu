@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <sstream>
 #include <thread>
 
@@ -166,6 +167,7 @@ void Team::init(const TeamOptions& options) {
                                                            "one after another");
   const EnvLookup env_of = [](const char* name) -> const char* { return std::getenv(name); };
   timeout_s_ = team_timeout_s(options, env_of);  // both checked before anything starts
+  bootstrap_timeout_s_ = options.bootstrap_timeout_s;
   const uint64_t heap_bytes = team_heap_bytes(options, env_.world, env_of);
 
   if (!env || env_.host_coordinator) {
@@ -272,10 +274,17 @@ Team::~Team() {
     // not waited out; the process is ending).
     poll_stream(stream_, 2.0, [] { return false; });
   }
-  heap_.reset();
-  if (comm_) {
-    if (clean) ncclCommDestroy(comm_);
-    else ncclCommAbort(comm_);
+  {
+    // NCCL's teardown may wait for peers (window deregistration) without a deadline of its own.
+    std::optional<CallDeadline> deadline;
+    if (client_ && (heap_ || comm_))
+      deadline.emplace(*client_, "the Team's NCCL teardown (window deregistration, communicator destroy)",
+                       bootstrap_timeout_s_);
+    heap_.reset();
+    if (comm_) {
+      if (clean) ncclCommDestroy(comm_);
+      else ncclCommAbort(comm_);
+    }
   }
   if (stream_) cudaStreamDestroy(stream_);
   client_.reset();  // first: its watchdog's abort callback writes the flag

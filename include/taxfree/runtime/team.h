@@ -106,7 +106,9 @@ class Team {
   // finished Team's destructor waits for work queued on stream() since within the same deadline;
   // past it, it says so on stderr and tears down as after a failure (abort flag raised). Once this
   // rank knows of another rank's failure it skips both, ends this rank's part and throws
-  // RemoteError; its own failures surface from the drain (sync's errors).
+  // RemoteError; its own failures surface from the drain (sync's errors). The NCCL teardown in the
+  // destructor (window deregistration, communicator destroy or abort) has no deadline of its own:
+  // past bootstrap_timeout_s it ends the process as a CallDeadline does, naming the calls.
   void finish();
 
  private:
@@ -118,6 +120,7 @@ class Team {
   int device_ = -1;
   int sm_count_ = 0;
   double timeout_s_ = 10;
+  double bootstrap_timeout_s_ = 120;  // also bounds the NCCL teardown (window deregistration, comm destroy)
   std::unique_ptr<CoordinatorServer> server_;
   std::unique_ptr<CoordinatorClient> client_;
   ncclComm_t comm_ = nullptr;
