@@ -373,7 +373,9 @@ void CoordinatorServer::serve() {
       Conn& c = *conns_[i - 2];
       if (!c.open || fds[i].fd < 0 || !(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
       char buf[4096];
-      ssize_t got = ::recv(c.fd, buf, sizeof buf, 0);
+      // Not blocking: what poll() saw may have been read since by rank_ended_abnormally (the
+      // launcher's thread), and a blocking read here would hold mu_ until the rank writes again.
+      ssize_t got = ::recv(c.fd, buf, sizeof buf, MSG_DONTWAIT);
       if (got > 0) {
         take_bytes_locked(c, buf, size_t(got));
       } else if (got == 0 || (errno != EINTR && errno != EAGAIN)) {

@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <future>
 #include <thread>
 
 #include "expect_error.h"
@@ -187,6 +188,31 @@ TEST(Coordinator, ExitAfterFinishingIsRecordedNotBroadcastAndALaterFailureIs) {
   EXPECT_TRUE(job.ranks[2]->aborted());
   EXPECT_NE(job.ranks[2]->abort_message().find("out of cheese"), std::string::npos) << job.ranks[2]->abort_message();
   EXPECT_EQ(job.server.first_failure(), "rank 0: rank 0 (pid 1) exited with code 5");
+}
+
+// The launcher's thread reads a reaped rank's last lines (rank_ended_abnormally) while the
+// coordinator's thread may be between its poll() and its read of the same socket: that read must
+// not block holding the coordinator's lock (it did: every later call then waited until the rank
+// wrote again). Many short jobs, to meet the window; a blocked coordinator is unblocked by a write.
+TEST(Coordinator, ReadingAReapedRanksLastLinesNeverBlocksTheCoordinator) {
+  for (int i = 0; i < 2000; ++i) {
+    Job job(2);
+    on_all(job, [](int, CoordinatorClient& c) { c.barrier("start", 5); });
+    job.ranks[0]->finish();
+    // 0-49 us after the BYE is sent: sweeps the moment the coordinator's poll() wakes up for it.
+    const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(i % 50);
+    while (std::chrono::steady_clock::now() < until) {
+    }
+    job.server.rank_ended_abnormally(0, "rank 0 (pid 1) exited with code 5", true);
+    auto failure = std::async(std::launch::async, [&] { return job.server.first_failure(); });
+    if (failure.wait_for(std::chrono::seconds(2)) != std::future_status::ready) {
+      ADD_FAILURE() << "job " << i << ": the coordinator was blocked for 2 s after reading rank 0's last lines";
+      job.ranks[0]->fail("unblock the coordinator's read");
+      failure.get();
+      return;
+    }
+    EXPECT_EQ(failure.get(), "rank 0: rank 0 (pid 1) exited with code 5") << "job " << i;
+  }
 }
 
 // A rank that ended by a signal, or that never said it finished, is told to every rank.
