@@ -183,8 +183,10 @@ int main(int argc, char** argv) {
           return int(kExitFailed);
         }
         if (mode == "hang") std::this_thread::sleep_for(std::chrono::hours(1));
-        if (mode == "stall") {  // a call with no deadline of its own that never returns, under a CallDeadline
-          CallDeadline deadline(c, "a stalled call", 1.0);
+        if (mode == "stall") {  // calls with no deadline of their own that never return, under
+                                // CallDeadlines: the one armed last expires first
+          const CallDeadline outer(c, "an outer call", 100.0);
+          const CallDeadline deadline(c, "a stalled call", 1.0);
           std::this_thread::sleep_for(std::chrono::hours(1));
         }
       }

@@ -3,32 +3,109 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
+#include <map>
+#include <mutex>
 #include <sstream>
+#include <thread>
+
+#include "taxfree/runtime/error.h"
 
 namespace taxfree {
+namespace {
 
-CallDeadline::CallDeadline(CoordinatorClient& client, const std::string& call, double limit_s)
-    : timer_([this, &client, call, limit_s] {
-        std::unique_lock<std::mutex> lk(mu_);
-        if (cv_.wait_for(lk, std::chrono::duration<double>(limit_s), [this] { return done_; })) return;
-        std::ostringstream why;
-        why << call << " did not return within " << limit_s << " s";
-        std::fprintf(stderr, "[taxfree rank %d] %s; ending this process\n", client.rank(), why.str().c_str());
-        std::fflush(stderr);
-        client.fail(why.str());
-        // A moment for the coordinator to pass it on: under torchrun it is a thread of rank 0's.
-        std::this_thread::sleep_for(std::chrono::milliseconds(200));
-        ::_exit(kExitFailed);
-      }) {}
+using Clock = std::chrono::steady_clock;
+
+struct Armed {
+  Clock::time_point due;
+  CoordinatorClient* client;
+  std::string call;
+  double limit_s;
+};
+
+// One thread sleeps until the earliest armed deadline. It is never joined (leaked with its state):
+// a process may end with calls still armed, and exit must not wait for it.
+class Watcher {
+ public:
+  Watcher() : thread_([this] { run(); }) { thread_.detach(); }
+
+  uint64_t arm(CoordinatorClient* client, std::string call, double limit_s) {
+    const auto due = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(limit_s));
+    std::lock_guard<std::mutex> lk(mu_);
+    const uint64_t id = ++next_id_;
+    armed_.emplace(id, Armed{due, client, std::move(call), limit_s});
+    if (due < earliest_locked()) cv_.notify_one();  // only an earlier deadline needs the thread awake
+    return id;
+  }
+
+  void disarm(uint64_t id) {
+    std::lock_guard<std::mutex> lk(mu_);
+    armed_.erase(id);
+  }
+
+ private:
+  Clock::time_point earliest_locked() const {
+    Clock::time_point t = Clock::time_point::max();
+    for (const auto& [id, a] : armed_) t = std::min(t, a.due);
+    return t;
+  }
+
+  void run() {
+    std::unique_lock<std::mutex> lk(mu_);
+    for (;;) {
+      const Clock::time_point t = earliest_locked();
+      if (t == Clock::time_point::max()) {
+        cv_.wait(lk);
+        continue;
+      }
+      if (Clock::now() < t) {
+        cv_.wait_until(lk, t);
+        continue;
+      }
+      for (const auto& [id, a] : armed_) {
+        if (a.due <= Clock::now()) fire(a);  // under the lock: the CallDeadline, and so its client, stay alive
+      }
+    }
+  }
+
+  [[noreturn]] static void fire(const Armed& a) {
+    std::ostringstream why;
+    why << a.call << " did not return within " << a.limit_s << " s";
+    std::fprintf(stderr, "[taxfree rank %d] %s; ending this process\n", a.client->rank(), why.str().c_str());
+    std::fflush(stderr);
+    a.client->fail(why.str());
+    // A moment for the coordinator to pass it on: under torchrun it is a thread of rank 0's.
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    ::_exit(kExitFailed);
+  }
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<uint64_t, Armed> armed_;
+  uint64_t next_id_ = 0;
+  std::thread thread_;
+};
+
+Watcher& watcher() {
+  static Watcher* w = new Watcher();  // leaked on purpose (see Watcher)
+  return *w;
+}
+
+}  // namespace
+
+CallDeadline::CallDeadline(CoordinatorClient& client, std::string call, double limit_s)
+    : CallDeadline(&client, std::move(call), limit_s) {}
+
+CallDeadline::CallDeadline(CoordinatorClient* client, std::string call, double limit_s) {
+  if (client == nullptr) return;
+  TF_REQUIRE(limit_s > 0 && limit_s <= 1e9, Status::InvalidArgument,
+             "CallDeadline for " << call << ": limit " << limit_s << " s must be positive and at most 1e9");
+  id_ = watcher().arm(client, std::move(call), limit_s);
+}
 
 CallDeadline::~CallDeadline() {
-  {
-    std::lock_guard<std::mutex> lk(mu_);
-    done_ = true;
-  }
-  cv_.notify_all();
-  timer_.join();
+  if (id_ != 0) watcher().disarm(id_);
 }
 
 }  // namespace taxfree

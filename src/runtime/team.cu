@@ -308,6 +308,8 @@ RankShare Team::share() {
   s.heap = heap_.get();
   s.fault = fault();
   s.comm = comm_;
+  s.coordinator = client_.get();
+  s.nccl_call_limit_s = bootstrap_timeout_s_;
   s.host_barrier = [this](const std::string& name) { host_barrier(name); };
   if (check_launches_)
     s.check_launch = [this](const std::string& what) {

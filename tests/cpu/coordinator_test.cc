@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <future>
 #include <thread>
 
@@ -58,19 +59,46 @@ TEST(Coordinator, SetGetAllGatherAndBarrier) {
 }
 
 // A call that returns before its deadline disarms it at once: nothing is reported and the process
-// lives on past the limit (an armed one would end this test process). The stalled call's side is
+// lives on past the limit (an armed one would end this test process). Calls from several threads
+// at once, as an op's NCCL calls arm one each. The stalled call's side is
 // Launcher.StalledCallEndsItsRankAtTheCallDeadlineAndTheJobNamesIt.
-TEST(CallDeadline, ACallThatReturnsDisarmsIt) {
+TEST(CallDeadline, CallsThatReturnDisarmTheirs) {
   Job job(1);
   const auto t0 = std::chrono::steady_clock::now();
-  {
-    const CallDeadline deadline(*job.ranks[0], "a quick call", 0.3);
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&] {
+      for (int i = 0; i < 20; ++i) {
+        const CallDeadline deadline(*job.ranks[0], "a quick call", 0.3);
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      }
+    });
+  for (auto& t : threads) t.join();
   EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 0.25);
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
   EXPECT_EQ(job.server.first_failure(), "");
   EXPECT_FALSE(job.ranks[0]->aborted());
+  job.finish();
+}
+
+// Without a coordinator (ranks simulated in one process, no NCCL) it does nothing; a limit that is
+// not a positive finite time is refused before anything is armed.
+TEST(CallDeadline, NoCoordinatorDisarmsItAndABadLimitIsRefused) {
+  {
+    const CallDeadline deadline(nullptr, "a call without a coordinator", 0.01);
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));  // armed, this would end the process
+  }
+  Job job(1);
+  for (const double bad : {0.0, -1.0, std::nan(""), HUGE_VAL}) {
+    try {
+      const CallDeadline deadline(*job.ranks[0], "a call", bad);
+      ADD_FAILURE() << "limit " << bad << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.status(), Status::InvalidArgument) << bad;
+      EXPECT_NE(std::string(e.what()).find("CallDeadline for a call: limit"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_EQ(job.server.first_failure(), "");
   job.finish();
 }
 

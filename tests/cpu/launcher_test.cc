@@ -257,7 +257,8 @@ TEST(Launcher, NonZeroExitAfterFinishingFailsTheJobWithoutAbortingFinishedPeers)
 }
 
 TEST(Launcher, StalledCallEndsItsRankAtTheCallDeadlineAndTheJobNamesIt) {
-  // A call that never returns, under a 1 s CallDeadline (what guards NCCL's init in a Team).
+  // A call that never returns, under a 1 s CallDeadline (what guards NCCL's init in a Team), armed
+  // inside another call's 100 s one: the process ends at the earlier deadline.
   auto r = run_process(selftest_job(3, 2, "stall"), {}, 60);
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_LT(r.seconds, 10) << r.output;  // not the others' 10 s barrier timeout

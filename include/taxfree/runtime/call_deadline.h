@@ -1,16 +1,20 @@
-// CallDeadline: a deadline for a blocking call that has none of its own.
+// CallDeadline: a deadline for a blocking host call that has none of its own.
 //
-// NCCL's communicator init and window registration wait for every rank, without a time limit. A
-// CallDeadline alive around such a call ends the process if the call has not returned within
-// `limit_s`: it prints why on stderr, tells the coordinator (so every other rank stops too, naming
-// this rank and the call) and exits with kExitFailed. It cannot interrupt the call, so ending the
-// process is the only bounded way out. Destroying it (the call returned, or threw) disarms it.
+// NCCL's communicator init, window registration and teardown, and a collective's first use of an
+// algorithm (the connection setup blocks the host until the peers make the same call), wait for
+// every rank without a time limit. A CallDeadline alive around such a call ends the process if the
+// call has not returned within `limit_s`: it prints why on stderr, tells the coordinator (so every
+// other rank stops too, naming this rank and the call) and exits with kExitFailed. It cannot
+// interrupt the call, so ending the process is the only bounded way out. Destroying it (the call
+// returned, or threw) disarms it.
+//
+// Cheap enough for every NCCL call (a mutex and a map insert; no thread of its own): one watcher
+// thread per process, started at the first CallDeadline and never joined, serves them all.
+// Thread-safe; any number may be armed at once, from any threads.
 #pragma once
 
-#include <condition_variable>
-#include <mutex>
+#include <cstdint>
 #include <string>
-#include <thread>
 
 #include "taxfree/runtime/coordinator.h"
 
@@ -18,17 +22,17 @@ namespace taxfree {
 
 class CallDeadline {
  public:
-  // `client` must outlive this object.
-  CallDeadline(CoordinatorClient& client, const std::string& call, double limit_s);
+  // `client` must outlive this object. `limit_s` must be positive and finite.
+  CallDeadline(CoordinatorClient& client, std::string call, double limit_s);
+  // Disarmed (does nothing) where `client` is null: a rank without a coordinator (ranks simulated
+  // in one process, which have no NCCL).
+  CallDeadline(CoordinatorClient* client, std::string call, double limit_s);
   ~CallDeadline();
   CallDeadline(const CallDeadline&) = delete;
   CallDeadline& operator=(const CallDeadline&) = delete;
 
  private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool done_ = false;
-  std::thread timer_;
+  uint64_t id_ = 0;  // 0: disarmed
 };
 
 }  // namespace taxfree

@@ -17,6 +17,8 @@
 
 namespace taxfree {
 
+class CoordinatorClient;
+
 struct RankShare {
   int rank = 0;
   int world = 1;
@@ -30,6 +32,11 @@ struct RankShare {
   SymmetricHeap* heap = nullptr;
   dev::FaultContext fault{};     // deadline, abort flag and record of every device wait
   ncclComm_t comm = nullptr;     // nullptr: no NCCL; the variants that call it throw NotSupported
+  // Every NCCL call of an op runs under a CallDeadline(coordinator, call, nccl_call_limit_s): a
+  // collective's first use of an algorithm sets up its connections and blocks the host until the
+  // peers make the same call, with no deadline of its own. Null with no NCCL.
+  CoordinatorClient* coordinator = nullptr;
+  double nccl_call_limit_s = 0;
   // A host barrier of every rank; empty: none (one thread builds every simulated rank in turn).
   std::function<void(const std::string&)> host_barrier;
   // The launch check mode (TeamOptions::check_launches): every collective launch passes its

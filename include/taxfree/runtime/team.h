@@ -53,8 +53,9 @@ struct TeamOptions {
   double timeout_s = -1;           // device wait deadline in [1e-6, 1e6] s; <0: TAXFREE_TIMEOUT_S, else 10 s
   // Connecting ranks, the GPU check (every rank reaches NCCL's init on the same GPU kind and SM
   // count, InvalidUsage naming the rank that differs), the NCCL id exchange, and each of NCCL's
-  // init and the heap's window registration (which have no deadline of their own: past this one
-  // the process ends, CallDeadline).
+  // init and the heap's window registration; and each NCCL host call after them that may wait for
+  // the peers (a collective's connection setup at its first use, the teardown). Those have no
+  // deadline of their own: past this one the process ends (CallDeadline).
   double bootstrap_timeout_s = 120;
   bool check_heap = false;         // also on with TAXFREE_CHECK_HEAP=1
   // Compare every collective op launch across ranks before it enqueues (RankShare::check_launch):
@@ -84,6 +85,7 @@ class Team {
   dev::FaultContext fault() const;
   CoordinatorClient& coordinator() { return *client_; }
   double timeout_s() const { return timeout_s_; }
+  double bootstrap_timeout_s() const { return bootstrap_timeout_s_; }  // also bounds NCCL host calls
 
   // This rank's whole GPU as an op's share (rank_share.h); refers to this Team.
   RankShare share();

@@ -9,6 +9,7 @@
 #include "taxfree/device/ll_line.cuh"
 #include "taxfree/device/signal.cuh"
 #include "taxfree/device/tile_copy.cuh"
+#include "taxfree/runtime/call_deadline.h"
 #include "taxfree/runtime/error.h"
 #include "taxfree/runtime/team.h"
 
@@ -199,6 +200,7 @@ void AllGather::launch(AllGatherVariant variant, const void* send, void* recv, u
     // Heap buffers are passed at their registered (window) address so NCCL takes its symmetric path.
     const void* s = heap.contains(send, bytes) ? heap.nccl_address(send) : send;
     void* r = heap.contains(recv, total) ? heap.nccl_address(recv) : recv;
+    const CallDeadline deadline(share_.coordinator, "ncclAllGather (all_gather nccl)", share_.nccl_call_limit_s);
     TF_NCCL(ncclAllGather(s, r, bytes, ncclUint8, share_.comm, stream));
     return;
   }

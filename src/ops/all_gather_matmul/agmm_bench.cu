@@ -33,6 +33,7 @@
 #include "taxfree/bench/harness.h"
 #include "taxfree/ops/all_gather_matmul.h"
 #include "taxfree/ops/cublaslt_gemm.h"
+#include "taxfree/runtime/call_deadline.h"
 #include "taxfree/runtime/error.h"
 #include "taxfree/runtime/team.h"
 
@@ -327,6 +328,8 @@ class AgmmBench final : public OpBench {
       auto& heap = team_->heap();
       const void* send = sym ? heap.nccl_address(a_heap_) : a_plain_.p;
       void* recv = sym ? heap.nccl_address(recv_heap_) : recv_plain_.p;
+      const CallDeadline deadline(team_->coordinator(), "ncclAllGather (all_gather_matmul " + v + ")",
+                                  team_->bootstrap_timeout_s());
       TF_NCCL(ncclAllGather(send, recv, size_t(shard_.rows * shard_.cols * 2), ncclUint8, team_->comm(), s));
     } else {
       TF_THROW(Status::InvalidArgument, "all_gather_matmul has no variant or part '" << v << "'");

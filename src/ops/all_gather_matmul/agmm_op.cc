@@ -12,6 +12,7 @@
 #include "taxfree/ops/cublaslt_gemm.h"
 #include "taxfree/ops/gemm.h"
 #include "taxfree/runtime/byte_range.h"
+#include "taxfree/runtime/call_deadline.h"
 #include "taxfree/runtime/team.h"
 
 namespace taxfree {
@@ -245,8 +246,11 @@ GatheredA AllGatherMatmul::launch_bsp(const AgmmArgs& a, bool own_gemm, cudaStre
       send = slot;
     }
   }
-  TF_NCCL(ncclAllGather(sym ? heap.nccl_address(send) : send, sym ? heap.nccl_address(recv) : recv, size_t(bytes),
-                        ncclUint8, share_.comm, s));
+  {
+    const CallDeadline deadline(share_.coordinator, "ncclAllGather (all_gather_matmul bsp)", share_.nccl_call_limit_s);
+    TF_NCCL(ncclAllGather(sym ? heap.nccl_address(send) : send, sym ? heap.nccl_address(recv) : recv, size_t(bytes),
+                          ncclUint8, share_.comm, s));
+  }
   if (a.gather_dim == 1) agmm::enqueue_interleave(recv, gathered, sh.ld, share_.world, sh.rows, sh.cols, s);
   if (own_gemm) gemm::launch(g, s);
   else im.lt_launch(g, s);

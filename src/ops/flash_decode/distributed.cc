@@ -8,6 +8,7 @@
 #include "kernels.h"
 #include "taxfree/kernels/attention/fused_schedule.h"
 #include "taxfree/ops/flash_decode.h"
+#include "taxfree/runtime/call_deadline.h"
 #include "taxfree/runtime/error.h"
 #include "taxfree/runtime/team.h"
 
@@ -246,6 +247,7 @@ void FlashDecode::launch_bsp_stage(Stage stage, const DecodeArgs& a, cudaStream_
       const bool window = cfg_.bsp_buffers == BspBuffers::symmetric;
       const void* send = window ? share_.heap->nccl_address(mine) : mine;
       void* recv = window ? share_.heap->nccl_address(bsp_gather_) : bsp_gather_;
+      const CallDeadline deadline(share_.coordinator, "ncclAllGather (flash_decode bsp)", share_.nccl_call_limit_s);
       TF_NCCL(ncclAllGather(send, recv, size_t(l.block_floats), ncclFloat, share_.comm, stream));
       return;
     }

@@ -36,6 +36,7 @@
 #include "taxfree/bench/op_bench.h"
 #include "taxfree/kernels/attention/params.h"  // kFusedTraceEvents
 #include "taxfree/ops/flash_decode.h"
+#include "taxfree/runtime/call_deadline.h"
 #include "taxfree/runtime/error.h"
 #include "taxfree/runtime/team.h"
 
@@ -159,7 +160,11 @@ class FlashDecodeBench final : public bench::OpBench {
     const int group = s_.q_heads / s_.kv_heads, d = s_.head_dim;
     const size_t n = size_t(s_.batch) * s_.q_heads * d;
     // Bitwise against rank 0: every rank gathers every rank's output (collective).
-    TF_NCCL(ncclAllGather(out_, all_out_, n * 2, ncclUint8, team_->comm(), stream));
+    {
+      const CallDeadline deadline(team_->coordinator(), "ncclAllGather (flash_decode bench check)",
+                                  team_->bootstrap_timeout_s());
+      TF_NCCL(ncclAllGather(out_, all_out_, n * 2, ncclUint8, team_->comm(), stream));
+    }
     team_->sync(stream);  // the deadline and diagnostic of a Team wait, not count_diff16's plain one
     int64_t wrong = bench::count_diff16(static_cast<uint16_t*>(all_out_) + n * team_->rank(), all_out_, n * 2, stream);
 
