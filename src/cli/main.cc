@@ -186,6 +186,7 @@ int main(int argc, char** argv) {
         if (mode == "stall") {  // calls with no deadline of their own that never return, under
                                 // CallDeadlines: the one armed last expires first
           const CallDeadline outer(c, "an outer call", 100.0);
+          std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the watcher now sleeps for 100 s
           const CallDeadline deadline(c, "a stalled call", 1.0);
           std::this_thread::sleep_for(std::chrono::hours(1));
         }

@@ -33,9 +33,10 @@ class Watcher {
   uint64_t arm(CoordinatorClient* client, std::string call, double limit_s) {
     const auto due = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(limit_s));
     std::lock_guard<std::mutex> lk(mu_);
+    const bool earlier = due < earliest_locked();  // only an earlier deadline needs the thread awake
     const uint64_t id = ++next_id_;
     armed_.emplace(id, Armed{due, client, std::move(call), limit_s});
-    if (due < earliest_locked()) cv_.notify_one();  // only an earlier deadline needs the thread awake
+    if (earlier) cv_.notify_one();
     return id;
   }
 
