@@ -33,10 +33,9 @@ class Watcher {
   uint64_t arm(CoordinatorClient* client, std::string call, double limit_s) {
     const auto due = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(limit_s));
     std::lock_guard<std::mutex> lk(mu_);
-    const bool earlier = due < earliest_locked();  // only an earlier deadline needs the thread awake
     const uint64_t id = ++next_id_;
     armed_.emplace(id, Armed{due, client, std::move(call), limit_s});
-    if (earlier) cv_.notify_one();
+    if (due < wake_at_) cv_.notify_one();  // only a deadline before its wake-up needs the thread
     return id;
   }
 
@@ -46,27 +45,18 @@ class Watcher {
   }
 
  private:
-  Clock::time_point earliest_locked() const {
-    Clock::time_point t = Clock::time_point::max();
-    for (const auto& [id, a] : armed_) t = std::min(t, a.due);
-    return t;
-  }
-
   void run() {
     std::unique_lock<std::mutex> lk(mu_);
     for (;;) {
-      const Clock::time_point t = earliest_locked();
-      if (t == Clock::time_point::max()) {
-        cv_.wait(lk);
-        continue;
-      }
-      if (Clock::now() < t) {
-        cv_.wait_until(lk, t);
-        continue;
-      }
-      for (const auto& [id, a] : armed_) {
-        if (a.due <= Clock::now()) fire(a);  // under the lock: the CallDeadline, and so its client, stay alive
-      }
+      const Armed* first = nullptr;
+      for (const auto& [id, a] : armed_)
+        if (!first || a.due < first->due) first = &a;
+      if (first && first->due <= Clock::now()) fire(*first);  // under the lock: the CallDeadline, and
+                                                               // so its client, stay alive
+      // A deadline disarmed meanwhile leaves a wake-up that finds nothing due: harmless.
+      wake_at_ = first ? first->due : Clock::time_point::max();
+      if (first) cv_.wait_until(lk, wake_at_);
+      else cv_.wait(lk);
     }
   }
 
@@ -85,6 +75,7 @@ class Watcher {
   std::condition_variable cv_;
   std::map<uint64_t, Armed> armed_;
   uint64_t next_id_ = 0;
+  Clock::time_point wake_at_ = Clock::time_point::min();  // until the thread first sleeps: notify
   std::thread thread_;
 };
 

@@ -127,10 +127,11 @@ std::unique_ptr<Team> Team::join(const TeamOptions& options) {
 
 double team_timeout_s(const TeamOptions& options, const EnvLookup& env) {
   constexpr double kMin = 1e-6, kMax = 1e6;  // s: a microsecond to far past any wait (exact in ns)
-  // The bootstrap's deadlines too (a CallDeadline among them): NaN or inf would end a healthy rank.
-  TF_REQUIRE(options.bootstrap_timeout_s >= 1e-3 && options.bootstrap_timeout_s <= kMax, Status::InvalidArgument,
-             "TeamOptions::bootstrap_timeout_s=" << options.bootstrap_timeout_s << " must be in [0.001, " << kMax
-                                                 << "] s");
+  // The bootstrap's and NCCL calls' deadlines too (CallDeadlines): NaN or inf would end a healthy rank.
+  for (const auto& [name, v] : {std::pair<const char*, double>{"bootstrap_timeout_s", options.bootstrap_timeout_s},
+                                 {"nccl_call_timeout_s", options.nccl_call_timeout_s}})
+    TF_REQUIRE(v >= 1e-3 && v <= kMax, Status::InvalidArgument,
+               "TeamOptions::" << name << "=" << v << " must be in [0.001, " << kMax << "] s");
   if (options.timeout_s < 0) return env_number(env, "TAXFREE_TIMEOUT_S", kMin, kMax, 10.0);
   TF_REQUIRE(options.timeout_s >= kMin && options.timeout_s <= kMax, Status::InvalidArgument,
              "TeamOptions::timeout_s=" << options.timeout_s << " must be in [" << kMin << ", " << kMax
@@ -167,7 +168,7 @@ void Team::init(const TeamOptions& options) {
                                                            "one after another");
   const EnvLookup env_of = [](const char* name) -> const char* { return std::getenv(name); };
   timeout_s_ = team_timeout_s(options, env_of);  // both checked before anything starts
-  bootstrap_timeout_s_ = options.bootstrap_timeout_s;
+  nccl_call_timeout_s_ = options.nccl_call_timeout_s;
   const uint64_t heap_bytes = team_heap_bytes(options, env_.world, env_of);
 
   if (!env || env_.host_coordinator) {
@@ -278,8 +279,10 @@ Team::~Team() {
     // NCCL's teardown may wait for peers (window deregistration) without a deadline of its own.
     std::optional<CallDeadline> deadline;
     if (client_ && (heap_ || comm_))
-      deadline.emplace(*client_, "the Team's NCCL teardown (window deregistration, communicator destroy)",
-                       bootstrap_timeout_s_);
+      deadline.emplace(*client_,
+                       clean ? "the Team's NCCL teardown (window deregistration, communicator destroy)"
+                             : "the Team's NCCL teardown after a failure (window deregistration, communicator abort)",
+                       nccl_call_timeout_s_);
     heap_.reset();
     if (comm_) {
       if (clean) ncclCommDestroy(comm_);
@@ -309,7 +312,7 @@ RankShare Team::share() {
   s.fault = fault();
   s.comm = comm_;
   s.coordinator = client_.get();
-  s.nccl_call_limit_s = bootstrap_timeout_s_;
+  s.nccl_call_limit_s = nccl_call_timeout_s_;
   s.host_barrier = [this](const std::string& name) { host_barrier(name); };
   if (check_launches_)
     s.check_launch = [this](const std::string& what) {

@@ -298,7 +298,7 @@ TEST(Heap, DescribeOffsetNamesTheLiveAllocation) {
 }
 
 // What an op takes from a rank (rank_share.h): refused, naming the op and the bad value, without a
-// heap, with a rank outside [0, world), or with no SMs.
+// heap, with a rank outside [0, world), with no SMs, or with a coordinator and no NCCL call limit.
 TEST(RankShare, CheckNamesTheOpAndWhatIsMissing) {
   test::HostHeap host(1, 2);
   RankShare good;
@@ -315,6 +315,17 @@ TEST(RankShare, CheckNamesTheOpAndWhatIsMissing) {
   test::HostHeap other(0, 4);
   s = good, s.heap = &other.heap;
   test::expect_invalid([&] { check_rank_share(s, "all_gather"); }, "its heap is rank 0 of 4");
+  // A coordinator bounds the op's NCCL calls (CallDeadline): its limit is checked here, at the
+  // op's construction, not at a launch that has enqueued part of its work.
+  CoordinatorServer server("127.0.0.1", 0, 1);
+  CoordinatorClient client("127.0.0.1", server.port(), 0, 1, 10);
+  s = good, s.coordinator = &client, s.nccl_call_limit_s = 600;
+  check_rank_share(s, "op");  // accepted
+  for (const double bad : {0.0, -1.0, std::nan(""), 1e10}) {
+    s.nccl_call_limit_s = bad;
+    test::expect_invalid([&] { check_rank_share(s, "flash_decode"); }, "has a coordinator and an NCCL call limit of");
+  }
+  client.finish();
 }
 
 }  // namespace

@@ -88,6 +88,10 @@ TEST(TeamLimits, DeadlineAndHeapFromOptionsAndEnvironment) {
   for (double bad : {0.0, std::nan(""), HUGE_VAL, 1e7})
     o.bootstrap_timeout_s = bad, test::expect_error([&] { team_timeout_s(o, env_of({})); }, Status::InvalidArgument,
                                                     "TeamOptions::bootstrap_timeout_s");
+  o.bootstrap_timeout_s = 120;
+  for (double bad : {0.0, -1.0, std::nan(""), HUGE_VAL, 1e7})
+    o.nccl_call_timeout_s = bad, test::expect_error([&] { team_timeout_s(o, env_of({})); }, Status::InvalidArgument,
+                                                    "TeamOptions::nccl_call_timeout_s");
 }
 
 TEST(RankEnv, OpenMpiAndMpich) {

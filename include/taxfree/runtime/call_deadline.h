@@ -8,9 +8,10 @@
 // interrupt the call, so ending the process is the only bounded way out. Destroying it (the call
 // returned, or threw) disarms it.
 //
-// Cheap enough for every NCCL call (a mutex and a map insert; no thread of its own): one watcher
-// thread per process, started at the first CallDeadline and never joined, serves them all.
-// Thread-safe; any number may be armed at once, from any threads.
+// Cheap enough for every NCCL call (a lock, a map insert and erase; no thread of its own, and the
+// watcher is woken only for a deadline earlier than the one it sleeps until): one watcher thread
+// per process, started at the first CallDeadline and never joined, serves them all. Thread-safe;
+// any number may be armed at once, from any threads; past several deadlines, the earliest is named.
 #pragma once
 
 #include <cstdint>
@@ -22,10 +23,10 @@ namespace taxfree {
 
 class CallDeadline {
  public:
-  // `client` must outlive this object. `limit_s` must be positive and finite.
+  // `client` must outlive this object. InvalidArgument unless `limit_s` is in (0, 1e9] s.
   CallDeadline(CoordinatorClient& client, std::string call, double limit_s);
-  // Disarmed (does nothing) where `client` is null: a rank without a coordinator (ranks simulated
-  // in one process, which have no NCCL).
+  // Disarmed (does nothing, checks nothing) where `client` is null: a rank without a coordinator
+  // (ranks simulated in one process, which have no NCCL).
   CallDeadline(CoordinatorClient* client, std::string call, double limit_s);
   ~CallDeadline();
   CallDeadline(const CallDeadline&) = delete;

@@ -3,8 +3,8 @@
 // Team::share() gives a GPU's whole share; AllGather and AllGatherMatmul are built on one. Tests
 // build one per rank simulated on one GPU (tests/gpu/simulated_ranks.h: a span of one allocation
 // as each rank's heap, about 1/W of the SMs, no NCCL), so an op's cross-rank protocols run where
-// only one GPU is at hand. An op reads the share once, at construction; the heap, the fault state
-// and the functions must outlive it.
+// only one GPU is at hand. An op reads the share once, at construction; the heap, the fault state,
+// the coordinator and the functions must outlive it.
 #pragma once
 
 #include <nccl.h>
@@ -34,7 +34,8 @@ struct RankShare {
   ncclComm_t comm = nullptr;     // nullptr: no NCCL; the variants that call it throw NotSupported
   // Every NCCL call of an op runs under a CallDeadline(coordinator, call, nccl_call_limit_s): a
   // collective's first use of an algorithm sets up its connections and blocks the host until the
-  // peers make the same call, with no deadline of its own. Null with no NCCL.
+  // peers make the same call, with no deadline of its own. Null: not bounded (no NCCL); otherwise
+  // the limit must be in (0, 1e9] s (check_rank_share).
   CoordinatorClient* coordinator = nullptr;
   double nccl_call_limit_s = 0;
   // A host barrier of every rank; empty: none (one thread builds every simulated rank in turn).
@@ -48,7 +49,7 @@ struct RankShare {
 };
 
 // Throws InvalidArgument naming `op` unless the share has a heap of the same rank and world, a rank
-// in [0, world) and at least one SM.
+// in [0, world), at least one SM, and with a coordinator an NCCL call limit in (0, 1e9] s.
 void check_rank_share(const RankShare& share, const char* op);
 
 }  // namespace taxfree

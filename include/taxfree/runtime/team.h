@@ -53,10 +53,15 @@ struct TeamOptions {
   double timeout_s = -1;           // device wait deadline in [1e-6, 1e6] s; <0: TAXFREE_TIMEOUT_S, else 10 s
   // Connecting ranks, the GPU check (every rank reaches NCCL's init on the same GPU kind and SM
   // count, InvalidUsage naming the rank that differs), the NCCL id exchange, and each of NCCL's
-  // init and the heap's window registration; and each NCCL host call after them that may wait for
-  // the peers (a collective's connection setup at its first use, the teardown). Those have no
-  // deadline of their own: past this one the process ends (CallDeadline).
+  // init and the heap's window registration (which have no deadline of their own: past this one
+  // the process ends, CallDeadline).
   double bootstrap_timeout_s = 120;
+  // Each NCCL host call after the start that may wait for the peers: a collective's first use of
+  // an algorithm sets up its connections inside the call, until every rank makes it; the teardown's
+  // window deregistration and communicator destroy. No deadline of their own: past this one the
+  // process ends (CallDeadline). Generous (PyTorch's NCCL default): a peer may be busy elsewhere
+  // (a checkpoint) before its first collective. In [0.001, 1e6] s.
+  double nccl_call_timeout_s = 600;
   bool check_heap = false;         // also on with TAXFREE_CHECK_HEAP=1
   // Compare every collective op launch across ranks before it enqueues (RankShare::check_launch):
   // a host round trip per launch, for debugging runs. Also on with TAXFREE_CHECK_LAUNCHES=1. In a
@@ -85,7 +90,7 @@ class Team {
   dev::FaultContext fault() const;
   CoordinatorClient& coordinator() { return *client_; }
   double timeout_s() const { return timeout_s_; }
-  double bootstrap_timeout_s() const { return bootstrap_timeout_s_; }  // also bounds NCCL host calls
+  double nccl_call_timeout_s() const { return nccl_call_timeout_s_; }  // TeamOptions::nccl_call_timeout_s
 
   // This rank's whole GPU as an op's share (rank_share.h); refers to this Team.
   RankShare share();
@@ -110,7 +115,7 @@ class Team {
   // rank knows of another rank's failure it skips both, ends this rank's part and throws
   // RemoteError; its own failures surface from the drain (sync's errors). The NCCL teardown in the
   // destructor (window deregistration, communicator destroy or abort) has no deadline of its own:
-  // past bootstrap_timeout_s it ends the process as a CallDeadline does, naming the calls.
+  // past TeamOptions::nccl_call_timeout_s it ends the process as a CallDeadline does, naming them.
   void finish();
 
  private:
@@ -122,7 +127,7 @@ class Team {
   int device_ = -1;
   int sm_count_ = 0;
   double timeout_s_ = 10;
-  double bootstrap_timeout_s_ = 120;  // also bounds the NCCL teardown (window deregistration, comm destroy)
+  double nccl_call_timeout_s_ = 600;
   std::unique_ptr<CoordinatorServer> server_;
   std::unique_ptr<CoordinatorClient> client_;
   ncclComm_t comm_ = nullptr;
@@ -140,7 +145,7 @@ class Team {
 // The device wait deadline (s) and the heap size (bytes) a Team takes from `options` and the
 // environment (TAXFREE_TIMEOUT_S, TAXFREE_HEAP_BYTES, read through `env`). InvalidArgument naming
 // the option or variable for a value out of the ranges of TeamOptions (NaN, inf, 0 included);
-// team_timeout_s also checks bootstrap_timeout_s, in [0.001, 1e6] s.
+// team_timeout_s also checks bootstrap_timeout_s and nccl_call_timeout_s, in [0.001, 1e6] s.
 double team_timeout_s(const TeamOptions& options, const EnvLookup& env);
 uint64_t team_heap_bytes(const TeamOptions& options, int world, const EnvLookup& env);
 

@@ -329,7 +329,7 @@ class AgmmBench final : public OpBench {
       const void* send = sym ? heap.nccl_address(a_heap_) : a_plain_.p;
       void* recv = sym ? heap.nccl_address(recv_heap_) : recv_plain_.p;
       const CallDeadline deadline(team_->coordinator(), "ncclAllGather (all_gather_matmul " + v + ")",
-                                  team_->bootstrap_timeout_s());
+                                  team_->nccl_call_timeout_s());
       TF_NCCL(ncclAllGather(send, recv, size_t(shard_.rows * shard_.cols * 2), ncclUint8, team_->comm(), s));
     } else {
       TF_THROW(Status::InvalidArgument, "all_gather_matmul has no variant or part '" << v << "'");

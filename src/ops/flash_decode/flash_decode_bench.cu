@@ -162,7 +162,7 @@ class FlashDecodeBench final : public bench::OpBench {
     // Bitwise against rank 0: every rank gathers every rank's output (collective).
     {
       const CallDeadline deadline(team_->coordinator(), "ncclAllGather (flash_decode bench check)",
-                                  team_->bootstrap_timeout_s());
+                                  team_->nccl_call_timeout_s());
       TF_NCCL(ncclAllGather(out_, all_out_, n * 2, ncclUint8, team_->comm(), stream));
     }
     team_->sync(stream);  // the deadline and diagnostic of a Team wait, not count_diff16's plain one

@@ -249,7 +249,7 @@ class BarrierBench final : public OpBench {
     last_ = v;
     if (v == "nccl-allreduce") {  // device to device: a captured graph replays it (--graph)
       TF_CUDA(cudaMemcpyAsync(value_, value_ + 1, sizeof(int), cudaMemcpyDeviceToDevice, s));
-      const CallDeadline deadline(team_->coordinator(), "ncclAllReduce (barrier bench)", team_->bootstrap_timeout_s());
+      const CallDeadline deadline(team_->coordinator(), "ncclAllReduce (barrier bench)", team_->nccl_call_timeout_s());
       for (int i = 0; i < kReps; ++i) TF_NCCL(ncclAllReduce(value_, value_, 1, ncclInt32, ncclMax, team_->comm(), s));
     } else if (v == "device") {
       for (int i = 0; i < kReps; ++i) team_->device_barrier(s);
