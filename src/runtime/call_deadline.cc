@@ -75,7 +75,9 @@ class Watcher {
   std::condition_variable cv_;
   std::map<uint64_t, Armed> armed_;
   uint64_t next_id_ = 0;
-  Clock::time_point wake_at_ = Clock::time_point::min();  // until the thread first sleeps: notify
+  // When the sleeping thread wakes. It holds mu_ except while it sleeps, so an arm() never meets it
+  // awake; before its first sleep it reads the map anyway (min: no notify needed).
+  Clock::time_point wake_at_ = Clock::time_point::min();
   std::thread thread_;
 };
 
