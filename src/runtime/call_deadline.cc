@@ -93,8 +93,9 @@ CallDeadline::CallDeadline(CoordinatorClient& client, std::string call, double l
 
 CallDeadline::CallDeadline(CoordinatorClient* client, std::string call, double limit_s) {
   if (client == nullptr) return;
-  TF_REQUIRE(limit_s > 0 && limit_s <= 1e9, Status::InvalidArgument,
-             "CallDeadline for " << call << ": limit " << limit_s << " s must be positive and at most 1e9");
+  TF_REQUIRE(limit_s > 0 && limit_s <= kCallDeadlineMaxS, Status::InvalidArgument,
+             "CallDeadline for " << call << ": limit " << limit_s << " s must be positive and at most "
+                                 << kCallDeadlineMaxS);
   id_ = watcher().arm(client, std::move(call), limit_s);
 }
 

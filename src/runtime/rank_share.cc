@@ -1,5 +1,6 @@
 #include "taxfree/runtime/rank_share.h"
 
+#include "taxfree/runtime/call_deadline.h"
 #include "taxfree/runtime/error.h"
 
 namespace taxfree {
@@ -13,10 +14,11 @@ void check_rank_share(const RankShare& s, const char* op) {
   TF_REQUIRE(v.rank == s.rank && v.world == s.world, Status::InvalidArgument,
              op << ": rank share of rank " << s.rank << " of " << s.world << ", but its heap is rank " << v.rank
                 << " of " << v.world);
-  TF_REQUIRE(s.coordinator == nullptr || (s.nccl_call_limit_s > 0 && s.nccl_call_limit_s <= 1e9),
+  // Checked here, at the op's construction, with CallDeadline's own rule (not at a launch).
+  TF_REQUIRE(s.coordinator == nullptr || (s.nccl_call_limit_s > 0 && s.nccl_call_limit_s <= kCallDeadlineMaxS),
              Status::InvalidArgument,
              op << ": rank share of rank " << s.rank << " has a coordinator and an NCCL call limit of "
-                << s.nccl_call_limit_s << " s (needs (0, 1e9] s)");
+                << s.nccl_call_limit_s << " s (needs (0, " << kCallDeadlineMaxS << "] s)");
 }
 
 }  // namespace taxfree

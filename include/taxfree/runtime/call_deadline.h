@@ -21,6 +21,8 @@
 
 namespace taxfree {
 
+inline constexpr double kCallDeadlineMaxS = 1e9;  // the longest limit a CallDeadline takes
+
 class CallDeadline {
  public:
   // `client` must outlive this object. InvalidArgument unless `limit_s` is in (0, 1e9] s.
