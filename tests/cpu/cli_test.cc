@@ -58,8 +58,8 @@ TEST(Cli, ShapeNumbersAreCheckedAgainstEachKeysLimit) {
   expect_usage_error({"bench", "gemm", "--shape", "M=1,,N=2"}, "empty item");
   expect_usage_error({"bench", "all_gather_matmul", "--shape", "M=2147483648,N=3584,K=8192,gather_dim=1"},
                      "M=2147483648 is not an integer in [1, 2147483647]");
-  expect_usage_error({"bench", "all_gather_matmul", "--shape", "M=8,N=3584,K=1073741824,gather_dim=1"},
-                     "K=1073741824 is not an integer in [1, 1073741823]");
+  expect_usage_error({"bench", "all_gather_matmul", "--shape", "M=8,N=3584,K=1073741817,gather_dim=0"},
+                     "K=1073741817 is not an integer in [1, 1073741816]");
   expect_usage_error({"bench", "decode", "--shape", "batch=99999999999,kv=8192"},
                      "batch=99999999999 is not an integer in [1, 65535]");
   expect_usage_error({"bench", "flash_decode", "--shape", "batch=1,kv=2147483648"},

@@ -110,9 +110,9 @@
 //    same variant and shape (m, n, k, gather_dim, dtype) in the same order. Pointers and strides
 //    may differ per rank. Checked across ranks only in the launch check mode
 //    (TeamOptions::check_launches: describe_agmm_launch); otherwise a mismatch is undefined.
-//  - M, N in [1, 2^31), K in [1, 2^30) (a gathered row is one copy-engine pitch); gather_dim 0
-//    needs M divisible by the world, gather_dim 1 K divisible by it with K / world a multiple of 8
-//    ("divisible" in the message).
+//  - M, N in [1, 2^31), K in [1, 2^30 - 8] (a gathered row, K rounded up to 8 elements, is one
+//    copy-engine pitch of at most 2^31 - 1 bytes); gather_dim 0 needs M divisible by the world,
+//    gather_dim 1 K divisible by it with K / world a multiple of 8 ("divisible" in the message).
 //  - A_shard, B, C: device memory of this rank, 16-byte aligned, row strides multiples of 8
 //    elements (A_shard's at most 2^30 - 1 elements: the copy engine's pitch). C must not overlap A_shard,
 //    B or the op's buffers. A_shard may lie anywhere outside the op's buffers (symmetric heap or

@@ -227,6 +227,9 @@ constexpr int64_t kDecMinShardRows = 256;
 // what the launch check mode compares across ranks.
 inline constexpr const char* kKsplitPathEnv = "TAXFREE_AGMM_KSPLIT_PATH";
 inline constexpr const char* kKsplitExchangeEnv = "TAXFREE_AGMM_KSPLIT_EXCHANGE";
+// Throws InvalidArgument naming the variable and its value where either knob is set to anything but
+// its two values, as a launch would (for tools that refuse bad settings before any rank starts).
+void check_ksplit_knobs();
 // pull: the most ranks its GEMM reads A from (one tensor map each in the kernel's parameters).
 constexpr int kPullMaxWorld = 8;
 constexpr int kSkinnySliceCols = 32;

@@ -148,8 +148,9 @@ void prepare(const GemmArgs& args, cudaStream_t stream);
 // cuBLASLt's; gemm_detail.h), stream-ordered after the work already queued on it; the next GEMM on
 // the stream allocates again. Call it before destroying a stream that ran GEMMs: the workspace is
 // otherwise kept for the life of the process (and a stream created later with the same handle
-// would inherit it). No-op for a stream without one. Team's own stream needs no call: the Team
-// releases it before destroying the stream (runtime/stream_release.h).
+// would inherit it). No-op for a stream without one. Team's own stream needs no call: a Team that
+// finished cleanly releases it before destroying the stream (runtime/stream_release.h); after a
+// failure it does not (its kernels may still run), and the process ends (team.h).
 void release_stream_workspace(cudaStream_t stream);
 
 // SMs of the current device (cached per device).

@@ -2,9 +2,11 @@
 //
 // Contract: every failing host call throws taxfree::Error. Its status says what kind of failure it
 // is, so callers can tell "not supported here" (fall back) from "failed" (stop); its message names
-// the file, line, rank and the offending value. Nothing in the library calls exit() on an error of
-// its own; a rank still alive 5 s after another rank failed is ended by the coordinator client's
-// watchdog (_exit(kExitRemote), team.h), so no rank hangs.
+// the file, line, rank and the offending value. The library ends the process itself in two cases
+// only, so that no rank hangs: a rank still alive 5 s after another rank failed is ended by the
+// coordinator client's watchdog (_exit(kExitRemote), team.h), and a host call into NCCL that does
+// not return within its limit (TeamOptions::nccl_call_timeout_s, bootstrap_timeout_s) by its
+// CallDeadline (_exit(kExitFailed), call_deadline.h), after reporting to the coordinator.
 #pragma once
 
 #include <sstream>

@@ -50,12 +50,12 @@ struct Shape {
   BLayout layout;
 };
 
-// M, N < 2^31 and K < 2^30 (all_gather_matmul.h's contract), checked here before any rank starts;
+// M, N < 2^31 and K <= 2^30 - 8 (all_gather_matmul.h's contract), checked here before any rank starts;
 // divisibility by the world waits for cases().
 std::map<std::string, std::string> parse_entry(const std::string& entry) {
   return parse_shape_entry(entry, {{"M", {}, INT32_MAX},
                                    {"N", {}, INT32_MAX},
-                                   {"K", {}, (int64_t(1) << 30) - 1},
+                                   {"K", {}, (int64_t(1) << 30) - 8},
                                    {"gather_dim", {"0", "1"}},
                                    {"layout", {"nk", "kn"}}});
 }
@@ -142,6 +142,7 @@ class AgmmBench final : public OpBench {
   void check_options(const Options& opt) const override {
     for (const std::string& e : opt.shapes) parse_entry(e);
     for (const char* knob : {kPushCtasEnv, kColChunkEnv, kSideCtasEnv}) env_int(knob);
+    agmm::check_ksplit_knobs();
   }
   std::string name() const override { return "all_gather_matmul"; }
   std::vector<std::string> variants() const override {

@@ -42,6 +42,11 @@ bool owner_sums_of_launch(int64_t partial_bytes, int world) {
 }
 }  // namespace
 
+void agmm::check_ksplit_knobs() {
+  launch_knob(kKsplitPathEnv, "two-kernel", "bands");
+  launch_knob(kKsplitExchangeEnv, "all-to-all", "owner-sums");
+}
+
 // By M: up to kSkinnyMaxM one kernel (agmm_ksplit_skinny.cu); from kBandsMinM our GEMM with the
 // band epilogue and the band sum (agmm_ksplit_gemm.cu); between, the two-kernel path: cuBLASLt on
 // this rank's shard and B's matching K rows into the fp32 partial, then the exchange kernel
