@@ -385,6 +385,11 @@ int run(Team& team, const RunRequest& req) {
       (part ? named_parts : variants).push_back(v);
     }
     auto cases = bench->cases(opt, team);
+    // A named op whose filters select nothing ran nothing and passed: a typo in a --shape value
+    // (e.g. a size no sweep takes) must not read as a green run.
+    TF_REQUIRE(!cases.empty() || summary_mode, Status::InvalidArgument,
+               "op '" << name << "': no case matches the --shape entries and -b/-e sizes given at " << team.world()
+                      << " rank(s); an entry of only some keys selects from the default sweep");
     if (root) print_header(name, team, opt);
     for (const auto& c : cases) {
       bench->setup(team, c, opt);

@@ -2,7 +2,9 @@
 #include <CLI/CLI.hpp>
 #include <cuda_runtime_api.h>
 #include <nccl.h>
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -10,6 +12,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <iomanip>
 #include <iostream>
 #include <sstream>
@@ -86,6 +89,38 @@ CLI::Validator finite_in(double lo, double hi, bool lo_open = false) {
       "NUMBER in " + range);
 }
 
+// CLI11 reads integers with strtoll's base 0 ("010" is 8, "0x10" 16) and saturates past the type:
+// plain decimal digits in [lo, hi] only (bench::parse_int), handed on without leading zeros.
+CLI::Validator int_in(int64_t lo, int64_t hi) {
+  const std::string range = "[" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
+  return CLI::Validator(
+      [=](std::string& text) {
+        try {
+          text = std::to_string(bench::parse_int("value", text, lo, hi));
+          return std::string();
+        } catch (const Error&) {
+          return "value " + text + " is not an integer in " + range + " (decimal digits only)";
+        }
+      },
+      "INT in " + range);
+}
+
+// An empty value ("--json ''") would read as the option not given.
+const CLI::Validator kNonEmpty(
+    [](std::string& text) { return text.empty() ? std::string("an empty value is not allowed") : std::string(); }, "");
+
+// --json's file, checked before any rank starts (rank 0 writes it only after the whole benchmark):
+// opened for appending, so nothing in it is lost, and removed again where this check created it.
+void require_writable_json(const std::string& path) {
+  struct stat st {};
+  const bool existed = ::stat(path.c_str(), &st) == 0;
+  TF_REQUIRE(!existed || !S_ISDIR(st.st_mode), Status::InvalidArgument, "--json '" << path << "' is a directory");
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  TF_REQUIRE(fd >= 0, Status::InvalidArgument, "--json '" << path << "' cannot be written: " << std::strerror(errno));
+  ::close(fd);
+  if (!existed) ::unlink(path.c_str());
+}
+
 // --inject's rank must be one of the job's `world` ranks: a fault for a rank past them never fired.
 void require_inject_rank(const std::string& inject, int rank, int world) {
   TF_REQUIRE(rank < world, Status::InvalidArgument,
@@ -112,32 +147,36 @@ int main(int argc, char** argv) {
   int gpus = 0;
   double heap_gib = 0, timeout_s = -1;
   bench->add_option("op", ops, "ops to run (see `taxfree list`)");
-  bench->add_option("-b,--minbytes", min_b, "smallest size (bytes per rank; K/M/G suffixes)");
-  bench->add_option("-e,--maxbytes", max_b, "largest size");
+  bench->add_option("-b,--minbytes", min_b, "smallest size (bytes per rank; K/M/G suffixes)")->check(kNonEmpty);
+  bench->add_option("-e,--maxbytes", max_b, "largest size")->check(kNonEmpty);
   bench->add_option("-f,--stepfactor", opt.step_factor, "multiply the size by this each step")->check(finite_in(1.01, 1e6));
-  bench->add_option("-n,--iters", opt.iters, "timed iterations per case")->check(CLI::Range(1, 1000000));
-  bench->add_option("-w,--warmup_iters", opt.warmup, "warm-up iterations per case")->check(CLI::Range(0, 1000000));
-  bench->add_option("-c,--check", opt.check, "checked runs per case and variant (0: no check)")->check(CLI::Range(0, 1000));
-  bench->add_option("-g,--ngpus", gpus, "number of GPUs (ranks) to use; default: all visible")->check(CLI::Range(1, 1024));
+  bench->add_option("-n,--iters", opt.iters, "timed iterations per case")->transform(int_in(1, 1000000));
+  bench->add_option("-w,--warmup_iters", opt.warmup, "warm-up iterations per case")->transform(int_in(0, 1000000));
+  bench->add_option("-c,--check", opt.check, "checked runs per case and variant (0: no check)")->transform(int_in(0, 1000));
+  bench->add_option("-g,--ngpus", gpus, "number of GPUs (ranks) to use; default: all visible")->transform(int_in(1, 1024));
   bench->add_flag("--cold", opt.cold_l2, "flush L2 before every timed run (one run per sample)");
   bench->add_flag("--graph", opt.graph,
                   "run every variant as a captured CUDA graph (checks too), as serving engines replay a step");
   bench->add_option("--sample-us", opt.sample_us, "back-to-back runs per timed sample: about this long (1-64 runs; 1 with --cold)")
       ->check(finite_in(1.0, 100000.0));
-  bench->add_option("--json", json, "write results as JSON to this file");
-  bench->add_option("--variant", opt.variants, "only these variants, or parts (timed, unchecked: e.g. gemm-only)");
-  bench->add_option("--shape", opt.shapes, "op-specific shape filter key=value[,key=value]; repeatable");
+  bench->add_option("--json", json, "write results as JSON to this file")->check(kNonEmpty);
+  // One value per --variant / --shape (repeat the option for more): a greedy option took the op
+  // name after it ("bench --shape M=1 gemm") as a second entry.
+  bench->add_option("--variant", opt.variants, "only this variant, or part (timed, unchecked: e.g. gemm-only); repeatable")
+      ->allow_extra_args(false);
+  bench->add_option("--shape", opt.shapes, "op-specific shape filter key=value[,key=value]; repeatable")
+      ->allow_extra_args(false);
   bench->add_option("--dtype", opt.dtype, "element type")->check(CLI::IsMember({"bf16", "fp16"}));
   bench->add_option("--heap", heap_gib, "symmetric heap per rank, GiB")->check(finite_in(1.0 / 1024, 1 << 20));
   bench->add_option("--timeout", timeout_s, "device wait deadline, seconds")->check(finite_in(1e-6, 1e6));
-  bench->add_option("--seed", opt.seed, "random seed for inputs");
-  bench->add_option("--inject", inject, "fault injection for tests: kill:RANK or skip-signal:RANK");
+  bench->add_option("--seed", opt.seed, "random seed for inputs")->transform(int_in(0, INT64_MAX));
+  bench->add_option("--inject", inject, "fault injection for tests: kill:RANK or skip-signal:RANK")->check(kNonEmpty);
 
   // run -----------------------------------------------------------------------------------------
   auto* run = app.add_subcommand("run", "run a program as N ranks with taxfree's launcher (like torchrun)");
   int nranks = 1;
   std::vector<std::string> prog;
-  run->add_option("-n,--nranks", nranks, "number of ranks")->check(CLI::Range(1, 4096));
+  run->add_option("-n,--nranks", nranks, "number of ranks")->transform(int_in(1, 4096));
   run->add_option("program", prog, "program and its arguments (after --)")->required();
 
   auto* list = app.add_subcommand("list", "list ops and their variants");
@@ -237,6 +276,9 @@ int main(int argc, char** argv) {
   // bench: validate everything here, before any rank starts, so a bad command fails once.
   bench::RunRequest req;
   int inject_rank = -1;
+  TeamOptions team_options;
+  team_options.heap_bytes = uint64_t(heap_gib * double(1ull << 30));
+  team_options.timeout_s = timeout_s;
   try {
     // No op: every op's default sweep, where one op's --shape keys and --variant names mean nothing.
     TF_REQUIRE(!ops.empty() || (opt.shapes.empty() && opt.variants.empty()), Status::InvalidArgument,
@@ -259,7 +301,8 @@ int main(int argc, char** argv) {
     if (!min_b.empty() || !max_b.empty()) {
       if (min_b.empty()) opt.min_bytes = opt.max_bytes;
       if (max_b.empty()) opt.max_bytes = opt.min_bytes;
-      TF_REQUIRE(opt.min_bytes > 0, Status::InvalidArgument, "-b " << min_b << ": sizes must be > 0 bytes");
+      TF_REQUIRE(opt.min_bytes > 0, Status::InvalidArgument,
+                 (min_b.empty() ? "-e " + max_b : "-b " + min_b) << ": sizes must be > 0 bytes");
       TF_REQUIRE(opt.max_bytes >= opt.min_bytes, Status::InvalidArgument,
                  "-e " << max_b << " is smaller than -b " << min_b);
     }
@@ -274,6 +317,14 @@ int main(int argc, char** argv) {
       if (what == "kill") req.kill_rank = inject_rank;
       else opt.skip_signal_rank = inject_rank;
     }
+    if (!json.empty()) {
+      const auto env = rank_env();  // under torchrun / mpirun: rank 0 checks the file it will write
+      if (!env || env->rank == 0) require_writable_json(json);
+    }
+    // What each rank's Team::join reads from the environment (TAXFREE_TIMEOUT_S, TAXFREE_HEAP_BYTES).
+    const EnvLookup getenv_lookup = [](const char* name) -> const char* { return std::getenv(name); };
+    team_timeout_s(team_options, getenv_lookup);
+    team_heap_bytes(team_options, std::max(gpus, 1), getenv_lookup);
   } catch (const Error& e) {
     std::cerr << e.what() << "\n";
     return kExitUsage;
@@ -286,10 +337,7 @@ int main(int argc, char** argv) {
   req.json_path = json;
 
   return launch_or_run(argc, argv, gpus, [&] {
-    TeamOptions to;
-    to.heap_bytes = uint64_t(heap_gib * double(1ull << 30));
-    to.timeout_s = timeout_s;
-    auto team = Team::join(to);
+    auto team = Team::join(team_options);
     int code = kExitOk;
     try {
       if (inject_rank >= 0) require_inject_rank(inject, inject_rank, team->world());

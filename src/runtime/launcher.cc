@@ -196,11 +196,19 @@ std::optional<RankEnv> rank_env(const EnvLookup& lookup) {
     TF_REQUIRE(world, Status::InvalidArgument, rank_var << " is set but " << world_var << " is not");
     const char* addr = lookup("MASTER_ADDR");
     env.coordinator_host = (addr && *addr) ? addr : "127.0.0.1";
+    // The coordinator listens on TAXFREE_COORDINATOR_PORT, else MASTER_PORT + 1 (MASTER_PORT is the
+    // launcher's own store).
     auto master_port = parse_int(lookup, "MASTER_PORT");
     auto port = parse_int(lookup, "TAXFREE_COORDINATOR_PORT");
+    if (port) {
+      TF_REQUIRE(*port >= 1 && *port <= 65535, Status::InvalidArgument,
+                 "TAXFREE_COORDINATOR_PORT=" << *port << " must be a port in [1, 65535]");
+    } else if (master_port) {
+      TF_REQUIRE(*master_port >= 1 && *master_port <= 65534, Status::InvalidArgument,
+                 "MASTER_PORT=" << *master_port << " must be in [1, 65534]: the coordinator listens on MASTER_PORT + 1 "
+                                   "(or set TAXFREE_COORDINATOR_PORT)");
+    }
     env.coordinator_port = int(port ? *port : (master_port ? *master_port : 29500) + 1);
-    TF_REQUIRE(env.coordinator_port > 0 && env.coordinator_port < 65536, Status::InvalidArgument,
-               "coordinator port " << env.coordinator_port << " (from MASTER_PORT/TAXFREE_COORDINATOR_PORT) is out of range");
     env.host_coordinator = (*rank == 0);
   }
   TF_REQUIRE(*world >= 1, Status::InvalidArgument, world_var << "=" << *world << " must be >= 1");

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <iomanip>
 #include <optional>
 #include <sstream>
 #include <thread>
@@ -26,7 +27,8 @@ double env_number(const EnvLookup& env, const char* name, double lo, double hi, 
   char* end = nullptr;
   const double x = std::strtod(v, &end);
   TF_REQUIRE(end != v && *end == '\0' && x >= lo && x <= hi, Status::InvalidArgument,
-             "environment variable " << name << "='" << v << "' must be a number in [" << lo << ", " << hi << "]");
+             "environment variable " << name << "='" << v << "' must be a number in [" << std::setprecision(16) << lo
+                                     << ", " << hi << "]");
   return x;
 }
 

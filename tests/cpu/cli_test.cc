@@ -1,5 +1,10 @@
 // The command line without GPUs: bad input fails once, clearly, before any rank starts.
 #include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <string>
 
 #include "test_process.h"
 
@@ -28,6 +33,11 @@ TEST(Cli, RejectsBadBenchArguments) {
   expect_usage_error({"bench", "decode", "--sample-us", "0"}, "--sample-us");
   expect_usage_error({"frobnicate"}, "A subcommand is required");
   expect_usage_error({"bench", "gemm", "--shape", "M=1,tile=1x1"}, "tile=1x1 is not one of");
+  expect_usage_error({"bench", "gemm", "--shape", "M=1,cluster=3"}, "cluster=3 is not one of");  // not compiled
+  expect_usage_error({"bench", "gemm", "--shape", "M=1,splitk=65"}, "splitk=65 is not an integer in [1, 64]");
+  expect_usage_error({"bench", "all_gather", "-e", "0"}, "-e 0: sizes must be > 0 bytes");
+  expect_usage_error({"bench", "flash_decode", "--shape", "batch=1,kv=1,q_heads=17,kv_heads=1"},
+                     "q_heads=17 must be a multiple of kv_heads=1, at most 16 per KV head");
   expect_usage_error({"bench", "gemm", "--shape", "Q=1"}, "unknown key 'Q'");
   expect_usage_error({"bench", "all_gather_matmul", "--shape", "gather_dim=2"}, "gather_dim=2 is not one of 0, 1");
   expect_usage_error({"bench", "all_gather_matmul", "--shape", "M=-4"}, "M=-4 is not an integer in [1, 2147483647]");
@@ -79,6 +89,54 @@ TEST(Cli, FilterOnlyOpsRejectUnknownShapeKeys) {
   expect_usage_error({"bench", "barrier", "--shape", "M=1"}, "unknown key 'M' (keys: reps)");
   expect_accepted({"bench", "all_gather", "--shape", "bytes_per_rank=4294967296"});  // past int32: a size
   expect_accepted({"bench", "put_get", "--shape", "bytes=1024,mode=ring"});
+}
+
+// Integer options: decimal digits only, read as decimal (CLI11 alone read "010" as 8 and "0x10" as
+// 16, and saturated past the type); empty values are refused, not read as "not given".
+TEST(Cli, IntegerOptionsAreDecimalAndEmptyValuesAreRefused) {
+  expect_usage_error({"bench", "gemm", "-g", "0x10"}, "--ngpus: value 0x10 is not an integer in [1, 1024]");
+  expect_usage_error({"bench", "gemm", "-n", "1e3"}, "--iters: value 1e3 is not an integer in [1, 1000000]");
+  expect_usage_error({"bench", "gemm", "-w", "-1"}, "--warmup_iters: value -1 is not an integer");
+  expect_usage_error({"bench", "gemm", "-c", "+2"}, "--check: value +2 is not an integer in [0, 1000]");
+  expect_usage_error({"bench", "gemm", "--seed", "-1"}, "--seed: value -1 is not an integer");
+  expect_usage_error({"bench", "gemm", "--seed", "18446744073709551616"}, "--seed: value 18446744073709551616");
+  expect_usage_error({"run", "-n", "0x2", "--", "true"}, "--nranks: value 0x2 is not an integer in [1, 4096]");
+  // "010" is ten ranks, not eight: rank 9 is inside the job
+  expect_usage_error({"bench", "gemm", "-g", "08", "--inject", "kill:9"}, "rank 9 is not in this job of 8 rank(s)");
+  expect_accepted({"bench", "gemm", "-g", "010", "--inject", "kill:9", "--seed", "9223372036854775807"});
+  for (const char* opt : {"-b", "-e", "--json", "--inject"})
+    expect_usage_error({"bench", "all_gather", opt, ""}, "an empty value is not allowed");
+}
+
+// One value per --shape / --variant: the op named after one is the op, not a second entry.
+TEST(Cli, ShapeAndVariantTakeOneValueEach) {
+  expect_accepted({"bench", "--variant", "ours", "gemm"});
+  expect_accepted({"bench", "--shape", "M=1,N=2,K=3", "gemm", "--shape", "M=4,N=5,K=6"});
+  expect_usage_error({"bench", "gemm", "--shape", "M=1", "all_gatherr"}, "unknown op 'all_gatherr'");
+}
+
+// What the ranks would read only once started, checked before: the JSON file (written after the
+// whole benchmark) and Team::join's environment variables.
+TEST(Cli, JsonPathAndTeamVariablesAreCheckedBeforeAnyRankStarts) {
+  const std::string dir = ::testing::TempDir();
+  expect_usage_error({"bench", "gemm", "--json", dir}, "is a directory");
+  expect_usage_error({"bench", "gemm", "--json", dir + "/no/such/dir/x.json"}, "cannot be written: No such file");
+  // A writable path passes and is not left behind; an existing file keeps its contents. Stopped
+  // right after by a bad TAXFREE_TIMEOUT_S (checked next), so no rank starts even on a GPU machine.
+  const std::string fresh = dir + "/taxfree_cli_json_" + std::to_string(::getpid()) + ".json";
+  auto r = run_process({cli(), "bench", "gemm", "--json", fresh}, {{"TAXFREE_TIMEOUT_S", "nan"}});
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("TAXFREE_TIMEOUT_S='nan' must be a number in [1e-06, 1000000]"), std::string::npos) << r.output;
+  EXPECT_NE(::access(fresh.c_str(), F_OK), 0) << fresh << " was left behind";
+  { std::ofstream(fresh) << "kept"; }
+  r = run_process({cli(), "bench", "gemm", "--json", fresh}, {{"TAXFREE_HEAP_BYTES", "abc"}});
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("TAXFREE_HEAP_BYTES='abc' must be a number in [1048576, 1125899906842624]"), std::string::npos)
+      << r.output;
+  std::string kept;
+  std::getline(std::ifstream(fresh), kept);
+  EXPECT_EQ(kept, "kept");
+  std::remove(fresh.c_str());
 }
 
 // With no op, bench runs every op's default sweep: one op's --shape or --variant is a mistake;
@@ -141,7 +199,7 @@ TEST(Cli, MalformedRankVariablesAreUsageErrors) {
   EXPECT_NE(bad.output.find("environment variable RANK='abc' is not an integer"), std::string::npos) << bad.output;
   auto port = run_process({cli(), "bench", "gemm"}, {{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_PORT", "99999"}});
   EXPECT_EQ(port.exit_code, 2) << port.output;
-  EXPECT_NE(port.output.find("out of range"), std::string::npos) << port.output;
+  EXPECT_NE(port.output.find("MASTER_PORT=99999 must be in [1, 65534]"), std::string::npos) << port.output;
 }
 
 TEST(Cli, ListsOpsAndVariants) {

@@ -131,6 +131,11 @@ TEST(FlashDecodeBench, ShapeNumbersAreBoundedAndNamed) {
       {"batch=1,kv=+8192", "kv=+8192 is not an integer"},
       {"batch=1,kv=8192,batch=2", "key 'batch' given twice"},
       {"batch=65535,kv=1073741824,q_heads=65535,kv_heads=65535", "past the 2^50-byte limit"},
+      // the op's GQA rule: whole groups of at most kMaxGqaRatio query heads
+      {"batch=1,kv=1,q_heads=17,kv_heads=1", "q_heads=17 must be a multiple of kv_heads=1, at most 16 per KV head"},
+      {"batch=1,kv=1,q_heads=5,kv_heads=3", "q_heads=5 must be a multiple of kv_heads=3"},
+      {"batch=1,kv=1,q_heads=3,kv_heads=5", "q_heads=3 must be a multiple of kv_heads=5"},
+      {"batch=1,kv=1,q_heads=8", "q_heads=8 must be a multiple of kv_heads=12"},
   };
   for (const auto& b : bad) test::expect_invalid([&] { bi::shapes_of({b.first}); }, b.second);
   for (const char* op : {"decode", "flash_decode"}) {

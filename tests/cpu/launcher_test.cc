@@ -120,7 +120,16 @@ TEST(RankEnv, BadValuesNameTheVariable) {
   expect_invalid({{"RANK", "0"}, {"WORLD_SIZE", "0"}}, "WORLD_SIZE=0 must be >= 1");
   expect_invalid({{"OMPI_COMM_WORLD_RANK", "0"}}, "OMPI_COMM_WORLD_SIZE is not");
   expect_invalid({{"TAXFREE_COORDINATOR", "nohost"}, {"RANK", "0"}, {"WORLD_SIZE", "1"}}, "must be host:port");
-  expect_invalid({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_PORT", "65535"}}, "out of range");
+  // The coordinator's port is MASTER_PORT + 1: the message names the variable and its value.
+  expect_invalid({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_PORT", "65535"}},
+                 "MASTER_PORT=65535 must be in [1, 65534]: the coordinator listens on MASTER_PORT + 1");
+  expect_invalid({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_PORT", "2147483647"}}, "MASTER_PORT=2147483647 must be");
+  expect_invalid({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_PORT", "0"}}, "MASTER_PORT=0 must be");
+  expect_invalid({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_PORT", "1"}, {"TAXFREE_COORDINATOR_PORT", "65536"}},
+                 "TAXFREE_COORDINATOR_PORT=65536 must be a port in [1, 65535]");
+  EXPECT_EQ(rank_env(env_of({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_PORT", "65534"}}))->coordinator_port, 65535);
+  EXPECT_EQ(rank_env(env_of({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_PORT", "65535"},
+                             {"TAXFREE_COORDINATOR_PORT", "65535"}}))->coordinator_port, 65535);
 }
 
 // ---- whole jobs through `taxfree run` ----------------------------------------------------------

@@ -36,6 +36,9 @@ enum class BLayout { NK, KN };
 const char* dtype_name(DType t);
 const char* layout_name(BLayout l);  // "nk" / "kn"
 
+// The most K ranges a split tile is cut into (GemmConfig::splits).
+inline constexpr int kMaxSplits = 64;
+
 // How a config cuts K (GemmConfig::splits, split_scope). Tiles that are cut have their fp32
 // partial sums reduced by the last CTA to finish a part of them.
 enum class SplitScope {
@@ -73,7 +76,7 @@ struct GemmConfig {
   int stages = 4;    // depth of the TMA -> wgmma ring
   int cluster_m = 1; // CTAs per cluster along M sharing B by TMA multicast: 1 or 2 (compiled tiles)
   int group_m = 8;   // m-blocks per rasterisation group (L2 reuse), >= 1; counted in cluster tiles
-  int splits = 1;    // K ranges per split tile (all, tail), 1..64 (1: no split-K); capped at ceil(K / 64)
+  int splits = 1;    // K ranges per split tile (all, tail), 1..kMaxSplits (1: no split-K); capped at ceil(K / 64)
   SplitScope split_scope = SplitScope::all;
   bool splits_k() const { return splits > 1 || split_scope == SplitScope::stream; }
   int max_ctas = 0;  // persistent CTAs; 0 = as many as fit (one per SM), else at least one cluster (cluster_m x cluster_k).

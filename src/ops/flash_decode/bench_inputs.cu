@@ -161,6 +161,10 @@ std::vector<Shape> shapes_of(const std::vector<std::string>& entries) {
       const bool h64 = heads == "64/8";
       out.push_back({get("q_heads", h64 ? 64 : 96), get("kv_heads", h64 ? 8 : 12), get("head_dim", 128),
                      get("batch", 1), get("kv", 1), splits, page, nhd, ragged});
+      const Shape& s = out.back();  // the op's GQA rule (flash_decode.h), before any rank starts
+      TF_REQUIRE(s.q_heads % s.kv_heads == 0 && s.q_heads / s.kv_heads <= kMaxGqaRatio, Status::InvalidArgument,
+                 "--shape entry '" << e << "': q_heads=" << s.q_heads << " must be a multiple of kv_heads="
+                                   << s.kv_heads << ", at most " << kMaxGqaRatio << " per KV head");
       TF_REQUIRE(cache_bytes(out.back()) <= double(bench::kMaxBytes), Status::InvalidArgument,
                  "--shape entry '" << e << "': a K + V cache of " << cache_bytes(out.back())
                                    << " bytes is past the 2^50-byte limit of bench sizes");

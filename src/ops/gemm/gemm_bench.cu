@@ -94,12 +94,20 @@ Tuning tuning_of(const std::map<std::string, std::string>& kv) {
 // entry. M, N, K up to gemm.h's 2^31 - 1 (ShapeKey's default max): a larger M passed here once and
 // overflowed m * lda * 2 at setup.
 std::map<std::string, std::string> parse_entry(const std::string& entry) {
-  std::vector<std::string> tiles;
-  for (const gemm::GemmConfig& cfg : gemm::compiled_configs())
-    tiles.push_back(std::to_string(cfg.bm) + "x" + std::to_string(cfg.bn));
+  // The compiled tiles and cluster sizes, each once, in the order compiled_configs() lists them.
+  std::vector<std::string> tiles, clusters, clusters_k;
+  const auto add = [](std::vector<std::string>& to, std::string v) {
+    if (std::find(to.begin(), to.end(), v) == to.end()) to.push_back(std::move(v));
+  };
+  for (const gemm::GemmConfig& cfg : gemm::compiled_configs()) {
+    add(tiles, std::to_string(cfg.bm) + "x" + std::to_string(cfg.bn));
+    add(clusters, std::to_string(cfg.cluster_m));
+    add(clusters_k, std::to_string(cfg.cluster_k));
+  }
   auto kv = parse_shape_entry(entry, {{"M", {}}, {"N", {}}, {"K", {}}, {"layout", {"nk", "kn"}}, {"tile", tiles},
-                                      {"swap", {"0", "1"}}, {"cluster", {}}, {"clusterk", {}}, {"group", {}}, {"splitk", {}},
-                                      {"tailsplit", {}}, {"streamk", {"1"}}});
+                                      {"swap", {"0", "1"}}, {"cluster", clusters}, {"clusterk", clusters_k}, {"group", {}},
+                                      {"splitk", {}, gemm::kMaxSplits}, {"tailsplit", {}, gemm::kMaxSplits},
+                                      {"streamk", {"1"}}});
   TF_REQUIRE(kv.count("splitk") + kv.count("tailsplit") + kv.count("streamk") <= 1, Status::InvalidArgument,
              "--shape entry '" << entry << "': splitk, tailsplit and streamk exclude each other");
   return kv;

@@ -59,7 +59,6 @@ namespace {
 
 constexpr int64_t kElemBytes = 2;
 constexpr int64_t kMaxTmaStrideBytes = int64_t(1) << 40;
-constexpr int kMaxSplits = 64;
 
 // `rows` rows of `ld` elements: the stride bounds come first, so that no product below overflows.
 void check_operand(const char* name, const void* p, int64_t rows, const char* ld_name, int64_t ld, int64_t min_ld,
