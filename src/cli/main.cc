@@ -52,7 +52,12 @@ int with_exit_codes(const std::function<int()>& body) {
 int launch_or_run(int argc, char** argv, int gpus, const std::function<int()>& rank_body) {
   // Outside a rank too: a malformed RANK / WORLD_SIZE, a failed fork or socket are typed errors.
   return with_exit_codes([&] {
-    if (rank_env()) return rank_body();
+    if (const auto env = rank_env()) {
+      // Started by torchrun / mpirun (or by this launcher, with -g as given): -g must agree.
+      TF_REQUIRE(gpus == 0 || gpus == env->world, Status::InvalidArgument,
+                 "-g " << gpus << " but " << env->source << " started " << env->world << " rank(s)");
+      return rank_body();
+    }
     std::string why;
     const int visible = probe_visible_gpus(self_executable(), &why);
     if (visible == 0) {
@@ -284,6 +289,10 @@ int main(int argc, char** argv) {
     TF_REQUIRE(!ops.empty() || (opt.shapes.empty() && opt.variants.empty()), Status::InvalidArgument,
                "--shape and --variant need an op (e.g. taxfree bench gemm --shape M=1,N=4096,K=8192); "
                "without one, bench runs every op's default sweep");
+    for (const std::vector<std::string>* names : {&ops, &opt.variants})
+      for (auto it = names->begin(); it != names->end(); ++it)
+        TF_REQUIRE(std::find(names->begin(), it, *it) == it, Status::InvalidArgument,
+                   (names == &ops ? "op '" : "--variant '") << *it << "' named twice");
     for (const auto& op : ops.empty() ? bench::bench_names() : ops) {
       auto b = bench::make_bench(op);  // throws for unknown ops, naming the known ones
       b->check_options(opt);           // every op's when none is named (e.g. its environment knobs)

@@ -113,6 +113,15 @@ TEST(Cli, ShapeAndVariantTakeOneValueEach) {
   expect_accepted({"bench", "--variant", "ours", "gemm"});
   expect_accepted({"bench", "--shape", "M=1,N=2,K=3", "gemm", "--shape", "M=4,N=5,K=6"});
   expect_usage_error({"bench", "gemm", "--shape", "M=1", "all_gatherr"}, "unknown op 'all_gatherr'");
+  expect_usage_error({"bench", "gemm", "decode", "gemm"}, "op 'gemm' named twice");
+  expect_usage_error({"bench", "gemm", "--variant", "ours", "--variant", "ours"}, "--variant 'ours' named twice");
+}
+
+// Under torchrun / mpirun the launcher sets the world; a -g that disagrees is a mistake, not ignored.
+TEST(Cli, NgpusMustMatchAnOutsideLaunchersWorld) {
+  auto r = run_process({cli(), "bench", "gemm", "-g", "3"}, {{"RANK", "0"}, {"WORLD_SIZE", "2"}});
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("-g 3 but RANK/WORLD_SIZE (torchrun or user) started 2 rank(s)"), std::string::npos) << r.output;
 }
 
 // What the ranks would read only once started, checked before: the JSON file (written after the
