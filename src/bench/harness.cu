@@ -331,6 +331,44 @@ int run(Team& team, const RunRequest& req) {
   const bool root = team.rank() == 0;
   cudaStream_t s = team.stream();
 
+  // Every op's checks that need the world, before any op runs: a later op's mistake must not cost
+  // an earlier op's results.
+  struct OpPlan {
+    std::string name;
+    std::unique_ptr<OpBench> bench;
+    std::vector<std::string> all_variants, variants, parts, named_parts;
+    std::vector<Case> cases;
+  };
+  std::vector<OpPlan> plans;
+  const bool filtered = !opt.shapes.empty() || opt.min_bytes > 0 || opt.max_bytes > 0;
+  for (const auto& name : ops) {
+    OpPlan& p = plans.emplace_back();
+    p.name = name;
+    p.bench = make_bench(name);
+    if (team.world() < p.bench->min_ranks()) {
+      TF_REQUIRE(summary_mode, Status::InvalidUsage,
+                 "op '" << name << "' needs at least " << p.bench->min_ranks() << " ranks (GPUs); this job has "
+                        << team.world());
+      continue;  // skipped, with a line in the output
+    }
+    p.all_variants = p.bench->variants();
+    p.parts = p.bench->parts();
+    // --variant may also name parts (timed, not checked); without it every variant and part runs.
+    for (const auto& v : opt.variants.empty() ? p.all_variants : opt.variants) {
+      const bool part = std::find(p.parts.begin(), p.parts.end(), v) != p.parts.end();
+      TF_REQUIRE(part || std::find(p.all_variants.begin(), p.all_variants.end(), v) != p.all_variants.end(),
+                 Status::InvalidArgument, "op '" << name << "' has no variant or part '" << v << "'");
+      (part ? p.named_parts : p.variants).push_back(v);
+    }
+    p.cases = p.bench->cases(opt, team);
+    // A named op whose filters select nothing ran nothing and passed: a typo in a --shape value
+    // (e.g. a size no sweep takes) must not read as a green run. Without filters, a default sweep
+    // may have no shape this world divides (all_gather_matmul at 3 ranks): said in the output.
+    TF_REQUIRE(!p.cases.empty() || summary_mode || !filtered, Status::InvalidArgument,
+               "op '" << name << "': no case matches the --shape entries and -b/-e sizes given at " << team.world()
+                      << " rank(s); an entry of only some keys selects from the default sweep");
+  }
+
   MachineRates rates = measure_rates(team);
   rates.per_launch_s = opt.graph ? rates.graph_launch_s : rates.launch_s;
   if (root)
@@ -365,31 +403,20 @@ int run(Team& team, const RunRequest& req) {
   g_gate_ticket = 0;
   bool killed_once = false;
 
-  for (const auto& name : ops) {
-    auto bench = make_bench(name);
+  for (OpPlan& plan : plans) {
+    const std::string& name = plan.name;
+    const std::unique_ptr<OpBench> bench = std::move(plan.bench);  // its buffers go before the next op's
     if (team.world() < bench->min_ranks()) {
-      TF_REQUIRE(summary_mode, Status::InvalidUsage,
-                 "op '" << name << "' needs at least " << bench->min_ranks() << " ranks (GPUs); this job has "
-                        << team.world() << " (use -g)");
       if (root) std::printf("#\n# %s: skipped, needs %d ranks\n", name.c_str(), bench->min_ranks());
       continue;
     }
-    const auto all_variants = bench->variants();
-    const auto parts = bench->parts();
-    // --variant may also name parts (timed, not checked); without it every variant and part runs.
-    std::vector<std::string> variants, named_parts;
-    for (const auto& v : opt.variants.empty() ? all_variants : opt.variants) {
-      const bool part = std::find(parts.begin(), parts.end(), v) != parts.end();
-      TF_REQUIRE(part || std::find(all_variants.begin(), all_variants.end(), v) != all_variants.end(),
-                 Status::InvalidArgument, "op '" << name << "' has no variant or part '" << v << "'");
-      (part ? named_parts : variants).push_back(v);
+    if (plan.cases.empty()) {
+      if (root) std::printf("#\n# %s: skipped, no case of its default sweep fits %d rank(s)\n", name.c_str(), team.world());
+      continue;
     }
-    auto cases = bench->cases(opt, team);
-    // A named op whose filters select nothing ran nothing and passed: a typo in a --shape value
-    // (e.g. a size no sweep takes) must not read as a green run.
-    TF_REQUIRE(!cases.empty() || summary_mode, Status::InvalidArgument,
-               "op '" << name << "': no case matches the --shape entries and -b/-e sizes given at " << team.world()
-                      << " rank(s); an entry of only some keys selects from the default sweep");
+    const std::vector<std::string>&all_variants = plan.all_variants, &variants = plan.variants, &parts = plan.parts,
+                                    &named_parts = plan.named_parts;
+    const std::vector<Case>& cases = plan.cases;
     if (root) print_header(name, team, opt);
     for (const auto& c : cases) {
       bench->setup(team, c, opt);

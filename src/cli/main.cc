@@ -8,7 +8,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <climits>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -115,15 +117,39 @@ const CLI::Validator kNonEmpty(
     [](std::string& text) { return text.empty() ? std::string("an empty value is not allowed") : std::string(); }, "");
 
 // --json's file, checked before any rank starts (rank 0 writes it only after the whole benchmark):
-// opened for appending, so nothing in it is lost, and removed again where this check created it.
-void require_writable_json(const std::string& path) {
+// created and removed again where it does not exist (O_EXCL: never through a link), else opened
+// for appending (nothing in it is lost); a link to a file not there yet checks that file. `json` is
+// the path as given, for messages.
+void require_writable_json(const std::string& path, const std::string& json, int links = 0) {
+  const int created = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (created >= 0) {
+    ::close(created);
+    ::unlink(path.c_str());
+    return;
+  }
+  const int create_error = errno;
+  const auto fail = [&] { return "--json '" + json + "' cannot be written: " + std::strerror(errno); };
   struct stat st {};
-  const bool existed = ::stat(path.c_str(), &st) == 0;
-  TF_REQUIRE(!existed || !S_ISDIR(st.st_mode), Status::InvalidArgument, "--json '" << path << "' is a directory");
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-  TF_REQUIRE(fd >= 0, Status::InvalidArgument, "--json '" << path << "' cannot be written: " << std::strerror(errno));
-  ::close(fd);
-  if (!existed) ::unlink(path.c_str());
+  const bool exists = create_error == EEXIST && ::stat(path.c_str(), &st) == 0;  // through links
+  TF_REQUIRE(create_error != EISDIR && !(exists && S_ISDIR(st.st_mode)), Status::InvalidArgument,
+             "--json '" << json << "' is a directory");
+  errno = create_error;
+  TF_REQUIRE(create_error == EEXIST, Status::InvalidArgument, fail());
+  if (exists) {
+    const int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
+    TF_REQUIRE(fd >= 0, Status::InvalidArgument, fail());
+    ::close(fd);
+    return;
+  }
+  // EEXIST, yet nothing there through links: a link to a file not there yet (or a loop of links).
+  errno = ELOOP;
+  TF_REQUIRE(links < 8, Status::InvalidArgument, fail());
+  std::string target(PATH_MAX, '\0');
+  const ssize_t n = ::readlink(path.c_str(), target.data(), target.size());
+  TF_REQUIRE(n > 0, Status::InvalidArgument, fail());
+  target.resize(size_t(n));
+  if (target.front() != '/' && path.find('/') != std::string::npos) target = path.substr(0, path.rfind('/') + 1) + target;
+  require_writable_json(target, json, links + 1);
 }
 
 // --inject's rank must be one of the job's `world` ranks: a fault for a rank past them never fired.
@@ -328,7 +354,7 @@ int main(int argc, char** argv) {
     }
     if (!json.empty()) {
       const auto env = rank_env();  // under torchrun / mpirun: rank 0 checks the file it will write
-      if (!env || env->rank == 0) require_writable_json(json);
+      if (!env || env->rank == 0) require_writable_json(json, json);
     }
     // What each rank's Team::join reads from the environment (TAXFREE_TIMEOUT_S, TAXFREE_HEAP_BYTES).
     const EnvLookup getenv_lookup = [](const char* name) -> const char* { return std::getenv(name); };

@@ -441,10 +441,12 @@ TEST(AgmmValidation, RejectsBadArgumentsNamingThem) {
   k30.gather_dim = 1, k30.k = int64_t(1) << 30, k30.lda_shard = int64_t(1) << 29, k30.ldb = k30.k;
   expect_error([&] { validate_agmm_args(k30, 2, wide); }, Status::InvalidArgument,
                "K=1073741824 makes a gathered row of 2147483648 bytes");
-  // gather_dim 0: K = 2^30 - 7 needs a pitch of 2^30 elements (a multiple of 8), past the limit
-  // (hence the contract's K <= 2^30 - 8).
+  // gather_dim 0: K = 2^30 - 7 has no valid A_shard pitch (a multiple of 8, at least K, within the
+  // copy engine's limit), hence the contract's K <= 2^30 - 8.
   AgmmArgs k0 = valid_args();
-  k0.k = (int64_t(1) << 30) - 7, k0.lda_shard = k0.ldb = int64_t(1) << 30;
+  k0.k = (int64_t(1) << 30) - 7, k0.lda_shard = k0.k, k0.ldb = int64_t(1) << 30;
+  expect_error([&] { validate_agmm_args(k0, 2, wide); }, Status::InvalidArgument, "multiple of 8");
+  k0.lda_shard = int64_t(1) << 30;
   expect_error([&] { validate_agmm_args(k0, 2, wide); }, Status::InvalidArgument,
                "lda_shard=1073741824 elements exceeds the copy engine's pitch limit");
   bad("ldb", [](AgmmArgs& a) { a.ldb = 8; });

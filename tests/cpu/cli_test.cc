@@ -1,5 +1,6 @@
 // The command line without GPUs: bad input fails once, clearly, before any rank starts.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -146,6 +147,18 @@ TEST(Cli, JsonPathAndTeamVariablesAreCheckedBeforeAnyRankStarts) {
   std::getline(std::ifstream(fresh), kept);
   EXPECT_EQ(kept, "kept");
   std::remove(fresh.c_str());
+  // A link to a file not there yet: the check neither replaces the link nor leaves the file.
+  const std::string link = fresh + ".link";
+  ASSERT_EQ(::symlink(fresh.c_str(), link.c_str()), 0);
+  r = run_process({cli(), "bench", "gemm", "--json", link}, {{"TAXFREE_TIMEOUT_S", "nan"}});
+  EXPECT_NE(r.output.find("TAXFREE_TIMEOUT_S='nan'"), std::string::npos) << r.output;
+  struct stat st {};
+  EXPECT_TRUE(::lstat(link.c_str(), &st) == 0 && S_ISLNK(st.st_mode)) << link << " is no longer a link";
+  EXPECT_NE(::access(fresh.c_str(), F_OK), 0) << fresh << " was left behind";
+  ASSERT_EQ(::symlink("no/such/dir/x.json", (link + "2").c_str()), 0);
+  expect_usage_error({"bench", "gemm", "--json", link + "2"}, "cannot be written: No such file");
+  std::remove(link.c_str());
+  std::remove((link + "2").c_str());
 }
 
 // With no op, bench runs every op's default sweep: one op's --shape or --variant is a mistake;

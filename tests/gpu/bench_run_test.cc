@@ -1,5 +1,6 @@
 // bench::run's own checks, on the GPU (they need a Team): a named op whose filters select no case
-// fails, naming the op, instead of printing an empty table and passing.
+// fails, naming the op, instead of printing an empty table and passing; every named op is checked
+// before any runs.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -31,6 +32,12 @@ TEST(BenchRun, FiltersThatSelectNoCaseAreAnError) {
   req.options.shapes = {"batch=1,kv=300,heads=64/8"};
   req.options.iters = 2, req.options.warmup = 1, req.options.check = 1;
   EXPECT_EQ(bench::run(t, req), 0);
+  // A later op's bad entry (gemm has no key 'batch') fails before the first op measures anything.
+  req.ops = {"flash_decode", "gemm"};
+  ::testing::internal::CaptureStdout();
+  EXPECT_THROW(bench::run(t, req), Error);
+  const std::string out = ::testing::internal::GetCapturedStdout();
+  EXPECT_EQ(out.find("measured"), std::string::npos) << out;
 }
 
 }  // namespace
