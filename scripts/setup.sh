@@ -11,6 +11,7 @@ dpkg -s libgtest-dev >/dev/null 2>&1 || need+=(libgtest-dev)
 dpkg -s libgmock-dev >/dev/null 2>&1 || need+=(libgmock-dev)
 command -v ninja >/dev/null || need+=(ninja-build)
 command -v cmake >/dev/null || need+=(cmake)
+command -v ccache >/dev/null || need+=(ccache)  # CI's sanitized build reuses the kernel units
 if [ ${#need[@]} -gt 0 ]; then
   sudo=""
   [ "$(id -u)" -eq 0 ] || sudo="sudo"
