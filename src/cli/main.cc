@@ -128,25 +128,23 @@ void require_writable_json(const std::string& path, const std::string& json, int
     return;
   }
   const int create_error = errno;
-  const auto fail = [&] { return "--json '" + json + "' cannot be written: " + std::strerror(errno); };
+  const auto fail = [&](int error) { return "--json '" + json + "' cannot be written: " + std::strerror(error); };
   struct stat st {};
   const bool exists = create_error == EEXIST && ::stat(path.c_str(), &st) == 0;  // through links
   TF_REQUIRE(create_error != EISDIR && !(exists && S_ISDIR(st.st_mode)), Status::InvalidArgument,
              "--json '" << json << "' is a directory");
-  errno = create_error;
-  TF_REQUIRE(create_error == EEXIST, Status::InvalidArgument, fail());
+  TF_REQUIRE(create_error == EEXIST, Status::InvalidArgument, fail(create_error));
   if (exists) {
     const int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
-    TF_REQUIRE(fd >= 0, Status::InvalidArgument, fail());
+    TF_REQUIRE(fd >= 0, Status::InvalidArgument, fail(errno));
     ::close(fd);
     return;
   }
   // EEXIST, yet nothing there through links: a link to a file not there yet (or a loop of links).
-  errno = ELOOP;
-  TF_REQUIRE(links < 8, Status::InvalidArgument, fail());
+  TF_REQUIRE(links < 8, Status::InvalidArgument, fail(ELOOP));
   std::string target(PATH_MAX, '\0');
   const ssize_t n = ::readlink(path.c_str(), target.data(), target.size());
-  TF_REQUIRE(n > 0, Status::InvalidArgument, fail());
+  TF_REQUIRE(n > 0, Status::InvalidArgument, fail(errno));
   target.resize(size_t(n));
   if (target.front() != '/' && path.find('/') != std::string::npos) target = path.substr(0, path.rfind('/') + 1) + target;
   require_writable_json(target, json, links + 1);
