@@ -222,6 +222,15 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
+    // CLI11 reports "a subcommand is required" before an unknown first word: name the word.
+    const auto words = app.remaining();
+    if (app.get_subcommands().empty() && !words.empty()) {
+      std::cerr << "taxfree: unknown command or option '" << words.front() << "'; commands:";
+      for (const auto* c : app.get_subcommands([](const CLI::App* c) { return !c->get_group().empty(); }))
+        std::cerr << " " << c->get_name();
+      std::cerr << " (see --help)\n";
+      return kExitUsage;
+    }
     return app.exit(e) == 0 ? kExitOk : kExitUsage;
   }
 

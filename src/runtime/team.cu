@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -20,15 +21,16 @@
 namespace taxfree {
 
 namespace {
-// `name` from the environment as a number in [lo, hi], or `fallback` when unset.
-double env_number(const EnvLookup& env, const char* name, double lo, double hi, double fallback) {
+// `name` from the environment as a number in [lo, hi] (a whole one when `whole`), or `fallback` when unset.
+double env_number(const EnvLookup& env, const char* name, double lo, double hi, double fallback, bool whole = false) {
   const char* v = env(name);
   if (!v || !*v) return fallback;
   char* end = nullptr;
   const double x = std::strtod(v, &end);
-  TF_REQUIRE(end != v && *end == '\0' && x >= lo && x <= hi, Status::InvalidArgument,
-             "environment variable " << name << "='" << v << "' must be a number in [" << std::setprecision(16) << lo
-                                     << ", " << hi << "]");
+  TF_REQUIRE(end != v && *end == '\0' && x >= lo && x <= hi && (!whole || x == std::floor(x)),
+             Status::InvalidArgument,
+             "environment variable " << name << "='" << v << "' must be a " << (whole ? "whole " : "")
+                                     << "number in [" << std::setprecision(16) << lo << ", " << hi << "]");
   return x;
 }
 
@@ -144,7 +146,7 @@ double team_timeout_s(const TeamOptions& options, const EnvLookup& env) {
 uint64_t team_heap_bytes(const TeamOptions& options, int world, const EnvLookup& env) {
   constexpr uint64_t kMin = 1ull << 20, kMax = 1ull << 50;
   uint64_t bytes = options.heap_bytes;
-  if (bytes == 0) bytes = uint64_t(env_number(env, "TAXFREE_HEAP_BYTES", double(kMin), double(kMax), 0));
+  if (bytes == 0) bytes = uint64_t(env_number(env, "TAXFREE_HEAP_BYTES", double(kMin), double(kMax), 0, true));
   if (bytes == 0) return std::max<uint64_t>(4ull << 30, (uint64_t(world) + 2) << 30);
   TF_REQUIRE(bytes >= kMin && bytes <= kMax, Status::InvalidArgument,
              "TeamOptions::heap_bytes=" << bytes << " must be in [2^20, 2^50] (0: the default)");

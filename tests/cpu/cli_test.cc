@@ -32,7 +32,9 @@ TEST(Cli, RejectsBadBenchArguments) {
   expect_usage_error({"bench", "--inject", "melt:1"}, "unknown fault 'melt'");
   expect_usage_error({"bench", "--dtype", "fp64"}, "fp64");
   expect_usage_error({"bench", "decode", "--sample-us", "0"}, "--sample-us");
-  expect_usage_error({"frobnicate"}, "A subcommand is required");
+  expect_usage_error({"frobnicate"}, "unknown command or option 'frobnicate'; commands: bench run list info");
+  expect_usage_error({"--frobnicate", "bench"}, "not expected: --frobnicate");
+  expect_usage_error({}, "A subcommand is required");
   expect_usage_error({"bench", "gemm", "--shape", "M=1,tile=1x1"}, "tile=1x1 is not one of");
   expect_usage_error({"bench", "gemm", "--shape", "M=1,cluster=3"}, "cluster=3 is not one of");  // not compiled
   expect_usage_error({"bench", "gemm", "--shape", "M=1,splitk=65"}, "splitk=65 is not an integer in [1, 64]");
@@ -141,7 +143,7 @@ TEST(Cli, JsonPathAndTeamVariablesAreCheckedBeforeAnyRankStarts) {
   { std::ofstream(fresh) << "kept"; }
   r = run_process({cli(), "bench", "gemm", "--json", fresh}, {{"TAXFREE_HEAP_BYTES", "abc"}});
   EXPECT_EQ(r.exit_code, 2) << r.output;
-  EXPECT_NE(r.output.find("TAXFREE_HEAP_BYTES='abc' must be a number in [1048576, 1125899906842624]"), std::string::npos)
+  EXPECT_NE(r.output.find("TAXFREE_HEAP_BYTES='abc' must be a whole number in [1048576, 1125899906842624]"), std::string::npos)
       << r.output;
   std::string kept;
   std::getline(std::ifstream(fresh), kept);

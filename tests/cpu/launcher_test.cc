@@ -74,7 +74,7 @@ TEST(TeamLimits, DeadlineAndHeapFromOptionsAndEnvironment) {
   for (const char* bad : {"nan", "inf", "0", "-1", "2e10", "1e400", "10s"})
     test::expect_error([&] { team_timeout_s(o, env_of({{"TAXFREE_TIMEOUT_S", bad}})); }, Status::InvalidArgument,
                        "TAXFREE_TIMEOUT_S");
-  for (const char* bad : {"nan", "inf", "1e300", "1000", "4GiB"})
+  for (const char* bad : {"nan", "inf", "1e300", "1000", "4GiB", "1048576.5", "20971525e-1"})
     test::expect_error([&] { team_heap_bytes(o, 2, env_of({{"TAXFREE_HEAP_BYTES", bad}})); }, Status::InvalidArgument,
                        "TAXFREE_HEAP_BYTES");
   o.timeout_s = 2.5;
