@@ -37,6 +37,8 @@ TEST(Cli, RejectsBadBenchArguments) {
   expect_usage_error({}, "A subcommand is required");
   expect_usage_error({"bench", "gemm", "--shape", "M=1,tile=1x1"}, "tile=1x1 is not one of");
   expect_usage_error({"bench", "gemm", "--shape", "M=1,cluster=3"}, "cluster=3 is not one of");  // not compiled
+  expect_usage_error({"bench", "gemm", "--shape", "M=1,N=64,K=64,tile=128x256,clusterk=2"},
+                     "tile 128x256 with cluster=1 clusterk=2 is not compiled");  // each is, not together
   expect_usage_error({"bench", "gemm", "--shape", "M=1,splitk=65"}, "splitk=65 is not an integer in [1, 64]");
   expect_usage_error({"bench", "all_gather", "-e", "0"}, "-e 0: sizes must be > 0 bytes");
   expect_usage_error({"bench", "flash_decode", "--shape", "batch=1,kv=1,q_heads=17,kv_heads=1"},

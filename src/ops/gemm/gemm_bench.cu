@@ -125,69 +125,12 @@ bool matches(const Shape& s, const std::map<std::string, std::string>& kv) {
 
 class GemmBench final : public OpBench {
  public:
-  void check_options(const Options& opt) const override {
-    for (const std::string& e : opt.shapes) parse_entry(e);
-  }
+  // Builds every case, so a tuning combination that is not compiled fails before any rank starts.
+  void check_options(const Options& opt) const override { cases_of(opt); }
   std::string name() const override { return "gemm"; }
   std::vector<std::string> variants() const override { return {"cublaslt", "ours"}; }
 
-  std::vector<Case> cases(const Options& opt, const Team&) const override {
-    const DType dtype = parse_dtype(opt.dtype);
-    std::vector<Shape> shapes;
-    std::vector<std::map<std::string, std::string>> filters;
-    for (const std::string& e : opt.shapes) {
-      auto kv = parse_entry(e);
-      if (kv.count("M") && kv.count("N") && kv.count("K")) {
-        for (BLayout l : {BLayout::NK, BLayout::KN})
-          if (!kv.count("layout") || kv["layout"] == gemm::layout_name(l))
-            shapes.push_back({shape_int(kv, "M", 0), shape_int(kv, "N", 0), shape_int(kv, "K", 0), l, tuning_of(kv)});
-      } else {
-        filters.push_back(std::move(kv));
-      }
-    }
-    if (shapes.empty() || !filters.empty()) {
-      for (BLayout l : {BLayout::NK, BLayout::KN})
-        for (int64_t m : {1, 16, 128, 512, 1024, 2048, 4096, 8192, 16384})
-          for (int64_t n : {3584, 4096, 7168, 8192, 14336}) {
-            Shape s{m, n, 8192, l, {}};
-            const auto f = std::find_if(filters.begin(), filters.end(), [&](auto& kv) { return matches(s, kv); });
-            if (!filters.empty() && f == filters.end()) continue;
-            if (f != filters.end()) s.tuning = tuning_of(*f);
-            shapes.push_back(s);
-          }
-    }
-    std::vector<Case> out;
-    for (const Shape& s : shapes) {
-      const int64_t bytes = s.m * s.n * 2;
-      if ((opt.min_bytes >= 0 && bytes < opt.min_bytes) || (opt.max_bytes >= 0 && bytes > opt.max_bytes)) continue;
-      Case c;
-      std::ostringstream label;
-      const gemm::GemmConfig cfg = with_overrides(
-          gemm::choose_gemm_config(s.m, s.n, s.k, dtype, s.layout, 132, gemm::KCuts::split_or_cluster,
-                                   s.tuning.swap_choice()), s.tuning);
-      label << "M=" << s.m << " N=" << s.n << " K=" << s.k << " " << gemm::layout_name(s.layout);
-      if (s.tuning.any()) label << " [" << cfg.name() << "]";
-      c.label = label.str();
-      c.size_bytes = bytes;
-      c.count = s.m * s.n;
-      c.type = gemm::dtype_name(dtype);
-      c.params = {{"m", s.m},
-                  {"n", s.n},
-                  {"k", s.k},
-                  {"layout", gemm::layout_name(s.layout)},
-                  {"tile", s.tuning.tile},
-                  {"swap", s.tuning.swap},
-                  {"cluster", s.tuning.cluster},
-                  {"clusterk", s.tuning.clusterk},
-                  {"group", s.tuning.group},
-                  {"splitk", s.tuning.splitk},
-                  {"tailsplit", s.tuning.tailsplit},
-                  {"streamk", s.tuning.streamk},
-                  {"config", cfg.name()}};
-      out.push_back(std::move(c));
-    }
-    return out;
-  }
+  std::vector<Case> cases(const Options& opt, const Team&) const override { return cases_of(opt); }
 
   void setup(Team&, const Case& c, const Options& opt) override {
     teardown();
@@ -278,6 +221,66 @@ class GemmBench final : public OpBench {
   ~GemmBench() override { teardown(); }
 
  private:
+  // The cases without a Team: the heuristic's config is taken for 132 SMs here and in setup() for
+  // the device's count.
+  std::vector<Case> cases_of(const Options& opt) const {
+    const DType dtype = parse_dtype(opt.dtype);
+    std::vector<Shape> shapes;
+    std::vector<std::map<std::string, std::string>> filters;
+    for (const std::string& e : opt.shapes) {
+      auto kv = parse_entry(e);
+      if (kv.count("M") && kv.count("N") && kv.count("K")) {
+        for (BLayout l : {BLayout::NK, BLayout::KN})
+          if (!kv.count("layout") || kv["layout"] == gemm::layout_name(l))
+            shapes.push_back({shape_int(kv, "M", 0), shape_int(kv, "N", 0), shape_int(kv, "K", 0), l, tuning_of(kv)});
+      } else {
+        filters.push_back(std::move(kv));
+      }
+    }
+    if (shapes.empty() || !filters.empty()) {
+      for (BLayout l : {BLayout::NK, BLayout::KN})
+        for (int64_t m : {1, 16, 128, 512, 1024, 2048, 4096, 8192, 16384})
+          for (int64_t n : {3584, 4096, 7168, 8192, 14336}) {
+            Shape s{m, n, 8192, l, {}};
+            const auto f = std::find_if(filters.begin(), filters.end(), [&](auto& kv) { return matches(s, kv); });
+            if (!filters.empty() && f == filters.end()) continue;
+            if (f != filters.end()) s.tuning = tuning_of(*f);
+            shapes.push_back(s);
+          }
+    }
+    std::vector<Case> out;
+    for (const Shape& s : shapes) {
+      const int64_t bytes = s.m * s.n * 2;
+      if ((opt.min_bytes >= 0 && bytes < opt.min_bytes) || (opt.max_bytes >= 0 && bytes > opt.max_bytes)) continue;
+      Case c;
+      std::ostringstream label;
+      const gemm::GemmConfig cfg = with_overrides(
+          gemm::choose_gemm_config(s.m, s.n, s.k, dtype, s.layout, 132, gemm::KCuts::split_or_cluster,
+                                   s.tuning.swap_choice()), s.tuning);
+      label << "M=" << s.m << " N=" << s.n << " K=" << s.k << " " << gemm::layout_name(s.layout);
+      if (s.tuning.any()) label << " [" << cfg.name() << "]";
+      c.label = label.str();
+      c.size_bytes = bytes;
+      c.count = s.m * s.n;
+      c.type = gemm::dtype_name(dtype);
+      c.params = {{"m", s.m},
+                  {"n", s.n},
+                  {"k", s.k},
+                  {"layout", gemm::layout_name(s.layout)},
+                  {"tile", s.tuning.tile},
+                  {"swap", s.tuning.swap},
+                  {"cluster", s.tuning.cluster},
+                  {"clusterk", s.tuning.clusterk},
+                  {"group", s.tuning.group},
+                  {"splitk", s.tuning.splitk},
+                  {"tailsplit", s.tuning.tailsplit},
+                  {"streamk", s.tuning.streamk},
+                  {"config", cfg.name()}};
+      out.push_back(std::move(c));
+    }
+    return out;
+  }
+
   static std::tuple<double, double, double> mnk(const Case& c) {
     return {double(c.params.at("m").get<int64_t>()), double(c.params.at("n").get<int64_t>()),
             double(c.params.at("k").get<int64_t>())};
