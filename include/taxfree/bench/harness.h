@@ -68,6 +68,9 @@ int64_t parse_bytes(const std::string& text);
 // option or variable (e.g. "--shape entry 'M=x': M", "TAXFREE_AGMM_PUSH_CTAS").
 int64_t parse_int(const std::string& what, const std::string& text, int64_t min, int64_t max);
 
+// Whether a case of `bytes` is inside -b/-e (either unset: no bound on that side).
+bool within_size_bounds(const Options& o, int64_t bytes);
+
 // Sizes from -b/-e/-f, or [def_min, def_max] by -f when not given; each rounded down to a multiple
 // of `multiple` (at least `multiple`).
 std::vector<int64_t> size_sweep(const Options& o, int64_t def_min, int64_t def_max, int64_t multiple);

@@ -209,7 +209,7 @@ class AgmmBench final : public OpBench {
     std::vector<Case> out;
     for (const Shape& s : shapes) {
       const int64_t bytes = s.m * s.n * 2;
-      if ((opt.min_bytes >= 0 && bytes < opt.min_bytes) || (opt.max_bytes >= 0 && bytes > opt.max_bytes)) continue;
+      if (!within_size_bounds(opt, bytes)) continue;
       Case c;
       std::ostringstream label;
       label << "M=" << s.m << " N=" << s.n << " K=" << s.k << " gd" << s.gather_dim << " " << gemm::layout_name(s.layout);

@@ -251,7 +251,7 @@ class GemmBench final : public OpBench {
     std::vector<Case> out;
     for (const Shape& s : shapes) {
       const int64_t bytes = s.m * s.n * 2;
-      if ((opt.min_bytes >= 0 && bytes < opt.min_bytes) || (opt.max_bytes >= 0 && bytes > opt.max_bytes)) continue;
+      if (!within_size_bounds(opt, bytes)) continue;
       Case c;
       std::ostringstream label;
       const gemm::GemmConfig cfg = with_overrides(
