@@ -157,6 +157,8 @@ std::string scoped(int generation, const std::string& name) { return std::to_str
 
 CoordinatorServer::CoordinatorServer(const std::string& host, int port, int world) : world_(world) {
   TF_REQUIRE(world >= 1, Status::InvalidArgument, "coordinator world size " << world << " must be >= 1");
+  TF_REQUIRE(port >= 0 && port <= 65535, Status::InvalidArgument,
+             "coordinator port " << port << " must be in [0, 65535] (0: any free port)");
   listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   TF_REQUIRE(listen_fd_ >= 0, Status::SystemError, "socket(): " << std::strerror(errno));
   int one = 1;

@@ -116,9 +116,24 @@ dev::LaunchSequence SymmetricHeap::allocate_sequence(const std::string& tag) {
   return {words, reinterpret_cast<uint32_t*>(words + 1)};
 }
 
+uint64_t SymmetricHeap::array_bytes(uint64_t n, uint64_t elem, const std::string& tag) {
+  TF_REQUIRE(n <= UINT64_MAX / elem, Status::InvalidArgument,
+             "symmetric heap allocate_array('" << tag << "'): " << n << " elements of " << elem
+                                               << " B overflow 64 bits");
+  return n * elem;
+}
+
 void SymmetricHeap::release(uint64_t mark) {
   TF_REQUIRE(mark <= used_, Status::InvalidArgument,
              "symmetric heap release to mark " << mark << " above the used size " << used_);
+  for (auto a = allocations_.rbegin(); a != allocations_.rend(); ++a)
+    if (a->offset < mark) {  // the last allocation that stays must end at or before the mark
+      TF_REQUIRE(mark - a->offset >= a->bytes, Status::InvalidArgument,
+                 "symmetric heap release to mark " << mark << " inside the live allocation '" << a->tag << "' ["
+                                                   << a->offset << ", " << a->offset + a->bytes
+                                                   << "): a mark is a value mark() returned");
+      break;
+    }
   check_collective("release(" + std::to_string(mark) + ")");
   ++calls_;
   used_ = mark;

@@ -189,7 +189,7 @@ void Team::init(const TeamOptions& options) {
   cudaError_t e = cudaGetDeviceCount(&count);
   TF_REQUIRE(e == cudaSuccess && count > 0, Status::NotSupported,
              "no CUDA GPU visible (" << (e == cudaSuccess ? "0 devices" : cudaGetErrorString(e)) << ")");
-  TF_REQUIRE(env_.local_rank < count, Status::InvalidUsage,
+  TF_REQUIRE(env_.local_rank < count, Status::NotSupported,  // too few GPUs: the launcher's exit 4 too
              "LOCAL_RANK=" << env_.local_rank << " but only " << count << " GPU(s) are visible to this process");
   device_ = env_.local_rank;
   TF_CUDA(cudaSetDevice(device_));

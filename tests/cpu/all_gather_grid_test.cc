@@ -67,5 +67,29 @@ TEST(AllGatherPushGrid, ProtocolBlocksAndChunkPerSize) {
   EXPECT_FALSE(all_gather_push_grid(c, 16).low_latency);
 }
 
+// Callers that own the flags (simulated ranks) reach the grid and the launch without the op's
+// constructor: an unresolved max_blocks, more blocks than a sender's row of `arrived` holds, or
+// threads the kernels do not take are refused before anything is enqueued (no GPU needed).
+TEST(AllGatherPushGrid, ShapesOutsideTheLimitsAreRefused) {
+  AllGatherConfig c;
+  for (int blocks : {0, -1, AllGather::kMaxBlocks + 1}) {
+    c.max_blocks = blocks;
+    test::expect_invalid([&] { all_gather_push_grid(c, 4096); }, std::to_string(blocks) + " blocks must be in [1, 1024]");
+  }
+  c.max_blocks = 8, c.threads = 48;
+  test::expect_invalid([&] { all_gather_push_grid(c, 4096); }, "48 threads per block");
+  AllGatherPushGrid g;
+  g.blocks = AllGather::kMaxBlocks + 1;
+  test::expect_invalid([&] { launch_all_gather_push({}, g, 512, nullptr); }, "launch_all_gather_push: 1025 blocks");
+  g.blocks = 4;
+  test::expect_invalid([&] { launch_all_gather_push({}, g, 1024, nullptr); }, "1024 threads per block");
+  test::HostHeap host(0, 2);
+  RankShare share;
+  share.world = 2, share.sm_count = 132, share.heap = &host.heap;
+  AllGatherConfig negative;
+  negative.max_blocks = -1;
+  test::expect_invalid([&] { AllGather op(share, negative); }, "max_blocks -1 must be >= 0");
+}
+
 }  // namespace
 }  // namespace taxfree

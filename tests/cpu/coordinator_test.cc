@@ -533,6 +533,16 @@ TEST(Coordinator, HexRoundTripAndBadInput) {
   test::expect_error([] { from_hex("0azz"); }, Status::Internal, "bad hex digit 'z' in '0azz'");
 }
 
+// What the server is given is checked before a socket is opened: a port past 16 bits used to wrap
+// (70000 listened on 4464) and a host name is not an address.
+TEST(Coordinator, ServerRefusesBadWorldPortAndHost) {
+  test::expect_invalid([] { CoordinatorServer s("127.0.0.1", 0, 0); }, "coordinator world size 0 must be >= 1");
+  for (int port : {-1, 65536, 70000})
+    test::expect_invalid([&] { CoordinatorServer s("127.0.0.1", port, 1); },
+                         "coordinator port " + std::to_string(port) + " must be in [0, 65535]");
+  test::expect_invalid([] { CoordinatorServer s("localhost", 0, 1); }, "'localhost' is not an IPv4 address");
+}
+
 TEST(Coordinator, ClientGivesUpWhenNobodyListens) {
   try {
     CoordinatorClient c("127.0.0.1", 1, 0, 1, 0.3);

@@ -168,7 +168,7 @@ TEST(FlashDecodeDistPlan, DirectRegionHoldsEverySplitOfEveryDirectShape) {
           for (int s = 0; s < at::kMaxDirectSplits; ++s)
             for (int64_t r = 0; r < x.rows; ++r) {
               const int64_t l = at::direct_line(e, parity, begin, sender, x.rows, x.head_dim, p, s, r);
-              if (r == 0 && s == 0) expect_next = l;  // senders start at fixed offsets
+              if (r == 0 && s == 0) expect_next = lo + p * sender;  // each sender's block starts its own
               ASSERT_EQ(l, expect_next);
               expect_next = l + row;
               ASSERT_GE(l, lo);

@@ -204,6 +204,17 @@ TEST(FlashDecodeValidation, Paging) {
     f.table[0 * 16 + 15] = -1; // beyond sequence 0's slice [0, 100)
     EXPECT_NO_THROW(validate_decode_args(f.a));
   }
+  {
+    // Device starts without their host copy: which pages are read is unknown, so none is checked
+    // (sequence 2's slice [200, 207) leaves page 0 unread; assuming it started at 0 refused this).
+    Fixture f;
+    f.paged(16);
+    f.table[2 * 16 + 0] = -1;
+    f.a.host_slice_start = {};
+    EXPECT_NO_THROW(validate_decode_args(f.a));
+    f.a.slice_start = nullptr;  // now the slices start at 0, and page 0 is read
+    expect_invalid([&] { validate_decode_args(f.a); }, "block_table[2][0]=-1 must be in [0, num_pages=64)");
+  }
 }
 
 TEST(FlashDecodeValidation, PlanAndWorkspace) {
@@ -256,6 +267,17 @@ TEST(FlashDecodeValidation, Combine) {
   bad([](CombineArgs& c) { c.lse_rank_stride = 15; }, "lse_rank_stride=15 must be 0 (dense) or >= batch*q_heads=16");
   bad([](CombineArgs& c) { c.out = nullptr; }, "no output");
   bad([](CombineArgs& c) { c.out = fake(0x30008); }, "out=0x30008 must be 16-byte aligned");
+  // Outputs apart from every rank's partials and from each other (the last rank's block ends at
+  // 0x10000 + 4 x 1024 x 4 B = 0x14000; the LSE parts at 0x20000 + 4 x 16 x 4 B = 0x20100).
+  bad([](CombineArgs& c) { c.out = fake(0x13ff0); }, "output out overlaps input o_parts");
+  bad([](CombineArgs& c) { c.o_out = const_cast<float*>(c.o_parts); }, "output o_out overlaps input o_parts");
+  bad([](CombineArgs& c) { c.lse_out = fake<float>(0x200f0); }, "output lse_out overlaps input lse_parts");
+  bad([](CombineArgs& c) { c.o_out = fake<float>(0x30000); }, "output out overlaps output o_out");
+  {
+    CombineArgs c = base();
+    c.out = fake(0x14000), c.lse_out = fake<float>(0x20100);  // just past each
+    EXPECT_NO_THROW(validate_combine_args(c));
+  }
   // One interleaved buffer per rank ([O | LSE]) is a valid layout.
   CombineArgs c = base();
   c.o_rank_stride = c.lse_rank_stride = 2 * 8 * 64 + 2 * 8;

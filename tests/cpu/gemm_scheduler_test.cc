@@ -3,7 +3,6 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdint>
 #include <utility>
 #include <vector>
@@ -195,10 +194,12 @@ TEST(GemmWorkPlan, SplitKCutsEveryTileInEqualParts) {
   EXPECT_EQ(detail::make_work_plan(a, cfg, 132).max_parts, 2);
 }
 
-// Every tile of a split-all plan is cut alike, so planning is O(1) in the tiles: 2^26 tiles (whose
-// walk took over a second) plan at once, with the parts of a small grid. A grid whose range
-// arithmetic would overflow 64 bits is refused, and the heuristic, which skips splitting many
-// waves, picks a config for the largest shapes validation accepts at once (and without overflow).
+// Every tile of a split-all plan is cut alike: 2^26 tiles (near the largest grid the scheduler's
+// 64-bit range arithmetic takes) plan with the parts of a small grid. Planning is O(1) in the tiles
+// (a walk over them took over a second at this size); that cost is the host(us) column of the gemm
+// bench, not a clock read here. A grid whose range arithmetic would overflow 64 bits is refused, and
+// the heuristic, which skips splitting many waves, picks a config that plans for the largest shapes
+// validation accepts.
 TEST(GemmWorkPlan, SplitAllPlansHugeGridsAtOnce) {
   GemmArgs a;
   a.m = a.n = int64_t(1) << 19, a.k = 8192;
@@ -206,9 +207,8 @@ TEST(GemmWorkPlan, SplitAllPlansHugeGridsAtOnce) {
   cfg.bm = 64, cfg.bn = 64;
   for (int s : {2, 3, 12}) {
     cfg.splits = s;
-    const auto t0 = std::chrono::steady_clock::now();
     const WorkPlan plan = detail::make_work_plan(a, cfg, 132);
-    EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 0.1) << s << " splits";
+    EXPECT_EQ(plan.grid.tiles(), int64_t(1) << 26);
     GemmArgs small = a;
     small.m = 1, small.n = 3584;
     EXPECT_EQ(plan.max_parts, detail::make_work_plan(small, cfg, 132).max_parts) << s << " splits";
@@ -217,9 +217,9 @@ TEST(GemmWorkPlan, SplitAllPlansHugeGridsAtOnce) {
   a.m = a.n = (int64_t(1) << 31) - 1;
   test::expect_error([&] { detail::make_work_plan(a, cfg, 132); }, Status::InvalidArgument, "64-bit arithmetic");
   for (int64_t k : {int64_t(8192), (int64_t(1) << 31) - 1}) {
-    const auto t0 = std::chrono::steady_clock::now();
     const GemmConfig c = choose_gemm_config(a.m, a.n, k, DType::bf16, BLayout::NK);
-    EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 1.0) << c.name();
+    a.k = k;
+    EXPECT_NO_THROW(detail::make_work_plan(a, c, 132)) << c.name();
   }
 }
 

@@ -297,6 +297,29 @@ TEST(Heap, DescribeOffsetNamesTheLiveAllocation) {
   EXPECT_EQ(describe_wait_record(r, &heap).find("op.arrived"), std::string::npos);
 }
 
+// release() takes back whole allocations only, and allocate_array's byte count cannot wrap: either
+// would hand out memory that aliases a live buffer.
+TEST(Heap, ReleaseInsideAnAllocationAndWrappingArraysAreRefused) {
+  test::HostHeap host(0, 1, 1 << 16);
+  SymmetricHeap& heap = host.heap;
+  heap.allocate(4096, 256, "a");
+  test::expect_invalid([&] { heap.release(100); }, "release to mark 100 inside the live allocation 'a' [0, 4096)");
+  EXPECT_EQ(heap.used(), 4096u) << "nothing released";
+  EXPECT_EQ(heap.describe_offset(100), "'a' + 100 B of a 4096-byte allocation");
+  heap.allocate(16, 1024, "b");  // [4096, 4112)
+  heap.allocate(16, 1024, "c");  // [5120, 5136)
+  heap.release(4120);            // in the padding after 'b': only 'c' goes
+  EXPECT_EQ(heap.used(), 4120u);
+  test::expect_invalid([&] { heap.release(4100); }, "inside the live allocation 'b' [4096, 4112)");
+  heap.release(4096);  // 'b' starts at the mark: it goes
+  EXPECT_EQ(heap.describe_offset(4096), "");
+  test::expect_invalid([&] { heap.allocate_array<uint32_t>((uint64_t(1) << 62) + 1, "huge"); },
+                       "allocate_array('huge'): 4611686018427387905 elements of 4 B overflow 64 bits");
+  EXPECT_EQ(heap.used(), 4096u);
+  heap.release(0);
+  EXPECT_EQ(heap.used(), 0u);
+}
+
 // What an op takes from a rank (rank_share.h): refused, naming the op and the bad value, without a
 // heap, with a rank outside [0, world), with no SMs, or with a coordinator and no NCCL call limit.
 TEST(RankShare, CheckNamesTheOpAndWhatIsMissing) {

@@ -49,7 +49,7 @@ const char* variant_name(AllGatherVariant v);
 
 struct AllGatherConfig {
   int threads = 512;                  // per block
-  int max_blocks = 0;                 // 0: the blocks resident at once; never more
+  int max_blocks = 0;                 // 0: the blocks resident at once; never more (< 0: InvalidArgument)
   // push: low-latency protocol up to this many bytes per rank (0: never). Up to 1 MiB its one
   // NVLink trip beats the direct protocol's handshake despite twice the bytes (measured, r3).
   uint64_t ll_max_bytes = 1 << 20;
@@ -73,7 +73,8 @@ struct AllGatherPushArgs {
 
 // The push variant's launch shape for `bytes` per rank (the same on every rank): the low-latency
 // protocol up to config.ll_max_bytes, its blocks (at most config.max_blocks, which must be resolved:
-// > 0) and the direct protocol's chunk.
+// in [1, AllGather::kMaxBlocks]) and the direct protocol's chunk. InvalidArgument for a max_blocks
+// or threads outside the limits.
 struct AllGatherPushGrid {
   bool low_latency = false;
   int blocks = 1;
@@ -92,7 +93,9 @@ int all_gather_push_resident_blocks(int threads, int sm_count);
 
 // Enqueues the push kernel of grid `g` (config.threads threads per block) with arguments `a`: for
 // AllGather::launch, and for callers that own the flags and buffers (tests that simulate ranks on
-// one GPU). Every rank's flags start at 0; `a` as AllGatherPushArgs describes.
+// one GPU). Every rank's flags start at 0; `a` as AllGatherPushArgs describes. InvalidArgument for
+// g.blocks outside [1, AllGather::kMaxBlocks] (a sender's row of `arrived`) or threads not a
+// multiple of 32 in [32, 512].
 void launch_all_gather_push(const AllGatherPushArgs& a, const AllGatherPushGrid& g, int threads, cudaStream_t stream);
 
 class AllGather {
@@ -104,7 +107,8 @@ class AllGather {
   // x ll_max_bytes: 8 MiB at two ranks by default) in the symmetric heap (returned by the heap's
   // release(mark) after the op is gone). Throws InvalidArgument for threads outside [32, 512] or
   // not a multiple of 32, ll_max_bytes not a multiple of 16 or over 2^40, or a max_blocks above the resident
-  // blocks; NotSupported where no push block fits an SM.
+  // blocks; NotSupported where no push block fits an SM. Blocks: synchronizes the device (the
+  // zeroed flags are in memory before the host barrier lets a peer write them) and the barrier.
   explicit AllGather(Team& team, AllGatherConfig config = {});
   // The same on a rank share (rank_share.h; tests simulate ranks on one GPU this way): the grids
   // fit its SMs; the nccl variant throws NotSupported on a share without a communicator.

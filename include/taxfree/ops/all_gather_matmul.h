@@ -328,6 +328,9 @@ class AllGatherMatmul {
   // plain device memory, the ksplit partials (when enabled), the flags and launch sequences; ends
   // with a host barrier. The heap part is not returned when the op is destroyed (the heap is a
   // stack): take Team::heap().mark() before constructing and release it after the op is gone.
+  // Blocks: synchronizes the device (zeroed flags in memory before the barrier lets a peer write
+  // them) and the barrier; the destructor waits for the op's side stream (its kernels end by their
+  // own deadlines).
   explicit AllGatherMatmul(Team& team, AgmmConfig config = {});
   // The same on a rank share (rank_share.h): tests run W simulated ranks on one GPU this way. The
   // variants that call NCCL (bsp, bsp-own, and auto where it picks them) throw NotSupported on a

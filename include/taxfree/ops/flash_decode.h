@@ -91,9 +91,9 @@ struct DecodeArgs {
   int max_len = 0;               // >= every slice_len; sizes the split heuristic only
 
   // Optional host copies of the device arrays above: when non-empty they are validated (lengths
-  // >= 0, slices inside the capacity; with host_slice_len too, the pages each slice touches in
-  // [0, num_pages): without the lengths nothing says which entries are read, and the others may
-  // hold anything, so none is checked), and host_slice_len plans the splits of a
+  // >= 0, slices inside the capacity; with host_slice_len, and host_slice_start where slice_start
+  // is given, the pages each slice touches in [0, num_pages): without them nothing says which
+  // entries are read, and the others may hold anything, so none is checked), and host_slice_len plans the splits of a
   // ragged batch (choose_splits with lengths: 0.77-1.0 of the time planned from max_len, r205)
   // and the order its CTAs start in (longest_first). They must hold the same values.
   std::span<const int32_t> host_slice_start;
@@ -151,6 +151,9 @@ struct CombineArgs {
   int64_t o_rank_stride = 0;
   const float* lse_parts = nullptr;
   int64_t lse_rank_stride = 0;
+  // Outputs (at least one). No output may overlap the partials (every rank's, as the strides
+  // place them) or another output, in place included: CTAs read partials that others' rows
+  // overwrite. InvalidArgument naming both.
   void* out = nullptr;       // [batch][q_heads][head_dim] dtype, or null
   float* o_out = nullptr;    // [batch][q_heads][head_dim] fp32, or null
   float* lse_out = nullptr;  // [batch][q_heads] fp32, or null
@@ -344,7 +347,8 @@ class FlashDecode {
   // persistent grid's item tickets) in the share's symmetric heap (released with the heap's
   // mark/release, after the op is destroyed), the split workspace in device memory; zeroes the
   // inbox; host barrier (where the share has one). Plans fill share.sm_count SMs (a Team: the whole
-  // GPU); bsp needs the share's NCCL communicator (NotSupported without).
+  // GPU); bsp needs the share's NCCL communicator (NotSupported without). Blocks: synchronizes the
+  // device (the zeroed inbox is in memory before the barrier lets a peer write it) and the barrier.
   FlashDecode(Team& team, const FlashDecodeConfig& cfg);
   FlashDecode(RankShare share, const FlashDecodeConfig& cfg);
   ~FlashDecode();

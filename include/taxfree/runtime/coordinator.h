@@ -38,7 +38,8 @@ enum ExitCode : int {
 class CoordinatorServer {
  public:
   // Listens on host:port (port 0: any free port) for `world` ranks. Throws SystemError (socket,
-  // bind, listen), InvalidArgument (world < 1, a host that is not an IPv4 address).
+  // bind, listen), InvalidArgument (world < 1, a port outside [0, 65535], a host that is not an
+  // IPv4 address).
   CoordinatorServer(const std::string& host, int port, int world);
   ~CoordinatorServer();
   CoordinatorServer(const CoordinatorServer&) = delete;

@@ -13,7 +13,8 @@
 //  - Memory is not initialised (allocate_sequence excepted).
 //  - release() hands the memory to the next allocate(): work still in flight on it (an op's
 //    kernels, flags a peer may still write) must have finished on every rank first.
-//  - Blocks: window registration (construction) waits for all ranks.
+//  - Blocks: window registration (construction) waits for all ranks; with check mode on, each
+//    allocate()/release() waits up to 60 s for every rank's same call (then a CoordinatorTimeout).
 #pragma once
 
 #include <nccl.h>
@@ -44,7 +45,7 @@ class SymmetricHeap {
   void* allocate(uint64_t bytes, uint64_t align = 256, const std::string& tag = "");
   template <class T>
   T* allocate_array(uint64_t n, const std::string& tag = "", uint64_t align = 256) {
-    return static_cast<T*>(allocate(n * sizeof(T), align, tag));
+    return static_cast<T*>(allocate(array_bytes(n, sizeof(T), tag), align, tag));
   }
   // A fresh launch counter (launch_sequence.cuh) of this rank: an allocation of its own 128-byte
   // line (no other data shares the line its atomics hit), both words zero. Returns after the zeroes
@@ -52,7 +53,9 @@ class SymmetricHeap {
   // back with release() like any allocation, so ops built and dropped any number of times leave no
   // counters behind.
   dev::LaunchSequence allocate_sequence(const std::string& tag);
-  // Stack discipline: release(mark()) frees everything allocated after mark() was taken.
+  // Stack discipline: release(mark()) frees everything allocated after mark() was taken. A mark
+  // above used() or inside a live allocation (not one mark() returned since) is InvalidArgument,
+  // naming the allocation: memory handed out again while still in use would alias it.
   uint64_t mark() const { return used_; }
   void release(uint64_t mark);
 
@@ -71,6 +74,8 @@ class SymmetricHeap {
   void* nccl_address(const void* flat) const;
 
  private:
+  // n * elem bytes; InvalidArgument naming `tag` where the product does not fit 64 bits.
+  static uint64_t array_bytes(uint64_t n, uint64_t elem, const std::string& tag);
   void check_collective(const std::string& what);
 
   ncclComm_t comm_ = nullptr;

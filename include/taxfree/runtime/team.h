@@ -72,8 +72,9 @@ struct TeamOptions {
 class Team {
  public:
   // Joins the job described by the environment (see rank_env()); a process with no launcher
-  // variables forms a job of one. Selects GPU LOCAL_RANK. Throws NotSupported without a Hopper GPU
-  // or with an NCCL library whose version differs from the headers taxfree was built with.
+  // variables forms a job of one. Selects GPU LOCAL_RANK. Throws NotSupported without a Hopper GPU,
+  // with LOCAL_RANK past the GPUs visible to the process, or with an NCCL library whose version
+  // differs from the headers taxfree was built with.
   static std::unique_ptr<Team> join(const TeamOptions& options = {});
   ~Team();
   Team(const Team&) = delete;

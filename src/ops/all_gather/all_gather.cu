@@ -105,8 +105,10 @@ AllGather::AllGather(RankShare share, AllGatherConfig config) : share_(std::move
              "all_gather threads per block " << config_.threads << " must be a multiple of 32 in [32, 512]");
   TF_REQUIRE(config_.ll_max_bytes % 16 == 0 && config_.ll_max_bytes <= kMaxShardBytes, Status::InvalidArgument,
              "all_gather ll_max_bytes " << config_.ll_max_bytes << " must be a multiple of 16, at most 2^40");
+  TF_REQUIRE(config_.max_blocks >= 0, Status::InvalidArgument,
+             "all_gather max_blocks " << config_.max_blocks << " must be >= 0 (0: the blocks resident at once)");
   const int resident = std::min(all_gather_push_resident_blocks(config_.threads, share_.sm_count), kMaxBlocks);
-  if (config_.max_blocks <= 0) config_.max_blocks = resident;
+  if (config_.max_blocks == 0) config_.max_blocks = resident;
   TF_REQUIRE(config_.max_blocks <= resident, Status::InvalidArgument,
              "all_gather max_blocks " << config_.max_blocks << " exceeds the " << resident
                                       << " blocks resident at once (a block waits for the same block of every peer)");
@@ -126,7 +128,19 @@ AllGather::AllGather(RankShare share, AllGatherConfig config) : share_(std::move
   if (share_.host_barrier) share_.host_barrier("all_gather.init");
 }
 
+namespace {
+// The push kernels' shape limits: the flag row of a sender holds kMaxBlocks blocks, and a block's
+// threads are those the constructor accepts.
+void require_push_shape(int blocks, int threads, const char* what) {
+  TF_REQUIRE(blocks >= 1 && blocks <= AllGather::kMaxBlocks, Status::InvalidArgument,
+             what << ": " << blocks << " blocks must be in [1, " << AllGather::kMaxBlocks << "]");
+  TF_REQUIRE(threads >= 32 && threads <= 512 && threads % 32 == 0, Status::InvalidArgument,
+             what << ": " << threads << " threads per block must be a multiple of 32 in [32, 512]");
+}
+}  // namespace
+
 AllGatherPushGrid all_gather_push_grid(const AllGatherConfig& config, uint64_t bytes) {
+  require_push_shape(config.max_blocks, config.threads, "all_gather_push_grid: config.max_blocks");
   AllGatherPushGrid g;
   g.low_latency = bytes <= config.ll_max_bytes;
   // One chunk is what a block of 512 threads keeps in flight (8 x 16 B each): a block streams at
@@ -165,6 +179,7 @@ int all_gather_push_resident_blocks(int threads, int sm_count) {
 }
 
 void launch_all_gather_push(const AllGatherPushArgs& a, const AllGatherPushGrid& g, int threads, cudaStream_t stream) {
+  require_push_shape(g.blocks, threads, "launch_all_gather_push");
   if (g.low_latency) all_gather_ll_kernel<<<g.blocks, threads, 0, stream>>>(a);
   else all_gather_direct_kernel<<<g.blocks, threads, 0, stream>>>(a);
   TF_CUDA(cudaGetLastError());

@@ -6,6 +6,8 @@
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <span>
+#include <utility>
 #include <vector>
 
 #include "kernels.h"
@@ -48,14 +50,28 @@ int64_t capacity_of(const DecodeArgs& a) {
   return paged(a.layout) ? int64_t(a.max_pages_per_seq) * a.page_size : a.capacity;
 }
 
+using NamedRange = std::pair<const char*, ByteRange>;
+
 // No output overlaps an input or another output (the kernels read inputs while writing outputs, and
 // write the outputs from different CTAs without ordering between them).
+void require_apart(std::span<const NamedRange> inputs, std::span<const NamedRange> outputs) {
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    const auto& [name, range] = outputs[i];
+    for (const auto& [in_name, in_range] : inputs)
+      TF_REQUIRE(!overlap(range, in_range), Status::InvalidArgument,
+                 "output " << name << " overlaps input " << in_name);
+    for (size_t j = i + 1; j < outputs.size(); ++j)
+      TF_REQUIRE(!overlap(range, outputs[j].second), Status::InvalidArgument,
+                 "output " << name << " overlaps output " << outputs[j].first);
+  }
+}
+
 void require_outputs_apart(const DecodeArgs& a) {
   const int64_t e = 2;  // bytes of bf16 / fp16
   const int64_t rows = int64_t(a.batch) * a.q_heads;
   const int64_t kv = paged(a.layout) ? int64_t(a.num_pages) * a.kv_heads * a.page_size * a.head_dim
                                      : int64_t(a.batch) * a.kv_heads * a.capacity * a.head_dim;
-  const std::pair<const char*, ByteRange> inputs[] = {
+  const NamedRange inputs[] = {
       {"q", byte_range(a.q, rows * a.head_dim * e)},
       {"k", byte_range(a.k, kv * e)},
       {"v", byte_range(a.v, kv * e)},
@@ -63,18 +79,10 @@ void require_outputs_apart(const DecodeArgs& a) {
       {"slice_start", byte_range(a.slice_start, int64_t(a.batch) * 4)},
       {"block_table", paged(a.layout) ? byte_range(a.block_table, int64_t(a.batch) * a.max_pages_per_seq * 4)
                                       : ByteRange{}}};
-  const std::pair<const char*, ByteRange> outputs[] = {{"o_part", byte_range(a.o_part, rows * a.head_dim * 4)},
-                                                       {"lse_part", byte_range(a.lse_part, rows * 4)},
-                                                       {"out", byte_range(a.out, rows * a.head_dim * e)}};
-  for (size_t i = 0; i < std::size(outputs); ++i) {
-    const auto& [name, range] = outputs[i];
-    for (const auto& [in_name, in_range] : inputs)
-      TF_REQUIRE(!overlap(range, in_range), Status::InvalidArgument,
-                 "output " << name << " overlaps input " << in_name);
-    for (size_t j = i + 1; j < std::size(outputs); ++j)
-      TF_REQUIRE(!overlap(range, outputs[j].second), Status::InvalidArgument,
-                 "output " << name << " overlaps output " << outputs[j].first);
-  }
+  const NamedRange outputs[] = {{"o_part", byte_range(a.o_part, rows * a.head_dim * 4)},
+                                {"lse_part", byte_range(a.lse_part, rows * 4)},
+                                {"out", byte_range(a.out, rows * a.head_dim * e)}};
+  require_apart(inputs, outputs);
 }
 
 }  // namespace
@@ -173,8 +181,9 @@ void validate_decode_args(const DecodeArgs& a) {
     TF_REQUIRE(int64_t(bt.size()) == int64_t(a.batch) * a.max_pages_per_seq, S::InvalidArgument,
                "host_block_table has " << bt.size() << " entries, batch*max_pages_per_seq="
                                        << int64_t(a.batch) * a.max_pages_per_seq);
-    // Only the pages that the slices touch must be valid (others may hold -1 and the like).
-    if (!hl.empty()) {
+    // Only the pages that the slices touch must be valid (others may hold -1 and the like); which
+    // those are is known from the lengths and, where the device has starts, their host copy.
+    if (!hl.empty() && (a.slice_start == nullptr || !hs.empty())) {
       for (int b = 0; b < a.batch; ++b) {
         if (hl[b] == 0) continue;
         const int64_t s = hs.empty() ? 0 : hs[b];
@@ -391,6 +400,14 @@ void validate_combine_args(const CombineArgs& a) {
              "lse_out=" << a.lse_out << " must be 4-byte aligned");
   TF_REQUIRE((rows + attention::kCombineRows - 1) / attention::kCombineRows < (int64_t(1) << 31),
              S::InvalidArgument, "batch*q_heads=" << rows << " is too large for one combine launch");
+  // Every rank's partials, from the first to the end of the last rank's (strides as the kernel reads).
+  const int64_t o_stride = a.o_rank_stride ? a.o_rank_stride : orow, l_stride = a.lse_rank_stride ? a.lse_rank_stride : rows;
+  const NamedRange inputs[] = {{"o_parts", byte_range(a.o_parts, ((a.world - 1) * o_stride + orow) * 4)},
+                               {"lse_parts", byte_range(a.lse_parts, ((a.world - 1) * l_stride + rows) * 4)}};
+  const NamedRange outputs[] = {{"out", byte_range(a.out, orow * 2)},
+                                {"o_out", byte_range(a.o_out, orow * 4)},
+                                {"lse_out", byte_range(a.lse_out, rows * 4)}};
+  require_apart(inputs, outputs);
 }
 
 void launch_combine(const CombineArgs& a, cudaStream_t stream) {
