@@ -133,7 +133,8 @@ class SimulatedAgmm {
   }
 
   // As a serving engine replays its step: run() once outside a capture (plans, attributes,
-  // cuBLASLt's kernels), then two launches of `v` captured on every rank into its own CUDA graph,
+  // cuBLASLt's kernels), then two launches of `v` captured on every rank into its own CUDA graph
+  // (on the decoys' inputs, then on ps's),
   // rank `late` sleeping 20 us before each inside its graph, and three replays of every rank's graph
   // started together, with fresh inputs (seeds seed, seed + 1, ...) and poisoned outputs before each;
   // every replay checked. The epochs advance inside a graph and across replays with no host work.
@@ -143,10 +144,12 @@ class SimulatedAgmm {
     run(ps, v, what + " outside a graph", in_place);
     const auto t1 = std::chrono::steady_clock::now();
     std::vector<GatheredA> gs(static_cast<size_t>(world()));
+    std::vector<Problem> decoys;  // the first launch's inputs: the second must not read its data
+    for (const Problem& p : ps) decoys.push_back(p.decoy());
     const auto graphs = heaps_.capture_each([&](int r) {
       for (int i = 0; i < 2; ++i) {
         if (r == late) heaps_.delay(r, 20'000);
-        gs[size_t(r)] = op(r).launch(v, args(ps, r, v, in_place), stream(r));
+        gs[size_t(r)] = op(r).launch(v, args(i ? ps : decoys, r, v, in_place), stream(r));
       }
     });
     for (int rep = 0; rep < 3; ++rep) {
@@ -162,7 +165,8 @@ class SimulatedAgmm {
 
   // Every variant of `seq` warmed up, then `seq` launched back to back without a reset, rank `late`
   // sleeping late_ns before each of its launches, on ps's inputs and their decoys' in turn (ending
-  // on ps's); the last launch checked.
+  // on ps's); the last launch checked, into a C poisoned just before it (the earlier launches on
+  // ps's inputs wrote the same values).
   void burst(std::vector<Problem>& ps, const std::vector<AgmmVariant>& seq, int late, uint64_t late_ns,
              const std::string& what) {
     std::vector<AgmmVariant> warm;
@@ -172,7 +176,11 @@ class SimulatedAgmm {
     for (const Problem& p : ps) decoys.push_back(p.decoy());
     poison(ps);
     std::vector<GatheredA> gs;
-    for (size_t i = 0; i < seq.size(); ++i) gs = launch((seq.size() - 1 - i) % 2 ? decoys : ps, seq[i], false, late, late_ns);
+    for (size_t i = 0; i < seq.size(); ++i) {
+      if (i + 1 == seq.size())
+        for (int r = 0; r < world(); ++r) ps[size_t(r)].poison_c(stream(r));
+      gs = launch((seq.size() - 1 - i) % 2 ? decoys : ps, seq[i], false, late, late_ns);
+    }
     check(ps, gs, seq.back(), what + ", the last " + variant_name(seq.back()));
   }
 

@@ -167,6 +167,7 @@ TEST(AgmmKsplitSkinnyMany, ThousandLaunchesAcrossBothPaths) {
     Problem& p = i % 3 == 0 ? tall : i % 3 == 1 ? small : mid;
     std::optional<PathEnv> bands;
     if (i % 6 == 0) bands.emplace("bands");
+    if (i % 250 == 0) p.poison_c(s);  // the checked launch: earlier ones on these inputs wrote the same C
     const GatheredA g = ops.plain->launch(AgmmVariant::ksplit, replicated(p.args()), s);
     if (i % 250 == 0) {
       t.sync(s);
@@ -200,6 +201,7 @@ TEST(AgmmKsplitMany, ThousandLaunchesAlternatingShapes) {
     GatheredA g{};
     for (int i = 1; i <= 1000; ++i) {
       Problem& p = i % 3 == 0 ? small : big;
+      if (i % 250 == 0) p.poison_c(s);  // the checked launch: earlier ones on these inputs wrote the same C
       g = ops.plain->launch(v, replicated(p.args()), s);
       if (i % 250 == 0) {
         t.sync(s);
@@ -235,6 +237,7 @@ TEST(AgmmKsplitMany, BothExchangeProtocolsAlternating) {
   GatheredA g{};
   for (int i = 1; i <= 600; ++i) {
     Problem& p = i % 2 == 0 ? a2a : rs;
+    if (i % 200 == 0) p.poison_c(s);  // the checked launch: earlier ones on these inputs wrote the same C
     {
       ScopedEnv exchange("TAXFREE_AGMM_KSPLIT_EXCHANGE", &p == &a2a ? "all-to-all" : "owner-sums");
       g = ops.plain->launch(AgmmVariant::ksplit, replicated(p.args()), s);
@@ -267,15 +270,20 @@ TEST_P(AgmmKsplitPaths, RankSkew) {
   std::optional<PathEnv> path;
   if (GetParam().forced) path.emplace(GetParam().forced);
   Problem p(ksplit_shape(GetParam().m, 1003, DType::fp16, BLayout::KN), 70, true);
+  const Problem decoy = p.decoy();
   for (int round = 0; round < 2 * t.world(); ++round) {
     ops.poison(p);
     align("agmm.ksplit.skew.poisoned");
     // One rank (a different one each round) starts 100 ms late; odd rounds launch three times
-    // back to back, so the late rank's peers run ahead into the next launches.
+    // back to back (p, its decoy, p into C poisoned again), so the late rank's peers run ahead into
+    // the next launches, and a launch reading a partial of the one before computes a wrong C.
     if (t.rank() == round % t.world()) usleep(100 * 1000);
     GatheredA g{};
-    for (int i = 0; i < (round % 2 ? 3 : 1); ++i)
-      g = ops.plain->launch(GetParam().variant, replicated(p.args()), t.stream());
+    const int launches = round % 2 ? 3 : 1;
+    for (int i = 0; i < launches; ++i) {
+      if (i == launches - 1 && i > 0) p.poison_c(t.stream());
+      g = ops.plain->launch(GetParam().variant, replicated(i % 2 ? decoy.args() : p.args()), t.stream());
+    }
     t.sync(t.stream());
     p.expect_result(g, std::string(variant_name(GetParam().variant)) + " with rank skew, round " + std::to_string(round),
                     true);
@@ -295,8 +303,14 @@ TEST_P(AgmmKsplitPaths, CudaGraphCaptureAndReplay) {
   ops.plain->launch(v, replicated(p.args()), s);  // outside the graph: cuBLASLt's plan
   align("agmm.ksplit.graph.warm");
   GatheredA g{};
+  const Problem decoy = p.decoy();
+  // Both parities: p, its decoy, then p into C poisoned again (a launch reading a partial of the
+  // one before it computes a wrong C; the first launch wrote the right one).
   const CapturedGraph graph(s, [&] {
-    for (int i = 0; i < 3; ++i) g = ops.plain->launch(v, replicated(p.args()), s);  // both parities
+    for (int i = 0; i < 3; ++i) {
+      if (i == 2) p.poison_c(s);
+      g = ops.plain->launch(v, replicated(i % 2 ? decoy.args() : p.args()), s);
+    }
   });
   for (int rep = 0; rep < 4; ++rep) {
     p.refresh(81 + uint64_t(rep));

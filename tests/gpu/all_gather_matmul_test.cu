@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <functional>
 #include <string>
 #include <utility>
 
@@ -177,7 +178,10 @@ TEST(Agmm, DecomposedEarlyAndLateGemmUnderSkewAndRepeats) {
       t.host_barrier("agmm.dec.poisoned");
       if (t.rank() == late) usleep(50 * 1000);
       GatheredA g{};
-      for (int i = 0; i < 200; ++i) g = ops.plain->launch(run.variant, (199 - i) % 2 ? decoy.args() : p.args(), s);
+      for (int i = 0; i < 200; ++i) {
+        if (i == 199) p.poison_c(s);  // the earlier launches on p's inputs wrote the same C
+        g = ops.plain->launch(run.variant, (199 - i) % 2 ? decoy.args() : p.args(), s);
+      }
       t.sync(s);
       p.expect_result(g, what + ", rank " + std::to_string(late) + " late, 200 launches");
       t.host_barrier("agmm.dec.checked");
@@ -207,7 +211,10 @@ TEST(Agmm, ThousandLaunchesWithoutReset) {
     t.sync(s);
     t.host_barrier("agmm.many.poisoned");
     GatheredA g{};
-    for (int i = 0; i < 1000; ++i) g = ops.plain->launch(run.variant, (999 - i) % 2 ? decoy.args() : p.args(), s);
+    for (int i = 0; i < 1000; ++i) {
+      if (i == 999) p.poison_c(s);  // the earlier launches on p's inputs wrote the same C
+      g = ops.plain->launch(run.variant, (999 - i) % 2 ? decoy.args() : p.args(), s);
+    }
     t.sync(s);
     p.expect_result(g, label(p.shape()) + " " + run.name + " after 1000 launches");
     t.host_barrier("agmm.many.checked");
@@ -233,8 +240,10 @@ TEST(Agmm, PushAndSmSpecializedInterleaved) {
     t.host_barrier("agmm.interleave.poisoned");
     if (t.rank() == gd % t.world()) usleep(50 * 1000);
     GatheredA g{};
-    for (int i = 0; i < 101; ++i)
+    for (int i = 0; i < 101; ++i) {
+      if (i == 100) p.poison_c(s);  // the earlier launches on p's inputs wrote the same C
       g = ops.plain->launch(i % 2 ? AgmmVariant::push : AgmmVariant::sm_specialized, i % 2 ? decoy.args() : p.args(), s);
+    }
     t.sync(s);
     p.expect_result(g, label(p.shape()) + " push / sm-specialized alternating, 101 launches");
     t.host_barrier("agmm.interleave.checked");
@@ -247,6 +256,7 @@ TEST(Agmm, CudaGraphCaptureAndReplay) {
   Ops ops;
   for (int gd : {0, 1}) {
     Problem p(odd_shape(gd, DType::bf16, BLayout::KN), 700 + uint64_t(gd));
+    const Problem decoy = p.decoy();  // the graph's first launch: the second must not read its data
     for (const VariantRun& run : {kRuns[1], kRuns[4], kRuns[5], kRuns[6], kRuns[8]}) {
       AllGatherMatmul& op = run.sym ? *ops.sym : *ops.plain;
       auto s = t.stream();
@@ -255,7 +265,7 @@ TEST(Agmm, CudaGraphCaptureAndReplay) {
       t.host_barrier("agmm.graph.warm");
       GatheredA g{};
       const CapturedGraph graph(s, [&] {
-        for (int i = 0; i < 2; ++i) g = op.launch(run.variant, p.args(), s);
+        for (int i = 0; i < 2; ++i) g = op.launch(run.variant, i ? p.args() : decoy.args(), s);
       });
       for (int rep = 0; rep < 3; ++rep) {
         p.refresh(710 + uint64_t(rep) + 10 * uint64_t(gd));
@@ -319,14 +329,13 @@ TEST(Agmm, RejectsBadArgumentsBeforeLaunch) {
   t.host_barrier("agmm.invalid.done");
 }
 
-// The launch check mode (RankShare::check_launch through the coordinator, as
-// TeamOptions::check_launches sets it up): launches every rank makes alike run and match; from two
-// ranks, rank 1 asking for fewer rows is named on every rank (InvalidUsage, both descriptions)
-// before anything is enqueued, and the next launch, alike again, is right.
-TEST(Agmm, LaunchCheckNamesTheRankWhoseLaunchDiffers) {
-  TF_REQUIRE_GPUS(1);
+// An op under the launch check mode (RankShare::check_launch through the coordinator, as
+// TeamOptions::check_launches sets it up), a problem and `run`: a push launch into poisoned C and
+// buffers, checked. Calls body(op, p, run) and returns the heap.
+void with_launch_checked_op(
+    const std::function<void(AllGatherMatmul&, Problem&, const std::function<void(const std::string&)>&)>& body) {
   auto& t = team();
-  static int invocation = 0;  // keys unique across --gtest_repeat (the same count on every rank)
+  static int invocation = 0;  // keys unique across tests and --gtest_repeat (the same count on every rank)
   const std::string key = "agmm-launch-check-" + std::to_string(invocation++);
   const uint64_t mark = t.heap().mark();
   {
@@ -340,7 +349,7 @@ TEST(Agmm, LaunchCheckNamesTheRankWhoseLaunchDiffers) {
     AllGatherMatmul op(share, cfg);
     Problem p(odd_shape(0, DType::bf16, BLayout::NK), 901);
     auto s = t.stream();
-    auto run = [&](const std::string& what) {
+    const auto run = [&](const std::string& what) {
       p.poison_c(s);
       op.fill_buffers(0xFF, s);
       t.sync(s);
@@ -349,29 +358,46 @@ TEST(Agmm, LaunchCheckNamesTheRankWhoseLaunchDiffers) {
       t.sync(s);
       p.expect_result(g, what);
     };
-    run("push, launch checked");
-    if (t.world() > 1) {
-      const int64_t m1 = p.args().m - t.world();  // still divisible: only the other ranks can tell
-      AgmmArgs a = p.args();
-      if (t.rank() == 1) a.m = m1;
-      try {
-        op.launch(AgmmVariant::push, a, s);
-        ADD_FAILURE() << "rank " << t.rank() << ": a launch with another M on rank 1 was not refused";
-      } catch (const Error& e) {
-        EXPECT_EQ(e.status(), Status::InvalidUsage) << e.what();
-        EXPECT_NE(std::string(e.what()).find("op launch #1 differs across ranks: rank 0 did all_gather_matmul push M=" +
-                                             std::to_string(p.args().m)),
-                  std::string::npos)
-            << e.what();
-        EXPECT_NE(std::string(e.what()).find("rank 1 did all_gather_matmul push M=" + std::to_string(m1)),
-                  std::string::npos)
-            << e.what();
-      }
-      run("push after the refused launch, launch checked");
-    }
+    body(op, p, run);
     t.host_barrier("agmm.check.done");
   }
   t.heap().release(mark);
+}
+
+// Launches every rank makes alike pass the launch check and are right.
+TEST(Agmm, LaunchCheckPassesLaunchesAlike) {
+  TF_REQUIRE_GPUS(1);
+  with_launch_checked_op([](AllGatherMatmul&, Problem&, const auto& run) {
+    run("push, launch checked");
+    run("push again, launch checked");
+  });
+}
+
+// Rank 1 asking for fewer rows is named on every rank (InvalidUsage, both descriptions) before
+// anything is enqueued, and the next launch, alike again, is right.
+TEST(Agmm, LaunchCheckNamesTheRankWhoseLaunchDiffers) {
+  TF_REQUIRE_GPUS(2);
+  auto& t = team();
+  with_launch_checked_op([&](AllGatherMatmul& op, Problem& p, const auto& run) {
+    run("push, launch checked");
+    const int64_t m1 = p.args().m - t.world();  // still divisible: only the other ranks can tell
+    AgmmArgs a = p.args();
+    if (t.rank() == 1) a.m = m1;
+    try {
+      op.launch(AgmmVariant::push, a, t.stream());
+      ADD_FAILURE() << "rank " << t.rank() << ": a launch with another M on rank 1 was not refused";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.status(), Status::InvalidUsage) << e.what();
+      EXPECT_NE(std::string(e.what()).find("op launch #1 differs across ranks: rank 0 did all_gather_matmul push M=" +
+                                           std::to_string(p.args().m)),
+                std::string::npos)
+          << e.what();
+      EXPECT_NE(std::string(e.what()).find("rank 1 did all_gather_matmul push M=" + std::to_string(m1)),
+                std::string::npos)
+          << e.what();
+    }
+    run("push after the refused launch, launch checked");
+  });
 }
 
 }  // namespace

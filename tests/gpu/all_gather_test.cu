@@ -68,7 +68,7 @@ TEST(AllGather, EveryVariantOddSizesGuardsAndInPlace) {
   auto& t = team();
   AllGather op(t), direct(t, direct_only());
   auto s = t.stream();
-  uint64_t seed = 1234;
+  uint64_t seed = ::taxfree::test::value_seed(1234);  // fresh values every run
   for (uint64_t bytes : {16ull, 48ull, 4112ull, 65536ull, 65536ull + 16, 1000000ull, (48ull << 20) + 16}) {
     for (int which = 0; which < 3; ++which) {
       const auto v = which == 0 ? AllGatherVariant::nccl : AllGatherVariant::push;
@@ -106,14 +106,19 @@ TEST(AllGather, ThousandLaunchesWithoutResetAndRankSkew) {
   Buffers b(big);
   std::mt19937 rng(uint32_t(t.rank()) + 5);
   for (int round = 0; round < 4; ++round) {
-    const uint64_t seed = 777 + round, n = round % 2 ? big : bytes;
-    bench::fill_random16(b.send, n, seed, uint64_t(t.rank()), s);
+    const uint64_t seed = ::taxfree::test::value_seed(777 + round), n = round % 2 ? big : bytes;
+    bench::fill_random16(b.send, n, seed + 1000, uint64_t(t.rank()), s);  // launch 0's: 249 is odd
     bench::poison16(b.recv, n * t.world(), s);
     t.sync(s);
     t.host_barrier("ag.round");
-    // Rank skew: one rank (a different one each round) starts late.
+    // Rank skew: one rank (a different one each round) starts late. Every other launch sends other
+    // data (the last sends `seed`'s), so a launch that takes a line or chunk of the launch before
+    // it, or leaves recv unwritten, fails the check.
     if (t.rank() == round % t.world()) usleep(50 * 1000 + rng() % 50000);
-    for (int i = 0; i < 250; ++i) op.launch(AllGatherVariant::push, b.send, b.recv, n, s);
+    for (int i = 0; i < 250; ++i) {
+      if (i > 0) bench::fill_random16(b.send, n, (249 - i) % 2 ? seed + 1000 : seed, uint64_t(t.rank()), s);
+      op.launch(AllGatherVariant::push, b.send, b.recv, n, s);
+    }
     t.sync(s);
     EXPECT_EQ(check_recv(b.recv, n, seed), 0) << "round " << round << ", " << n << " B/rank";
   }
@@ -127,13 +132,16 @@ TEST_P(AllGatherGraph, CudaGraphReplay) {
   AllGather op(t);
   auto s = t.stream();
   const uint64_t bytes = GetParam();
-  Buffers b(bytes);
+  Buffers b(bytes), decoy(bytes);
+  // Ten launches alternating two send buffers, ending on b's: a launch that takes data of the one
+  // before it, or leaves recv unwritten, fails the check.
   const CapturedGraph graph(s, [&] {
-    for (int i = 0; i < 10; ++i) op.launch(AllGatherVariant::push, b.send, b.recv, bytes, s);
+    for (int i = 0; i < 10; ++i) op.launch(AllGatherVariant::push, i % 2 ? b.send : decoy.send, b.recv, bytes, s);
   });
   for (int rep = 0; rep < 5; ++rep) {
-    const uint64_t seed = 4242 + rep;
+    const uint64_t seed = ::taxfree::test::value_seed(4242 + rep);
     bench::fill_random16(b.send, bytes, seed, uint64_t(t.rank()), s);
+    bench::fill_random16(decoy.send, bytes, seed + 1000, uint64_t(t.rank()), s);
     bench::poison16(b.recv, bytes * t.world(), s);
     t.sync(s);
     t.host_barrier("ag.graph");

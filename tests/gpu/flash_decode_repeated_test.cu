@@ -280,8 +280,13 @@ TEST(FlashDecodeDist, CudaGraphReplayOfFusedSteps) {
   TF_REQUIRE_GPUS(1);
   auto& t = team();
   BothMerges m(700);
+  const DeviceQ other_q(with_other_q(m.g, 750));  // steps 0 and 2: a partial read a step late is wrong
   const CapturedGraph graph(t.stream(), [&] {
-    for (int i = 0; i < 4; ++i) (i % 2 ? m.direct : m.cluster)->launch(Variant::fused, m.l.args(m.p), t.stream());
+    for (int i = 0; i < 4; ++i) {
+      DecodeArgs a = m.l.args(m.p);
+      if (i % 2 == 0) a.q = other_q.d.p;
+      (i % 2 ? m.direct : m.cluster)->launch(Variant::fused, a, t.stream());
+    }
   });
   for (int rep = 0; rep < 4; ++rep) {
     Op& op = rep % 2 ? m.cluster : m.direct;

@@ -133,8 +133,15 @@ void run_and_check(SimulatedRanks& sim, const Global& g, std::vector<Local>& ls,
 void replay_and_check(SimulatedRanks& sim, Global& g, std::vector<Local>& ls, int late, uint64_t seed,
                       const std::string& what) {
   run_and_check(sim, g, ls, what + " outside a graph");
+  Global unchecked = g;  // steps 0 and 2 read another q: a partial read a step late is wrong
+  draw_q(unchecked, seed + 1000);
+  const DeviceQ other_q(unchecked);
   const auto graphs = sim.capture_each([&](int r) {
-    for (int step = 0; step < 4; ++step) sim.launch(r, ls[size_t(r)].args(g.p), r == late ? 20'000u : 0u);
+    for (int step = 0; step < 4; ++step) {
+      DecodeArgs a = ls[size_t(r)].args(g.p);
+      if (step % 2 == 0) a.q = other_q.d.p;
+      sim.launch(r, a, r == late ? 20'000u : 0u);
+    }
   });
   for (int rep = 0; rep < 3; ++rep) {
     draw_q(g, seed + uint64_t(rep));
@@ -326,10 +333,18 @@ TEST(FlashDecodeSim, RandomShapesAtRandomWorlds) {
       run_and_check(sim, g, ls, what + " step " + std::to_string(step));
     }
     // 20 steps back to back, one rank sleeping 20 us between sending and reading in each, then one
-    // more checked: the inbox parities under a rank that falls behind.
+    // more checked: the inbox parities under a rank that falls behind. Every other step (the last
+    // of the 20 among them) reads another q, so a partial read a step late would be wrong.
     const int late = rnd.uni(0, world - 1);
+    Global unchecked = g;  // another q, never checked: no reference
+    draw_q(unchecked, rnd.bits());
+    const DeviceQ other_q(unchecked);
     for (int j = 0; j < 20; ++j)
-      for (int r = 0; r < world; ++r) sim.launch(r, ls[size_t(r)].args(p), r == late ? 20'000u : 0u);
+      for (int r = 0; r < world; ++r) {
+        DecodeArgs a = ls[size_t(r)].args(p);
+        if (j % 2) a.q = other_q.d.p;
+        sim.launch(r, a, r == late ? 20'000u : 0u);
+      }
     run_and_check(sim, g, ls, what + " after 20 steps with rank " + std::to_string(late) + " late");
     replay_and_check(sim, g, ls, late, rnd.bits(), what + " rank " + std::to_string(late) + " late");
     if (HasFailure()) return;

@@ -48,10 +48,7 @@ TEST_P(GemmAllConfigs, MatchesReference) {
     if (layout == BLayout::KN && cfg.bn % 64 != 0) continue;
     cfg.group_m = 3;  // groups that do not divide the m-blocks
     const std::string what = label(s, dtype, layout) + " " + cfg.name();
-    out.poison(st.s);
-    for (int rep = 0; rep < 2; ++rep) launch(p.args(out.c()), cfg, st.s);  // repeated launches, same result
-    TF_CUDA(cudaStreamSynchronize(st.s));
-    expect_matches(p, out.read(), what);
+    expect_repeatable(p, out, cfg, st.s, what);  // each launch into poisoned C, the same bits
   }
   // The heuristic entry point and the cuBLASLt baseline on the same problem.
   out.poison(st.s);
@@ -232,11 +229,14 @@ TEST(GemmHooks, AddIntoABuffer) {
   expect_add_into<TileShape<64, 64, 13>, __half, Major::MN>(DType::fp16, BLayout::KN);
 }
 
-// fp32 C (row stride ld, NaN-poisoned before) against the reference: nothing past N written, the
-// reference rows within fp32 accumulation noise.
+// fp32 C (row stride ld, NaN-poisoned before) against the reference: every element of every row
+// written, nothing past N, the reference rows within fp32 accumulation noise.
 void expect_fp32_matches(const Problem& p, const std::vector<float>& got, int64_t ld, const std::string& what) {
-  for (int64_t i = 0; i < p.m; ++i)
+  for (int64_t i = 0; i < p.m; ++i) {
+    for (int64_t j = 0; j < p.n; ++j)
+      ASSERT_FALSE(std::isnan(got[i * ld + j])) << what << ": C[" << i << ", " << j << "] not written";
     for (int64_t j = p.n; j < ld; ++j) ASSERT_TRUE(std::isnan(got[i * ld + j])) << what << ": padding written";
+  }
   int64_t bad = 0;
   for (size_t r = 0; r < p.rows.size(); ++r)
     for (int64_t j = 0; j < p.n; ++j) {
