@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "test_seed.h"
 #include "../../src/ops/flash_decode/reference.h"
 #include "expect_error.h"
 #include "taxfree/device/ll_line.cuh"
@@ -369,7 +370,8 @@ bool simulate(std::mt19937& rng, int world, int groups, std::vector<SimRank>& ra
 }
 
 TEST(FlashDecodeDistSchedule, NoDeadlockForAnyGridsAndSplits) {
-  std::mt19937 rng(2026);
+  SCOPED_TRACE(test::seed_trace());
+  std::mt19937 rng(test::cpu_test_seed());
   for (int trial = 0; trial < 1000; ++trial) {
     const int world = 1 + int(rng() % 8), groups = 1 + int(rng() % 12);
     std::vector<SimRank> ranks(static_cast<size_t>(world));
@@ -433,7 +435,8 @@ TEST(FlashDecodeDistSchedule, GridNeverExceedsResidentSlots) {
 // and written into its block of a gathered buffer (GatherLayout, as both variants lay it out);
 // the combine reads it with the kernels' strides. Empty slices (lse = -inf) carry NaN in o.
 TEST(FlashDecodeDistCombine, PartitionedPartialsThroughTheGatherLayoutMatchDirectSoftmax) {
-  std::mt19937 rng(7);
+  SCOPED_TRACE(test::seed_trace());
+  std::mt19937 rng(test::cpu_test_seed() + 1);
   std::normal_distribution<double> nd(0.0, 1.0);
   const int dim = 64, q_heads = 2;
   const std::vector<int32_t> lens = {12345, 1, 0, 3, 700};

@@ -6,6 +6,7 @@
 #include <random>
 #include <vector>
 
+#include "test_seed.h"
 #include "taxfree/runtime/gpc_layout.h"
 
 namespace taxfree {
@@ -42,7 +43,8 @@ TEST(GpcLayout, H200CountsGiveItsGpcs) {
 }
 
 TEST(GpcLayout, RandomEvenLayoutsRoundTrip) {
-  std::mt19937 rng(20261203);
+  SCOPED_TRACE(test::seed_trace());
+  std::mt19937 rng(test::cpu_test_seed());
   for (int trial = 0; trial < 2000; ++trial) {
     std::vector<int> sms(size_t(1 + rng() % 12));
     for (int& s : sms) s = 2 * int(1 + rng() % (GpcLayout::kMaxSms / 2));

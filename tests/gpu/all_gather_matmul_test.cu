@@ -288,9 +288,9 @@ TEST(Agmm, RejectsBadArgumentsBeforeLaunch) {
   auto& t = team();
   Ops ops;
   Problem p(odd_shape(0, DType::bf16, BLayout::NK), 5);
-  auto expect_invalid = [&](const std::string& what, AgmmArgs a, const char* needle) {
+  auto expect_invalid = [&](const std::string& what, AgmmArgs a, const char* needle, AllGatherMatmul* op = nullptr) {
     try {
-      ops.plain->launch(AgmmVariant::push, a, t.stream());
+      (op ? op : ops.plain.get())->launch(AgmmVariant::push, a, t.stream());
       ADD_FAILURE() << what << ": no error";
     } catch (const Error& e) {
       EXPECT_EQ(e.status(), Status::InvalidArgument) << what;
@@ -315,6 +315,14 @@ TEST(Agmm, RejectsBadArgumentsBeforeLaunch) {
   a = p.args();
   a.c = static_cast<char*>(const_cast<void*>(a.a_shard));
   expect_invalid("C over A_shard", a, "overlaps");
+  // Into the flags of the op built last (ops.sym): its heap part ends where the heap does.
+  char* const sym_flags = t.heap().view().local_base + t.heap().mark() - 128;
+  a = p.args();
+  a.c = sym_flags;
+  expect_invalid("C over the op's flags", a, "C overlaps the op's flags in the symmetric heap", ops.sym.get());
+  a = p.args();
+  a.a_shard = sym_flags;
+  expect_invalid("A_shard over the op's flags", a, "A_shard overlaps the op's flags", ops.sym.get());
   AgmmConfig bad;  // every rank the same: the constructor throws before its first collective step
   bad.side_gather_ctas = agmm::kKsplitMaxCtas + 1;
   try {

@@ -298,6 +298,16 @@ TEST(FlashDecodeDist, RejectsBadArgumentsBeforeLaunch) {
   a = l.args(p);
   a.out = nullptr;
   expect_invalid("no out", a, "out is null");
+  // Into the op's own memory: its heap part ends where the heap does (the op was built last), in
+  // the line of its last sequence.
+  char* const op_flags = team().heap().view().local_base + team().heap().mark() - 128;
+  a = l.args(p);
+  a.out = op_flags;
+  expect_invalid("out over the op's flags", a, "out=");
+  expect_invalid("out over the op's flags", a, "overlaps the op's flags and buffers in the symmetric heap");
+  a = l.args(p);
+  a.q = op_flags;
+  expect_invalid("q over the op's flags", a, "overlaps the op's flags and buffers in the symmetric heap");
   try {
     op->launch(Variant(9), l.args(p), team().stream());
     ADD_FAILURE() << "bad variant: no error";

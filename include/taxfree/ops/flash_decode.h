@@ -355,7 +355,8 @@ class FlashDecode {
   FlashDecode(const FlashDecode&) = delete;
   FlashDecode& operator=(const FlashDecode&) = delete;
 
-  // Validates (InvalidArgument before any launch), then enqueues on `stream`. Collective.
+  // Validates (InvalidArgument before any launch; out and q must not overlap the op's own buffers
+  // and flags), then enqueues on `stream`. Collective.
   void launch(Variant variant, const DecodeArgs& args, cudaStream_t stream);
 
   // The bsp pipeline one stage at a time (benchmark tax breakdown): `decode` writes this rank's
@@ -383,6 +384,10 @@ class FlashDecode {
   FusedDevice fused_device(const DecodeArgs& a);
   DecodeConfig split_config() const;
   void require_comm() const;  // NotSupported without NCCL (bsp's gather)
+  // validate_flash_decode_args, and out and q apart from the op's own memory (its heap part: the
+  // inbox peers write, bsp's symmetric gather buffer, the sequences; bsp's plain gather buffer; the
+  // split workspace): InvalidArgument naming both.
+  void validate(const DecodeArgs& args) const;
   void launch_fused(const DecodeArgs& args, cudaStream_t stream);
 
   RankShare share_;

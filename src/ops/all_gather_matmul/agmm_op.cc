@@ -44,6 +44,8 @@ AllGatherMatmul::AllGatherMatmul(RankShare share, AgmmConfig config)
   im.capacity_bytes = config_.max_m * ceil_div(config_.max_k, 8) * 8 * kElem;
   im.flag_capacity = push_flag_capacity(config_.max_m, config_.max_k, share_.world);
   auto& heap = *share_.heap;
+  // gathered first and dec_seq last: validate() takes the op's heap part (buffers and the flags
+  // peers write) as the span between them.
   im.gathered = static_cast<char*>(heap.allocate(uint64_t(im.capacity_bytes), 4096, "all_gather_matmul.gathered"));
   if (config_.bsp_symmetric)
     im.staging_sym = static_cast<char*>(heap.allocate(uint64_t(im.capacity_bytes), 4096, "all_gather_matmul.staging"));
@@ -156,6 +158,12 @@ void AllGatherMatmul::validate(const AgmmArgs& a) const {
     TF_REQUIRE(!overlap(c_range, buffer), Status::InvalidArgument,
                "all_gather_matmul: C overlaps the op's gathered / staging / partial buffers");
   }
+  const char* first = impl_->gathered;
+  const ByteRange heap_part = byte_range(first, reinterpret_cast<const char*>(impl_->dec_seq.counter) + 128 - first);
+  TF_REQUIRE(own_slot || !overlap(a_range, heap_part), Status::InvalidArgument,
+             "all_gather_matmul: A_shard overlaps the op's flags in the symmetric heap");
+  TF_REQUIRE(!overlap(c_range, heap_part), Status::InvalidArgument,
+             "all_gather_matmul: C overlaps the op's flags in the symmetric heap");
 }
 
 GatheredA AllGatherMatmul::launch(AgmmVariant variant, const AgmmArgs& args, cudaStream_t stream) {

@@ -8,6 +8,7 @@
 #include "kernels.h"
 #include "taxfree/kernels/attention/fused_schedule.h"
 #include "taxfree/ops/flash_decode.h"
+#include "taxfree/runtime/byte_range.h"
 #include "taxfree/runtime/call_deadline.h"
 #include "taxfree/runtime/error.h"
 #include "taxfree/runtime/team.h"
@@ -41,7 +42,8 @@ FlashDecode::FlashDecode(RankShare share, const FlashDecodeConfig& cfg) : share_
   if (share_.sm_count == device_sms_) gpcs_ = device_gpc_layout(dev);
   const FlashDecodeBuffers bytes = flash_decode_buffers(cfg, share_.world, share_.sm_count);
 
-  // Collective and ordered: the same allocations on every rank (same config, same world).
+  // Collective and ordered: the same allocations on every rank (same config, same world). The
+  // inbox first and work_ last: validate() takes the op's heap part as the span between them.
   auto& heap = *share_.heap;
   inbox_ = static_cast<uint4*>(heap.allocate(bytes.fused_inbox_bytes, 256, "flash_decode.fused_inbox"));
   sizes_ = bytes;
@@ -115,8 +117,27 @@ void FlashDecode::require_comm() const {
              "flash_decode bsp: rank " << share_.rank << "'s share has no NCCL communicator (simulated ranks)");
 }
 
-FusedPlan FlashDecode::fused_plan(const DecodeArgs& a) {
+void FlashDecode::validate(const DecodeArgs& a) const {
   validate_flash_decode_args(a, cfg_);
+  const int64_t rows = int64_t(a.batch) * a.q_heads * a.head_dim * 2;  // bytes of q, and of out
+  // The constructor's heap allocations run from the inbox to the end of work_'s 128-byte line.
+  const char* first = reinterpret_cast<const char*>(inbox_);
+  const char* end = reinterpret_cast<const char*>(work_.counter) + 128;
+  const std::pair<const char*, ByteRange> own[] = {
+      {"flags and buffers in the symmetric heap", byte_range(first, end - first)},
+      {"bsp gather buffer", cfg_.bsp_buffers == BspBuffers::plain ? byte_range(bsp_gather_, int64_t(sizes_.bsp_gather_bytes))
+                                                                   : ByteRange{}},
+      {"split workspace", byte_range(workspace_, int64_t(workspace_bytes_))}};
+  for (const auto& [name, range] : own) {
+    TF_REQUIRE(!overlap(byte_range(a.out, rows), range), Status::InvalidArgument,
+               "flash_decode: out=" << a.out << " overlaps the op's " << name);
+    TF_REQUIRE(!overlap(byte_range(a.q, rows), range), Status::InvalidArgument,
+               "flash_decode: q=" << a.q << " overlaps the op's " << name);
+  }
+}
+
+FusedPlan FlashDecode::fused_plan(const DecodeArgs& a) {
+  validate(a);
   const DecodePlan plan = plan_decode(a, split_config());
   TF_REQUIRE(plan.workspace_bytes <= workspace_bytes_, Status::Internal,
              "fused plan needs " << plan.workspace_bytes << " workspace bytes, FlashDecode has " << workspace_bytes_);
@@ -186,7 +207,7 @@ void FlashDecode::launch(Variant variant, const DecodeArgs& a, cudaStream_t stre
   TF_REQUIRE(variant == Variant::bsp || variant == Variant::fused, Status::InvalidArgument,
              "variant=" << int(variant) << " is not a flash_decode Variant");
   if (variant == Variant::fused) return launch_fused(a, stream);
-  validate_flash_decode_args(a, cfg_);  // before the first stage is enqueued
+  validate(a);  // before the first stage is enqueued
   require_comm();
   if (share_.check_launch) share_.check_launch(describe_flash_decode_launch(variant, a, cfg_));
   for (Stage s : {Stage::decode, Stage::gather, Stage::combine}) launch_bsp_stage(s, a, stream);
@@ -224,7 +245,7 @@ void FlashDecode::launch_fused(const DecodeArgs& a, cudaStream_t stream) {
 void FlashDecode::launch_bsp_stage(Stage stage, const DecodeArgs& a, cudaStream_t stream) {
   TF_REQUIRE(stage == Stage::decode || stage == Stage::gather || stage == Stage::combine, Status::InvalidArgument,
              "stage=" << int(stage) << " is not a FlashDecode::Stage");
-  validate_flash_decode_args(a, cfg_);
+  validate(a);
   const GatherLayout l = gather_layout(a.batch, a.q_heads, a.head_dim);
   float* const mine = bsp_gather_ + int64_t(share_.rank) * l.block_floats;
   switch (stage) {
