@@ -74,15 +74,16 @@ TEST(AllGatherPushGrid, ShapesOutsideTheLimitsAreRefused) {
   AllGatherConfig c;
   for (int blocks : {0, -1, AllGather::kMaxBlocks + 1}) {
     c.max_blocks = blocks;
-    test::expect_invalid([&] { all_gather_push_grid(c, 4096); }, std::to_string(blocks) + " blocks must be in [1, 1024]");
+    test::expect_invalid([&] { all_gather_push_grid(c, 4096); },
+                         "all_gather_push_grid: config.max_blocks=" + std::to_string(blocks) + " must be in [1, 1024]");
   }
   c.max_blocks = 8, c.threads = 48;
-  test::expect_invalid([&] { all_gather_push_grid(c, 4096); }, "48 threads per block");
+  test::expect_invalid([&] { all_gather_push_grid(c, 4096); }, "all_gather_push_grid: threads=48 per block");
   AllGatherPushGrid g;
   g.blocks = AllGather::kMaxBlocks + 1;
-  test::expect_invalid([&] { launch_all_gather_push({}, g, 512, nullptr); }, "launch_all_gather_push: 1025 blocks");
+  test::expect_invalid([&] { launch_all_gather_push({}, g, 512, nullptr); }, "launch_all_gather_push: blocks=1025");
   g.blocks = 4;
-  test::expect_invalid([&] { launch_all_gather_push({}, g, 1024, nullptr); }, "1024 threads per block");
+  test::expect_invalid([&] { launch_all_gather_push({}, g, 1024, nullptr); }, "launch_all_gather_push: threads=1024 per block");
   test::HostHeap host(0, 2);
   RankShare share;
   share.world = 2, share.sm_count = 132, share.heap = &host.heap;

@@ -265,6 +265,8 @@ TEST(FlashDecodeValidation, Combine) {
   bad([](CombineArgs& c) { c.o_rank_stride = 2 * 8 * 64 - 4; }, "o_rank_stride=1020");
   bad([](CombineArgs& c) { c.o_rank_stride = 2 * 8 * 64 + 2; }, "o_rank_stride=1026");
   bad([](CombineArgs& c) { c.lse_rank_stride = 15; }, "lse_rank_stride=15 must be 0 (dense) or >= batch*q_heads=16");
+  bad([](CombineArgs& c) { c.o_rank_stride = int64_t(1) << 62; }, "puts world=4 partials past 64-bit byte offsets");
+  bad([](CombineArgs& c) { c.lse_rank_stride = int64_t(1) << 61; }, "puts world=4 partials past 64-bit byte offsets");
   bad([](CombineArgs& c) { c.out = nullptr; }, "no output");
   bad([](CombineArgs& c) { c.out = fake(0x30008); }, "out=0x30008 must be 16-byte aligned");
   // Outputs apart from every rank's partials and from each other (the last rank's block ends at

@@ -280,11 +280,13 @@ TEST(FlashDecodeDist, CudaGraphReplayOfFusedSteps) {
   TF_REQUIRE_GPUS(1);
   auto& t = team();
   BothMerges m(700);
-  const DeviceQ other_q(with_other_q(m.g, 750));  // steps 0 and 2: a partial read a step late is wrong
+  // Steps 1 and 2 read another q: each op's checked step (direct's step 3; cluster's eager step
+  // after step 2) follows its own step on the other q, so a partial read a step late is wrong.
+  const DeviceQ other_q(with_other_q(m.g, 750));
   const CapturedGraph graph(t.stream(), [&] {
     for (int i = 0; i < 4; ++i) {
       DecodeArgs a = m.l.args(m.p);
-      if (i % 2 == 0) a.q = other_q.d.p;
+      if (i == 1 || i == 2) a.q = other_q.d.p;
       (i % 2 ? m.direct : m.cluster)->launch(Variant::fused, a, t.stream());
     }
   });

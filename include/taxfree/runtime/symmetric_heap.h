@@ -14,7 +14,8 @@
 //  - release() hands the memory to the next allocate(): work still in flight on it (an op's
 //    kernels, flags a peer may still write) must have finished on every rank first.
 //  - Blocks: window registration (construction) waits for all ranks; with check mode on, each
-//    allocate()/release() waits up to 60 s for every rank's same call (then a CoordinatorTimeout).
+//    allocate()/release() waits up to 60 s for every rank's same call (then Timeout; a differing
+//    call: InvalidUsage).
 #pragma once
 
 #include <nccl.h>

@@ -131,16 +131,16 @@ AllGather::AllGather(RankShare share, AllGatherConfig config) : share_(std::move
 namespace {
 // The push kernels' shape limits: the flag row of a sender holds kMaxBlocks blocks, and a block's
 // threads are those the constructor accepts.
-void require_push_shape(int blocks, int threads, const char* what) {
+void require_push_shape(const char* where, const char* blocks_name, int blocks, int threads) {
   TF_REQUIRE(blocks >= 1 && blocks <= AllGather::kMaxBlocks, Status::InvalidArgument,
-             what << ": " << blocks << " blocks must be in [1, " << AllGather::kMaxBlocks << "]");
+             where << ": " << blocks_name << "=" << blocks << " must be in [1, " << AllGather::kMaxBlocks << "]");
   TF_REQUIRE(threads >= 32 && threads <= 512 && threads % 32 == 0, Status::InvalidArgument,
-             what << ": " << threads << " threads per block must be a multiple of 32 in [32, 512]");
+             where << ": threads=" << threads << " per block must be a multiple of 32 in [32, 512]");
 }
 }  // namespace
 
 AllGatherPushGrid all_gather_push_grid(const AllGatherConfig& config, uint64_t bytes) {
-  require_push_shape(config.max_blocks, config.threads, "all_gather_push_grid: config.max_blocks");
+  require_push_shape("all_gather_push_grid", "config.max_blocks", config.max_blocks, config.threads);
   AllGatherPushGrid g;
   g.low_latency = bytes <= config.ll_max_bytes;
   // One chunk is what a block of 512 threads keeps in flight (8 x 16 B each): a block streams at
@@ -179,7 +179,7 @@ int all_gather_push_resident_blocks(int threads, int sm_count) {
 }
 
 void launch_all_gather_push(const AllGatherPushArgs& a, const AllGatherPushGrid& g, int threads, cudaStream_t stream) {
-  require_push_shape(g.blocks, threads, "launch_all_gather_push");
+  require_push_shape("launch_all_gather_push", "blocks", g.blocks, threads);
   if (g.low_latency) all_gather_ll_kernel<<<g.blocks, threads, 0, stream>>>(a);
   else all_gather_direct_kernel<<<g.blocks, threads, 0, stream>>>(a);
   TF_CUDA(cudaGetLastError());

@@ -384,7 +384,16 @@ void validate_combine_args(const CombineArgs& a) {
   TF_REQUIRE(aligned(a.lse_parts, 4), S::InvalidArgument,
              "lse_parts=" << a.lse_parts << " must be 4-byte aligned");
   const int64_t rows = int64_t(a.batch) * a.q_heads;
-  const int64_t orow = rows * a.head_dim;
+  TF_REQUIRE((rows + attention::kCombineRows - 1) / attention::kCombineRows < (int64_t(1) << 31),
+             S::InvalidArgument, "batch*q_heads=" << rows << " is too large for one combine launch");
+  const int64_t orow = rows * a.head_dim;  // < 2^40 by the check above
+  // Every rank's partials must lie in 64-bit byte offsets (the overlap checks below compute them).
+  const int64_t ranks_after_first = std::max(a.world - 1, 1);
+  TF_REQUIRE(a.o_rank_stride <= (INT64_MAX / 4 - orow) / ranks_after_first &&
+                 a.lse_rank_stride <= (INT64_MAX / 4 - rows) / ranks_after_first,
+             S::InvalidArgument,
+             "o_rank_stride=" << a.o_rank_stride << " or lse_rank_stride=" << a.lse_rank_stride << " puts world="
+                              << a.world << " partials past 64-bit byte offsets");
   TF_REQUIRE(a.o_rank_stride == 0 || (a.o_rank_stride % 4 == 0 && (a.world == 1 || a.o_rank_stride >= orow)),
              S::InvalidArgument,
              "o_rank_stride=" << a.o_rank_stride << " must be 0 (dense) or a multiple of 4 that is >= "
@@ -398,8 +407,6 @@ void validate_combine_args(const CombineArgs& a) {
   TF_REQUIRE(aligned(a.o_out, 16), S::InvalidArgument, "o_out=" << a.o_out << " must be 16-byte aligned");
   TF_REQUIRE(aligned(a.lse_out, 4), S::InvalidArgument,
              "lse_out=" << a.lse_out << " must be 4-byte aligned");
-  TF_REQUIRE((rows + attention::kCombineRows - 1) / attention::kCombineRows < (int64_t(1) << 31),
-             S::InvalidArgument, "batch*q_heads=" << rows << " is too large for one combine launch");
   // Every rank's partials, from the first to the end of the last rank's (strides as the kernel reads).
   const int64_t o_stride = a.o_rank_stride ? a.o_rank_stride : orow, l_stride = a.lse_rank_stride ? a.lse_rank_stride : rows;
   const NamedRange inputs[] = {{"o_parts", byte_range(a.o_parts, ((a.world - 1) * o_stride + orow) * 4)},
