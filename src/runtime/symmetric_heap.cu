@@ -108,7 +108,7 @@ void* SymmetricHeap::allocate(uint64_t bytes, uint64_t align, const std::string&
 
 dev::LaunchSequence SymmetricHeap::allocate_sequence(const std::string& tag) {
   // The whole 128-byte line, so no later allocation (of any alignment) shares it with the atomics.
-  auto* words = static_cast<uint64_t*>(allocate(128, 128, tag));
+  auto* words = static_cast<uint64_t*>(allocate(kSequenceBytes, kSequenceBytes, tag));
   // The legacy stream, synchronised: the zeroes land after any earlier user of these bytes (whose
   // work the release contract has finished) and before anything enqueued after this returns.
   TF_CUDA(cudaMemsetAsync(words, 0, 2 * sizeof(uint64_t), cudaStreamLegacy));

@@ -180,7 +180,7 @@ inline void upload_local(const Global& g, Local& l, int rank) {
 // result is within ~0.6u of the reference (output and P rounded to the dtype).
 inline int64_t count_wrong(const Global& g, const std::vector<uint16_t>& out, const std::string& what) {
   const Tol tol = tol_out(g.p.dtype);
-  const double u = g.p.dtype == DType::BF16 ? 0x1p-8 : 0x1p-11;
+  const double u = unit_roundoff(g.p.dtype);
   const int d = g.p.head_dim;
   int64_t bad = 0;
   const auto report = [&](const auto& message) {

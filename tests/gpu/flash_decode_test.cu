@@ -66,8 +66,6 @@ int64_t count_bad(const std::vector<float>& got, const std::vector<double>& want
   return bad;
 }
 
-double unit_roundoff(DType t) { return t == DType::BF16 ? 0x1p-8 : 0x1p-11; }
-
 // ---------------------------------------------------------------------------------------------
 // One problem: shapes, host data (bits + exact floats), device copies of a contiguous cache.
 

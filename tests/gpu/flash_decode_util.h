@@ -52,6 +52,8 @@ inline float from_bits(DType t, uint16_t u) {
   std::memcpy(&h, &u, 2);
   return __half2float(h);
 }
+// Unit roundoff of the 16-bit type (what the outputs' row bounds are in).
+inline double unit_roundoff(DType t) { return t == DType::BF16 ? 0x1p-8 : 0x1p-11; }
 
 template <class T>
 struct Dev {

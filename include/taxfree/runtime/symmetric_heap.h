@@ -26,6 +26,7 @@
 
 #include "taxfree/device/launch_sequence.cuh"
 #include "taxfree/device/symmetric_view.cuh"
+#include "taxfree/runtime/byte_range.h"
 
 namespace taxfree {
 
@@ -54,6 +55,13 @@ class SymmetricHeap {
   // back with release() like any allocation, so ops built and dropped any number of times leave no
   // counters behind.
   dev::LaunchSequence allocate_sequence(const std::string& tag);
+  static constexpr uint64_t kSequenceBytes = 128;  // allocate_sequence's allocation: one line
+  // From `first` to the end of sequence `last`'s line: an op's part of the heap where its
+  // constructor allocates `first` first and `last` last (what its launches check arguments against).
+  static ByteRange span_through(const void* first, const dev::LaunchSequence& last) {
+    const auto* begin = static_cast<const char*>(first);
+    return byte_range(begin, reinterpret_cast<const char*>(last.counter) + kSequenceBytes - begin);
+  }
   // Stack discipline: release(mark()) frees everything allocated after mark() was taken. A mark
   // above used() or inside a live allocation (not one mark() returned since) is InvalidArgument,
   // naming the allocation: memory handed out again while still in use would alias it.

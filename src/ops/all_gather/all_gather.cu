@@ -87,6 +87,17 @@ __global__ void __launch_bounds__(512) all_gather_ll_kernel(AllGatherPushArgs a)
   dev::sequence_end(a.seq, epoch);
 }
 
+// Threads per block of both push kernels (their launch bounds are 512).
+constexpr bool valid_push_threads(int threads) { return threads >= 32 && threads <= 512 && threads % 32 == 0; }
+
+// The push kernels' shape limits: the flag row of a sender holds kMaxBlocks blocks.
+void require_push_shape(const char* where, const char* blocks_name, int blocks, int threads) {
+  TF_REQUIRE(blocks >= 1 && blocks <= AllGather::kMaxBlocks, Status::InvalidArgument,
+             where << ": " << blocks_name << "=" << blocks << " must be in [1, " << AllGather::kMaxBlocks << "]");
+  TF_REQUIRE(valid_push_threads(threads), Status::InvalidArgument,
+             where << ": threads=" << threads << " per block must be a multiple of 32 in [32, 512]");
+}
+
 }  // namespace
 
 AllGatherVariant parse_all_gather_variant(const std::string& name) {
@@ -101,7 +112,7 @@ AllGather::AllGather(Team& team, AllGatherConfig config) : AllGather(team.share(
 
 AllGather::AllGather(RankShare share, AllGatherConfig config) : share_(std::move(share)), config_(config) {
   check_rank_share(share_, "all_gather");
-  TF_REQUIRE(config_.threads >= 32 && config_.threads <= 512 && config_.threads % 32 == 0, Status::InvalidArgument,
+  TF_REQUIRE(valid_push_threads(config_.threads), Status::InvalidArgument,
              "all_gather threads per block " << config_.threads << " must be a multiple of 32 in [32, 512]");
   TF_REQUIRE(config_.ll_max_bytes % 16 == 0 && config_.ll_max_bytes <= kMaxShardBytes, Status::InvalidArgument,
              "all_gather ll_max_bytes " << config_.ll_max_bytes << " must be a multiple of 16, at most 2^40");
@@ -127,17 +138,6 @@ AllGather::AllGather(RankShare share, AllGatherConfig config) : share_(std::move
   // Flags must be zero on every rank before any peer may write into them.
   if (share_.host_barrier) share_.host_barrier("all_gather.init");
 }
-
-namespace {
-// The push kernels' shape limits: the flag row of a sender holds kMaxBlocks blocks, and a block's
-// threads are those the constructor accepts.
-void require_push_shape(const char* where, const char* blocks_name, int blocks, int threads) {
-  TF_REQUIRE(blocks >= 1 && blocks <= AllGather::kMaxBlocks, Status::InvalidArgument,
-             where << ": " << blocks_name << "=" << blocks << " must be in [1, " << AllGather::kMaxBlocks << "]");
-  TF_REQUIRE(threads >= 32 && threads <= 512 && threads % 32 == 0, Status::InvalidArgument,
-             where << ": threads=" << threads << " per block must be a multiple of 32 in [32, 512]");
-}
-}  // namespace
 
 AllGatherPushGrid all_gather_push_grid(const AllGatherConfig& config, uint64_t bytes) {
   require_push_shape("all_gather_push_grid", "config.max_blocks", config.max_blocks, config.threads);

@@ -158,8 +158,7 @@ void AllGatherMatmul::validate(const AgmmArgs& a) const {
     TF_REQUIRE(!overlap(c_range, buffer), Status::InvalidArgument,
                "all_gather_matmul: C overlaps the op's gathered / staging / partial buffers");
   }
-  const char* first = impl_->gathered;
-  const ByteRange heap_part = byte_range(first, reinterpret_cast<const char*>(impl_->dec_seq.counter) + 128 - first);
+  const ByteRange heap_part = SymmetricHeap::span_through(impl_->gathered, impl_->dec_seq);
   TF_REQUIRE(own_slot || !overlap(a_range, heap_part), Status::InvalidArgument,
              "all_gather_matmul: A_shard overlaps the op's flags in the symmetric heap");
   TF_REQUIRE(!overlap(c_range, heap_part), Status::InvalidArgument,

@@ -119,19 +119,16 @@ void FlashDecode::require_comm() const {
 
 void FlashDecode::validate(const DecodeArgs& a) const {
   validate_flash_decode_args(a, cfg_);
-  const int64_t rows = int64_t(a.batch) * a.q_heads * a.head_dim * 2;  // bytes of q, and of out
-  // The constructor's heap allocations run from the inbox to the end of work_'s 128-byte line.
-  const char* first = reinterpret_cast<const char*>(inbox_);
-  const char* end = reinterpret_cast<const char*>(work_.counter) + 128;
+  const int64_t bytes = int64_t(a.batch) * a.q_heads * a.head_dim * 2;  // of q, and of out
   const std::pair<const char*, ByteRange> own[] = {
-      {"flags and buffers in the symmetric heap", byte_range(first, end - first)},
+      {"flags and buffers in the symmetric heap", SymmetricHeap::span_through(inbox_, work_)},
       {"bsp gather buffer", cfg_.bsp_buffers == BspBuffers::plain ? byte_range(bsp_gather_, int64_t(sizes_.bsp_gather_bytes))
                                                                    : ByteRange{}},
       {"split workspace", byte_range(workspace_, int64_t(workspace_bytes_))}};
   for (const auto& [name, range] : own) {
-    TF_REQUIRE(!overlap(byte_range(a.out, rows), range), Status::InvalidArgument,
+    TF_REQUIRE(!overlap(byte_range(a.out, bytes), range), Status::InvalidArgument,
                "flash_decode: out=" << a.out << " overlaps the op's " << name);
-    TF_REQUIRE(!overlap(byte_range(a.q, rows), range), Status::InvalidArgument,
+    TF_REQUIRE(!overlap(byte_range(a.q, bytes), range), Status::InvalidArgument,
                "flash_decode: q=" << a.q << " overlaps the op's " << name);
   }
 }
