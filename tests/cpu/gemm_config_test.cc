@@ -432,57 +432,6 @@ TEST(GemmValidation, KClusterConfigs) {
   EXPECT_NO_THROW(validate(valid_args(), c));
 }
 
-TEST(GemmValidation, NClusterConfigs) {
-  GemmConfig cfg;
-  cfg.bn = 96, cfg.stages = 7, cfg.cluster_n = 4;
-  EXPECT_EQ(cfg.name(), "128x96x64 s7 g8 cn4");
-  EXPECT_EQ(cfg.cluster_size(), 4);
-  EXPECT_NO_THROW(validate(valid_args(), cfg));
-  // 96 columns: B [K, N] is loaded in 64-column boxes.
-  GemmArgs a = valid_args();
-  a.b_layout = BLayout::KN;
-  a.ldb = a.n;
-  expect_error(a, cfg, Status::NotSupported, "needs B as [N, K]");
-  // Split-K works on N clusters (their partials are per CTA, as for M clusters).
-  GemmConfig c = cfg;
-  c.splits = 3;
-  EXPECT_NO_THROW(validate(valid_args(), c));
-  // Sizes not built.
-  c = cfg;
-  c.cluster_n = 3;
-  expect_error(valid_args(), c, Status::NotSupported, "128x96 s7 cluster_m=1 cluster_n=3 is not compiled");
-  c = cfg;
-  c.bn = 256, c.stages = 4, c.cluster_n = 2;
-  expect_error(valid_args(), c, Status::NotSupported, "128x256 s4 cluster_m=1 cluster_n=2 is not compiled");
-  expect_error(valid_args(), c, Status::NotSupported, "128x96 s7 c1 cn4");  // the list names the N clusters built
-  c = cfg;
-  c.cluster_n = 0;
-  expect_error(valid_args(), c, Status::InvalidArgument, "must be >= 1");
-  c = cfg;
-  c.max_ctas = 3;
-  expect_error(valid_args(), c, Status::InvalidArgument, "max_ctas=3 is fewer than one cluster of 4 CTAs");
-}
-
-TEST(GemmPlan, NClustersCountClusterTilesAndEveryCtasPartials) {
-  // M = 384, N = 3592 on 128 x 96 in fours: 3 m-blocks x 38 n-blocks (the last past N) -> 10
-  // cluster tiles of 4 n-blocks per m-block row.
-  GemmArgs a = valid_args();
-  a.m = 384, a.n = 3592, a.k = 8192;
-  GemmConfig cfg;
-  cfg.bn = 96, cfg.stages = 7, cfg.cluster_n = 4, cfg.group_m = 1;
-  WorkPlan plan = detail::make_work_plan(a, cfg, 30);
-  EXPECT_EQ(plan.grid.m_blocks, 3);
-  EXPECT_EQ(plan.grid.n_blocks, 10);
-  EXPECT_EQ(plan.units(), 30);
-  cfg.splits = 2;
-  plan = detail::make_work_plan(a, cfg, 30);
-  ASSERT_EQ(plan.split_tiles(), 30);
-  // Every CTA of a cluster parks its own partials: 4 per cluster tile.
-  const detail::WorkspaceNeed need = detail::workspace_need(plan, cfg);
-  EXPECT_EQ(need.partial_bytes, size_t(30) * 4 * size_t(plan.max_parts) * 128 * 96 * 4);
-  EXPECT_EQ(need.counters, size_t(30) * 4 * 2);
-}
-
 TEST(GemmValidation, HeuristicLaunchValidatesFirst) {
   GemmArgs a = valid_args();
   a.n = 0;

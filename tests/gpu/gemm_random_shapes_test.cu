@@ -78,7 +78,7 @@ TEST(GemmRandomShapes, RandomCompiledConfigsMatchReference) {
       s.k = int64_t(cfg.cluster_k) * 64;  // a K cluster needs a k-block per CTA
     }
     cfg.group_m = rnd.uni(1, 16);
-    const int cluster = cfg.cluster_size();
+    const int cluster = cfg.cluster_m * cfg.cluster_k;
     if (rnd.uni(0, 2) == 0) cfg.max_ctas = cluster * rnd.uni(1, std::max(1, sms / cluster));
     const Problem p = make_problem(s.m, s.n, s.k, s.dtype, s.layout, rnd.bits());
     Output out(p);

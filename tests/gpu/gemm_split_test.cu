@@ -74,7 +74,7 @@ TEST_P(GemmSplit, EveryCompiledTileAndSplitMatchesReference) {
         continue;
       }
       if (v.max_ctas > 0) {  // the hybrid plans must really have whole tiles and cut ones
-        const WorkPlan plan = detail::make_work_plan(p.args(nullptr), cfg, v.max_ctas / cfg.cluster_size());
+        const WorkPlan plan = detail::make_work_plan(p.args(nullptr), cfg, v.max_ctas / cfg.cluster_m);
         if (s.m > 1000) EXPECT_GT(plan.dp_tiles, 0) << what;
         EXPECT_GT(plan.split_tiles(), 0) << what;
       }

@@ -69,10 +69,6 @@ enum class SplitScope {
 // plain epilogue only (not fp32 epilogues); needs ceil(K / 64) >= cluster_k and no split-K on top
 // (splits = 1, scope all). A unit's loads wait for the previous unit's exchange, so it pays when
 // every tile's cluster is resident at once.
-//
-// N clusters (cluster_n = 2 or 4; compiled for 128 x 128, 128 x 112 and 128 x 96): the cluster_n
-// CTAs of a cluster compute horizontally adjacent tiles and share A's k-blocks by TMA multicast
-// (each loads 128 / cluster_n rows of them). The plain GEMM only, like K clusters; split-K works.
 struct GemmConfig {
   int bm = 128;      // rows of C per tile: 64 (one consumer warpgroup) or 128 (two); 16/32/64 with swap_ab
   int bn = 256;      // columns of C per tile: 64, 128, 256, or 224 / 168 (B [N, K] only: N = 3584 k in whole waves)
@@ -83,16 +79,14 @@ struct GemmConfig {
   int splits = 1;    // K ranges per split tile (all, tail), 1..kMaxSplits (1: no split-K); capped at ceil(K / 64)
   SplitScope split_scope = SplitScope::all;
   bool splits_k() const { return splits > 1 || split_scope == SplitScope::stream; }
-  int max_ctas = 0;  // persistent CTAs; 0 = as many as fit (one per SM), else at least one cluster (cluster_size()).
+  int max_ctas = 0;  // persistent CTAs; 0 = as many as fit (one per SM), else at least one cluster (cluster_m x cluster_k).
                      // Fewer leaves SMs to concurrent kernels; rounded down to whole clusters
   bool swap_ab = false;  // swap-AB kernel (see above)
   int cluster_k = 1;     // CTAs per cluster splitting each tile's K (see above): 1, 2 or 4 (compiled tiles)
-  int cluster_n = 1;     // CTAs per cluster along N sharing A by TMA multicast (see above): 1, 2 or 4 (compiled tiles)
-  int cluster_size() const { return cluster_m * cluster_k * cluster_n; }
   // Consumer warpgroups per CTA: each owns 64 rows of C (64 columns with swap_ab).
   int consumers() const { return (swap_ab ? bn : bm) / 64; }
   // e.g. "128x256x64 s4 g8 c2 sk3t" (sk3: split-K 3, t: tail, stk: stream-K), "16x128x64 s12 g1 swap stk",
-  // "128x128x64 s6 g1 ck4" (K clusters of 4), "128x96x64 s7 g8 cn4" (N clusters of 4)
+  // "128x128x64 s6 g1 ck4" (K clusters of 4)
   std::string name() const;
 };
 

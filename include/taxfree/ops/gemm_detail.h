@@ -24,7 +24,7 @@ void allow_dynamic_smem(const void* kernel, int bytes);
 // once: the persistent grid size. Cached per kernel and device.
 int resident_clusters(const void* kernel, int threads, int smem_bytes, int cluster);
 
-// The work plan of a launch: cluster tiles of bm * cluster_m x bn * cluster_n, the config's split-K (splits capped at
+// The work plan of a launch: tiles of bm * cluster_m x bn, the config's split-K (splits capped at
 // the k-blocks, scope resolved against `clusters`, the clusters the persistent grid will have).
 WorkPlan make_work_plan(const GemmArgs& args, const GemmConfig& cfg, int64_t clusters);
 

@@ -11,11 +11,10 @@
 // any of it: the launch of the same arguments on the same stream then needs no memory.
 // Split-K (cfg.splits_k()) needs a Ready policy that allows it (split_k_safe) and uses the stream's
 // workspace (ops/gemm.h).
-// fp32 epilogues (policies.cuh: kFloatOut) need configs without swap-AB, K or N clusters, on tiles
-// of a multiple of 32 columns (choose_gemm_config's EpilogueOutput::fp32 picks only those); K and N
-// clusters (cfg.cluster_k, cfg.cluster_n) are compiled for the plain A policy (AlwaysReady) and
-// 16-bit epilogues only: the fused ops' GEMM calls do not take them (ops/gemm.h: KCuts), so their
-// kernels are not built.
+// fp32 epilogues (policies.cuh: kFloatOut) need configs without swap-AB or K clusters, on tiles of a
+// multiple of 32 columns (choose_gemm_config's EpilogueOutput::fp32 picks only those); K clusters
+// (cfg.cluster_k) are compiled for the plain A policy (AlwaysReady) only: the fused ops' GEMM calls
+// take split-K or whole tiles (ops/gemm.h: KCuts), so their kernels are not built.
 #pragma once
 
 #include <cuda.h>
@@ -34,9 +33,9 @@
 
 namespace taxfree::gemm {
 
-// Whether K- and N-cluster kernels exist for these policies (above).
+// Whether K-cluster kernels exist for these policies (above).
 template <class Ready, class Epi>
-constexpr bool plain_clusters_compiled() {
+constexpr bool k_clusters_compiled() {
   return std::is_same_v<Ready, AlwaysReady> && !float_out<Epi>();
 }
 
@@ -48,12 +47,11 @@ void launch_gemm(const GemmArgs& args, const GemmConfig& cfg, const typename Ord
   constexpr BLayout kLayout = kMajorB == device::Major::K ? BLayout::NK : BLayout::KN;
   validate_inputs(args, cfg);
   TF_REQUIRE(cfg.bm == Shape::BM && cfg.bn == Shape::BN && cfg.stages == Shape::kStages &&
-                 cfg.cluster_m == Shape::kCluster && cfg.swap_ab == Shape::kSwapAB && cfg.cluster_k == Shape::kClusterK &&
-                 cfg.cluster_n == Shape::kClusterN,
+                 cfg.cluster_m == Shape::kCluster && cfg.swap_ab == Shape::kSwapAB && cfg.cluster_k == Shape::kClusterK,
              Status::InvalidArgument,
              "config " << cfg.name() << " does not match the kernel's tile " << Shape::BM << "x" << Shape::BN << " s"
                        << Shape::kStages << " c" << Shape::kCluster << (Shape::kSwapAB ? " swap" : "") << " ck"
-                       << Shape::kClusterK << " cn" << Shape::kClusterN);
+                       << Shape::kClusterK);
   TF_REQUIRE(args.dtype == kDType && args.b_layout == kLayout, Status::InvalidArgument,
              "args (" << dtype_name(args.dtype) << ", " << layout_name(args.b_layout) << ") do not match the kernel ("
                       << dtype_name(kDType) << ", " << layout_name(kLayout) << ")");
@@ -61,8 +59,8 @@ void launch_gemm(const GemmArgs& args, const GemmConfig& cfg, const typename Ord
   // k-blocks of its own range and may not assume it sees k-block 0 first.
   TF_REQUIRE(!cfg.splits_k() || split_k_safe<Ready>(), Status::NotSupported,
              "GEMM config " << cfg.name() << ": split-K needs an A policy that allows it (policies.cuh)");
-  static_assert((Shape::kClusterK == 1 && Shape::kClusterN == 1) || plain_clusters_compiled<Ready, Epi>(),
-                "K and N clusters run with the plain A policy and a 16-bit epilogue only");
+  static_assert(Shape::kClusterK == 1 || k_clusters_compiled<Ready, Epi>(),
+                "K clusters run with the plain A policy and a 16-bit epilogue only");
   Epi::check(epi, args.m, args.n, 2);
 
   using Params = GemmParams<Order, Ready, Epi>;
@@ -82,8 +80,7 @@ void launch_gemm(const GemmArgs& args, const GemmConfig& cfg, const typename Ord
   if (cfg.max_ctas > 0) clusters = std::max<int64_t>(1, std::min<int64_t>(clusters, cfg.max_ctas / kClusterSize));
 
   Params p{};
-  constexpr int kABoxRows = Shape::BM / Shape::kClusterN;  // N clusters: each CTA's share, multicast
-  p.a = detail::make_tensor_map(args.a, args.dtype, args.k, args.m, args.lda, 64, kABoxRows);
+  p.a = detail::make_tensor_map(args.a, args.dtype, args.k, args.m, args.lda, 64, Shape::BM);
   p.b = kMajorB == device::Major::K
             ? detail::make_tensor_map(args.b, args.dtype, args.k, args.n, args.ldb, 64, Shape::BN / Shape::kCluster)
             : detail::make_tensor_map(args.b, args.dtype, args.n, args.k, args.ldb, 64, 64);
@@ -100,7 +97,7 @@ void launch_gemm(const GemmArgs& args, const GemmConfig& cfg, const typename Ord
   if constexpr (requires { Ready::kATensors; })  // A in several tensors of A's shape (policies.cuh)
     for (int i = 0; i < Ready::kATensors; ++i)
       if (p.ready.a_bases[i] != nullptr)
-        p.ready.a_maps[i] = detail::make_tensor_map(p.ready.a_bases[i], args.dtype, args.k, args.m, args.lda, 64, kABoxRows);
+        p.ready.a_maps[i] = detail::make_tensor_map(p.ready.a_bases[i], args.dtype, args.k, args.m, args.lda, 64, Shape::BM);
   p.epi = epi;
   p.stall_ns = dev::kMbarTimeoutNs + ready_max_wait_ns<Ready>(ready);
   if (step == GemmStep::prepare) return;
@@ -117,14 +114,14 @@ bool launch_compiled(const GemmArgs& args, const GemmConfig& cfg, const typename
                      const typename Ready::Params& ready, const typename Epi::Params& epi, cudaStream_t stream,
                      GemmStep step) {
   constexpr CompiledTile kTile = kCompiledTiles[I];
-  using Shape = TileShape<kTile.bm, kTile.bn, kTile.stages, kTile.cluster, kTile.swap, kTile.cluster_k, kTile.cluster_n>;
+  using Shape = TileShape<kTile.bm, kTile.bn, kTile.stages, kTile.cluster, kTile.swap, kTile.cluster_k>;
   static_assert(Shape::kFloatEpilogue == fp32_epilogue_compiled(kTile), "the host's and the kernel's rule differ");
   // Not compiled (launch_gemm rejects these configs): fp32 epilogues with swap-AB or a BN that is
-  // not a multiple of 32, K and N clusters outside the plain GEMM.
+  // not a multiple of 32, K clusters outside the plain GEMM.
   if constexpr (!fp32_epilogue_compiled(kTile) && float_out<Epi>()) {
-  } else if constexpr ((kTile.cluster_k > 1 || kTile.cluster_n > 1) && !plain_clusters_compiled<Ready, Epi>()) {
+  } else if constexpr (kTile.cluster_k > 1 && !k_clusters_compiled<Ready, Epi>()) {
   } else if (cfg.bm == kTile.bm && cfg.bn == kTile.bn && cfg.stages == kTile.stages && cfg.cluster_m == kTile.cluster &&
-             cfg.swap_ab == kTile.swap && cfg.cluster_k == kTile.cluster_k && cfg.cluster_n == kTile.cluster_n) {
+             cfg.swap_ab == kTile.swap && cfg.cluster_k == kTile.cluster_k) {
     const bool bf16 = args.dtype == DType::bf16;
     if (args.b_layout == BLayout::NK) {
       if (bf16) launch_gemm<Shape, __nv_bfloat16, device::Major::K, Order, Ready, Epi>(args, cfg, order, ready, epi, stream, step);
@@ -148,12 +145,11 @@ void launch_gemm(const GemmArgs& args, const GemmConfig& cfg, const typename Ord
                  const typename Ready::Params& ready, const typename Epi::Params& epi, cudaStream_t stream,
                  GemmStep step = GemmStep::launch) {
   validate_inputs(args, cfg);  // names an unsupported config before anything is instantiated at run time
-  TF_REQUIRE(!float_out<Epi>() || fp32_epilogue_compiled(cfg.swap_ab, cfg.bn, cfg.cluster_n), Status::NotSupported,
+  TF_REQUIRE(!float_out<Epi>() || fp32_epilogue_compiled(cfg.swap_ab, cfg.bn), Status::NotSupported,
+             "GEMM config " << cfg.name() << ": an fp32 epilogue runs without swap-AB, on tiles of a multiple of 32 columns");
+  TF_REQUIRE(cfg.cluster_k == 1 || (k_clusters_compiled<Ready, Epi>()), Status::NotSupported,
              "GEMM config " << cfg.name()
-                            << ": an fp32 epilogue runs without swap-AB or N clusters, on tiles of a multiple of 32 columns");
-  TF_REQUIRE((cfg.cluster_k == 1 && cfg.cluster_n == 1) || (plain_clusters_compiled<Ready, Epi>()), Status::NotSupported,
-             "GEMM config " << cfg.name()
-                            << ": K and N clusters are compiled for the plain GEMM only (its A policy, a 16-bit epilogue)");
+                            << ": K clusters are compiled for the plain GEMM only (its A policy, a 16-bit epilogue)");
   const bool launched = detail::launch_compiled<0, Order, Ready, Epi>(args, cfg, order, ready, epi, stream, step);
   TF_REQUIRE(launched, Status::Internal, "config " << cfg.name() << " passed validation but has no kernel");
 }

@@ -15,13 +15,12 @@ struct CompiledTile {
   // choose_gemm_config offers the tile only as whole tiles (no split-K) of two or more full
   // m-blocks (M a multiple of bm): where it measured faster than the other tiles (heuristic.cc).
   bool whole_m_blocks = false;
-  int cluster_n = 1;  // CTAs along N sharing A by TMA multicast (plain GEMM only: gemm_launch.cuh)
 };
 
 // Whether fp32 epilogues (policies.cuh: kFloatOut) are compiled for a tile: they stage 32 columns
-// at a time and run without swap-AB or N clusters.
-constexpr bool fp32_epilogue_compiled(bool swap, int bn, int cluster_n) { return !swap && bn % 32 == 0 && cluster_n == 1; }
-constexpr bool fp32_epilogue_compiled(const CompiledTile& t) { return fp32_epilogue_compiled(t.swap, t.bn, t.cluster_n); }
+// at a time and run without swap-AB.
+constexpr bool fp32_epilogue_compiled(bool swap, int bn) { return !swap && bn % 32 == 0; }
+constexpr bool fp32_epilogue_compiled(const CompiledTile& t) { return fp32_epilogue_compiled(t.swap, t.bn); }
 
 // Stages fill the 227 KiB of shared memory next to the epilogue staging buffers.
 inline constexpr CompiledTile kCompiledTiles[] = {
@@ -37,13 +36,6 @@ inline constexpr CompiledTile kCompiledTiles[] = {
     // SMs idle. B [N, K] only; no fp32 epilogues (BN is not a multiple of 32).
     {128, 168, 5, 1, false, false, 1, true},
     {128, 128, 6, 1, true},  // mid M / narrow N: twice the tiles for better wave fill
-    // N clusters sharing A (cuBLASLt's choices at M = 384 / 512, N = 3584: 128 x 96 in fours, 128 x
-    // 112 in pairs, r295): at 3-4 m-blocks A is read by every n-block, and multicast cuts the L2
-    // traffic per k-block by 29-43%. B [N, K] only for 96 / 112.
-    {128, 128, 6, 1, true, false, 1, false, 2},
-    {128, 112, 6, 1, false, false, 1, false, 2},
-    {128, 96, 7, 1, false, false, 1, false, 2},
-    {128, 96, 7, 1, false, false, 1, false, 4},
     // The same with each tile's K split over a cluster of 2 or 4 CTAs: for too few tiles to fill
     // the GPU (M = 128-256), where split-K's serial reduction through L2 was 10-20% of the time.
     {128, 128, 6, 1, true, false, 2},

@@ -12,8 +12,6 @@
 //   cluster=C      CTAs per cluster along M (a compiled tile must have it; 128x256 and 128x224 have 1 and 2)
 //   clusterk=S     CTAs per cluster splitting each tile's K, summed in shared memory (128x128 has
 //                  1, 2 and 4; without it a named tile or a split key takes the tile without)
-//   clustern=C     CTAs per cluster along N sharing A (128x128 and 128x112 have 2, 128x96 2 and 4;
-//                  without it a named tile or a split key takes the tile without, if compiled)
 //   group=G        m-blocks (cluster tiles) per rasterisation group
 //   splitk=S       split every tile into S K ranges (1: no split-K)
 //   tailsplit=S    split only the tiles of the last, partial wave into S K ranges
@@ -56,9 +54,9 @@ using gemm::DType;
 struct Tuning {
   std::string tile;
   int swap = -1;  // -1: the heuristic's choice
-  int cluster = 0, clusterk = 0, clustern = 0, group = 0, splitk = 0, tailsplit = 0, streamk = 0;
+  int cluster = 0, clusterk = 0, group = 0, splitk = 0, tailsplit = 0, streamk = 0;
   bool any() const {
-    return !tile.empty() || swap >= 0 || cluster || clusterk || clustern || group || splitk || tailsplit || streamk;
+    return !tile.empty() || swap >= 0 || cluster || clusterk || group || splitk || tailsplit || streamk;
   }
   gemm::SwapAB swap_choice() const {
     return swap < 0 ? gemm::SwapAB::choose : swap ? gemm::SwapAB::always : gemm::SwapAB::never;
@@ -71,8 +69,7 @@ struct Shape {
   Tuning tuning;
 };
 
-const char* const kTuningKeys[] = {"tile",  "swap",   "cluster",   "clusterk", "clustern",
-                                   "group", "splitk", "tailsplit", "streamk"};
+const char* const kTuningKeys[] = {"tile", "swap", "cluster", "clusterk", "group", "splitk", "tailsplit", "streamk"};
 bool is_tuning_key(const std::string& key) {
   for (const char* k : kTuningKeys)
     if (key == k) return true;
@@ -86,7 +83,6 @@ Tuning tuning_of(const std::map<std::string, std::string>& kv) {
   t.swap = int(shape_int(kv, "swap", -1));
   t.cluster = get("cluster");
   t.clusterk = get("clusterk");
-  t.clustern = get("clustern");
   t.group = get("group");
   t.splitk = get("splitk");
   t.tailsplit = get("tailsplit");
@@ -99,7 +95,7 @@ Tuning tuning_of(const std::map<std::string, std::string>& kv) {
 // overflowed m * lda * 2 at setup.
 std::map<std::string, std::string> parse_entry(const std::string& entry) {
   // The compiled tiles and cluster sizes, each once, in the order compiled_configs() lists them.
-  std::vector<std::string> tiles, clusters, clusters_k, clusters_n;
+  std::vector<std::string> tiles, clusters, clusters_k;
   const auto add = [](std::vector<std::string>& to, std::string v) {
     if (std::find(to.begin(), to.end(), v) == to.end()) to.push_back(std::move(v));
   };
@@ -107,10 +103,9 @@ std::map<std::string, std::string> parse_entry(const std::string& entry) {
     add(tiles, std::to_string(cfg.bm) + "x" + std::to_string(cfg.bn));
     add(clusters, std::to_string(cfg.cluster_m));
     add(clusters_k, std::to_string(cfg.cluster_k));
-    add(clusters_n, std::to_string(cfg.cluster_n));
   }
   auto kv = parse_shape_entry(entry, {{"M", {}}, {"N", {}}, {"K", {}}, {"layout", {"nk", "kn"}}, {"tile", tiles},
-                                      {"swap", {"0", "1"}}, {"cluster", clusters}, {"clusterk", clusters_k}, {"clustern", clusters_n}, {"group", {}},
+                                      {"swap", {"0", "1"}}, {"cluster", clusters}, {"clusterk", clusters_k}, {"group", {}},
                                       {"splitk", {}, gemm::kMaxSplits}, {"tailsplit", {}, gemm::kMaxSplits},
                                       {"streamk", {"1"}}});
   TF_REQUIRE(kv.count("splitk") + kv.count("tailsplit") + kv.count("streamk") <= 1, Status::InvalidArgument,
@@ -165,7 +160,6 @@ class GemmBench final : public OpBench {
     t.swap = c.params.at("swap").get<int>();
     t.cluster = c.params.at("cluster").get<int>();
     t.clusterk = c.params.at("clusterk").get<int>();
-    t.clustern = c.params.at("clustern").get<int>();
     t.group = c.params.at("group").get<int>();
     t.splitk = c.params.at("splitk").get<int>();
     t.tailsplit = c.params.at("tailsplit").get<int>();
@@ -279,7 +273,6 @@ class GemmBench final : public OpBench {
                   {"swap", s.tuning.swap},
                   {"cluster", s.tuning.cluster},
                   {"clusterk", s.tuning.clusterk},
-                  {"clustern", s.tuning.clustern},
                   {"group", s.tuning.group},
                   {"splitk", s.tuning.splitk},
                   {"tailsplit", s.tuning.tailsplit},
@@ -296,30 +289,28 @@ class GemmBench final : public OpBench {
   }
   // The heuristic's config (already with the entry's swap choice) with what a --shape entry forces.
   // A tile keeps the heuristic's cluster size when that tile has it compiled, else takes the
-  // tile's first compiled one; a swap-AB tile (16x128, ...) brings swap-AB with it. K and N clusters
-  // only when asked for (or the heuristic's, when nothing else is forced).
+  // tile's first compiled one; a swap-AB tile (16x128, ...) brings swap-AB with it. K clusters only
+  // when asked for (or the heuristic's, when nothing else is forced).
   static gemm::GemmConfig with_overrides(gemm::GemmConfig cfg, const Tuning& t) {
     const bool forced = !t.tile.empty() || t.cluster > 0 || t.splitk > 0 || t.tailsplit > 0 || t.streamk > 0;
     const int cluster_k = t.clusterk > 0 ? t.clusterk : forced ? 1 : cfg.cluster_k;
-    const int cluster_n = t.clustern > 0 ? t.clustern : forced || t.clusterk > 0 ? 1 : cfg.cluster_n;
-    if (!t.tile.empty() || t.cluster > 0 || cluster_k != cfg.cluster_k || cluster_n != cfg.cluster_n) {
+    if (!t.tile.empty() || t.cluster > 0 || cluster_k != cfg.cluster_k) {
       const std::string tile = t.tile.empty() ? std::to_string(cfg.bm) + "x" + std::to_string(cfg.bn) : t.tile;
       const int cluster = t.cluster > 0 ? t.cluster : cfg.cluster_m;
       const std::vector<gemm::GemmConfig> compiled = gemm::compiled_configs();
       const gemm::GemmConfig* pick = nullptr;
       for (const gemm::GemmConfig& c : compiled) {
         if (tile != std::to_string(c.bm) + "x" + std::to_string(c.bn)) continue;
-        if ((t.swap >= 0 && c.swap_ab != (t.swap == 1)) || c.cluster_k != cluster_k || c.cluster_n != cluster_n) continue;
+        if ((t.swap >= 0 && c.swap_ab != (t.swap == 1)) || c.cluster_k != cluster_k) continue;
         if (c.cluster_m == cluster) pick = &c;
         else if (!pick && t.cluster == 0) pick = &c;
       }
       TF_REQUIRE(pick != nullptr, Status::InvalidArgument,
                  "gemm bench: tile " << tile << " with cluster=" << cluster << " clusterk=" << cluster_k
-                                     << " clustern=" << cluster_n
                                      << (t.swap == 1 ? " and swap=1" : t.swap == 0 ? " and swap=0" : "")
                                      << " is not compiled");
       cfg.bm = pick->bm, cfg.bn = pick->bn, cfg.stages = pick->stages, cfg.cluster_m = pick->cluster_m;
-      cfg.swap_ab = pick->swap_ab, cfg.cluster_k = pick->cluster_k, cfg.cluster_n = pick->cluster_n;
+      cfg.swap_ab = pick->swap_ab, cfg.cluster_k = pick->cluster_k;
       if (cfg.cluster_k > 1) cfg.splits = 1, cfg.split_scope = gemm::SplitScope::all;  // K clusters cut K themselves
     }
     if (t.group > 0) cfg.group_m = t.group;

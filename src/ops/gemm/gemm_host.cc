@@ -34,7 +34,6 @@ std::string GemmConfig::name() const {
   if (cluster_m != 1) os << " c" << cluster_m;
   if (swap_ab) os << " swap";
   if (cluster_k != 1) os << " ck" << cluster_k;
-  if (cluster_n != 1) os << " cn" << cluster_n;
   if (split_scope == SplitScope::stream) os << " stk";
   else if (splits != 1) os << " sk" << splits << (split_scope == SplitScope::tail ? "t" : "");
   if (max_ctas > 0) os << " ctas" << max_ctas;
@@ -51,7 +50,6 @@ std::vector<GemmConfig> compiled_configs() {
     c.cluster_m = t.cluster;
     c.swap_ab = t.swap;
     c.cluster_k = t.cluster_k;
-    c.cluster_n = t.cluster_n;
     out.push_back(c);
   }
   return out;
@@ -86,8 +84,7 @@ std::string compiled_tile_names() {
   std::ostringstream known;
   for (const CompiledTile& t : kCompiledTiles)
     known << (known.tellp() > 0 ? ", " : "") << t.bm << "x" << t.bn << " s" << t.stages << " c" << t.cluster
-          << (t.swap ? " swap" : "") << (t.cluster_k > 1 ? " ck" + std::to_string(t.cluster_k) : "")
-          << (t.cluster_n > 1 ? " cn" + std::to_string(t.cluster_n) : "");
+          << (t.swap ? " swap" : "") << (t.cluster_k > 1 ? " ck" + std::to_string(t.cluster_k) : "");
   return known.str();
 }
 
@@ -112,16 +109,14 @@ void validate_inputs(const GemmArgs& a, const GemmConfig& cfg) {
   else
     check_operand("B", a.b, a.k, "ldb", a.ldb, a.n, "N");
 
-  TF_REQUIRE(cfg.bm >= 1 && cfg.bn >= 1 && cfg.stages >= 1 && cfg.cluster_m >= 1 && cfg.cluster_k >= 1 &&
-                 cfg.cluster_n >= 1,
-             Status::InvalidArgument,
-             "GEMM config " << cfg.name() << ": bm, bn, stages, cluster_m, cluster_k and cluster_n must be >= 1");
+  TF_REQUIRE(cfg.bm >= 1 && cfg.bn >= 1 && cfg.stages >= 1 && cfg.cluster_m >= 1 && cfg.cluster_k >= 1,
+             Status::InvalidArgument, "GEMM config " << cfg.name() << ": bm, bn, stages, cluster_m and cluster_k must be >= 1");
   TF_REQUIRE(cfg.bk == 64, Status::NotSupported, "GEMM config bk=" << cfg.bk << ": only bk=64 is compiled");
   TF_REQUIRE(cfg.group_m >= 1, Status::InvalidArgument, "GEMM config group_m=" << cfg.group_m << " must be >= 1");
   TF_REQUIRE(cfg.max_ctas >= 0, Status::InvalidArgument, "GEMM config max_ctas=" << cfg.max_ctas << " must be >= 0");
-  TF_REQUIRE(cfg.max_ctas == 0 || cfg.max_ctas >= cfg.cluster_size(), Status::InvalidArgument,
+  TF_REQUIRE(cfg.max_ctas == 0 || cfg.max_ctas >= cfg.cluster_m * cfg.cluster_k, Status::InvalidArgument,
              "GEMM config " << cfg.name() << ": max_ctas=" << cfg.max_ctas << " is fewer than one cluster of "
-                            << cfg.cluster_size() << " CTAs (cluster_m x cluster_k x cluster_n)");
+                            << cfg.cluster_m * cfg.cluster_k << " CTAs (cluster_m x cluster_k)");
   TF_REQUIRE(cfg.splits >= 1 && cfg.splits <= kMaxSplits, Status::InvalidArgument,
              "GEMM config splits=" << cfg.splits << " must be in [1, " << kMaxSplits << "]");
   TF_REQUIRE(cfg.split_scope == SplitScope::all || cfg.split_scope == SplitScope::tail ||
@@ -133,12 +128,11 @@ void validate_inputs(const GemmArgs& a, const GemmConfig& cfg) {
   const CompiledTile* tile = nullptr;
   for (const CompiledTile& t : kCompiledTiles)
     if (t.bm == cfg.bm && t.bn == cfg.bn && t.stages == cfg.stages && t.cluster == cfg.cluster_m &&
-        t.swap == cfg.swap_ab && t.cluster_k == cfg.cluster_k && t.cluster_n == cfg.cluster_n)
+        t.swap == cfg.swap_ab && t.cluster_k == cfg.cluster_k)
       tile = &t;
   TF_REQUIRE(tile != nullptr, Status::NotSupported,
              "GEMM tile " << cfg.bm << "x" << cfg.bn << " s" << cfg.stages << " cluster_m=" << cfg.cluster_m
                           << (cfg.cluster_k != 1 ? " cluster_k=" + std::to_string(cfg.cluster_k) : "")
-                          << (cfg.cluster_n != 1 ? " cluster_n=" + std::to_string(cfg.cluster_n) : "")
                           << (cfg.swap_ab ? " swap-AB" : "") << " is not compiled (have: " << compiled_tile_names()
                           << ")");
   // A K cluster already cuts K; each of its CTAs needs a k-block.
@@ -240,7 +234,7 @@ int resident_clusters(const void* kernel, int threads, int smem_bytes, int clust
 
 WorkPlan make_work_plan(const GemmArgs& a, const GemmConfig& cfg, int64_t clusters) {
   WorkPlan plan{};
-  plan.grid = make_tile_grid(a.m, a.n, cfg.bm * cfg.cluster_m, cfg.bn * cfg.cluster_n, cfg.group_m);
+  plan.grid = make_tile_grid(a.m, a.n, cfg.bm * cfg.cluster_m, cfg.bn, cfg.group_m);
   plan.k_blocks = int((a.k + 63) / 64);
   const int64_t tiles = plan.grid.tiles(), tail = tiles % std::max<int64_t>(clusters, 1);
   const int64_t splits = std::min<int64_t>(cfg.splits, plan.k_blocks);  // no K range without a k-block
@@ -278,7 +272,7 @@ WorkPlan make_work_plan(const GemmArgs& a, const GemmConfig& cfg, int64_t cluste
 WorkspaceNeed workspace_need(const WorkPlan& plan, const GemmConfig& cfg) {
   WorkspaceNeed need;
   if (plan.split_tiles() == 0) return need;
-  const size_t ctas = size_t(plan.split_tiles()) * size_t(cfg.cluster_m) * size_t(cfg.cluster_n);
+  const size_t ctas = size_t(plan.split_tiles()) * size_t(cfg.cluster_m);
   need.partial_bytes = ctas * size_t(plan.max_parts) * size_t(cfg.bm) * size_t(cfg.bn) * sizeof(float);
   need.counters = ctas * size_t(cfg.consumers());
   return need;

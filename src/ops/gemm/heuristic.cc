@@ -84,7 +84,6 @@ struct Candidate {
     GemmConfig c;
     c.bm = tile->bm, c.bn = tile->bn, c.stages = tile->stages, c.cluster_m = tile->cluster;
     c.splits = splits, c.split_scope = scope, c.group_m = 1, c.swap_ab = tile->swap, c.cluster_k = tile->cluster_k;
-    c.cluster_n = tile->cluster_n;
     return c;
   }
 };
@@ -224,7 +223,6 @@ GemmConfig rank_candidates(int64_t m, int64_t n, int64_t k, BLayout b_layout, in
     // before on 25 shapes, but 1.29-1.35 at M = 256 N = 512, 8 such tiles).
     if (!t.swap && t.bm == 64 && m > 128 && (m + 127) / 128 * ((n + 127) / 128) * 16 > num_sms) continue;
     if (t.cluster_k > 1 && !k_clusters_fit(t, m, n, k_blocks, num_sms, cuts)) continue;
-    if (t.cluster_n > 1) continue;  // MEASURING: forced only
     candidates.push_back({&t, 1, SplitScope::all});
   }
   const size_t whole = allow_split_k ? candidates.size() : 0;

@@ -15,14 +15,6 @@
 // 16 + 32 at 128 x 256). A stage is therefore refilled only when the consumers of both CTAs
 // released it, and consumers arrive on both CTAs' "empty" barriers.
 //
-// N clusters (kClusterN = 2 or 4; no M or K cluster, no swap-AB): the CTAs of a cluster compute
-// horizontally adjacent tiles that need the same A tile. Each loads BM / kClusterN rows of A and
-// multicasts them to every CTA of the cluster, and loads its own B: per CTA and k-block, A crosses
-// L2 -> SM once per cluster (16 KiB + 12 KiB B at 128 x 96 in clusters of 4: 16 KiB from L2, not
-// 28). The stage bookkeeping is the M cluster's (refill once every CTA's consumers released it).
-// Ready::wait(tile, kb) is called by every CTA of the cluster for the same m-block before its share
-// of A. An N-block past N (N clusters at the right edge) loads zeros and writes nothing.
-//
 // Swap-AB (kSwapAB, for skinny M): wgmma's M is at least 64, so with M <= 64 most of an A tile
 // would be zero fill and the few B columns per CTA would starve the pipeline. A swap-AB kernel
 // computes C^T = B^T A^T instead: each consumer warpgroup owns 64 columns of C (64 rows of B as
@@ -59,7 +51,7 @@
 //
 // Contracts (checked on the host by ops/gemm_launch.cuh): A is [M, K] row-major, B is [N, K]
 // (Major::K) or [K, N] (Major::MN) row-major, both described by 2-D tensor maps with 128 B swizzle
-// (A box {64, BM / kClusterN}; B box {64, BN / kCluster} for [N, K], {64, 64} for [K, N]). M, N, K tails need
+// (A box {64, BM}; B box {64, BN / kCluster} for [N, K], {64, 64} for [K, N]). M, N, K tails need
 // no padding: TMA fills out-of-bounds elements (even whole boxes) with zeros, exact in K, and the
 // epilogue writes only rows < M and columns < N. C must not alias A or B.
 //
@@ -90,8 +82,7 @@
 namespace taxfree::gemm {
 
 // Compile-time tile configuration: BM rows x BN columns of C per tile.
-template <int BM_, int BN_, int kStages_, int kCluster_ = 1, bool kSwapAB_ = false, int kClusterK_ = 1,
-          int kClusterN_ = 1>
+template <int BM_, int BN_, int kStages_, int kCluster_ = 1, bool kSwapAB_ = false, int kClusterK_ = 1>
 struct TileShape {
   static constexpr int BM = BM_;
   static constexpr int BN = BN_;
@@ -100,32 +91,25 @@ struct TileShape {
   static constexpr int kCluster = kCluster_;  // CTAs along M sharing B by multicast
   static constexpr bool kSwapAB = kSwapAB_;
   static constexpr int kClusterK = kClusterK_;  // CTAs per cluster splitting each tile's K
-  static constexpr int kClusterN = kClusterN_;  // CTAs along N sharing A by multicast
-  // CTAs of a cluster that receive each other's loads (an M or an N cluster; at most one is > 1).
-  static constexpr int kMulticast = kCluster * kClusterN;
-  static constexpr int kClusterSize = kCluster * kClusterK * kClusterN;
+  static constexpr int kClusterSize = kCluster * kClusterK;
   // Consumer warpgroups each own 64 rows of C (64 columns with swap-AB); kAccN is their wgmma width.
   static constexpr int kConsumers = (kSwapAB ? BN : BM) / 64;
   static constexpr int kAccN = kSwapAB ? BM : BN;
   static constexpr int kThreads = 128 * (1 + kConsumers);
   static_assert(kSwapAB || BM == 64 || BM == 128, "BM: one or two consumer warpgroups of 64 rows");
   // 168 and 224 tile N = 3584 into 21.3 and 16 n-blocks (gemm_tiles.h).
-  // 96 and 112 are cuBLASLt's widths at M = 384 / 512, N = 3584 (gemm_tiles.h).
-  static_assert(kSwapAB || BN == 32 || BN == 64 || BN == 96 || BN == 112 || BN == 128 || BN == 168 || BN == 224 ||
-                    BN == 256,
+  static_assert(kSwapAB || BN == 32 || BN == 64 || BN == 128 || BN == 168 || BN == 224 || BN == 256,
                 "BN: a wgmma width");
   // fp32 epilogues stage 32 columns (128 B) per row: tiles whose BN is not a multiple of 32 do
   // without them. The host's copy of this rule: fp32_epilogue_compiled (ops/gemm_tiles.h), checked
   // equal where kernels are instantiated.
-  static constexpr bool kFloatEpilogue = !kSwapAB && BN % 32 == 0 && kClusterN == 1;
+  static constexpr bool kFloatEpilogue = !kSwapAB && BN % 32 == 0;
   static_assert(!kSwapAB || BM == 16 || BM == 32 || BM == 64, "swap-AB BM: a wgmma width of at least 16");
   static_assert(!kSwapAB || BN == 64 || BN == 128, "swap-AB BN: one or two consumer warpgroups of 64 columns");
   static_assert(kCluster == 1 || (kCluster == 2 && !kSwapAB && BN % 16 == 0),
                 "clusters of 2 without swap-AB; each CTA multicasts half of B (whole 8-row swizzle atoms)");
   static_assert(kClusterK == 1 || ((kClusterK == 2 || kClusterK == 4) && kCluster == 1 && (kSwapAB || BN / kClusterK >= 32)),
                 "K clusters of 2 or 4 CTAs, without M clusters; each CTA writes at least 32 columns (swap-AB: CTA 0 all)");
-  static_assert(kClusterN == 1 || ((kClusterN == 2 || kClusterN == 4) && kCluster == 1 && kClusterK == 1 && !kSwapAB),
-                "N clusters of 2 or 4 CTAs, without M or K clusters or swap-AB");
 };
 
 // Shared memory: [stage 0: A | B] ... [stage S-1] [epilogue staging per consumer] [barriers]
@@ -137,8 +121,7 @@ struct SmemLayout {
   static constexpr uint32_t kStageBytes = kABytes + kBBytes;  // also the TMA bytes per stage
   // C columns staged at a time, and the staging row pitch: 16 B past a multiple of 128 B, so the 8
   // rows a warp writes at once fall into distinct banks.
-  static constexpr int kChunkN = Shape::BN < 64 ? Shape::BN : Shape::BN % 64 == 0 ? 64 : Shape::BN % 56 == 0 ? 56 : 48;
-  static_assert(Shape::BN % kChunkN == 0, "whole epilogue chunks");
+  static constexpr int kChunkN = Shape::BN < 64 ? Shape::BN : Shape::BN % 64 == 0 ? 64 : 56;
   static constexpr uint32_t kEpiPitch = (kChunkN * 2 + 127) / 128 * 128 + 16;
   // Staged rows of C per consumer: 64, or with swap-AB the tile's BM (x its 64 columns).
   static constexpr uint32_t kEpiBytes = (Shape::kSwapAB ? Shape::BM : 64) * kEpiPitch;
@@ -149,7 +132,6 @@ struct SmemLayout {
   static constexpr uint32_t kDynamicBytes = kBytes + 1024;  // slack to align the base to 1024 B
   static_assert(kABytes % 1024 == 0 && kStageBytes % 1024 == 0, "stage buffers must stay 1024-byte aligned (swizzle atoms)");
   static_assert(kBBytes / Shape::kCluster % 1024 == 0, "each multicast half of B must stay 1024-byte aligned");
-  static_assert(kABytes / Shape::kClusterN % 1024 == 0, "each multicast share of A must stay 1024-byte aligned");
   static_assert(kDynamicBytes <= 232448, "exceeds the 227 KiB of shared memory per CTA on sm_90");
   // K clusters: what a CTA receives fits in its stage ring: the slices of its columns (every
   // sender's, its own included), or with swap-AB (CTA 0) the other CTAs' whole accumulators.
@@ -184,14 +166,6 @@ __device__ __forceinline__ void k_cluster_range(WorkSegment& w, int krank) {
     w.kb_end = w.kb_begin + n * (krank + 1) / Shape::kClusterK;
     w.kb_begin += n * krank / Shape::kClusterK;
   }
-}
-
-// The tile of the CTA of cluster rank `rank` in cluster tile `ct`: M clusters stack m-blocks,
-// N clusters n-blocks.
-template <class Shape>
-__device__ __forceinline__ TileCoord cta_tile(TileCoord ct, int rank) {
-  if constexpr (Shape::kClusterN > 1) return {ct.m, ct.n * Shape::kClusterN + rank};
-  else return {ct.m * Shape::kCluster + rank, ct.n};
 }
 
 // A K cluster's meeting points of one unit, for the threads that neither send nor sum (the
@@ -285,7 +259,8 @@ __device__ __forceinline__ void produce(const GemmParams<Order, Ready, Epi>& p, 
     WorkSegment w = walk.get();
     walk.next(w);
     k_cluster_range<Shape>(w, krank);
-    const TileCoord tile = cta_tile<Shape>(Order::at(p.order, p.plan.grid, w.t), rank);
+    const TileCoord ct = Order::at(p.order, p.plan.grid, w.t);
+    const TileCoord tile{ct.m * Shape::kCluster + rank, ct.n};
     const int m0 = tile.m * Shape::BM, n0 = tile.n * Shape::BN;
     const int rot = first_k_block<Ready>(p.ready, tile), k_blocks = (p.k + 63) / 64;
     for (int i = w.kb_begin; i < w.kb_end; ++i) {
@@ -314,29 +289,21 @@ __device__ __forceinline__ void produce(const GemmParams<Order, Ready, Epi>& p, 
         }
       }
       Ready::wait(p.ready, tile, kb);  // B is already in flight while A's producer catches up
-      if constexpr (Shape::kClusterN == 1) {
-        tma_load_2d(a_dst, a_map<Ready>(p.ready, &p.a, tile, kb), kb * 64, m0, full);
-      } else {
-        constexpr int kRows = Shape::BM / Shape::kClusterN;
-        constexpr uint16_t kAll = (1u << Shape::kClusterN) - 1;
-        tma_load_2d_multicast(a_dst + rank * kRows * 128, a_map<Ready>(p.ready, &p.a, tile, kb), kb * 64,
-                              m0 + rank * kRows, full, kAll);
-      }
+      tma_load_2d(a_dst, a_map<Ready>(p.ready, &p.a, tile, kb), kb * 64, m0, full);
       if (++stage == Shape::kStages) stage = 0, phase ^= 1;
     }
     if constexpr (Shape::kClusterK > 1) k_cluster_pass();  // the ring is the exchange buffer until it is read
   }
 }
 
-// Releases a stage: one arrival per warp on the "empty" barrier of every CTA that holds a share of
-// it (B in M clusters, A in N clusters).
+// Releases a stage: one arrival per warp on the "empty" barrier of every CTA that holds its B.
 template <class Shape>
 __device__ __forceinline__ void release_stage(uint32_t empty) {
-  if constexpr (Shape::kMulticast == 1) {
+  if constexpr (Shape::kCluster == 1) {
     mbar_arrive(empty);
   } else {
 #pragma unroll
-    for (int r = 0; r < Shape::kMulticast; ++r) mbar_arrive_cluster(map_to_cta(empty, r));
+    for (int r = 0; r < Shape::kCluster; ++r) mbar_arrive_cluster(map_to_cta(empty, r));
   }
 }
 
@@ -392,19 +359,18 @@ __device__ __forceinline__ void consume(const GemmParams<Order, Ready, Epi>& p, 
     if (lane == 0) release_stage<Shape>(empty0 + 8 * prev);
 
     // This consumer's band of C: 64 rows from row0 x BN columns from col0, or with swap-AB BM rows
-    // x 64 columns. A band wholly past M (the M tail of a cluster tile), or past N (swap-AB, or the
-    // N tail of a cluster tile), has nothing to write; a split tile's segment that is not the last
-    // to finish only parks its partial.
-    const TileCoord tile = cta_tile<Shape>(ct, rank);
-    const int64_t row0 = int64_t(tile.m) * Shape::BM + (Shape::kSwapAB ? 0 : consumer * 64);
-    const int64_t col0 = int64_t(tile.n) * Shape::BN + (Shape::kSwapAB ? consumer * 64 : 0);
+    // x 64 columns. A band wholly past M (the M tail of a cluster tile), or past N with swap-AB,
+    // has nothing to write; a split tile's segment that is not the last to finish only parks its
+    // partial.
+    const int64_t row0 = (int64_t(ct.m) * Shape::kCluster + rank) * Shape::BM + (Shape::kSwapAB ? 0 : consumer * 64);
+    const int64_t col0 = int64_t(ct.n) * Shape::BN + (Shape::kSwapAB ? consumer * 64 : 0);
     // Fragment rows: rows of C, or columns of C with swap-AB.
     const int64_t frag_rows_left = Shape::kSwapAB ? p.n - col0 : p.m - row0;
-    bool write = frag_rows_left > 0 && col0 < p.n;
+    bool write = frag_rows_left > 0;
     if (write && w.parts > 1) {
-      const int64_t band = ((w.slot * p.plan.max_parts) * Shape::kMulticast + rank) * Shape::kConsumers + consumer;
-      const int64_t part_stride = int64_t(Shape::kMulticast) * Shape::kConsumers * 64 * kAccN / 2;
-      const int64_t counter = (w.slot * Shape::kMulticast + rank) * Shape::kConsumers + consumer;
+      const int64_t band = ((w.slot * p.plan.max_parts) * Shape::kCluster + rank) * Shape::kConsumers + consumer;
+      const int64_t part_stride = int64_t(Shape::kCluster) * Shape::kConsumers * 64 * kAccN / 2;
+      const int64_t counter = (w.slot * Shape::kCluster + rank) * Shape::kConsumers + consumer;
       const int valid_rows = frag_rows_left < 64 ? int(frag_rows_left) : 64;
       write = reduce_splits<kAccN>(acc, p.ws.partials + band * (64 * kAccN / 2), part_stride, w.part, w.parts,
                                    p.ws.counters + counter, flag, bar, valid_rows);
@@ -462,25 +428,25 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
   const uint32_t pad = ((raw + 1023) & ~1023u) - raw;  // the same in every CTA of a cluster
   const uint32_t base = raw + pad;
   // 1-D grid of 1-D clusters after the movers: CTA rank r of GEMM cluster c is block
-  // movers + c * kMulticast + r (movers is a multiple of the cluster size, so r is also the
-  // hardware rank). With K clusters, CTA krank of cluster c is block movers + c * kClusterK + krank.
+  // movers + c * kCluster + r (movers is a multiple of kCluster, so r is also the hardware rank).
+  // With K clusters, CTA krank of cluster c is block movers + c * kClusterK + krank instead.
   const int block = int(blockIdx.x) - movers;
-  const int rank = block % Shape::kMulticast, krank = block % Shape::kClusterK;
+  const int rank = block % Shape::kCluster, krank = block % Shape::kClusterK;
   const int cluster = block / Shape::kClusterSize, clusters = (int(gridDim.x) - movers) / Shape::kClusterSize;
   static_assert(Shape::kClusterK == 1 || !kMovers, "K clusters run without mover CTAs");
 
   if (threadIdx.x == 0) {
     for (int s = 0; s < Shape::kStages; ++s) {
       mbar_init(base + L::kBarOffset + 8 * s, 1);
-      mbar_init(base + L::kBarOffset + 8 * (Shape::kStages + s), 4 * Shape::kConsumers * Shape::kMulticast);
+      mbar_init(base + L::kBarOffset + 8 * (Shape::kStages + s), 4 * Shape::kConsumers * Shape::kCluster);
     }
     fence_mbar_init();
     prefetch_tensor_map(&p.a);
     prefetch_tensor_map(&p.b);
   }
-  // The peer CTAs multicast into this CTA's barriers and arrive on them: they must be initialised
+  // The peer CTA multicasts into this CTA's barriers and arrives on them: they must be initialised
   // cluster-wide before anyone issues a load.
-  if constexpr (Shape::kMulticast > 1) cluster_sync();
+  if constexpr (Shape::kCluster > 1) cluster_sync();
   else __syncthreads();
   // A dependent launch (launch_gemm): the set-up above overlapped the tail of the grid ahead
   // on the stream; A, B, C, the split-K workspace and the Ready flags are touched only after it.
@@ -516,7 +482,7 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
       Ready::move(p.ready, int(blockIdx.x), movers, dev::ThreadGroup{threadIdx.x - 128, 128u * Shape::kConsumers, 1});
   }
   // Peers may still arrive on this CTA's barriers (their last stage releases): stay until all are done.
-  if constexpr (Shape::kMulticast > 1) cluster_sync();
+  if constexpr (Shape::kCluster > 1) cluster_sync();
 }
 
 }  // namespace taxfree::gemm

@@ -114,18 +114,12 @@ __device__ __forceinline__ void wgmma_m64k16(float (&d)[N / 2], uint64_t a_desc,
   } else if constexpr (N == 128) {
     TF_WG_CALL(128, TF_WG_R0 ", " TF_WG_R1 ", " TF_WG_R2 ", " TF_WG_R3, "%64", "%65", "%66", "%67", "%68",
                TF_WG_F16(0), TF_WG_F16(16), TF_WG_F16(32), TF_WG_F16(48));
-  } else if constexpr (N == 112) {
-    TF_WG_CALL(112, TF_WG_R0 ", " TF_WG_R1 ", " TF_WG_R2 ", %48, %49, %50, %51, %52, %53, %54, %55", "%56", "%57",
-               "%58", "%59", "%60", TF_WG_F16(0), TF_WG_F16(16), TF_WG_F16(32), TF_WG_F8(48));
-  } else if constexpr (N == 96) {
-    TF_WG_CALL(96, TF_WG_R0 ", " TF_WG_R1 ", " TF_WG_R2, "%48", "%49", "%50", "%51", "%52", TF_WG_F16(0),
-               TF_WG_F16(16), TF_WG_F16(32));
   } else if constexpr (N == 64) {
     TF_WG_CALL(64, TF_WG_R0 ", " TF_WG_R1, "%32", "%33", "%34", "%35", "%36", TF_WG_F16(0), TF_WG_F16(16));
   } else if constexpr (N == 32) {
     TF_WG_CALL(32, TF_WG_R0, "%16", "%17", "%18", "%19", "%20", TF_WG_F16(0));
   } else {
-    static_assert(N == 16, "instantiated wgmma widths: 16, 32, 64, 96, 112, 128, 168, 224, 256");
+    static_assert(N == 16, "instantiated wgmma widths: 16, 32, 64, 128, 168, 224, 256");
     TF_WG_CALL(16, "%0, %1, %2, %3, %4, %5, %6, %7", "%8", "%9", "%10", "%11", "%12", TF_WG_F8(0));
   }
 }
