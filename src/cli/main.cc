@@ -326,6 +326,7 @@ int main(int argc, char** argv) {
       for (auto it = names->begin(); it != names->end(); ++it)
         TF_REQUIRE(std::find(names->begin(), it, *it) == it, Status::InvalidArgument,
                    (names == &ops ? "op '" : "--variant '") << *it << "' named twice");
+    opt.ranks = gpus;
     for (const auto& op : ops.empty() ? bench::bench_names() : ops) {
       auto b = bench::make_bench(op);  // throws for unknown ops, naming the known ones
       b->check_options(opt);           // every op's when none is named (e.g. its environment knobs)

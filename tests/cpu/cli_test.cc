@@ -46,6 +46,11 @@ TEST(Cli, RejectsBadBenchArguments) {
   expect_usage_error({"bench", "gemm", "--shape", "Q=1"}, "unknown key 'Q'");
   expect_usage_error({"bench", "all_gather_matmul", "--shape", "gather_dim=2"}, "gather_dim=2 is not one of 0, 1");
   expect_usage_error({"bench", "all_gather_matmul", "--shape", "M=-4"}, "M=-4 is not an integer in [1, 2147483647]");
+  // With -g known, a shape the ranks cannot split fails before any rank starts.
+  expect_usage_error({"bench", "all_gather_matmul", "-g", "3", "--shape", "M=1000,N=64,K=64,gather_dim=0"},
+                     "gather_dim 0 needs M divisible by the number of ranks: M=1000, world=3");
+  expect_usage_error({"bench", "all_gather_matmul", "-g", "3", "--shape", "M=64,N=64,K=1000,gather_dim=1"},
+                     "gather_dim 1 needs K divisible by the number of ranks: K=1000, world=3");
 }
 
 // Passes the CLI's checks: fails only at the malformed RANK read after them (exit 2 naming RANK),

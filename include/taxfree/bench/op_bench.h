@@ -43,6 +43,7 @@ struct Options {
   std::vector<std::string> shapes;    // --shape NAME=V,...; op-specific filters
   uint64_t seed = 0x7A3F'2026;
   int skip_signal_rank = -1;          // --inject skip-signal:R: rank R's ops never signal (tests the timeout path)
+  int ranks = 0;  // -g when given, so check_options can refuse shapes the world cannot split; 0: all visible (not yet known)
 };
 
 // One row of the sweep.
@@ -107,8 +108,9 @@ class OpBench {
     return true;
   }
   // Rejects options this op cannot take (e.g. malformed --shape entries, sizes past the op's
-  // limits) with InvalidArgument. Called by the CLI before any rank starts (for every op when none
-  // is named), so it must not touch CUDA. Default: no --shape entries at all (an op with shape
+  // limits, or, when opt.ranks is known, that many ranks cannot split) with InvalidArgument.
+  // Called by the CLI before any rank starts (for every op when none is named), so it must not
+  // touch CUDA. Default: no --shape entries at all (an op with shape
   // keys checks its own: check_shape_entries, harness.h).
   virtual void check_options(const Options& opt) const;
   // Allocate buffers and draw fresh random inputs for `c` (never zeros).

@@ -140,7 +140,12 @@ double measure_gemm_rate(cudaStream_t s) {
 class AgmmBench final : public OpBench {
  public:
   void check_options(const Options& opt) const override {
-    for (const std::string& e : opt.shapes) parse_entry(e);
+    for (const std::string& e : opt.shapes) {
+      const auto kv = parse_entry(e);
+      // A shape the known world cannot split fails here once, not in every rank ("divisible").
+      if (opt.ranks > 0 && kv.count("M") && kv.count("K") && kv.count("gather_dim"))
+        agmm_shard_shape(shape_int(kv, "M", 0), shape_int(kv, "K", 0), int(shape_int(kv, "gather_dim", 0)), opt.ranks);
+    }
     for (const char* knob : {kPushCtasEnv, kColChunkEnv, kSideCtasEnv}) env_int(knob);
     agmm::check_ksplit_knobs();
   }
