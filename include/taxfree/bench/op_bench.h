@@ -43,7 +43,7 @@ struct Options {
   std::vector<std::string> shapes;    // --shape NAME=V,...; op-specific filters
   uint64_t seed = 0x7A3F'2026;
   int skip_signal_rank = -1;          // --inject skip-signal:R: rank R's ops never signal (tests the timeout path)
-  int ranks = 0;  // -g when given, so check_options can refuse shapes the world cannot split; 0: all visible (not yet known)
+  int ranks = 0;  // -g when given (check_options refuses shapes that world cannot split); 0: all visible, not yet known
 };
 
 // One row of the sweep.
