@@ -51,13 +51,18 @@ struct Shape {
 };
 
 // M, N < 2^31 and K <= 2^30 - 8 (all_gather_matmul.h's contract), checked here before any rank starts;
-// divisibility by the world waits for cases().
+// divisibility by the world too when -g gives it (check_options), else in cases().
 std::map<std::string, std::string> parse_entry(const std::string& entry) {
   return parse_shape_entry(entry, {{"M", {}, INT32_MAX},
                                    {"N", {}, INT32_MAX},
                                    {"K", {}, (int64_t(1) << 30) - 8},
                                    {"gather_dim", {"0", "1"}},
                                    {"layout", {"nk", "kn"}}});
+}
+
+// An entry naming a whole shape adds it; any other entry filters the default sweep.
+bool names_shape(const std::map<std::string, std::string>& kv) {
+  return kv.count("M") && kv.count("N") && kv.count("K") && kv.count("gather_dim");
 }
 
 bool matches(const Shape& s, const std::map<std::string, std::string>& kv) {
@@ -143,7 +148,7 @@ class AgmmBench final : public OpBench {
     for (const std::string& e : opt.shapes) {
       const auto kv = parse_entry(e);
       // A shape the known world cannot split fails here once, not in every rank ("divisible").
-      if (opt.ranks > 0 && kv.count("M") && kv.count("K") && kv.count("gather_dim"))
+      if (opt.ranks > 0 && names_shape(kv))
         agmm_shard_shape(shape_int(kv, "M", 0), shape_int(kv, "K", 0), int(shape_int(kv, "gather_dim", 0)), opt.ranks);
     }
     for (const char* knob : {kPushCtasEnv, kColChunkEnv, kSideCtasEnv}) env_int(knob);
@@ -188,7 +193,7 @@ class AgmmBench final : public OpBench {
     std::vector<std::map<std::string, std::string>> filters;
     for (const std::string& e : opt.shapes) {
       auto kv = parse_entry(e);
-      if (kv.count("M") && kv.count("N") && kv.count("K") && kv.count("gather_dim")) {
+      if (names_shape(kv)) {
         for (BLayout l : {BLayout::KN, BLayout::NK})
           if (!kv.count("layout") || kv["layout"] == gemm::layout_name(l)) {
             shapes.push_back({shape_int(kv, "M", 0), shape_int(kv, "N", 0), shape_int(kv, "K", 0),
