@@ -279,9 +279,9 @@ TEST(FlashDecodeDist, RejectsBadArgumentsBeforeLaunch) {
   Local l;
   upload_local(g, l);
   Op op(p);
-  auto expect_invalid = [&](const char* what, DecodeArgs a, const char* needle) {
+  auto expect_invalid = [&](const char* what, DecodeArgs a, const char* needle, Variant v = Variant::fused) {
     try {
-      op->launch(Variant::fused, a, team().stream());
+      op->launch(v, a, team().stream());
       ADD_FAILURE() << what << ": no error";
     } catch (const Error& e) {
       EXPECT_EQ(e.status(), Status::InvalidArgument) << what;
@@ -308,6 +308,16 @@ TEST(FlashDecodeDist, RejectsBadArgumentsBeforeLaunch) {
   a = l.args(p);
   a.q = op_flags;
   expect_invalid("q over the op's flags", a, "overlaps the op's flags and buffers in the symmetric heap");
+  // Every input, for both variants: bsp checks once, then its stages do not check again.
+  for (Variant v : {Variant::fused, Variant::bsp}) {
+    a = l.args(p);
+    a.k = op_flags;
+    expect_invalid("k over the op's flags", a, "k=", v);
+    expect_invalid("k over the op's flags", a, "overlaps the op's flags and buffers in the symmetric heap", v);
+    a = l.args(p);
+    a.slice_len = reinterpret_cast<int32_t*>(op_flags);
+    expect_invalid("slice_len over the op's flags", a, "slice_len=", v);
+  }
   try {
     op->launch(Variant(9), l.args(p), team().stream());
     ADD_FAILURE() << "bad variant: no error";

@@ -384,10 +384,13 @@ class FlashDecode {
   FusedDevice fused_device(const DecodeArgs& a);
   DecodeConfig split_config() const;
   void require_comm() const;  // NotSupported without NCCL (bsp's gather)
-  // validate_flash_decode_args, and out and q apart from the op's own memory (its heap part: the
-  // inbox peers write, bsp's symmetric gather buffer, the sequences; bsp's plain gather buffer; the
-  // split workspace): InvalidArgument naming both.
+  // validate_flash_decode_args, and out and every input (q, k, v, slice arrays, block table) apart
+  // from the op's own memory (its heap part: the inbox peers write, bsp's symmetric gather buffer,
+  // the sequences; bsp's plain gather buffer; the split workspace): InvalidArgument naming both.
+  // Once per launch: the stages after it plan and launch without checking again.
   void validate(const DecodeArgs& args) const;
+  // One bsp stage of `args` already validated (launch validates once for its three stages).
+  void enqueue_bsp_stage(Stage stage, const DecodeArgs& args, cudaStream_t stream);
   void launch_fused(const DecodeArgs& args, cudaStream_t stream);
 
   RankShare share_;

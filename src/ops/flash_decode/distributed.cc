@@ -119,23 +119,26 @@ void FlashDecode::require_comm() const {
 
 void FlashDecode::validate(const DecodeArgs& a) const {
   validate_flash_decode_args(a, cfg_);
-  const int64_t bytes = int64_t(a.batch) * a.q_heads * a.head_dim * 2;  // of q, and of out
+  // The op writes its own memory while a launch reads the inputs and writes out: none may overlap.
   const std::pair<const char*, ByteRange> own[] = {
       {"flags and buffers in the symmetric heap", SymmetricHeap::span_through(inbox_, work_)},
       {"bsp gather buffer", cfg_.bsp_buffers == BspBuffers::plain ? byte_range(bsp_gather_, int64_t(sizes_.bsp_gather_bytes))
                                                                    : ByteRange{}},
       {"split workspace", byte_range(workspace_, int64_t(workspace_bytes_))}};
+  const auto inputs = detail::decode_input_ranges(a);
   for (const auto& [name, range] : own) {
-    TF_REQUIRE(!overlap(byte_range(a.out, bytes), range), Status::InvalidArgument,
+    TF_REQUIRE(!overlap(byte_range(a.out, int64_t(a.batch) * a.q_heads * a.head_dim * 2), range), Status::InvalidArgument,
                "flash_decode: out=" << a.out << " overlaps the op's " << name);
-    TF_REQUIRE(!overlap(byte_range(a.q, bytes), range), Status::InvalidArgument,
-               "flash_decode: q=" << a.q << " overlaps the op's " << name);
+    for (const auto& [input, bytes] : inputs)
+      TF_REQUIRE(!overlap(bytes, range), Status::InvalidArgument,
+                 "flash_decode: " << input << "=" << reinterpret_cast<const void*>(bytes.begin) << " overlaps the op's "
+                                  << name);
   }
 }
 
 FusedPlan FlashDecode::fused_plan(const DecodeArgs& a) {
   validate(a);
-  const DecodePlan plan = plan_decode(a, split_config());
+  const DecodePlan plan = detail::plan_validated(a, split_config());
   TF_REQUIRE(plan.workspace_bytes <= workspace_bytes_, Status::Internal,
              "fused plan needs " << plan.workspace_bytes << " workspace bytes, FlashDecode has " << workspace_bytes_);
   return plan_fused(a, plan, cfg_, sizes_, fused_device(a));
@@ -207,7 +210,7 @@ void FlashDecode::launch(Variant variant, const DecodeArgs& a, cudaStream_t stre
   validate(a);  // before the first stage is enqueued
   require_comm();
   if (share_.check_launch) share_.check_launch(describe_flash_decode_launch(variant, a, cfg_));
-  for (Stage s : {Stage::decode, Stage::gather, Stage::combine}) launch_bsp_stage(s, a, stream);
+  for (Stage s : {Stage::decode, Stage::gather, Stage::combine}) enqueue_bsp_stage(s, a, stream);
 }
 
 void FlashDecode::launch_fused(const DecodeArgs& a, cudaStream_t stream) {
@@ -243,6 +246,10 @@ void FlashDecode::launch_bsp_stage(Stage stage, const DecodeArgs& a, cudaStream_
   TF_REQUIRE(stage == Stage::decode || stage == Stage::gather || stage == Stage::combine, Status::InvalidArgument,
              "stage=" << int(stage) << " is not a FlashDecode::Stage");
   validate(a);
+  enqueue_bsp_stage(stage, a, stream);
+}
+
+void FlashDecode::enqueue_bsp_stage(Stage stage, const DecodeArgs& a, cudaStream_t stream) {
   const GatherLayout l = gather_layout(a.batch, a.q_heads, a.head_dim);
   float* const mine = bsp_gather_ + int64_t(share_.rank) * l.block_floats;
   switch (stage) {
@@ -251,11 +258,11 @@ void FlashDecode::launch_bsp_stage(Stage stage, const DecodeArgs& a, cudaStream_
       d.out = nullptr;
       d.o_part = mine;
       d.lse_part = mine + l.lse_offset;
-      const DecodePlan plan = plan_decode(d, split_config());
+      const DecodePlan plan = detail::plan_validated(d, split_config());
       TF_REQUIRE(plan.workspace_bytes <= workspace_bytes_, Status::Internal,
                  "decode plan needs " << plan.workspace_bytes << " workspace bytes, FlashDecode has "
                                       << workspace_bytes_);
-      launch_decode_partial(d, plan, workspace_, workspace_bytes_, stream);
+      detail::launch_validated(d, plan, workspace_, workspace_bytes_, stream);
       return;
     }
     case Stage::gather: {

@@ -3,6 +3,7 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <functional>
@@ -67,22 +68,11 @@ void require_apart(std::span<const NamedRange> inputs, std::span<const NamedRang
 }
 
 void require_outputs_apart(const DecodeArgs& a) {
-  const int64_t e = 2;  // bytes of bf16 / fp16
   const int64_t rows = int64_t(a.batch) * a.q_heads;
-  const int64_t kv = paged(a.layout) ? int64_t(a.num_pages) * a.kv_heads * a.page_size * a.head_dim
-                                     : int64_t(a.batch) * a.kv_heads * a.capacity * a.head_dim;
-  const NamedRange inputs[] = {
-      {"q", byte_range(a.q, rows * a.head_dim * e)},
-      {"k", byte_range(a.k, kv * e)},
-      {"v", byte_range(a.v, kv * e)},
-      {"slice_len", byte_range(a.slice_len, int64_t(a.batch) * 4)},
-      {"slice_start", byte_range(a.slice_start, int64_t(a.batch) * 4)},
-      {"block_table", paged(a.layout) ? byte_range(a.block_table, int64_t(a.batch) * a.max_pages_per_seq * 4)
-                                      : ByteRange{}}};
   const NamedRange outputs[] = {{"o_part", byte_range(a.o_part, rows * a.head_dim * 4)},
                                 {"lse_part", byte_range(a.lse_part, rows * 4)},
-                                {"out", byte_range(a.out, rows * a.head_dim * e)}};
-  require_apart(inputs, outputs);
+                                {"out", byte_range(a.out, rows * a.head_dim * 2)}};
+  require_apart(detail::decode_input_ranges(a), outputs);
 }
 
 }  // namespace
@@ -266,6 +256,31 @@ void init_decode_workspace(void* workspace, size_t bytes, cudaStream_t stream) {
 
 DecodePlan plan_decode(const DecodeArgs& a, const DecodeConfig& cfg) {
   validate_decode_args(a);
+  return detail::plan_validated(a, cfg);
+}
+
+void launch_decode_partial(const DecodeArgs& a, const DecodePlan& plan, void* workspace,
+                           size_t workspace_bytes, cudaStream_t stream) {
+  validate_decode_args(a);
+  detail::launch_validated(a, plan, workspace, workspace_bytes, stream);
+}
+
+namespace detail {
+std::array<std::pair<const char*, ByteRange>, 6> decode_input_ranges(const DecodeArgs& a) {
+  const int64_t e = 2;  // bytes of bf16 / fp16
+  const int64_t rows = int64_t(a.batch) * a.q_heads;
+  const int64_t kv = paged(a.layout) ? int64_t(a.num_pages) * a.kv_heads * a.page_size * a.head_dim
+                                     : int64_t(a.batch) * a.kv_heads * a.capacity * a.head_dim;
+  return {{{"q", byte_range(a.q, rows * a.head_dim * e)},
+           {"k", byte_range(a.k, kv * e)},
+           {"v", byte_range(a.v, kv * e)},
+           {"slice_len", byte_range(a.slice_len, int64_t(a.batch) * 4)},
+           {"slice_start", byte_range(a.slice_start, int64_t(a.batch) * 4)},
+           {"block_table", paged(a.layout) ? byte_range(a.block_table, int64_t(a.batch) * a.max_pages_per_seq * 4)
+                                           : ByteRange{}}}};
+}
+
+DecodePlan plan_validated(const DecodeArgs& a, const DecodeConfig& cfg) {
   TF_REQUIRE(cfg.num_splits >= 0 && cfg.num_splits <= kMaxSplits, Status::InvalidArgument,
              "num_splits=" << cfg.num_splits << " must be 0 (auto) or in [1, " << kMaxSplits << "]");
   TF_REQUIRE(cfg.num_sms >= 0, Status::InvalidArgument, "num_sms=" << cfg.num_sms << " must be >= 0");
@@ -285,9 +300,8 @@ DecodePlan plan_decode(const DecodeArgs& a, const DecodeConfig& cfg) {
   return {splits, decode_workspace_bytes(a.batch, a.q_heads, a.kv_heads, a.head_dim, splits)};
 }
 
-void launch_decode_partial(const DecodeArgs& a, const DecodePlan& plan, void* workspace,
-                           size_t workspace_bytes, cudaStream_t stream) {
-  validate_decode_args(a);
+void launch_validated(const DecodeArgs& a, const DecodePlan& plan, void* workspace, size_t workspace_bytes,
+                      cudaStream_t stream) {
   TF_REQUIRE(plan.num_splits >= 1 && plan.num_splits <= kMaxSplits, Status::InvalidArgument,
              "plan.num_splits=" << plan.num_splits << " must be in [1, " << kMaxSplits << "]");
   const size_t need = decode_workspace_bytes(a.batch, a.q_heads, a.kv_heads, a.head_dim, plan.num_splits);
@@ -308,7 +322,6 @@ void launch_decode_partial(const DecodeArgs& a, const DecodePlan& plan, void* wo
   });
 }
 
-namespace detail {
 attention::DecodeParams make_decode_params(const DecodeArgs& a, int num_splits, void* workspace, bool ordered) {
   attention::DecodeParams p{};
   attention::KvView& kv = p.kv;

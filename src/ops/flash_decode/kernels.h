@@ -8,8 +8,12 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime_api.h>
 
+#include <array>
+#include <utility>
+
 #include "taxfree/kernels/attention/params.h"
 #include "taxfree/ops/flash_decode.h"
+#include "taxfree/runtime/byte_range.h"
 
 namespace taxfree::ops::flash_decode::detail {
 
@@ -30,6 +34,16 @@ template <class T, int D>
 int fused_ctas_per_sm_t(bool paged, bool direct);
 template <class T, int D>
 int fused_max_clusters_t(bool paged, int cluster);
+
+// plan_decode and launch_decode_partial for arguments validate_decode_args has passed: the ops
+// validate a launch's arguments once, then plan and launch without checking them again.
+DecodePlan plan_validated(const DecodeArgs& a, const DecodeConfig& cfg);
+void launch_validated(const DecodeArgs& a, const DecodePlan& plan, void* workspace, size_t workspace_bytes,
+                      cudaStream_t stream);
+
+// The bytes each input of `a` spans (q, k, v, slice_len, slice_start, block_table; empty where
+// null or unused), named: what no output may overlap.
+std::array<std::pair<const char*, ByteRange>, 6> decode_input_ranges(const DecodeArgs& a);
 
 // Kernel parameters of a validated DecodeArgs: KV view (strides per layout, slices), shape, scale,
 // outputs, the split workspace sections (when num_splits > 1; `workspace` as sized by
