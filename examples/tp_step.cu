@@ -89,7 +89,7 @@ size_t all_gather_matmul_step(Team& team) {
     AllGatherMatmul op(team, cfg);
     AgmmArgs a;
     a.a_shard = a_shard, a.lda_shard = k, a.b = b, a.ldb = k, a.m = m, a.n = n, a.k = k;
-    a.gather_dim = 0, a.dtype = gemm::DType::bf16, a.b_layout = gemm::BLayout::NK;
+    a.gather_dim = 0, a.dtype = DType::bf16, a.b_layout = gemm::BLayout::NK;
     a.c = c_auto, a.ldc = n;
     op.launch(AgmmVariant::automatic, a, team.stream());
     a.c = c_bsp;
@@ -136,7 +136,7 @@ size_t flash_decode_step(Team& team) {
     cfg.max_batch = batch, cfg.max_q_heads = q_heads, cfg.max_kv_heads = kv_heads, cfg.max_head_dim = d;
     fd::FlashDecode op(team, cfg);
     fd::DecodeArgs a;
-    a.batch = batch, a.q_heads = q_heads, a.kv_heads = kv_heads, a.head_dim = d, a.dtype = fd::DType::BF16;
+    a.batch = batch, a.q_heads = q_heads, a.kv_heads = kv_heads, a.head_dim = d, a.dtype = DType::bf16;
     a.q = q, a.k = kc, a.v = vc, a.layout = fd::KvLayout::Contiguous, a.capacity = capacity;
     a.slice_len = len_d, a.max_len = capacity, a.host_slice_len = local;
     a.out = out_fused;

@@ -30,10 +30,8 @@ using test::expect_same_on_every_rank;
 using test::team;
 
 using gemm::test::DevBuf;
-using gemm::test::from_float;
 using gemm::test::kGuard;
 using gemm::test::kPoison;
-using gemm::test::to_float;
 inline int64_t round8(int64_t x) { return (x + 7) / 8 * 8; }
 
 struct Shape {
@@ -175,7 +173,7 @@ class Problem {
     }
     for (int64_t i = 0; i < s_.m; ++i) {
       for (int64_t j = 0; j < s_.n; ++j)
-        ASSERT_TRUE(std::isfinite(to_float(out[size_t(kGuard + i * ldc_ + j)], s_.dtype)))
+        ASSERT_TRUE(std::isfinite(bits_to_float(s_.dtype, out[size_t(kGuard + i * ldc_ + j)])))
             << what << ": C[" << i << ", " << j << "] not written";
       for (int64_t j = s_.n; j < ldc_; ++j)
         ASSERT_EQ(out[size_t(kGuard + i * ldc_ + j)], kPoison) << what << ": padding of C row " << i << " written";
@@ -187,7 +185,7 @@ class Problem {
     for (size_t r = 0; r < rows_.size(); ++r)
       for (int64_t j = 0; j < s_.n; ++j) {
         const double want = ref_[r * size_t(s_.n) + size_t(j)];
-        const double got = to_float(out[size_t(kGuard + rows_[r] * ldc_ + j)], s_.dtype);
+        const double got = bits_to_float(s_.dtype, out[size_t(kGuard + rows_[r] * ldc_ + j)]);
         if (std::fabs(got - want) > 2 * u * std::fabs(want) + slack && bad++ < 5)
           ADD_FAILURE() << what << ": C[" << rows_[r] << ", " << j << "] = " << got << ", want " << want;
         err2 += (got - want) * (got - want);
@@ -203,7 +201,7 @@ class Problem {
     std::uniform_real_distribution<float> u(-1.0f, 1.0f);
     std::vector<uint16_t> m(static_cast<size_t>(rows * ld), kPoison);
     for (int64_t r = 0; r < rows; ++r)
-      for (int64_t c = 0; c < cols; ++c) m[size_t(r * ld + c)] = from_float(u(rng), s_.dtype);
+      for (int64_t c = 0; c < cols; ++c) m[size_t(r * ld + c)] = float_to_bits(s_.dtype, u(rng));
     return m;
   }
   void upload() {
@@ -217,7 +215,7 @@ class Problem {
     return shards_[size_t(c / sh_.cols)][size_t(r * lda_ + c % sh_.cols)];
   }
   float b_at(int64_t kk, int64_t j) const {
-    return to_float(s_.layout == BLayout::NK ? b_[size_t(j * ldb_ + kk)] : b_[size_t(kk * ldb_ + j)], s_.dtype);
+    return bits_to_float(s_.dtype, s_.layout == BLayout::NK ? b_[size_t(j * ldb_ + kk)] : b_[size_t(kk * ldb_ + j)]);
   }
   // float64 reference of a sample of rows: band edges of 64 rows, shard boundaries, random ones.
   void reference() {
@@ -233,7 +231,7 @@ class Problem {
     std::vector<double> arow(static_cast<size_t>(s_.k));
     ref_.assign(rows_.size() * size_t(s_.n), 0.0);
     for (size_t r = 0; r < rows_.size(); ++r) {
-      for (int64_t kk = 0; kk < s_.k; ++kk) arow[size_t(kk)] = to_float(a_bits(rows_[r], kk), s_.dtype);
+      for (int64_t kk = 0; kk < s_.k; ++kk) arow[size_t(kk)] = bits_to_float(s_.dtype, a_bits(rows_[r], kk));
       for (int64_t j = 0; j < s_.n; ++j) {
         double acc = 0;
         const double* bj = &bt[size_t(j * s_.k)];

@@ -129,7 +129,7 @@ TEST_P(AgmmKsplitPathsAgree, MatchesReferenceAndTheTwoKernelPath) {
       const int mantissa = dtype == DType::bf16 ? 7 : 10;
       int64_t bad = 0;
       for (size_t i = 0; i < old.size(); ++i) {
-        const double x = to_float(skinny[i], dtype), y = to_float(old[i], dtype);
+        const double x = bits_to_float(dtype, skinny[i]), y = bits_to_float(dtype, old[i]);
         const double big = std::fmax(std::fabs(x), std::fabs(y));
         const double spacing = big > 0 ? std::ldexp(1.0, std::ilogb(big) - mantissa) : 0.0;
         if (skinny[i] == old[i] || std::fabs(x - y) <= spacing + 1e-3) continue;

@@ -23,10 +23,10 @@ namespace taxfree::ops::flash_decode::test {
 struct Tol {
   double atol, rtol;
 };
-inline Tol tol_out(DType t) { return t == DType::BF16 ? Tol{6e-3, 1.2e-2} : Tol{1.5e-3, 5e-3}; }
+inline Tol tol_out(DType t) { return t == DType::bf16 ? Tol{6e-3, 1.2e-2} : Tol{1.5e-3, 5e-3}; }
 
 struct Problem {
-  DType dtype = DType::BF16;
+  DType dtype = DType::bf16;
   int batch = 1, q_heads = 8, kv_heads = 1, head_dim = 128;
   std::vector<std::vector<int32_t>> lens;  // [rank][batch]: tokens of each rank's slice, in rank order
   int num_splits = 0;                      // FlashDecodeConfig::num_splits
@@ -59,7 +59,7 @@ struct Global {
 inline void draw_q(Global& g, uint64_t seed) {
   Rng rng{::taxfree::test::value_seed(seed)};
   g.q.resize(size_t(g.p.rows()) * g.p.head_dim), g.qf.resize(g.q.size());
-  for (size_t i = 0; i < g.q.size(); ++i) g.q[i] = to_bits(g.p.dtype, rng.uniform()), g.qf[i] = from_bits(g.p.dtype, g.q[i]);
+  for (size_t i = 0; i < g.q.size(); ++i) g.q[i] = float_to_bits(g.p.dtype, rng.uniform()), g.qf[i] = bits_to_float(g.p.dtype, g.q[i]);
 }
 
 inline void draw_kv(Global& g, uint64_t seed) {
@@ -72,8 +72,8 @@ inline void draw_kv(Global& g, uint64_t seed) {
     for (int h = 0; h < p.kv_heads; ++h)
       for (size_t i = 0; i < size_t(g.total[size_t(b)]) * p.head_dim; ++i) {
         const size_t e = (size_t(b) * p.kv_heads + h) * g.cap * p.head_dim + i;
-        g.k[e] = to_bits(p.dtype, rng.uniform()), g.v[e] = to_bits(p.dtype, rng.uniform());
-        g.kf[e] = from_bits(p.dtype, g.k[e]), g.vf[e] = from_bits(p.dtype, g.v[e]);
+        g.k[e] = float_to_bits(p.dtype, rng.uniform()), g.v[e] = float_to_bits(p.dtype, rng.uniform());
+        g.kf[e] = bits_to_float(p.dtype, g.k[e]), g.vf[e] = bits_to_float(p.dtype, g.v[e]);
       }
 }
 
@@ -190,7 +190,7 @@ inline int64_t count_wrong(const Global& g, const std::vector<uint16_t>& out, co
     const bool empty = g.total[size_t(row / g.p.q_heads)] == 0;
     double err2 = 0, ref2 = 0;
     for (size_t i = size_t(row) * d; i < size_t(row + 1) * d; ++i) {
-      const double got = from_bits(g.p.dtype, out[i]), want = g.ref[i];
+      const double got = bits_to_float(g.p.dtype, out[i]), want = g.ref[i];
       err2 += (got - want) * (got - want), ref2 += want * want;
       if (empty ? got != 0 : !(std::isfinite(got) && std::fabs(got - want) <= tol.atol + tol.rtol * std::fabs(want)))
         report(testing::Message() << "out[" << i << "] (row " << row << (empty ? ", an empty sequence" : "")

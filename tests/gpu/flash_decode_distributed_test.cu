@@ -32,9 +32,9 @@ TEST(FlashDecodeDist, OddSlicesEveryGqaRatioBothHeadDimsBothDtypes) {
   };
   std::vector<Cfg> cfgs;
   for (int d : {64, 128})
-    for (int gqa : {1, 4, 8, 16}) cfgs.push_back({DType::BF16, d, gqa});
-  cfgs.push_back({DType::FP16, 128, 8});  // fp16: a sample
-  cfgs.push_back({DType::FP16, 64, 1});
+    for (int gqa : {1, 4, 8, 16}) cfgs.push_back({DType::bf16, d, gqa});
+  cfgs.push_back({DType::fp16, 128, 8});  // fp16: a sample
+  cfgs.push_back({DType::fp16, 64, 1});
   uint64_t seed = 100;
   for (const Cfg& c : cfgs) {
     Problem p;

@@ -160,7 +160,7 @@ Problem sim_problem(int which, int world) {
   if (which == 0) {
     p.batch = 4, p.q_heads = 16, p.kv_heads = 2, p.lens = odd_lens(world);
   } else {
-    p.dtype = DType::FP16, p.head_dim = 64, p.batch = 3, p.q_heads = 32, p.kv_heads = 2;
+    p.dtype = DType::fp16, p.head_dim = 64, p.batch = 3, p.q_heads = 32, p.kv_heads = 2;
     for (int r = 0; r < world; ++r) p.lens.push_back({r % 2 == 0 ? 3000 + 11 * r : 0, 1 + r, r == world - 1 ? 40 : 0});
   }
   return p;
@@ -292,7 +292,7 @@ TEST(FlashDecodeSim, RandomShapesAtRandomWorlds) {
     const int world = rnd.uni(2, 8);
     const SplitMerge merge = SplitMerge(rnd.uni(0, 2));
     Problem p;
-    p.dtype = rnd.uni(0, 1) ? DType::BF16 : DType::FP16;
+    p.dtype = rnd.uni(0, 1) ? DType::bf16 : DType::fp16;
     p.head_dim = rnd.uni(0, 1) ? 128 : 64;
     p.kv_heads = rnd.log_uni(1, 8), p.q_heads = p.kv_heads * rnd.uni(1, kMaxGqaRatio), p.batch = rnd.log_uni(1, 12);
     if (rnd.uni(0, 2) == 0) p.num_splits = rnd.uni(1, kMaxSplits);  // else the heuristic's
@@ -320,7 +320,7 @@ TEST(FlashDecodeSim, RandomShapesAtRandomWorlds) {
       cache = std::string(layout == KvLayout::PagedHND ? "HND" : "NHD") + " page " + std::to_string(page);
     }
     const std::string what = "W=" + std::to_string(world) + " " + merge_name(merge) + " " + cache + " " +
-                             (p.dtype == DType::BF16 ? "bf16" : "fp16") + " D=" + std::to_string(p.head_dim) +
+                             (p.dtype == DType::bf16 ? "bf16" : "fp16") + " D=" + std::to_string(p.head_dim) +
                              " q/kv=" + std::to_string(p.q_heads) + "/" + std::to_string(p.kv_heads) +
                              " batch=" + std::to_string(p.batch) + " splits=" +
                              (p.num_splits ? std::to_string(p.num_splits) : std::string("auto")) + " longest=" +

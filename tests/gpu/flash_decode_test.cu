@@ -39,8 +39,8 @@ struct Tol {
   double atol, rtol;
 };
 // (o_part fp32, out in dtype, lse): P is rounded to the input dtype before P V.
-Tol tol_o(DType t) { return t == DType::BF16 ? Tol{4e-3, 1e-2} : Tol{1e-3, 4e-3}; }
-Tol tol_out(DType t) { return t == DType::BF16 ? Tol{6e-3, 1.2e-2} : Tol{1.5e-3, 5e-3}; }
+Tol tol_o(DType t) { return t == DType::bf16 ? Tol{4e-3, 1e-2} : Tol{1e-3, 4e-3}; }
+Tol tol_out(DType t) { return t == DType::bf16 ? Tol{6e-3, 1.2e-2} : Tol{1.5e-3, 5e-3}; }
 const Tol kTolLse{1e-3, 1e-5};
 
 // Number of elements outside tolerance (an expected -inf must be matched exactly), plus, with `row`
@@ -70,7 +70,7 @@ int64_t count_bad(const std::vector<float>& got, const std::vector<double>& want
 // One problem: shapes, host data (bits + exact floats), device copies of a contiguous cache.
 
 struct Problem {
-  DType dtype = DType::BF16;
+  DType dtype = DType::bf16;
   int batch = 1, q_heads = 8, kv_heads = 1, head_dim = 128;
   std::vector<int32_t> lens;  // whole-sequence lengths
   int capacity = 0;
@@ -94,8 +94,8 @@ void fill_host(Data& d, uint64_t seed) {
   d.q.resize(size_t(p.rows()) * p.head_dim);
   d.qf.resize(d.q.size());
   for (size_t i = 0; i < d.q.size(); ++i) {
-    d.q[i] = to_bits(p.dtype, p.q_scale * rng.uniform());
-    d.qf[i] = from_bits(p.dtype, d.q[i]);
+    d.q[i] = float_to_bits(p.dtype, p.q_scale * rng.uniform());
+    d.qf[i] = bits_to_float(p.dtype, d.q[i]);
   }
   const size_t kv = size_t(p.batch) * p.kv_heads * p.capacity * p.head_dim;
   d.k.resize(kv), d.v.resize(kv), d.kf.resize(kv), d.vf.resize(kv);
@@ -106,10 +106,10 @@ void fill_host(Data& d, uint64_t seed) {
         const size_t row = ((size_t(b) * p.kv_heads + h) * p.capacity + t) * p.head_dim;
         for (int e = 0; e < p.head_dim; ++e) {
           const bool live = t < p.lens[b];
-          d.k[row + e] = live ? to_bits(p.dtype, rng.uniform()) : nan_bits;
-          d.v[row + e] = live ? to_bits(p.dtype, rng.uniform()) : nan_bits;
-          d.kf[row + e] = live ? from_bits(p.dtype, d.k[row + e]) : kNaN;
-          d.vf[row + e] = live ? from_bits(p.dtype, d.v[row + e]) : kNaN;
+          d.k[row + e] = live ? float_to_bits(p.dtype, rng.uniform()) : nan_bits;
+          d.v[row + e] = live ? float_to_bits(p.dtype, rng.uniform()) : nan_bits;
+          d.kf[row + e] = live ? bits_to_float(p.dtype, d.k[row + e]) : kNaN;
+          d.vf[row + e] = live ? bits_to_float(p.dtype, d.v[row + e]) : kNaN;
         }
       }
 }
@@ -185,7 +185,7 @@ struct Runner {
       Result cur{o.download(), lse.download(), {}, plan.num_splits};
       const auto bits = out.download();
       cur.out.resize(bits.size());
-      for (size_t i = 0; i < bits.size(); ++i) cur.out[i] = from_bits(p.dtype, bits[i]);
+      for (size_t i = 0; i < bits.size(); ++i) cur.out[i] = bits_to_float(p.dtype, bits[i]);
       if (it > 0) {  // deterministic: same inputs, same bits, counters reset by the kernel
         EXPECT_EQ(0, std::memcmp(cur.o.data(), r.o.data(), r.o.size() * 4)) << "launch " << it;
         EXPECT_EQ(0, std::memcmp(cur.lse.data(), r.lse.data(), r.lse.size() * 4)) << "launch " << it;
@@ -220,7 +220,7 @@ void expect_matches(const Data& d, const Result& r, const std::vector<double>& o
 }
 
 std::string name(const Problem& p) {
-  return std::string(p.dtype == DType::BF16 ? "bf16" : "fp16") + " D=" + std::to_string(p.head_dim) +
+  return std::string(p.dtype == DType::bf16 ? "bf16" : "fp16") + " D=" + std::to_string(p.head_dim) +
          " q/kv=" + std::to_string(p.q_heads) + "/" + std::to_string(p.kv_heads);
 }
 
@@ -230,7 +230,7 @@ TEST(FlashDecodeGpu, RaggedBatchEveryGqaRatioBothDtypesBothHeadDims) {
   TF_REQUIRE_GPUS(1);
   Runner run;
   uint64_t seed = 1;
-  for (DType dt : {DType::BF16, DType::FP16})
+  for (DType dt : {DType::bf16, DType::fp16})
     for (int hd : {64, 128})
       for (int g : {1, 2, 4, 8, 16}) {
         Problem p;
@@ -419,7 +419,7 @@ void simulate_ranks(Runner& run, const Data& d, const std::vector<std::vector<Sl
   reference(d, std::vector<int32_t>(size_t(p.batch), 0), p.lens, o, lse);
   Result r{o_out.download(), lse_out.download(), {}, 0};
   const auto bits = out.download();
-  for (auto b : bits) r.out.push_back(from_bits(p.dtype, b));
+  for (auto b : bits) r.out.push_back(bits_to_float(p.dtype, b));
   expect_matches(d, r, o, lse, what + " combined");
 }
 
@@ -448,7 +448,7 @@ TEST(FlashDecodeGpu, SimulatedRanksHeadDim64OddRows) {
 TEST(FlashDecodeGpu, SimulatedRanksOddSlices) {
   TF_REQUIRE_GPUS(1);
   Runner run;
-  for (DType dt : {DType::BF16, DType::FP16}) {
+  for (DType dt : {DType::bf16, DType::fp16}) {
     Problem p;
     p.dtype = dt, p.q_heads = 64, p.kv_heads = 8, p.batch = 3, p.lens = {12346, 12346, 0};
     const Data d = make_data(p, 31);
@@ -457,7 +457,7 @@ TEST(FlashDecodeGpu, SimulatedRanksOddSlices) {
     std::vector<std::vector<Slice>> s = {{{0, 12345}, {0, 0}, {0, 0}},
                                          {{12345, 12346}, {0, 1}, {0, 0}},
                                          {{12346, 12346}, {1, 12346}, {0, 0}}};
-    simulate_ranks(run, d, s, false, std::string("odd slices ") + (dt == DType::BF16 ? "bf16" : "fp16"));
+    simulate_ranks(run, d, s, false, std::string("odd slices ") + (dt == DType::bf16 ? "bf16" : "fp16"));
   }
 }
 
@@ -524,7 +524,7 @@ TEST(FlashDecodeGpu, RepeatedLaunchesAndCudaGraphReplay) {
     TF_CUDA(cudaStreamSynchronize(run.stream));
     reference(d, starts, p.lens, o, lse);
     std::vector<float> got;
-    for (auto b : out.download()) got.push_back(from_bits(p.dtype, b));
+    for (auto b : out.download()) got.push_back(bits_to_float(p.dtype, b));
     EXPECT_EQ(count_bad(got, o, tol_out(p.dtype), "graph replay out", size_t(p.head_dim), unit_roundoff(p.dtype)), 0)
         << "replay " << it;
     EXPECT_EQ(count_bad(lse_d.download(), lse, kTolLse, "graph replay lse"), 0) << "replay " << it;
@@ -559,7 +559,7 @@ TEST(FlashDecodeGpu, RandomShapesHeuristicPlan) {
   Runner run;
   for (int i = 0; i < 20; ++i) {
     Problem p;
-    p.dtype = rnd.uni(0, 1) ? DType::BF16 : DType::FP16;
+    p.dtype = rnd.uni(0, 1) ? DType::bf16 : DType::fp16;
     p.head_dim = rnd.uni(0, 1) ? 128 : 64;
     p.kv_heads = rnd.log_uni(1, 16), p.q_heads = p.kv_heads * rnd.uni(1, kMaxGqaRatio);
     p.batch = rnd.uni(0, 7) ? rnd.log_uni(1, 48) : rnd.log_uni(200, 600);  // past 256: no longest-first order

@@ -31,29 +31,8 @@ struct Rng {  // splitmix64: fast enough for the 10^8 values of the long case
   int below(int n) { return int(next() % uint64_t(n)); }
 };
 
-inline uint16_t to_bits(DType t, float x) {
-  uint16_t u;
-  if (t == DType::BF16) {
-    const __nv_bfloat16 h = __float2bfloat16(x);
-    std::memcpy(&u, &h, 2);
-  } else {
-    const __half h = __float2half(x);
-    std::memcpy(&u, &h, 2);
-  }
-  return u;
-}
-inline float from_bits(DType t, uint16_t u) {
-  if (t == DType::BF16) {
-    __nv_bfloat16 h;
-    std::memcpy(&h, &u, 2);
-    return __bfloat162float(h);
-  }
-  __half h;
-  std::memcpy(&h, &u, 2);
-  return __half2float(h);
-}
 // Unit roundoff of the 16-bit type (what the outputs' row bounds are in).
-inline double unit_roundoff(DType t) { return t == DType::BF16 ? 0x1p-8 : 0x1p-11; }
+inline double unit_roundoff(DType t) { return t == DType::bf16 ? 0x1p-8 : 0x1p-11; }
 
 template <class T>
 struct Dev {

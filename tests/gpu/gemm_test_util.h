@@ -26,26 +26,6 @@ namespace taxfree::gemm::test {
 constexpr int64_t kGuard = 256;           // elements of guard band before and after C
 constexpr uint16_t kPoison = 0xFFFF;      // NaN in bf16 and fp16
 
-inline float to_float(uint16_t bits, DType t) {
-  if (t == DType::bf16) {
-    uint32_t u = uint32_t(bits) << 16;
-    float f;
-    std::memcpy(&f, &u, 4);
-    return f;
-  }
-  __half_raw r;
-  r.x = bits;
-  return __half2float(__half(r));
-}
-inline uint16_t from_float(float f, DType t) {
-  if (t == DType::bf16) {
-    __nv_bfloat16_raw r = __nv_bfloat16_raw(__float2bfloat16(f));
-    return r.x;
-  }
-  __half_raw r = __half_raw(__float2half(f));
-  return r.x;
-}
-
 struct DevBuf {
   void* p = nullptr;
   explicit DevBuf(size_t bytes) { TF_CUDA(cudaMalloc(&p, bytes)); }
@@ -84,9 +64,9 @@ struct Problem {
   std::unique_ptr<DevBuf> da, db;
 
   int64_t b_rows() const { return layout == BLayout::NK ? n : k; }
-  float a_at(int64_t i, int64_t kk) const { return to_float(a[i * lda + kk], dtype); }
+  float a_at(int64_t i, int64_t kk) const { return bits_to_float(dtype, a[i * lda + kk]); }
   float b_at(int64_t kk, int64_t j) const {
-    return to_float(layout == BLayout::NK ? b[j * ldb + kk] : b[kk * ldb + j], dtype);
+    return bits_to_float(dtype, layout == BLayout::NK ? b[j * ldb + kk] : b[kk * ldb + j]);
   }
   GemmArgs args(void* c) const {
     GemmArgs g;
@@ -104,10 +84,10 @@ inline Problem make_problem(int64_t m, int64_t n, int64_t k, DType dtype, BLayou
   p.a.assign(size_t(m * p.lda), kPoison);  // padding stays NaN: reading it would poison C
   p.b.assign(size_t(p.b_rows() * p.ldb), kPoison);
   for (int64_t i = 0; i < m; ++i)
-    for (int64_t kk = 0; kk < k; ++kk) p.a[i * p.lda + kk] = from_float(u(rng), dtype);
+    for (int64_t kk = 0; kk < k; ++kk) p.a[i * p.lda + kk] = float_to_bits(dtype, u(rng));
   const int64_t b_cols = layout == BLayout::NK ? k : n;
   for (int64_t r = 0; r < p.b_rows(); ++r)
-    for (int64_t c = 0; c < b_cols; ++c) p.b[r * p.ldb + c] = from_float(u(rng), dtype);
+    for (int64_t c = 0; c < b_cols; ++c) p.b[r * p.ldb + c] = float_to_bits(dtype, u(rng));
 
   // Reference rows: all for small M, else the edges of every 64-row band and a few random ones.
   for (int64_t i = 0; i < m; ++i)
@@ -154,7 +134,7 @@ inline std::vector<uint16_t> fill_random(const Problem& p, Output& c, uint32_t s
   std::mt19937_64 rng(::taxfree::test::value_seed(seed));
   std::uniform_real_distribution<float> u(-4.0f, 4.0f);
   for (int64_t i = 0; i < p.m; ++i)
-    for (int64_t j = 0; j < p.n; ++j) init[kGuard + i * p.ldc + j] = from_float(u(rng), p.dtype);
+    for (int64_t j = 0; j < p.n; ++j) init[kGuard + i * p.ldc + j] = float_to_bits(p.dtype, u(rng));
   ::taxfree::test::copy_to_device(c.buf.p, init.data(), init.size() * 2);
   return init;
 }
@@ -173,7 +153,7 @@ inline void expect_matches(const Problem& p, const std::vector<uint16_t>& out, c
   for (int64_t i = 0; i < p.m; ++i) {
     const uint16_t* row = &out[kGuard + i * p.ldc];
     for (int64_t j = 0; j < p.n; ++j)
-      ASSERT_TRUE(std::isfinite(to_float(row[j], p.dtype))) << what << ": C[" << i << ", " << j << "] not written";
+      ASSERT_TRUE(std::isfinite(bits_to_float(p.dtype, row[j]))) << what << ": C[" << i << ", " << j << "] not written";
     for (int64_t j = p.n; j < p.ldc; ++j)
       ASSERT_EQ(row[j], kPoison) << what << ": padding C[" << i << ", " << j << "] (N=" << p.n << ") written";
   }
@@ -182,8 +162,8 @@ inline void expect_matches(const Problem& p, const std::vector<uint16_t>& out, c
   for (size_t r = 0; r < p.rows.size(); ++r)
     for (int64_t j = 0; j < p.n; ++j) {
       const int64_t o = kGuard + p.rows[r] * p.ldc + j;
-      const double old = base ? to_float((*base)[o], p.dtype) : 0.0;
-      const double want = old + p.ref[r * p.n + j], got = to_float(out[o], p.dtype);
+      const double old = base ? bits_to_float(p.dtype, (*base)[o]) : 0.0;
+      const double want = old + p.ref[r * p.n + j], got = bits_to_float(p.dtype, out[o]);
       const double tol = 2 * u * (std::fabs(p.ref[r * p.n + j]) + std::fabs(old)) + slack;
       if (std::fabs(got - want) > tol && bad++ < 5)
         ADD_FAILURE() << what << ": C[" << p.rows[r] << ", " << j << "] = " << got << ", want " << want;

@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "taxfree/device/launch_sequence.cuh"
+#include "taxfree/runtime/dtype.h"
 #include "taxfree/runtime/gpc_layout.h"
 #include "taxfree/runtime/rank_share.h"
 
@@ -44,7 +45,7 @@ class Team;
 
 namespace taxfree::ops::flash_decode {
 
-enum class DType { BF16, FP16 };
+using taxfree::DType;  // runtime/dtype.h: the library's one element type
 
 // K/V cache layouts (D = head_dim, P = page_size):
 //   Contiguous  [batch][kv_heads][capacity][D]
@@ -69,7 +70,7 @@ struct DecodeArgs {
   int q_heads = 0;
   int kv_heads = 0;
   int head_dim = 0;              // 64 or 128
-  DType dtype = DType::BF16;     // of q, k, v and out
+  DType dtype = DType::bf16;     // of q, k, v and out
   float softmax_scale = 0.f;     // > 0; 0 means 1/sqrt(head_dim)
 
   // Inputs (device memory, 16-byte aligned).
@@ -144,7 +145,7 @@ struct CombineArgs {
   int batch = 0;
   int q_heads = 0;
   int head_dim = 0;
-  DType dtype = DType::BF16;
+  DType dtype = DType::bf16;
   // Rank r's partial of row i = b*q_heads + h: o_parts[r*o_rank_stride + i*head_dim + d] and
   // lse_parts[r*lse_rank_stride + i]. 0 strides mean dense: batch*q_heads*head_dim, batch*q_heads.
   const float* o_parts = nullptr;   // 16-byte aligned; o_rank_stride a multiple of 4

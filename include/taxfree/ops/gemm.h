@@ -28,12 +28,14 @@
 #include <string>
 #include <vector>
 
+#include "taxfree/runtime/dtype.h"
+
 namespace taxfree::gemm {
 
-enum class DType { bf16, fp16 };
+using taxfree::DType;  // runtime/dtype.h: the library's one element type
+using taxfree::dtype_name;
 enum class BLayout { NK, KN };
 
-const char* dtype_name(DType t);
 const char* layout_name(BLayout l);  // "nk" / "kn"
 
 // The most K ranges a split tile is cut into (GemmConfig::splits).

@@ -96,11 +96,6 @@ int env_int(const char* name) {
   return int(parse_int(name, v, 0, INT_MAX));  // in int range: 4294967300 no longer truncates to 4
 }
 
-DType parse_dtype(const std::string& s) {
-  TF_REQUIRE(s == "bf16" || s == "fp16", Status::InvalidArgument, "all_gather_matmul dtype '" << s << "': bf16 or fp16");
-  return s == "bf16" ? DType::bf16 : DType::fp16;
-}
-
 struct DeviceBuffer {
   void* p = nullptr;
   DeviceBuffer() = default;
@@ -166,7 +161,7 @@ class AgmmBench final : public OpBench {
       AgmmArgs a;
       a.m = c.params.at("M").get<int64_t>(), a.n = c.params.at("N").get<int64_t>(), a.k = c.params.at("K").get<int64_t>();
       a.gather_dim = c.params.at("gather_dim").get<int>();
-      a.dtype = c.type == "fp16" ? DType::fp16 : DType::bf16;
+      a.dtype = parse_dtype(c.type, "all_gather_matmul benchmarks");
       a.b_layout = c.params.at("layout").get<std::string>() == "kn" ? BLayout::KN : BLayout::NK;
       try {
         make_pull_plan(a, world_, sms_);
@@ -188,7 +183,7 @@ class AgmmBench final : public OpBench {
   }
 
   std::vector<Case> cases(const Options& opt, const Team& team) const override {
-    const DType dtype = parse_dtype(opt.dtype);
+    const DType dtype = parse_dtype(opt.dtype, "all_gather_matmul benchmarks");
     std::vector<Shape> shapes;
     std::vector<std::map<std::string, std::string>> filters;
     for (const std::string& e : opt.shapes) {
@@ -259,7 +254,7 @@ class AgmmBench final : public OpBench {
     a_.k = c.params.at("K").get<int64_t>();
     a_.gather_dim = c.params.at("gather_dim").get<int>();
     a_.b_layout = c.params.at("layout").get<std::string>() == "nk" ? BLayout::NK : BLayout::KN;
-    a_.dtype = parse_dtype(opt.dtype);
+    a_.dtype = parse_dtype(opt.dtype, "all_gather_matmul benchmarks");
     a_.b_replicated = true;
     shard_ = agmm_shard_shape(a_.m, a_.k, a_.gather_dim, w);
     a_.lda_shard = shard_.cols;  // dense: NCCL can send it as it is

@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <random>
 #include <utility>
 #include <sstream>
@@ -183,17 +182,11 @@ std::vector<Shape> shapes_of(const std::vector<std::string>& entries) {
   return out;
 }
 
-DType parse_dtype(const std::string& t) {
-  if (t == "bf16") return DType::BF16;
-  if (t == "fp16" || t == "f16" || t == "half") return DType::FP16;
-  TF_THROW(Status::InvalidArgument, "flash_decode benchmarks: dtype '" << t << "' must be bf16 or fp16");
-}
-
 float value(uint64_t seed, uint64_t i) { return hashed_value(seed, i); }
 
 void fill(DType dtype, void* dst, size_t n, uint64_t seed, cudaStream_t stream) {
   if (n == 0) return;
-  if (dtype == DType::BF16) fill_kernel<<<1024, 256, 0, stream>>>(static_cast<__nv_bfloat16*>(dst), n, seed);
+  if (dtype == DType::bf16) fill_kernel<<<1024, 256, 0, stream>>>(static_cast<__nv_bfloat16*>(dst), n, seed);
   else fill_kernel<<<1024, 256, 0, stream>>>(static_cast<__half*>(dst), n, seed);
   TF_CUDA(cudaGetLastError());
 }
@@ -226,7 +219,7 @@ DeviceKv::DeviceKv(const Shape& s, DType dtype, uint64_t k_seed, uint64_t v_seed
       fill_pages_kernel<<<1024, 256, 0, stream>>>(p, elems, seed, owner_d, int(pages_per_seq), s.page, s.kv_heads,
                                                   s.head_dim, s.kv, s.nhd, uint64_t(contiguous));
     };
-    if (dtype == DType::BF16) launch(static_cast<__nv_bfloat16*>(dst));
+    if (dtype == DType::bf16) launch(static_cast<__nv_bfloat16*>(dst));
     else launch(static_cast<__half*>(dst));
     TF_CUDA(cudaGetLastError());
   }
@@ -250,17 +243,6 @@ void DeviceKv::describe(DecodeArgs& a) const {
   a.page_size = s_.page, a.num_pages = int(table_.size());
   a.max_pages_per_seq = int(table_.size() / size_t(s_.batch));
   a.block_table = table_d_, a.host_block_table = table_;
-}
-
-float to_float(DType t, uint16_t u) {
-  if (t == DType::BF16) {
-    __nv_bfloat16 h;
-    std::memcpy(&h, &u, 2);
-    return __bfloat162float(h);
-  }
-  __half h;
-  std::memcpy(&h, &u, 2);
-  return __half2float(h);
 }
 
 }  // namespace taxfree::ops::flash_decode::bench_inputs

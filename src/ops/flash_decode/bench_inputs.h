@@ -55,8 +55,6 @@ std::vector<Shape> issue_shapes();
 // a malformed entry.
 std::vector<Shape> shapes_of(const std::vector<std::string>& entries);
 
-DType parse_dtype(const std::string& name);  // bf16 | fp16; throws InvalidArgument
-
 // Value i of stream `seed`: k/256 for a hashed k in [-256, 256), exact in bf16 and fp16, so the
 // device copy and a host regeneration agree bit for bit.
 float value(uint64_t seed, uint64_t i);
@@ -93,7 +91,5 @@ class DeviceKv {
   int32_t* table_d_ = nullptr;
   std::vector<int32_t> table_;  // paged: [batch][pages per sequence], the block table's host copy
 };
-
-float to_float(DType dtype, uint16_t bits);
 
 }  // namespace taxfree::ops::flash_decode::bench_inputs

@@ -37,9 +37,7 @@ namespace {
 // Problems whose whole output the check recomputes on the CPU (KV tokens x KV heads x batch).
 constexpr int64_t kFullCheckTokens = int64_t(1) << 20;
 
-using bench_inputs::parse_dtype;
 using bench_inputs::Shape;
-using bench_inputs::to_float;
 
 class DecodeBench final : public bench::OpBench {
  public:
@@ -50,7 +48,7 @@ class DecodeBench final : public bench::OpBench {
   void check_options(const bench::Options& opt) const override { bench_inputs::shapes_of(opt.shapes); }
 
   std::vector<bench::Case> cases(const bench::Options& opt, const Team&) const override {
-    parse_dtype(opt.dtype);
+    parse_dtype(opt.dtype, "decode benchmarks");
     std::vector<bench::Case> out;
     for (const Shape& s : bench_inputs::shapes_of(opt.shapes)) out.push_back(s.to_case(opt.dtype, ""));
     return out;
@@ -59,7 +57,7 @@ class DecodeBench final : public bench::OpBench {
   void setup(Team& team, const bench::Case& c, const bench::Options& opt) override {
     teardown();
     s_ = Shape::from(c.params);
-    dtype_ = parse_dtype(opt.dtype);
+    dtype_ = parse_dtype(opt.dtype, "decode benchmarks");
     const size_t q_elems = size_t(s_.batch) * s_.q_heads * s_.head_dim;
     TF_CUDA(cudaMalloc(&q_, q_elems * 2));
     TF_CUDA(cudaMalloc(&out_, q_elems * 2));
@@ -117,7 +115,7 @@ class DecodeBench final : public bench::OpBench {
       groups = {{0, 0}, {s_.batch / 2, s_.kv_heads / 2}, {s_.batch - 1, s_.kv_heads - 1}};
       groups.erase(std::unique(groups.begin(), groups.end()), groups.end());
     }
-    const double atol = dtype_ == DType::BF16 ? 6e-3 : 1.5e-3, rtol = dtype_ == DType::BF16 ? 1.2e-2 : 5e-3;
+    const double atol = dtype_ == DType::bf16 ? 6e-3 : 1.5e-3, rtol = dtype_ == DType::bf16 ? 1.2e-2 : 5e-3;
     const double scale = 1.0 / std::sqrt(double(d));
     std::vector<uint16_t> qb(size_t(group) * d);
     std::vector<float> qf(qb.size()), kf(size_t(s_.kv) * d), vf(kf.size());
@@ -127,7 +125,7 @@ class DecodeBench final : public bench::OpBench {
       const size_t row0 = size_t(b) * s_.q_heads + size_t(h) * group;
       TF_CUDA(cudaMemcpy(qb.data(), static_cast<uint16_t*>(q_) + row0 * d, qb.size() * 2, cudaMemcpyDeviceToHost));
       const int len = lens_h_[size_t(b)];
-      for (size_t i = 0; i < qb.size(); ++i) qf[i] = to_float(dtype_, qb[i]);
+      for (size_t i = 0; i < qb.size(); ++i) qf[i] = bits_to_float(dtype_, qb[i]);
       // K and V regenerated (DeviceKv: the same values in either layout), so a kernel reading the
       // wrong page or row shows up here.
       const uint64_t kv0 = bench_inputs::kv_index(s_, b, h, 0, 0);
@@ -136,7 +134,7 @@ class DecodeBench final : public bench::OpBench {
       ref::attend_group(group, d, qf.data(), kf.data(), vf.data(), d, 0, len, scale, ro.data(), rl.data());
       for (int g = 0; g < group; ++g) {
         for (int e = 0; e < d; ++e) {
-          const double got = to_float(dtype_, out[(row0 + g) * d + e]), want = ro[size_t(g) * d + e];
+          const double got = bits_to_float(dtype_, out[(row0 + g) * d + e]), want = ro[size_t(g) * d + e];
           if (!(std::fabs(got - want) <= atol + rtol * std::fabs(want))) ++wrong;
         }
         if (!(std::fabs(lse[row0 + g] - rl[size_t(g)]) <= 1e-3 + 1e-5 * std::fabs(rl[size_t(g)]))) ++wrong;
@@ -168,7 +166,7 @@ class DecodeBench final : public bench::OpBench {
 
  private:
   Shape s_{};
-  DType dtype_ = DType::BF16;
+  DType dtype_ = DType::bf16;
   uint64_t seed_ = 0;
   void *q_ = nullptr, *out_ = nullptr, *ws_ = nullptr;
   float* lse_ = nullptr;

@@ -18,7 +18,7 @@ namespace {
 bool is_paged(KvLayout l) { return l != KvLayout::Contiguous; }
 // Index of the fused kernel instantiation (dtype, head_dim, paged), 0..7: the occupancy caches' key.
 int instance_index(DType dtype, int head_dim, bool paged) {
-  return (dtype == DType::FP16 ? 4 : 0) + (head_dim == 128 ? 2 : 0) + (paged ? 1 : 0);
+  return (dtype == DType::fp16 ? 4 : 0) + (head_dim == 128 ? 2 : 0) + (paged ? 1 : 0);
 }
 // Longest slice for which a fused plan gives up splits to run clustered (see fused_plan).
 constexpr int kClusterShrinkMaxTokens = 16384;

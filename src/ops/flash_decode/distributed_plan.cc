@@ -130,7 +130,7 @@ std::string describe_flash_decode_launch(Variant variant, const DecodeArgs& a, c
   const float scale = a.softmax_scale > 0.f ? a.softmax_scale : 1.f / std::sqrt(float(a.head_dim));
   std::ostringstream os;
   os << "flash_decode " << variant_name(variant) << " batch=" << a.batch << " heads=" << a.q_heads << "/"
-     << a.kv_heads << " head_dim=" << a.head_dim << " " << (a.dtype == DType::BF16 ? "bf16" : "fp16")
+     << a.kv_heads << " head_dim=" << a.head_dim << " " << dtype_name(a.dtype)
      << " scale=" << std::hexfloat << scale << std::defaultfloat << "; config max_batch=" << c.max_batch
      << " max_heads=" << c.max_q_heads << "/" << c.max_kv_heads << " max_head_dim=" << c.max_head_dim
      << " bsp_buffers=" << (c.bsp_buffers == BspBuffers::symmetric ? "symmetric" : "plain")

@@ -75,7 +75,7 @@ class FlashDecodeBench final : public bench::OpBench {
   void check_options(const bench::Options& opt) const override { bench_inputs::shapes_of(opt.shapes); }
 
   std::vector<bench::Case> cases(const bench::Options& opt, const Team& team) const override {
-    bench_inputs::parse_dtype(opt.dtype);
+    parse_dtype(opt.dtype, "flash_decode benchmarks");
     std::vector<bench::Case> out;
     for (const Shape& s : bench_inputs::shapes_of(opt.shapes)) {
       bench::Case c = s.to_case(opt.dtype, "/rank");
@@ -89,7 +89,7 @@ class FlashDecodeBench final : public bench::OpBench {
     teardown();
     team_ = &team;
     s_ = Shape::from(c.params);
-    dtype_ = bench_inputs::parse_dtype(opt.dtype);
+    dtype_ = parse_dtype(opt.dtype, "flash_decode benchmarks");
     seed_ = opt.seed ^ (uint64_t(s_.batch) << 40) ^ (uint64_t(s_.q_heads) << 32) ^ uint64_t(s_.kv);
     const size_t q_elems = size_t(s_.batch) * s_.q_heads * s_.head_dim;
     TF_CUDA(cudaMalloc(&q_, q_elems * 2));
@@ -170,12 +170,12 @@ class FlashDecodeBench final : public bench::OpBench {
 
     std::vector<uint16_t> out(n);
     TF_CUDA(cudaMemcpy(out.data(), out_, n * 2, cudaMemcpyDeviceToHost));
-    const double atol = dtype_ == DType::BF16 ? 6e-3 : 1.5e-3, rtol = dtype_ == DType::BF16 ? 1.2e-2 : 5e-3;
+    const double atol = dtype_ == DType::bf16 ? 6e-3 : 1.5e-3, rtol = dtype_ == DType::bf16 ? 1.2e-2 : 5e-3;
     for (int g : checked_groups()) {
       const std::vector<double>& want = reference(g);
       const size_t row0 = size_t(g) * group;
       for (size_t i = 0; i < size_t(group) * d; ++i) {
-        const double got = bench_inputs::to_float(dtype_, out[row0 * d + i]);
+        const double got = bits_to_float(dtype_, out[row0 * d + i]);
         if (!(std::fabs(got - want[i]) <= atol + rtol * std::fabs(want[i]))) ++wrong;
       }
     }
@@ -308,7 +308,7 @@ class FlashDecodeBench final : public bench::OpBench {
 
   Team* team_ = nullptr;
   Shape s_{};
-  DType dtype_ = DType::BF16;
+  DType dtype_ = DType::bf16;
   uint64_t seed_ = 0, mark_ = 0;
   void *q_ = nullptr, *out_ = nullptr, *all_out_ = nullptr;
   std::unique_ptr<bench_inputs::DeviceKv> kv_;  // this rank's slice of every sequence

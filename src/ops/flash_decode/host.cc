@@ -43,7 +43,6 @@ int log2_of(int x) {
   return s;
 }
 size_t round_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
-bool valid_dtype(DType d) { return d == DType::BF16 || d == DType::FP16; }
 bool paged(KvLayout l) { return l == KvLayout::PagedHND || l == KvLayout::PagedNHD; }
 
 // Capacity in tokens per sequence, per layout (validated before use).
@@ -91,7 +90,7 @@ void validate_decode_args(const DecodeArgs& a) {
   TF_REQUIRE(a.q_heads / a.kv_heads <= kMaxGqaRatio, S::InvalidArgument,
              "GQA ratio q_heads/kv_heads=" << a.q_heads / a.kv_heads << " must be <= " << kMaxGqaRatio);
   TF_REQUIRE(valid_dtype(a.dtype), S::InvalidArgument,
-             "dtype=" << int(a.dtype) << " must be DType::BF16 or DType::FP16");
+             "dtype=" << int(a.dtype) << " must be bf16 or fp16");
   TF_REQUIRE(std::isfinite(a.softmax_scale) && a.softmax_scale >= 0.f, S::InvalidArgument,
              "softmax_scale=" << a.softmax_scale << " must be finite and > 0 (0 = 1/sqrt(head_dim))");
 
@@ -389,7 +388,7 @@ void validate_combine_args(const CombineArgs& a) {
   TF_REQUIRE(a.head_dim == 64 || a.head_dim == 128, S::InvalidArgument,
              "head_dim=" << a.head_dim << " must be 64 or 128");
   TF_REQUIRE(valid_dtype(a.dtype), S::InvalidArgument,
-             "dtype=" << int(a.dtype) << " must be DType::BF16 or DType::FP16");
+             "dtype=" << int(a.dtype) << " must be bf16 or fp16");
   TF_REQUIRE(a.o_parts != nullptr, S::InvalidArgument, "o_parts is null");
   TF_REQUIRE(a.lse_parts != nullptr, S::InvalidArgument, "lse_parts is null");
   TF_REQUIRE(aligned(a.o_parts, 16), S::InvalidArgument,

@@ -53,7 +53,7 @@ attention::DecodeParams make_decode_params(const DecodeArgs& a, int num_splits, 
 // f.template operator()<T, D>() for the instantiation of (dtype, head_dim); both validated.
 template <class F>
 decltype(auto) dispatch(DType dtype, int head_dim, F&& f) {
-  if (dtype == DType::BF16)
+  if (dtype == DType::bf16)
     return head_dim == 64 ? f.template operator()<__nv_bfloat16, 64>() : f.template operator()<__nv_bfloat16, 128>();
   return head_dim == 64 ? f.template operator()<__half, 64>() : f.template operator()<__half, 128>();
 }

@@ -141,7 +141,7 @@ class GemmBench final : public OpBench {
     args_.n = c.params.at("n").get<int64_t>();
     args_.k = c.params.at("k").get<int64_t>();
     args_.b_layout = c.params.at("layout").get<std::string>() == "nk" ? BLayout::NK : BLayout::KN;
-    args_.dtype = parse_dtype(opt.dtype);
+    args_.dtype = parse_dtype(opt.dtype, "gemm benchmarks");
     args_.lda = args_.k;
     args_.ldb = args_.b_layout == BLayout::NK ? args_.k : args_.n;
     args_.ldc = args_.n;
@@ -226,7 +226,7 @@ class GemmBench final : public OpBench {
   // The cases without a Team: the heuristic's config is taken for 132 SMs here and in setup() for
   // the device's count.
   std::vector<Case> cases_of(const Options& opt) const {
-    const DType dtype = parse_dtype(opt.dtype);
+    const DType dtype = parse_dtype(opt.dtype, "gemm benchmarks");
     std::vector<Shape> shapes;
     std::vector<std::map<std::string, std::string>> filters;
     for (const std::string& e : opt.shapes) {
@@ -318,10 +318,6 @@ class GemmBench final : public OpBench {
     if (t.tailsplit > 0) cfg.splits = t.tailsplit, cfg.split_scope = gemm::SplitScope::tail;
     if (t.streamk > 0) cfg.splits = 1, cfg.split_scope = gemm::SplitScope::stream;
     return cfg;
-  }
-  static DType parse_dtype(const std::string& s) {
-    TF_REQUIRE(s == "bf16" || s == "fp16", Status::InvalidArgument, "gemm dtype '" << s << "': bf16 or fp16");
-    return s == "bf16" ? DType::bf16 : DType::fp16;
   }
   gemm::GemmArgs with_c(void* c) const {
     gemm::GemmArgs g = args_;

@@ -25,7 +25,6 @@
 
 namespace taxfree::gemm {
 
-const char* dtype_name(DType t) { return t == DType::bf16 ? "bf16" : t == DType::fp16 ? "fp16" : "unknown"; }
 const char* layout_name(BLayout l) { return l == BLayout::NK ? "nk" : l == BLayout::KN ? "kn" : "unknown"; }
 
 std::string GemmConfig::name() const {
@@ -95,7 +94,7 @@ ByteRange span(const void* p, int64_t rows, int64_t cols, int64_t ld) {
 }  // namespace
 
 void validate_inputs(const GemmArgs& a, const GemmConfig& cfg) {
-  TF_REQUIRE(a.dtype == DType::bf16 || a.dtype == DType::fp16, Status::InvalidArgument,
+  TF_REQUIRE(valid_dtype(a.dtype), Status::InvalidArgument,
              "GEMM dtype " << int(a.dtype) << " is not bf16 or fp16");
   TF_REQUIRE(a.b_layout == BLayout::NK || a.b_layout == BLayout::KN, Status::InvalidArgument,
              "GEMM B layout " << int(a.b_layout) << " is not nk or kn");
