@@ -23,7 +23,7 @@
 namespace {
 
 using namespace taxfree;
-namespace fd = taxfree::ops::flash_decode;
+namespace fd = taxfree::flash_decode;
 
 // Deterministic values in [-1, 1) from (seed, index): every rank can produce any rank's data.
 __device__ float hash_value(uint64_t seed, uint64_t i) {

@@ -141,7 +141,7 @@ int main(int argc, char** argv) {
   const char* names[] = {"1 CTA spin", "grid spin", "grid spin, clusters of 8", "grid HBM stream",
                          "grid spin, 200 KB smem", "grid HBM stream, 200 KB smem",
                          "launch_decode_partial, b=1 heads=96/12 d=128, KV = size x 650 tokens (buf as K and V)"};
-  namespace fd = taxfree::ops::flash_decode;
+  namespace fd = taxfree::flash_decode;
   void* q = nullptr;
   void* o = nullptr;
   void* ws = nullptr;

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 
 #include "expect_error.h"
 #include "taxfree/ops/flash_decode.h"
@@ -14,7 +15,7 @@
 namespace taxfree {
 namespace {
 
-static_assert(std::is_same_v<gemm::DType, ops::flash_decode::DType>, "one element type for every op");
+static_assert(std::is_same_v<gemm::DType, flash_decode::DType>, "one element type for every op");
 
 TEST(DType, NamesParseBack) {
   for (DType t : {DType::bf16, DType::fp16}) {

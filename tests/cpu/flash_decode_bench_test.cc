@@ -70,7 +70,7 @@ TEST(FlashDecodeBench, DistributedVariantsPartsAndTaxes) {
 // --shape entries of both decode benches: named shapes of any length, filters of the issue shapes,
 // forced split counts carried into the case params and back.
 TEST(FlashDecodeBench, ShapeEntriesNameFilterAndForcePlans) {
-  namespace bi = ops::flash_decode::bench_inputs;
+  namespace bi = flash_decode::bench_inputs;
   EXPECT_EQ(bi::shapes_of({}).size(), bi::issue_shapes().size());
 
   auto s = bi::shapes_of({"batch=1,kv=12345,splits=7"});
@@ -120,7 +120,7 @@ TEST(FlashDecodeBench, ShapeEntriesNameFilterAndForcePlans) {
 // with their key: std::stoi once said only "stoi" (or, past int, nothing useful), and a cache past
 // 2^64 bytes wrapped the allocation's size.
 TEST(FlashDecodeBench, ShapeNumbersAreBoundedAndNamed) {
-  namespace bi = ops::flash_decode::bench_inputs;
+  namespace bi = flash_decode::bench_inputs;
   const std::vector<std::pair<const char*, const char*>> bad = {
       {"batch=99999999999,kv=8192", "batch=99999999999 is not an integer in [1, 65535]"},
       {"batch=65536,kv=8192", "batch=65536 is not an integer in [1, 65535]"},
@@ -151,7 +151,7 @@ TEST(FlashDecodeBench, ShapeNumbersAreBoundedAndNamed) {
 
 // Paged caches and ragged batches: carried into the case params and back; both benches take both.
 TEST(FlashDecodeBench, ShapeEntriesForPagedCachesAndRaggedBatches) {
-  namespace bi = ops::flash_decode::bench_inputs;
+  namespace bi = flash_decode::bench_inputs;
   auto s = bi::shapes_of({"batch=4,kv=8192,page=16,layout=nhd"});
   ASSERT_EQ(s.size(), 1u);
   EXPECT_EQ(s[0].page, 16);
@@ -214,8 +214,8 @@ TEST(FlashDecodeBench, ShapeEntriesForPagedCachesAndRaggedBatches) {
 // 0.77-0.90 (b=4: longest 1.29x the mean, 0.89 with 2 splits, 0.94 with 11); uniform and barely
 // ragged batches keep the max_len plan.
 TEST(FlashDecodeBench, RaggedBatchesOfR204GetEnoughSplits) {
-  namespace bi = ops::flash_decode::bench_inputs;
-  using ops::flash_decode::choose_splits;
+  namespace bi = flash_decode::bench_inputs;
+  using flash_decode::choose_splits;
   struct Case {
     const char* entry;
     int at_least;  // the fewest splits r204 measured within 0.05 of its best
@@ -226,7 +226,7 @@ TEST(FlashDecodeBench, RaggedBatchesOfR204GetEnoughSplits) {
     const std::vector<int32_t> lens = s.lens();
     const int planned = choose_splits(s.kv_heads, lens, 132);
     EXPECT_GE(planned, c.at_least) << c.entry;
-    EXPECT_LE(int64_t(s.batch) * s.kv_heads * planned, int64_t(ops::flash_decode::kMaxSplitWaves) * 2 * 132) << c.entry;
+    EXPECT_LE(int64_t(s.batch) * s.kv_heads * planned, int64_t(flash_decode::kMaxSplitWaves) * 2 * 132) << c.entry;
     EXPECT_GE(*std::max_element(lens.begin(), lens.end()) / planned, 1024) << c.entry;
   }
   // Uniform or mildly ragged: the max_len plan.

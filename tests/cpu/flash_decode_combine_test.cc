@@ -11,7 +11,7 @@
 #include "../../src/ops/flash_decode/reference.h"
 #include "taxfree/kernels/attention/lse_combine.h"
 
-namespace taxfree::ops::flash_decode {
+namespace taxfree::flash_decode {
 namespace {
 
 namespace at = taxfree::attention;
@@ -168,4 +168,4 @@ TEST(FlashDecodeReference, PartialsThenCombineEqualWholeSequence) {
 }
 
 }  // namespace
-}  // namespace taxfree::ops::flash_decode
+}  // namespace taxfree::flash_decode

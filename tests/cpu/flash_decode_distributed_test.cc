@@ -21,7 +21,7 @@
 #include "taxfree/ops/flash_decode.h"
 #include "taxfree/runtime/error.h"
 
-namespace taxfree::ops::flash_decode {
+namespace taxfree::flash_decode {
 namespace {
 
 namespace at = taxfree::attention;
@@ -483,4 +483,4 @@ TEST(FlashDecodeDistCombine, PartitionedPartialsThroughTheGatherLayoutMatchDirec
 }
 
 }  // namespace
-}  // namespace taxfree::ops::flash_decode
+}  // namespace taxfree::flash_decode

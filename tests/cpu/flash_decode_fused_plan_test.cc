@@ -12,7 +12,7 @@
 #include "taxfree/ops/flash_decode.h"
 #include "taxfree/runtime/error.h"
 
-namespace taxfree::ops::flash_decode {
+namespace taxfree::flash_decode {
 namespace {
 
 using taxfree::test::expect_error;
@@ -139,4 +139,4 @@ TEST(FlashDecodeFusedPlan, NotSupportedWhereTheShareHoldsNoCta) {
 }
 
 }  // namespace
-}  // namespace taxfree::ops::flash_decode
+}  // namespace taxfree::flash_decode

@@ -9,7 +9,7 @@
 #include "taxfree/ops/flash_decode.h"
 #include "taxfree/runtime/error.h"
 
-namespace taxfree::ops::flash_decode {
+namespace taxfree::flash_decode {
 namespace {
 
 namespace at = taxfree::attention;
@@ -216,4 +216,4 @@ TEST(FlashDecodeSplits, PlanWithoutDeviceWhenGiven) {
 }
 
 }  // namespace
-}  // namespace taxfree::ops::flash_decode
+}  // namespace taxfree::flash_decode

@@ -11,7 +11,7 @@
 #include "taxfree/ops/flash_decode.h"
 #include "taxfree/runtime/error.h"
 
-namespace taxfree::ops::flash_decode {
+namespace taxfree::flash_decode {
 namespace {
 
 template <class T = void>
@@ -298,4 +298,4 @@ TEST(FlashDecodeValidation, Partition) {
 }
 
 }  // namespace
-}  // namespace taxfree::ops::flash_decode
+}  // namespace taxfree::flash_decode

@@ -16,7 +16,7 @@
 #include "flash_decode_util.h"
 #include "taxfree/ops/flash_decode.h"
 
-namespace taxfree::ops::flash_decode::test {
+namespace taxfree::flash_decode::test {
 
 // Tolerance of the dtype output against the double reference (P is rounded to the dtype before
 // P V, as in the single-GPU tests).
@@ -203,4 +203,4 @@ inline int64_t count_wrong(const Global& g, const std::vector<uint16_t>& out, co
   return bad;
 }
 
-}  // namespace taxfree::ops::flash_decode::test
+}  // namespace taxfree::flash_decode::test

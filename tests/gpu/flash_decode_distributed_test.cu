@@ -16,7 +16,7 @@
 
 #include "flash_decode_team_util.h"
 
-namespace taxfree::ops::flash_decode {
+namespace taxfree::flash_decode {
 namespace {
 
 using namespace test;
@@ -328,4 +328,4 @@ TEST(FlashDecodeDist, RejectsBadArgumentsBeforeLaunch) {
 }
 
 }  // namespace
-}  // namespace taxfree::ops::flash_decode
+}  // namespace taxfree::flash_decode

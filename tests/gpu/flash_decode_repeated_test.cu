@@ -18,7 +18,7 @@
 #include "taxfree/device/scoped_memory.cuh"
 #include "taxfree/runtime/captured_graph.h"
 
-namespace taxfree::ops::flash_decode {
+namespace taxfree::flash_decode {
 namespace {
 
 using namespace test;
@@ -342,4 +342,4 @@ TEST(FlashDecodeDist, DependentLaunchWaitsForTheKernelAheadThatWritesQ) {
 }
 
 }  // namespace
-}  // namespace taxfree::ops::flash_decode
+}  // namespace taxfree::flash_decode

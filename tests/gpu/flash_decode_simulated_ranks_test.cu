@@ -29,7 +29,7 @@
 #include "taxfree/runtime/captured_graph.h"
 #include "taxfree/runtime/error.h"
 
-namespace taxfree::ops::flash_decode {
+namespace taxfree::flash_decode {
 namespace {
 
 using namespace test;
@@ -352,4 +352,4 @@ TEST(FlashDecodeSim, RandomShapesAtRandomWorlds) {
 }
 
 }  // namespace
-}  // namespace taxfree::ops::flash_decode
+}  // namespace taxfree::flash_decode

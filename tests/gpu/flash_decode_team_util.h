@@ -17,7 +17,7 @@
 #include "taxfree/runtime/error.h"
 #include "taxfree/runtime/team.h"
 
-namespace taxfree::ops::flash_decode::test {
+namespace taxfree::flash_decode::test {
 
 using ::taxfree::test::expect_same_on_every_rank;
 using ::taxfree::test::team;
@@ -73,4 +73,4 @@ inline std::string name(const Problem& p) {
 
 inline constexpr Variant kVariants[] = {Variant::bsp, Variant::fused};
 
-}  // namespace taxfree::ops::flash_decode::test
+}  // namespace taxfree::flash_decode::test

@@ -27,7 +27,7 @@
 #include "taxfree/runtime/captured_graph.h"
 #include "taxfree/runtime/error.h"
 
-namespace taxfree::ops::flash_decode {
+namespace taxfree::flash_decode {
 namespace {
 
 using namespace test;
@@ -606,4 +606,4 @@ TEST(FlashDecodeGpu, RandomShapesHeuristicPlan) {
 }
 
 }  // namespace
-}  // namespace taxfree::ops::flash_decode
+}  // namespace taxfree::flash_decode

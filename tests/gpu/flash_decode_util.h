@@ -17,7 +17,7 @@
 #include "taxfree/ops/flash_decode.h"
 #include "taxfree/runtime/error.h"
 
-namespace taxfree::ops::flash_decode::test {
+namespace taxfree::flash_decode::test {
 
 struct Rng {  // splitmix64: fast enough for the 10^8 values of the long case
   uint64_t s;
@@ -97,4 +97,4 @@ inline Paged make_paged(const std::vector<uint16_t>& k_in, const std::vector<uin
   return pg;
 }
 
-}  // namespace taxfree::ops::flash_decode::test
+}  // namespace taxfree::flash_decode::test

@@ -43,7 +43,7 @@ namespace taxfree {
 class Team;
 }
 
-namespace taxfree::ops::flash_decode {
+namespace taxfree::flash_decode {
 
 using taxfree::DType;  // runtime/dtype.h: the library's one element type
 
@@ -412,4 +412,4 @@ class FlashDecode {
   uint64_t* trace_ = nullptr;
 };
 
-}  // namespace taxfree::ops::flash_decode
+}  // namespace taxfree::flash_decode

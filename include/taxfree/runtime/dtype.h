@@ -1,6 +1,6 @@
 // The 16-bit element types every op reads and writes (each accumulates in fp32), their names, and
 // host conversions for callers that fill inputs or check outputs. One type for the whole library:
-// taxfree::gemm::DType and taxfree::ops::flash_decode::DType name this one.
+// taxfree::gemm::DType and taxfree::flash_decode::DType name this one.
 #pragma once
 
 #include <cstdint>

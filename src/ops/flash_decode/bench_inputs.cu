@@ -12,7 +12,7 @@
 #include "taxfree/bench/harness.h"
 #include "taxfree/runtime/error.h"
 
-namespace taxfree::ops::flash_decode::bench_inputs {
+namespace taxfree::flash_decode::bench_inputs {
 namespace {
 
 // Element i of the splitmix64 stream `seed`.
@@ -245,4 +245,4 @@ void DeviceKv::describe(DecodeArgs& a) const {
   a.block_table = table_d_, a.host_block_table = table_;
 }
 
-}  // namespace taxfree::ops::flash_decode::bench_inputs
+}  // namespace taxfree::flash_decode::bench_inputs

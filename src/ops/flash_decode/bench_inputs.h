@@ -14,7 +14,7 @@
 #include "taxfree/bench/op_bench.h"
 #include "taxfree/ops/flash_decode.h"
 
-namespace taxfree::ops::flash_decode::bench_inputs {
+namespace taxfree::flash_decode::bench_inputs {
 
 struct Shape {
   int q_heads, kv_heads, head_dim, batch, kv;  // kv: tokens per sequence (per rank when distributed)
@@ -92,4 +92,4 @@ class DeviceKv {
   std::vector<int32_t> table_;  // paged: [batch][pages per sequence], the block table's host copy
 };
 
-}  // namespace taxfree::ops::flash_decode::bench_inputs
+}  // namespace taxfree::flash_decode::bench_inputs

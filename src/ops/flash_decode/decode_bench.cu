@@ -31,7 +31,7 @@
 #include "taxfree/runtime/error.h"
 #include "taxfree/runtime/team.h"
 
-namespace taxfree::ops::flash_decode {
+namespace taxfree::flash_decode {
 namespace {
 
 // Problems whose whole output the check recomputes on the CPU (KV tokens x KV heads x batch).
@@ -178,10 +178,10 @@ class DecodeBench final : public bench::OpBench {
 };
 
 }  // namespace
-}  // namespace taxfree::ops::flash_decode
+}  // namespace taxfree::flash_decode
 
 namespace taxfree::bench {
 std::unique_ptr<OpBench> make_decode_bench() {
-  return std::make_unique<ops::flash_decode::DecodeBench>();
+  return std::make_unique<flash_decode::DecodeBench>();
 }
 }  // namespace taxfree::bench

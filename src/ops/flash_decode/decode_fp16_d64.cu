@@ -4,6 +4,6 @@
 
 #include "decode_instance.cuh"
 
-namespace taxfree::ops::flash_decode::detail {
+namespace taxfree::flash_decode::detail {
 TF_FLASH_DECODE_INSTANTIATE(__half, 64)
-}  // namespace taxfree::ops::flash_decode::detail
+}  // namespace taxfree::flash_decode::detail

@@ -8,7 +8,7 @@
 #include "taxfree/runtime/error.h"
 #include "taxfree/runtime/launch_config.h"
 
-namespace taxfree::ops::flash_decode::detail {
+namespace taxfree::flash_decode::detail {
 
 namespace {
 // 96 KB of dynamic shared memory need an opt-in, and two CTAs per SM the largest carveout. Done once per process and kernel: one process drives one GPU (DESIGN.md), and
@@ -61,4 +61,4 @@ void launch_combine_t(const attention::CombineParams& p, cudaStream_t stream) {
   template void launch_decode_t<T, D>(bool, const attention::DecodeParams&, dim3, cudaStream_t); \
   template void launch_combine_t<T, D>(const attention::CombineParams&, cudaStream_t);
 
-}  // namespace taxfree::ops::flash_decode::detail
+}  // namespace taxfree::flash_decode::detail

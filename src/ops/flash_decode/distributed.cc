@@ -13,7 +13,7 @@
 #include "taxfree/runtime/error.h"
 #include "taxfree/runtime/team.h"
 
-namespace taxfree::ops::flash_decode {
+namespace taxfree::flash_decode {
 namespace {
 bool is_paged(KvLayout l) { return l != KvLayout::Contiguous; }
 // Index of the fused kernel instantiation (dtype, head_dim, paged), 0..7: the occupancy caches' key.
@@ -294,4 +294,4 @@ void FlashDecode::enqueue_bsp_stage(Stage stage, const DecodeArgs& a, cudaStream
   }
 }
 
-}  // namespace taxfree::ops::flash_decode
+}  // namespace taxfree::flash_decode

@@ -4,6 +4,6 @@
 
 #include "fused_instance.cuh"
 
-namespace taxfree::ops::flash_decode::detail {
+namespace taxfree::flash_decode::detail {
 TF_FLASH_DECODE_FUSED_INSTANTIATE(__nv_bfloat16, 64)
-}  // namespace taxfree::ops::flash_decode::detail
+}  // namespace taxfree::flash_decode::detail

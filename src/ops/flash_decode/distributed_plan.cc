@@ -10,7 +10,7 @@
 #include "taxfree/ops/flash_decode.h"
 #include "taxfree/runtime/error.h"
 
-namespace taxfree::ops::flash_decode {
+namespace taxfree::flash_decode {
 namespace {
 
 constexpr uint64_t kAlign = 256;  // bytes: gather blocks, workspace sections
@@ -138,4 +138,4 @@ std::string describe_flash_decode_launch(Variant variant, const DecodeArgs& a, c
   return os.str();
 }
 
-}  // namespace taxfree::ops::flash_decode
+}  // namespace taxfree::flash_decode

@@ -40,7 +40,7 @@
 #include "taxfree/runtime/error.h"
 #include "taxfree/runtime/team.h"
 
-namespace taxfree::ops::flash_decode {
+namespace taxfree::flash_decode {
 namespace {
 
 using bench_inputs::Shape;
@@ -321,10 +321,10 @@ class FlashDecodeBench final : public bench::OpBench {
 };
 
 }  // namespace
-}  // namespace taxfree::ops::flash_decode
+}  // namespace taxfree::flash_decode
 
 namespace taxfree::bench {
 std::unique_ptr<OpBench> make_flash_decode_bench() {
-  return std::make_unique<ops::flash_decode::FlashDecodeBench>();
+  return std::make_unique<flash_decode::FlashDecodeBench>();
 }
 }  // namespace taxfree::bench

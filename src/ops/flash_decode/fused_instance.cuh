@@ -5,7 +5,7 @@
 #include "decode_instance.cuh"
 #include "taxfree/kernels/attention/fused_decode_kernel.h"
 
-namespace taxfree::ops::flash_decode::detail {
+namespace taxfree::flash_decode::detail {
 
 namespace {
 using attention::FusedSchedule;
@@ -103,4 +103,4 @@ int fused_max_clusters_t(bool paged, int cluster) {
   template int fused_ctas_per_sm_t<T, D>(bool, bool);                                               \
   template int fused_max_clusters_t<T, D>(bool, int);
 
-}  // namespace taxfree::ops::flash_decode::detail
+}  // namespace taxfree::flash_decode::detail

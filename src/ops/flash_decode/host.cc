@@ -18,7 +18,7 @@
 #include "taxfree/runtime/byte_range.h"
 #include "taxfree/runtime/error.h"
 
-namespace taxfree::ops::flash_decode {
+namespace taxfree::flash_decode {
 namespace {
 
 constexpr size_t kWsAlign = 256;
@@ -469,4 +469,4 @@ std::vector<std::vector<Slice>> partition(std::span<const int32_t> lens, int wor
   return out;
 }
 
-}  // namespace taxfree::ops::flash_decode
+}  // namespace taxfree::flash_decode

@@ -15,7 +15,7 @@
 #include "taxfree/ops/flash_decode.h"
 #include "taxfree/runtime/byte_range.h"
 
-namespace taxfree::ops::flash_decode::detail {
+namespace taxfree::flash_decode::detail {
 
 // Launch decode_partial_kernel<T, D, paged> with grid `grid`; throws on launch errors.
 template <class T, int D>
@@ -58,4 +58,4 @@ decltype(auto) dispatch(DType dtype, int head_dim, F&& f) {
   return head_dim == 64 ? f.template operator()<__half, 64>() : f.template operator()<__half, 128>();
 }
 
-}  // namespace taxfree::ops::flash_decode::detail
+}  // namespace taxfree::flash_decode::detail

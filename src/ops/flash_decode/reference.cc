@@ -4,7 +4,7 @@
 #include <cmath>
 #include <limits>
 
-namespace taxfree::ops::flash_decode::ref {
+namespace taxfree::flash_decode::ref {
 
 namespace {
 constexpr double kNegInf = -std::numeric_limits<double>::infinity();
@@ -88,4 +88,4 @@ double direct(int n_tokens, int dim, const double* scores, const double* values,
   return m + std::log(sum);
 }
 
-}  // namespace taxfree::ops::flash_decode::ref
+}  // namespace taxfree::flash_decode::ref

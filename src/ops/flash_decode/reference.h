@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <vector>
 
-namespace taxfree::ops::flash_decode::ref {
+namespace taxfree::flash_decode::ref {
 
 // Attention of `group` query rows q[g][d] over tokens [begin, end) of one KV head whose rows are
 // k[t*row_stride + d], v[t*row_stride + d] (t is the absolute token index). Writes out[g][d] and
@@ -27,4 +27,4 @@ double combine(int n, int dim, const double* o, const double* lse, double* out);
 // the combine is checked against. scores[j] = -inf marks an absent token.
 double direct(int n_tokens, int dim, const double* scores, const double* values, double* out);
 
-}  // namespace taxfree::ops::flash_decode::ref
+}  // namespace taxfree::flash_decode::ref
