@@ -323,6 +323,12 @@ TEST(Agmm, RejectsBadArgumentsBeforeLaunch) {
   a = p.args();
   a.a_shard = sym_flags;
   expect_invalid("A_shard over the op's flags", a, "A_shard overlaps the op's flags", ops.sym.get());
+  a = p.args();
+  a.b = sym_flags;
+  expect_invalid("B over the op's flags", a, "B overlaps the op's flags in the symmetric heap", ops.sym.get());
+  a = p.args();
+  a.b = ops.plain->local_slot(a.m, a.k, 0).ptr;  // the gathered buffer a launch writes
+  expect_invalid("B inside the op's buffer", a, "B overlaps the op's gathered / staging / partial buffers");
   AgmmConfig bad;  // every rank the same: the constructor throws before its first collective step
   bad.side_gather_ctas = agmm::kKsplitMaxCtas + 1;
   try {

@@ -157,6 +157,7 @@ TEST(AllGather, RejectsBadArgumentsBeforeLaunch) {
   TF_REQUIRE_GPUS(1);
   auto& t = team();
   AllGather op(t);
+  char* const op_flags = t.heap().view().local_base + t.heap().mark() - 128;  // its launch sequence's line
   Buffers b(4096);
   char* plain = nullptr;
   TF_CUDA(cudaMalloc(&plain, 4096 * t.world()));
@@ -175,6 +176,12 @@ TEST(AllGather, RejectsBadArgumentsBeforeLaunch) {
   expect_invalid("unaligned", [&] { op.launch(push, b.send + 8, b.recv, 16, t.stream()); }, "16-byte aligned");
   expect_invalid("recv outside heap", [&] { op.launch(push, b.send, plain, 4096, t.stream()); }, "symmetric heap");
   expect_invalid("overlap", [&] { op.launch(push, b.recv + 16, b.recv, 4096, t.stream()); }, "overlap");
+  for (auto v : {push, AllGatherVariant::nccl}) {
+    expect_invalid("send over the op's flags", [&] { op.launch(v, op_flags, b.recv, 16, t.stream()); },
+                   "overlaps the op's flags and staging lines");
+    expect_invalid("recv over the op's flags", [&] { op.launch(v, b.send, op_flags, 16, t.stream()); },
+                   "recv=");
+  }
   expect_invalid("unknown variant", [&] { parse_all_gather_variant("pull"); }, "unknown all_gather variant");
   cudaFree(plain);
 }

@@ -115,7 +115,8 @@ class AllGather {
   AllGather(RankShare share, AllGatherConfig config);
 
   // Validates, then enqueues. Throws InvalidArgument (naming the bad value: bytes outside [1, 2^40]
-  // or not a multiple of 16, buffers, overlap) before any launch.
+  // or not a multiple of 16, buffers, send and recv overlapping each other or the op's flags and
+  // staging lines in the heap) before any launch.
   void launch(AllGatherVariant variant, const void* send, void* recv, uint64_t bytes, cudaStream_t stream);
 
   // Whether push uses the low-latency protocol for `bytes` per rank.

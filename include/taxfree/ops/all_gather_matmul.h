@@ -115,8 +115,9 @@
 //    gather_dim 1 K divisible by it with K / world a multiple of 8 ("divisible" in the message).
 //  - A_shard, B, C: device memory of this rank, 16-byte aligned, row strides multiples of 8
 //    elements (A_shard's at most 2^30 - 1 elements: the copy engine's pitch). C must not overlap A_shard,
-//    B or the op's buffers and flags. A_shard may lie anywhere outside the op's buffers and flags
-//    (symmetric heap or not), or exactly at local_slot() with its stride (in place: no local copy).
+//    B or the op's buffers and flags, nor B the op's buffers and flags. A_shard may lie anywhere
+//    outside the op's buffers and flags (symmetric heap or not), or exactly at local_slot() with its
+//    stride (in place: no local copy).
 //  - push and sm-specialized, with push_ctas 0 (the per-shape choice), need a share of more than
 //    4 SMs (NotSupported); a configured push_ctas must leave the GEMM an SM (InvalidArgument).
 //  - launch() validates everything first (throws taxfree::Error, InvalidArgument naming the

@@ -9,6 +9,7 @@
 #include "taxfree/device/ll_line.cuh"
 #include "taxfree/device/signal.cuh"
 #include "taxfree/device/tile_copy.cuh"
+#include "taxfree/runtime/byte_range.h"
 #include "taxfree/runtime/call_deadline.h"
 #include "taxfree/runtime/error.h"
 #include "taxfree/runtime/team.h"
@@ -202,6 +203,12 @@ void AllGather::validate(AllGatherVariant variant, const void* send, const void*
   const bool in_place = s == r + uint64_t(share_.rank) * bytes;
   TF_REQUIRE(in_place || s + bytes <= r || r + total <= s, Status::InvalidArgument,
              "all_gather send and recv overlap (only send == recv + rank * bytes is allowed)");
+  // Peers write this op's flags and staging lines during a launch.
+  const ByteRange own = SymmetricHeap::span_through(ready_, seq_);
+  TF_REQUIRE(!overlap(byte_range(send, int64_t(bytes)), own), Status::InvalidArgument,
+             "all_gather: send=" << send << " overlaps the op's flags and staging lines in the symmetric heap");
+  TF_REQUIRE(!overlap(byte_range(recv, int64_t(total)), own), Status::InvalidArgument,
+             "all_gather: recv=" << recv << " overlaps the op's flags and staging lines in the symmetric heap");
 }
 
 void AllGather::launch(AllGatherVariant variant, const void* send, void* recv, uint64_t bytes, cudaStream_t stream) {

@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <climits>
+#include <iterator>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "agmm_op_impl.h"
@@ -148,21 +150,23 @@ void AllGatherMatmul::validate(const AgmmArgs& a) const {
   const ShardShape s = agmm_shard_shape(a.m, a.k, a.gather_dim, share_.world);
   const GatheredA slot = local_slot(a.m, a.k, a.gather_dim);
   const bool own_slot = in_place(a, slot);
-  const ByteRange a_range = matrix_range(a.a_shard, s.rows, s.cols, a.lda_shard, kElem);
-  const ByteRange c_range = matrix_range(a.c, a.m, a.n, a.ldc, kElem);
-  for (const Buffer& b : impl_->buffers(share_.world)) {
-    const ByteRange buffer = byte_range(b.p, b.bytes);
-    TF_REQUIRE(own_slot || !overlap(a_range, buffer), Status::InvalidArgument,
-               "all_gather_matmul: A_shard overlaps the op's gathered / staging / partial buffers (only "
-               "local_slot() with its stride is allowed)");
-    TF_REQUIRE(!overlap(c_range, buffer), Status::InvalidArgument,
-               "all_gather_matmul: C overlaps the op's gathered / staging / partial buffers");
-  }
+  const bool nk = a.b_layout == gemm::BLayout::NK;
+  // A launch writes the op's buffers and flags while it reads A_shard and B and writes C: none of
+  // them may lie there (but A_shard in its own slot, with its stride: in_place above).
+  const std::pair<const char*, ByteRange> args[] = {
+      {"A_shard", own_slot ? ByteRange{} : matrix_range(a.a_shard, s.rows, s.cols, a.lda_shard, kElem)},
+      {"B", nk ? matrix_range(a.b, a.n, a.k, a.ldb, kElem) : matrix_range(a.b, a.k, a.n, a.ldb, kElem)},
+      {"C", matrix_range(a.c, a.m, a.n, a.ldc, kElem)}};
   const ByteRange heap_part = SymmetricHeap::span_through(impl_->gathered, impl_->dec_seq);
-  TF_REQUIRE(own_slot || !overlap(a_range, heap_part), Status::InvalidArgument,
-             "all_gather_matmul: A_shard overlaps the op's flags in the symmetric heap");
-  TF_REQUIRE(!overlap(c_range, heap_part), Status::InvalidArgument,
-             "all_gather_matmul: C overlaps the op's flags in the symmetric heap");
+  for (size_t i = 0; i < std::size(args); ++i) {
+    const auto& [name, range] = args[i];
+    for (const Buffer& b : impl_->buffers(share_.world))
+      TF_REQUIRE(!overlap(range, byte_range(b.p, b.bytes)), Status::InvalidArgument,
+                 "all_gather_matmul: " << name << " overlaps the op's gathered / staging / partial buffers"
+                                       << (i == 0 ? " (only local_slot() with its stride is allowed)" : ""));
+    TF_REQUIRE(!overlap(range, heap_part), Status::InvalidArgument,
+               "all_gather_matmul: " << name << " overlaps the op's flags in the symmetric heap");
+  }
 }
 
 GatheredA AllGatherMatmul::launch(AgmmVariant variant, const AgmmArgs& args, cudaStream_t stream) {
