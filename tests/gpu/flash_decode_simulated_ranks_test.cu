@@ -320,7 +320,7 @@ TEST(FlashDecodeSim, RandomShapesAtRandomWorlds) {
       cache = std::string(layout == KvLayout::PagedHND ? "HND" : "NHD") + " page " + std::to_string(page);
     }
     const std::string what = "W=" + std::to_string(world) + " " + merge_name(merge) + " " + cache + " " +
-                             (p.dtype == DType::bf16 ? "bf16" : "fp16") + " D=" + std::to_string(p.head_dim) +
+                             dtype_name(p.dtype) + " D=" + std::to_string(p.head_dim) +
                              " q/kv=" + std::to_string(p.q_heads) + "/" + std::to_string(p.kv_heads) +
                              " batch=" + std::to_string(p.batch) + " splits=" +
                              (p.num_splits ? std::to_string(p.num_splits) : std::string("auto")) + " longest=" +

@@ -66,7 +66,7 @@ inline void check(const Global& g, const std::vector<uint16_t>& out, const std::
 }
 
 inline std::string name(const Problem& p) {
-  return std::string(p.dtype == DType::bf16 ? "bf16" : "fp16") + " D=" + std::to_string(p.head_dim) +
+  return std::string(dtype_name(p.dtype)) + " D=" + std::to_string(p.head_dim) +
          " heads=" + std::to_string(p.q_heads) + "/" + std::to_string(p.kv_heads) +
          " splits=" + std::to_string(p.num_splits);
 }

@@ -220,7 +220,7 @@ void expect_matches(const Data& d, const Result& r, const std::vector<double>& o
 }
 
 std::string name(const Problem& p) {
-  return std::string(p.dtype == DType::bf16 ? "bf16" : "fp16") + " D=" + std::to_string(p.head_dim) +
+  return std::string(dtype_name(p.dtype)) + " D=" + std::to_string(p.head_dim) +
          " q/kv=" + std::to_string(p.q_heads) + "/" + std::to_string(p.kv_heads);
 }
 
@@ -457,7 +457,7 @@ TEST(FlashDecodeGpu, SimulatedRanksOddSlices) {
     std::vector<std::vector<Slice>> s = {{{0, 12345}, {0, 0}, {0, 0}},
                                          {{12345, 12346}, {0, 1}, {0, 0}},
                                          {{12346, 12346}, {1, 12346}, {0, 0}}};
-    simulate_ranks(run, d, s, false, std::string("odd slices ") + (dt == DType::bf16 ? "bf16" : "fp16"));
+    simulate_ranks(run, d, s, false, std::string("odd slices ") + dtype_name(dt));
   }
 }
 

@@ -148,6 +148,7 @@
 #include "taxfree/device/launch_sequence.cuh"
 #include "taxfree/ops/all_gather_matmul_plan.h"
 #include "taxfree/ops/gemm.h"
+#include "taxfree/runtime/byte_range.h"
 #include "taxfree/runtime/rank_share.h"
 
 namespace taxfree {
@@ -212,6 +213,13 @@ ShardShape agmm_shard_shape(int64_t m, int64_t k, int gather_dim, int world);
 // All argument checks that need no Team (shape, dtype, layout, pointers, strides, capacity,
 // overlaps between the caller's buffers); throws InvalidArgument. Pure.
 void validate_agmm_args(const AgmmArgs& args, int world, const AgmmConfig& config);
+
+// The bytes A_shard, B and C span (first element to the end of the last row, at their strides):
+// what the aliasing checks compare. Pure.
+struct AgmmOperandRanges {
+  ByteRange a_shard, b, c;
+};
+AgmmOperandRanges agmm_operand_ranges(const AgmmArgs& args, int world);
 
 // What the push variant runs for a shape: the GEMM config (on the SMs left over), the push
 // kernel's CTAs and the piece grid. Pure; `num_sms` is the GPU's SM count.

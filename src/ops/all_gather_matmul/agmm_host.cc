@@ -33,8 +33,6 @@ void check_matrix(const char* name, const void* p, const char* ld_name, int64_t 
              "all_gather_matmul: " << ld_name << "=" << ld << " elements must be a multiple of 8 (16-byte rows)");
 }
 
-ByteRange span(const void* p, int64_t rows, int64_t cols, int64_t ld) { return matrix_range(p, rows, cols, ld, kElem); }
-
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 }  // namespace
@@ -96,7 +94,7 @@ ShardShape agmm_shard_shape(int64_t m, int64_t k, int gather_dim, int world) {
 }
 
 void validate_agmm_args(const AgmmArgs& a, int world, const AgmmConfig& cfg) {
-  TF_REQUIRE(a.dtype == gemm::DType::bf16 || a.dtype == gemm::DType::fp16, Status::InvalidArgument,
+  TF_REQUIRE(valid_dtype(a.dtype), Status::InvalidArgument,
              "all_gather_matmul: dtype " << int(a.dtype) << " is not bf16 or fp16");
   TF_REQUIRE(a.b_layout == gemm::BLayout::NK || a.b_layout == gemm::BLayout::KN, Status::InvalidArgument,
              "all_gather_matmul: B layout " << int(a.b_layout) << " is not nk or kn");
@@ -117,11 +115,16 @@ void validate_agmm_args(const AgmmArgs& a, int world, const AgmmConfig& cfg) {
   const bool nk = a.b_layout == gemm::BLayout::NK;
   check_matrix("B", a.b, "ldb", a.ldb, nk ? a.k : a.n, nk ? "K" : "N");
   check_matrix("C", a.c, "ldc", a.ldc, a.n, "N");
-  const auto c = span(a.c, a.m, a.n, a.ldc);
-  TF_REQUIRE(!overlap(c, span(a.a_shard, s.rows, s.cols, a.lda_shard)), Status::InvalidArgument,
-             "all_gather_matmul: C overlaps A_shard");
-  TF_REQUIRE(!overlap(c, nk ? span(a.b, a.n, a.k, a.ldb) : span(a.b, a.k, a.n, a.ldb)), Status::InvalidArgument,
-             "all_gather_matmul: C overlaps B");
+  const AgmmOperandRanges r = agmm_operand_ranges(a, world);
+  TF_REQUIRE(!overlap(r.c, r.a_shard), Status::InvalidArgument, "all_gather_matmul: C overlaps A_shard");
+  TF_REQUIRE(!overlap(r.c, r.b), Status::InvalidArgument, "all_gather_matmul: C overlaps B");
+}
+
+AgmmOperandRanges agmm_operand_ranges(const AgmmArgs& a, int world) {
+  const ShardShape s = agmm_shard_shape(a.m, a.k, a.gather_dim, world);
+  const bool nk = a.b_layout == gemm::BLayout::NK;
+  return {matrix_range(a.a_shard, s.rows, s.cols, a.lda_shard, kElem),
+          matrix_range(a.b, nk ? a.n : a.k, nk ? a.k : a.n, a.ldb, kElem), matrix_range(a.c, a.m, a.n, a.ldc, kElem)};
 }
 
 int64_t push_flag_capacity(int64_t max_m, int64_t max_k, int world) {

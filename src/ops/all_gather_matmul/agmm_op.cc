@@ -147,20 +147,17 @@ GatheredA AllGatherMatmul::local_slot(int64_t m, int64_t k, int gather_dim) cons
 
 void AllGatherMatmul::validate(const AgmmArgs& a) const {
   validate_agmm_args(a, share_.world, config_);
-  const ShardShape s = agmm_shard_shape(a.m, a.k, a.gather_dim, share_.world);
-  const GatheredA slot = local_slot(a.m, a.k, a.gather_dim);
-  const bool own_slot = in_place(a, slot);
-  const bool nk = a.b_layout == gemm::BLayout::NK;
+  const bool own_slot = in_place(a, local_slot(a.m, a.k, a.gather_dim));
+  const AgmmOperandRanges r = agmm_operand_ranges(a, share_.world);
   // A launch writes the op's buffers and flags while it reads A_shard and B and writes C: none of
   // them may lie there (but A_shard in its own slot, with its stride: in_place above).
   const std::pair<const char*, ByteRange> args[] = {
-      {"A_shard", own_slot ? ByteRange{} : matrix_range(a.a_shard, s.rows, s.cols, a.lda_shard, kElem)},
-      {"B", nk ? matrix_range(a.b, a.n, a.k, a.ldb, kElem) : matrix_range(a.b, a.k, a.n, a.ldb, kElem)},
-      {"C", matrix_range(a.c, a.m, a.n, a.ldc, kElem)}};
+      {"A_shard", own_slot ? ByteRange{} : r.a_shard}, {"B", r.b}, {"C", r.c}};
   const ByteRange heap_part = SymmetricHeap::span_through(impl_->gathered, impl_->dec_seq);
+  const std::vector<Buffer> buffers = impl_->buffers(share_.world);
   for (size_t i = 0; i < std::size(args); ++i) {
     const auto& [name, range] = args[i];
-    for (const Buffer& b : impl_->buffers(share_.world))
+    for (const Buffer& b : buffers)
       TF_REQUIRE(!overlap(range, byte_range(b.p, b.bytes)), Status::InvalidArgument,
                  "all_gather_matmul: " << name << " overlaps the op's gathered / staging / partial buffers"
                                        << (i == 0 ? " (only local_slot() with its stride is allowed)" : ""));

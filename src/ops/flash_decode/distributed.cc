@@ -126,8 +126,9 @@ void FlashDecode::validate(const DecodeArgs& a) const {
                                                                    : ByteRange{}},
       {"split workspace", byte_range(workspace_, int64_t(workspace_bytes_))}};
   const auto inputs = detail::decode_input_ranges(a);
+  const ByteRange out = byte_range(a.out, int64_t(a.batch) * a.q_heads * a.head_dim * 2);
   for (const auto& [name, range] : own) {
-    TF_REQUIRE(!overlap(byte_range(a.out, int64_t(a.batch) * a.q_heads * a.head_dim * 2), range), Status::InvalidArgument,
+    TF_REQUIRE(!overlap(out, range), Status::InvalidArgument,
                "flash_decode: out=" << a.out << " overlaps the op's " << name);
     for (const auto& [input, bytes] : inputs)
       TF_REQUIRE(!overlap(bytes, range), Status::InvalidArgument,
