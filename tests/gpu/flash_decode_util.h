@@ -2,13 +2,10 @@
 // buffer, a paged copy of a contiguous cache.
 #pragma once
 
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
 #include <cstdint>
-#include <cstring>
 #include <numeric>
 #include <utility>
 #include <vector>

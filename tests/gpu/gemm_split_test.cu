@@ -5,6 +5,8 @@
 // past N), K shorter than the splits, both layouts, several tiles per CTA, the add epilogue.
 // Every config runs twice into poisoned C: the second run checks that the workspace counters were
 // left at zero, and both must agree bit for bit (partials are summed in a fixed order).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 

@@ -6,6 +6,8 @@
 // for bit (the second also checks that the split-K counters were left at zero). The add epilogue
 // must add each element once. The A-ready hook with swap-AB: gemm_test.cu; swap-AB K clusters
 // against split-K: gemm_split_test.cu.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
