@@ -89,7 +89,7 @@ size_t all_gather_matmul_step(Team& team) {
     AllGatherMatmul op(team, cfg);
     AgmmArgs a;
     a.a_shard = a_shard, a.lda_shard = k, a.b = b, a.ldb = k, a.m = m, a.n = n, a.k = k;
-    a.gather_dim = 0, a.dtype = DType::bf16, a.b_layout = gemm::BLayout::NK;
+    a.gather_dim = 0, a.dtype = DType::bf16, a.b_layout = gemm::BLayout::nk;
     a.c = c_auto, a.ldc = n;
     op.launch(AgmmVariant::automatic, a, team.stream());
     a.c = c_bsp;
@@ -137,12 +137,12 @@ size_t flash_decode_step(Team& team) {
     fd::FlashDecode op(team, cfg);
     fd::DecodeArgs a;
     a.batch = batch, a.q_heads = q_heads, a.kv_heads = kv_heads, a.head_dim = d, a.dtype = DType::bf16;
-    a.q = q, a.k = kc, a.v = vc, a.layout = fd::KvLayout::Contiguous, a.capacity = capacity;
+    a.q = q, a.k = kc, a.v = vc, a.layout = fd::KvLayout::contiguous, a.capacity = capacity;
     a.slice_len = len_d, a.max_len = capacity, a.host_slice_len = local;
     a.out = out_fused;
-    op.launch(fd::Variant::fused, a, team.stream());
+    op.launch(fd::FlashDecodeVariant::fused, a, team.stream());
     a.out = out_bsp;
-    op.launch(fd::Variant::bsp, a, team.stream());
+    op.launch(fd::FlashDecodeVariant::bsp, a, team.stream());
     team.sync(team.stream());
     const size_t count = size_t(batch) * q_heads * d;
     bad = mismatches(download_bf16(out_fused, count), download_bf16(out_bsp, count));

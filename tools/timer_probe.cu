@@ -156,7 +156,7 @@ int main(int argc, char** argv) {
   TF_CUDA(cudaMalloc(&ws, ws_bytes));
   fd::DecodeArgs da{};
   da.batch = 1, da.q_heads = 96, da.kv_heads = 12, da.head_dim = 128, da.dtype = fd::DType::bf16;
-  da.q = q, da.layout = fd::KvLayout::Contiguous, da.slice_len = len, da.out = o, da.lse_part = lse;
+  da.q = q, da.layout = fd::KvLayout::contiguous, da.slice_len = len, da.out = o, da.lse_part = lse;
   constexpr int kBigSmem = 200 * 1024;  // what the decode kernels ask for, with the max carveout
   for (const void* f : {reinterpret_cast<const void*>(spin_smem), reinterpret_cast<const void*>(stream_smem)}) {
     TF_CUDA(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, kBigSmem));

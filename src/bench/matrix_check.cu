@@ -128,7 +128,7 @@ int64_t count_outside(const void* x, int64_t ldx, const void* ref, int64_t ldr, 
 int64_t count_sampled_wrong(const gemm::GemmArgs& g, int samples, uint64_t seed, Tolerance tol, cudaStream_t s) {
   Counter bad(s);
   const unsigned blocks = unsigned((samples * 32 + 255) / 256);
-  const bool nk = g.b_layout == gemm::BLayout::NK;
+  const bool nk = g.b_layout == gemm::BLayout::nk;
   if (g.dtype == gemm::DType::bf16)
     sampled_kernel<<<blocks, 256, 0, s>>>(static_cast<const __nv_bfloat16*>(g.a), g.lda,
                                           static_cast<const __nv_bfloat16*>(g.b), g.ldb, nk,

@@ -272,7 +272,7 @@ TEST(AgmmKsplitSkinny, HeapHoldsTheLargestLaunchForEveryWorld) {
       for (int64_t bn : {64, 128, 256})
         EXPECT_LE((max_m + 63) / 64 * ((cfg.ksplit_max_n + bn - 1) / bn), h.band_flags) << "bn " << bn;
       const gemm::GemmConfig g = gemm::choose_gemm_config(max_m, cfg.ksplit_max_n, cfg.max_k / w, gemm::DType::bf16,
-                                                          gemm::BLayout::NK, 132, gemm::KCuts::split,
+                                                          gemm::BLayout::nk, 132, gemm::KCuts::split,
                                                           gemm::SwapAB::never, gemm::EpilogueOutput::fp32);
       EXPECT_FALSE(g.swap_ab);
       EXPECT_GE(g.bn, 64);

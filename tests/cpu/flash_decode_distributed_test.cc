@@ -41,20 +41,20 @@ TEST(FlashDecodeLaunchCheck, DescriptionNamesTheSharedArgumentsOnly) {
   DecodeArgs a;
   a.batch = 4, a.q_heads = 64, a.kv_heads = 8, a.head_dim = 128, a.capacity = 4096, a.max_len = 4096;
   DecodeArgs b = a;
-  b.layout = KvLayout::PagedHND, b.capacity = 0, b.page_size = 64, b.max_len = 17;
+  b.layout = KvLayout::paged_hnd, b.capacity = 0, b.page_size = 64, b.max_len = 17;
   b.softmax_scale = 1.f / std::sqrt(128.f);
-  const std::string d = describe_flash_decode_launch(Variant::fused, a, c);
-  EXPECT_EQ(d, describe_flash_decode_launch(Variant::fused, b, c));
+  const std::string d = describe_flash_decode_launch(FlashDecodeVariant::fused, a, c);
+  EXPECT_EQ(d, describe_flash_decode_launch(FlashDecodeVariant::fused, b, c));
   EXPECT_NE(d.find("flash_decode fused batch=4 heads=64/8 head_dim=128 bf16"), std::string::npos) << d;
-  EXPECT_NE(d, describe_flash_decode_launch(Variant::bsp, a, c));
+  EXPECT_NE(d, describe_flash_decode_launch(FlashDecodeVariant::bsp, a, c));
   b.softmax_scale = 0.09f;
-  EXPECT_NE(d, describe_flash_decode_launch(Variant::fused, b, c));
+  EXPECT_NE(d, describe_flash_decode_launch(FlashDecodeVariant::fused, b, c));
   FlashDecodeConfig direct = c;
   direct.split_merge = FlashDecodeConfig::SplitMerge::direct;
-  EXPECT_NE(d, describe_flash_decode_launch(Variant::fused, a, direct));
+  EXPECT_NE(d, describe_flash_decode_launch(FlashDecodeVariant::fused, a, direct));
   FlashDecodeConfig global = c;
   global.split_merge = FlashDecodeConfig::SplitMerge::global;  // each rank's own choice
-  EXPECT_EQ(d, describe_flash_decode_launch(Variant::fused, a, global));
+  EXPECT_EQ(d, describe_flash_decode_launch(FlashDecodeVariant::fused, a, global));
 }
 
 TEST(FlashDecodeDistPlan, GatherLayout) {
@@ -294,11 +294,11 @@ TEST(FlashDecodeDistPlan, ArgsValidation) {
 }
 
 TEST(FlashDecodeDistPlan, VariantNames) {
-  EXPECT_EQ(parse_variant("bsp"), Variant::bsp);
-  EXPECT_EQ(parse_variant("fused"), Variant::fused);
-  EXPECT_STREQ(variant_name(Variant::bsp), "bsp");
-  EXPECT_STREQ(variant_name(Variant::fused), "fused");
-  expect_invalid([] { parse_variant("push"); }, "unknown flash_decode variant 'push'");
+  EXPECT_EQ(parse_flash_decode_variant("bsp"), FlashDecodeVariant::bsp);
+  EXPECT_EQ(parse_flash_decode_variant("fused"), FlashDecodeVariant::fused);
+  EXPECT_STREQ(variant_name(FlashDecodeVariant::bsp), "bsp");
+  EXPECT_STREQ(variant_name(FlashDecodeVariant::fused), "fused");
+  expect_invalid([] { parse_flash_decode_variant("push"); }, "unknown flash_decode variant 'push'");
 }
 
 // ---- The fused schedule, simulated ------------------------------------------------------------

@@ -38,7 +38,7 @@ struct Fixture {
     a.out = fake(0x60000000);
   }
   void paged(int page_size) {
-    a.layout = KvLayout::PagedHND;
+    a.layout = KvLayout::paged_hnd;
     a.page_size = page_size, a.num_pages = 64, a.max_pages_per_seq = 16;
     a.block_table = fake<const int32_t>(0x70000000);
     a.host_block_table = table;

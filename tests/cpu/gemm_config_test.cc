@@ -22,7 +22,7 @@ bool is_compiled(const GemmConfig& c, BLayout layout) {
   for (const CompiledTile& t : kCompiledTiles)
     if (t.bm == c.bm && t.bn == c.bn && t.stages == c.stages && t.cluster == c.cluster_m && t.swap == c.swap_ab &&
         t.cluster_k == c.cluster_k)
-      return t.kn || layout == BLayout::NK;
+      return t.kn || layout == BLayout::nk;
   return false;
 }
 
@@ -30,7 +30,7 @@ const int64_t kSweepM[] = {1, 16, 128, 512, 1024, 2048, 4096, 8192, 16384};
 const int64_t kSweepN[] = {3584, 4096, 7168, 8192, 14336};
 
 TEST(GemmHeuristic, ReturnsACompiledConfigForEveryShape) {
-  for (BLayout layout : {BLayout::NK, BLayout::KN})
+  for (BLayout layout : {BLayout::nk, BLayout::kn})
     for (int64_t m : {1, 2, 16, 64, 65, 127, 128, 512, 1000, 1024, 2048, 4096, 8192, 16384})
       for (int64_t n : {8, 64, 3584, 3592, 4096, 7168, 8192, 14336})
         for (int64_t k : {8, 64, 4096, 8192, 8200})
@@ -59,7 +59,7 @@ TEST(GemmHeuristic, KeptAnswersEqualFreshRankingForEveryArgument) {
     SwapAB swap;
     EpilogueOutput out;
   };
-  const Call base{64, 3584, 8192, BLayout::NK, 132, KCuts::split_or_cluster, SwapAB::choose, EpilogueOutput::bits16};
+  const Call base{64, 3584, 8192, BLayout::nk, 132, KCuts::split_or_cluster, SwapAB::choose, EpilogueOutput::bits16};
   std::vector<std::pair<Call, Call>> pairs;
   const auto vary = [&](auto set) {
     Call a = base, b = base;
@@ -69,7 +69,7 @@ TEST(GemmHeuristic, KeptAnswersEqualFreshRankingForEveryArgument) {
   vary([](Call& a, Call& b) { a.m = 64, b.m = 8192; });
   vary([](Call& a, Call& b) { a.m = b.m = 1024, a.n = 3584, b.n = 4096; });
   vary([](Call& a, Call& b) { a.k = 8192, b.k = 256; });
-  vary([](Call& a, Call& b) { a.m = b.m = 1024, a.layout = BLayout::NK, b.layout = BLayout::KN; });
+  vary([](Call& a, Call& b) { a.m = b.m = 1024, a.layout = BLayout::nk, b.layout = BLayout::kn; });
   vary([](Call& a, Call& b) { a.sms = 132, b.sms = 1; });
   vary([](Call& a, Call& b) { a.cuts = KCuts::split_or_cluster, b.cuts = KCuts::none; });
   vary([](Call& a, Call& b) { a.m = b.m = 16, a.swap = SwapAB::choose, b.swap = SwapAB::never; });
@@ -104,7 +104,7 @@ TEST(GemmHeuristic, KeptAnswersHoldUnderConcurrentCallers) {
   std::vector<int64_t> ms;
   for (int64_t m = 1; m <= 4096; m = m * 3 / 2 + 1) ms.push_back(m);
   std::vector<std::string> want;
-  for (int64_t m : ms) want.push_back(choose_gemm_config(m, 3584, 8192, DType::bf16, BLayout::NK).name());
+  for (int64_t m : ms) want.push_back(choose_gemm_config(m, 3584, 8192, DType::bf16, BLayout::nk).name());
   std::vector<int> wrong(4, 0);
   std::vector<std::thread> threads;
   for (int t = 0; t < 4; ++t)
@@ -113,7 +113,7 @@ TEST(GemmHeuristic, KeptAnswersHoldUnderConcurrentCallers) {
         for (size_t i = 0; i < ms.size(); ++i) {
           const size_t j = (i * 7 + size_t(t) * 5 + size_t(round)) % ms.size();
           if (t == 0 && i % 16 == 0) detail::forget_chosen_gemm_configs();
-          wrong[size_t(t)] += choose_gemm_config(ms[j], 3584, 8192, DType::bf16, BLayout::NK).name() != want[j];
+          wrong[size_t(t)] += choose_gemm_config(ms[j], 3584, 8192, DType::bf16, BLayout::nk).name() != want[j];
         }
     });
   for (auto& th : threads) th.join();
@@ -121,14 +121,14 @@ TEST(GemmHeuristic, KeptAnswersHoldUnderConcurrentCallers) {
 }
 
 TEST(GemmHeuristic, LargeProblemsUseTheLargestTile) {
-  for (BLayout layout : {BLayout::NK, BLayout::KN})
+  for (BLayout layout : {BLayout::nk, BLayout::kn})
     for (int64_t m : {4096, 8192, 16384})
       for (int64_t n : {4096, 8192, 14336}) {
         const GemmConfig c = choose_gemm_config(m, n, 8192, DType::bf16, layout);
         EXPECT_EQ(c.bm, 128) << m << "x" << n;
         EXPECT_EQ(c.bn, 256) << m << "x" << n;
       }
-  const GemmConfig c = choose_gemm_config(8192, 8192, 8192, DType::fp16, BLayout::NK);
+  const GemmConfig c = choose_gemm_config(8192, 8192, 8192, DType::fp16, BLayout::nk);
   EXPECT_GT(c.group_m, 1) << "a wave of 132 tiles should share A panels";
 }
 
@@ -154,7 +154,7 @@ TEST(GemmHeuristic, KClustersOnlyWhereTheyMeasuredFaster) {
       {1, 14336, 8192, 1},   // swap-AB, 112 whole tiles
   };
   for (const Expect& e : cases)
-    for (BLayout layout : {BLayout::NK, BLayout::KN}) {
+    for (BLayout layout : {BLayout::nk, BLayout::kn}) {
       const GemmConfig c = choose_gemm_config(e.m, e.n, e.k, DType::bf16, layout, 132);
       EXPECT_EQ(c.cluster_k, e.cluster_k) << "M=" << e.m << " N=" << e.n << ": " << c.name();
       if (c.cluster_k > 1) EXPECT_FALSE(c.splits_k()) << c.name();
@@ -183,8 +183,8 @@ TEST(GemmHeuristic, Tiles224WhereTheyFillWholeWaves) {
       {8192, 8192, 256},
   };
   for (const Expect& e : cases) {
-    EXPECT_EQ(choose_gemm_config(e.m, e.n, 8192, DType::bf16, BLayout::NK, 132).bn, e.bn) << "M=" << e.m << " N=" << e.n;
-    EXPECT_NE(choose_gemm_config(e.m, e.n, 8192, DType::bf16, BLayout::KN, 132).bn, 224) << "M=" << e.m << " N=" << e.n;
+    EXPECT_EQ(choose_gemm_config(e.m, e.n, 8192, DType::bf16, BLayout::nk, 132).bn, e.bn) << "M=" << e.m << " N=" << e.n;
+    EXPECT_NE(choose_gemm_config(e.m, e.n, 8192, DType::bf16, BLayout::kn, 132).bn, 224) << "M=" << e.m << " N=" << e.n;
   }
 }
 
@@ -193,15 +193,15 @@ TEST(GemmHeuristic, Tiles224WhereTheyFillWholeWaves) {
 // with a partial last m-block, never for B [K, N] or an fp32 epilogue (not compiled).
 TEST(GemmHeuristic, Tiles168WholeOverFullMBlocks) {
   for (const auto [m, n] : {std::pair<int64_t, int64_t>{768, 3584}, {1536, 3584}, {384, 7168}, {640, 4096}})
-    EXPECT_EQ(choose_gemm_config(m, n, 8192, DType::bf16, BLayout::NK, 132).bn, 168) << "M=" << m << " N=" << n;
+    EXPECT_EQ(choose_gemm_config(m, n, 8192, DType::bf16, BLayout::nk, 132).bn, 168) << "M=" << m << " N=" << n;
   int chosen = 0;
   for (int64_t m = 64; m <= 4096; m += 64)
     for (int64_t n = 512; n <= 16384; n += 512)
-      for (BLayout layout : {BLayout::NK, BLayout::KN}) {
+      for (BLayout layout : {BLayout::nk, BLayout::kn}) {
         const GemmConfig c = choose_gemm_config(m, n, 8192, DType::bf16, layout, 132);
         if (c.bn == 168) {
           ++chosen;
-          EXPECT_EQ(layout, BLayout::NK) << "M=" << m << " N=" << n;
+          EXPECT_EQ(layout, BLayout::nk) << "M=" << m << " N=" << n;
           EXPECT_EQ(m % 128, 0) << "M=" << m << " N=" << n;
           EXPECT_GE(m, 256) << "N=" << n;
           EXPECT_EQ(c.splits, 1) << "M=" << m << " N=" << n << " " << c.name();
@@ -213,7 +213,7 @@ TEST(GemmHeuristic, Tiles168WholeOverFullMBlocks) {
 }
 
 TEST(GemmHeuristic, DecodeSizesUseSwapABOverManyCtas) {
-  for (BLayout layout : {BLayout::NK, BLayout::KN})
+  for (BLayout layout : {BLayout::nk, BLayout::kn})
     for (int64_t m : {1, 7, 16})
       for (int64_t n : kSweepN) {
         const GemmConfig c = choose_gemm_config(m, n, 8192, DType::bf16, layout);
@@ -231,14 +231,14 @@ TEST(GemmHeuristic, DecodeSizesUseSwapABOverManyCtas) {
 }
 
 TEST(GemmHeuristic, SwapABOnlyForSmallM) {
-  for (BLayout layout : {BLayout::NK, BLayout::KN})
+  for (BLayout layout : {BLayout::nk, BLayout::kn})
     for (int64_t m : {512, 1024, 4096, 16384})
       for (int64_t n : kSweepN)
         EXPECT_FALSE(choose_gemm_config(m, n, 8192, DType::bf16, layout).swap_ab) << "M=" << m << " N=" << n;
 }
 
 TEST(GemmHeuristic, SwapChoiceCanBeForced) {
-  for (BLayout layout : {BLayout::NK, BLayout::KN})
+  for (BLayout layout : {BLayout::nk, BLayout::kn})
     for (int64_t m : {1, 16, 33, 128, 1000, 8192})
       for (KCuts cuts : {KCuts::split_or_cluster, KCuts::split, KCuts::none}) {
         const GemmConfig on = choose_gemm_config(m, 3592, 8200, DType::fp16, layout, 132, cuts, SwapAB::always);
@@ -272,7 +272,7 @@ TEST(GemmValidation, AcceptsOddButAlignedShapes) {
   for (const GemmConfig& cfg : compiled_configs()) {
     GemmArgs a = valid_args();
     if (cfg.bn % 64 == 0) {
-      a.b_layout = BLayout::KN;
+      a.b_layout = BLayout::kn;
       a.ldb = a.n;
       EXPECT_NO_THROW(validate(a, cfg)) << cfg.name();
     }
@@ -300,7 +300,7 @@ TEST(GemmValidation, NamesTheBrokenConstraint) {
   a.ldb = 8204;
   expect_error(a, cfg, Status::InvalidArgument, "ldb=8204");
   a = valid_args();
-  a.b_layout = BLayout::KN;  // ldb = K = 8200 < N? no: N = 3592, so make it too small
+  a.b_layout = BLayout::kn;  // ldb = K = 8200 < N? no: N = 3592, so make it too small
   a.ldb = 3584;
   expect_error(a, cfg, Status::InvalidArgument, "must be >= N=3592");
   a = valid_args();
@@ -366,7 +366,7 @@ TEST(GemmValidation, SwapABConfigs) {
     a.m = m;
     EXPECT_NO_THROW(validate(a, cfg)) << m;
   }
-  a.b_layout = BLayout::KN;
+  a.b_layout = BLayout::kn;
   a.ldb = a.n;
   EXPECT_NO_THROW(validate(a, cfg));
   // Well-formed but not built: NotSupported, naming the swap-AB tiles that exist.
@@ -398,7 +398,7 @@ TEST(GemmValidation, KClusterConfigs) {
   EXPECT_EQ(cfg.name(), "128x128x64 s6 g8 ck4");
   EXPECT_NO_THROW(validate(valid_args(), cfg));
   GemmArgs a = valid_args();
-  a.b_layout = BLayout::KN;
+  a.b_layout = BLayout::kn;
   a.ldb = a.n;
   EXPECT_NO_THROW(validate(a, cfg));
   // A K cluster cuts K itself: no split-K of any scope on top, and a k-block for each of its CTAs.

@@ -217,7 +217,7 @@ TEST(GemmWorkPlan, SplitAllPlansHugeGridsAtOnce) {
   a.m = a.n = (int64_t(1) << 31) - 1;
   test::expect_error([&] { detail::make_work_plan(a, cfg, 132); }, Status::InvalidArgument, "64-bit arithmetic");
   for (int64_t k : {int64_t(8192), (int64_t(1) << 31) - 1}) {
-    const GemmConfig c = choose_gemm_config(a.m, a.n, k, DType::bf16, BLayout::NK);
+    const GemmConfig c = choose_gemm_config(a.m, a.n, k, DType::bf16, BLayout::nk);
     a.k = k;
     EXPECT_NO_THROW(detail::make_work_plan(a, c, 132)) << c.name();
   }

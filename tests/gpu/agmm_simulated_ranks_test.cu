@@ -231,7 +231,7 @@ TEST(AgmmSim, GatheringVariantsAtTwoToEightRanks) {
     for (int gd : {0, 1}) {
       const bool bf16 = gd == 0;
       const DType t = bf16 ? DType::bf16 : DType::fp16;
-      const BLayout l = bf16 ? BLayout::NK : BLayout::KN;
+      const BLayout l = bf16 ? BLayout::nk : BLayout::kn;
       auto ps = sim.problems(odd_shape(gd, t, l, w), 300 + uint64_t(w) * 2 + uint64_t(gd), false);
       const std::string shape = world_label(w) + label(ps[0].shape()) + " ";
       for (const SimVariant& sv : kGatherVariants) sim.run(ps, sv.v, shape + sv.name);
@@ -255,7 +255,7 @@ TEST(AgmmSim, PairTilesWithAnOddLastPair) {
   REQUIRE_SIMULATION_ENV();
   for (int w : {2, 3, 4}) {
     const int sms = SimulatedHeaps::rank_sms(w);
-    Shape s{0, 815, 175, 0, DType::bf16, BLayout::KN};
+    Shape s{0, 815, 175, 0, DType::bf16, BLayout::kn};
     for (int64_t rows = 1; rows <= 1000 && s.m == 0; ++rows) {
       AgmmArgs a;
       a.m = rows * w, a.n = s.n, a.k = s.k, a.gather_dim = 0, a.dtype = s.dtype, a.b_layout = s.layout;
@@ -282,7 +282,7 @@ TEST(AgmmSim, PullPairTilesPastTheLastShard) {
   REQUIRE_SIMULATION_ENV();
   for (int w : {3, 5, 7}) {
     const int sms = SimulatedHeaps::rank_sms(w);
-    Shape s{0, 843, 45, 0, DType::fp16, BLayout::NK};
+    Shape s{0, 843, 45, 0, DType::fp16, BLayout::nk};
     for (int64_t tiles = 1; tiles <= 9 && s.m == 0; tiles += 2) {
       AgmmArgs a;
       a.m = w * tiles * 128, a.n = s.n, a.k = s.k, a.gather_dim = 0, a.dtype = s.dtype, a.b_layout = s.layout;
@@ -306,7 +306,7 @@ TEST(AgmmSim, KsplitSkinnyAndBandsAtTwoToEightRanks) {
     SimulatedAgmm sim(w, 1024, kSplitShardK * w);
     for (int64_t m : {3, 32, 520, 127}) {
       auto ps = sim.problems({m, 1003, kSplitShardK * w, 1, m == 32 ? DType::fp16 : DType::bf16,
-                              m == 32 ? BLayout::KN : BLayout::NK},
+                              m == 32 ? BLayout::kn : BLayout::nk},
                              400 + uint64_t(m), true);
       const std::string shape = world_label(w) + label(ps[0].shape()) + " ksplit" + (m == 127 ? " bands" : "");
       if (m == 127) setenv("TAXFREE_AGMM_KSPLIT_PATH", "bands", 1);
@@ -331,7 +331,7 @@ TEST(AgmmSim, CublasLtVariantsAtTwoToEightRanks) {
     SimulatedAgmm sim(w, std::max<int64_t>(1024, 500 * w), kSplitShardK * w);
     for (int gd : {0, 1}) {
       const bool bf16 = gd == 0;
-      auto ps = sim.problems(odd_shape(gd, bf16 ? DType::bf16 : DType::fp16, bf16 ? BLayout::NK : BLayout::KN, w),
+      auto ps = sim.problems(odd_shape(gd, bf16 ? DType::bf16 : DType::fp16, bf16 ? BLayout::nk : BLayout::kn, w),
                              700 + uint64_t(w) * 2 + uint64_t(gd), false);
       const std::string shape = world_label(w) + label(ps[0].shape()) + " ";
       sim.run(ps, AgmmVariant::decomposed, shape + "decomposed");
@@ -339,7 +339,7 @@ TEST(AgmmSim, CublasLtVariantsAtTwoToEightRanks) {
     }
     for (int64_t m : {40, 200}) {
       auto ps = sim.problems({m, 1003, kSplitShardK * w, 1, m == 40 ? DType::fp16 : DType::bf16,
-                              m == 40 ? BLayout::KN : BLayout::NK},
+                              m == 40 ? BLayout::kn : BLayout::nk},
                              720 + uint64_t(m), true);
       const std::string shape = world_label(w) + label(ps[0].shape()) + " ";
       for (AgmmVariant v : {AgmmVariant::nsplit, AgmmVariant::ksplit}) {
@@ -362,9 +362,9 @@ TEST(AgmmSim, HundredsOfMixedLaunchesWithoutResetAtThreeRanks) {
   REQUIRE_SIMULATION_ENV();
   constexpr int kWorld = 3;
   SimulatedAgmm sim(kWorld, 1024, kSplitShardK * kWorld);
-  auto rows = sim.problems({kWorld * 128, 264, 520, 0, DType::bf16, BLayout::NK}, 500, false);  // whole tiles: pull
+  auto rows = sim.problems({kWorld * 128, 264, 520, 0, DType::bf16, BLayout::nk}, 500, false);  // whole tiles: pull
   // Whole k-tiles (pull), M <= 32 (ksplit's skinny path).
-  auto cols = sim.problems({32, 264, 1024 * kWorld, 1, DType::bf16, BLayout::KN}, 501, true);
+  auto cols = sim.problems({32, 264, 1024 * kWorld, 1, DType::bf16, BLayout::kn}, 501, true);
   std::vector<AgmmVariant> gathering = {AgmmVariant::pull, AgmmVariant::decomposed};
   for (const SimVariant& sv : kGatherVariants) gathering.push_back(sv.v);
   std::vector<AgmmVariant> splitting = gathering;
@@ -393,7 +393,7 @@ TEST(AgmmSim, KsplitAmongOtherVariantsAtEightRanksWithOneLate) {
   REQUIRE_SIMULATION_ENV();
   constexpr int kWorld = 8;
   SimulatedAgmm sim(kWorld, 443, 2176);
-  auto ps = sim.problems({443, 5, 2176, 1, DType::fp16, BLayout::KN}, 810, true);
+  auto ps = sim.problems({443, 5, 2176, 1, DType::fp16, BLayout::kn}, 810, true);
   using V = AgmmVariant;
   sim.burst(ps,
             {V::fused_ce, V::ksplit, V::fused_ce, V::fused_ce, V::decomposed, V::push, V::nsplit, V::decomposed,
@@ -413,7 +413,7 @@ TEST(AgmmSim, CublasLtBehindWaitingRanksAtFiveRanks) {
   REQUIRE_SIMULATION_ENV();
   constexpr int kWorld = 5;
   SimulatedAgmm sim(kWorld, 38, 160);
-  auto ps = sim.problems({38, 360, 160, 1, DType::bf16, BLayout::KN}, 830, true);
+  auto ps = sim.problems({38, 360, 160, 1, DType::bf16, BLayout::kn}, 830, true);
   using V = AgmmVariant;
   const std::string shape = label(ps[0].shape());
   for (int round = 0; round < 3; ++round)
@@ -443,15 +443,15 @@ TEST(AgmmSim, GraphReplayAtTwoThreeAndEightRanks) {
     SimulatedAgmm sim(w, std::max<int64_t>(520, 203 * w), std::max<int64_t>(1001, kShardK * w));
     const int late = w - 1;
     const uint64_t seed = 900 + 10 * uint64_t(w);
-    auto rows = sim.problems({203 * w, 264, 1001, 0, DType::bf16, BLayout::NK}, seed, false);
+    auto rows = sim.problems({203 * w, 264, 1001, 0, DType::bf16, BLayout::nk}, seed, false);
     const std::string rows_shape = world_label(w) + label(rows[0].shape()) + " ";
     for (V v : {V::push, V::sm_specialized, V::fused_ce, V::decomposed})
       sim.replay(rows, v, false, late, seed + 1, rows_shape + variant_name(v));
     sim.replay(rows, V::push, true, late, seed + 4, rows_shape + "push in place");
-    auto whole = sim.problems({128 * w, 264, 520, 0, DType::bf16, BLayout::KN}, seed + 5, false);
+    auto whole = sim.problems({128 * w, 264, 520, 0, DType::bf16, BLayout::kn}, seed + 5, false);
     sim.replay(whole, V::pull, false, late, seed + 6, world_label(w) + label(whole[0].shape()) + " pull");
     for (int64_t m : {200, 24, 520}) {
-      auto cols = sim.problems({m, 1003, kShardK * w, 1, DType::fp16, BLayout::KN}, seed + 7, true);
+      auto cols = sim.problems({m, 1003, kShardK * w, 1, DType::fp16, BLayout::kn}, seed + 7, true);
       const std::string cols_shape = world_label(w) + label(cols[0].shape()) + " B replicated ";
       std::vector<V> vs = {V::ksplit};
       if (m == 200) vs = {V::push, V::sm_specialized, V::fused_ce, V::decomposed, V::nsplit, V::ksplit};
@@ -466,7 +466,7 @@ TEST(AgmmSim, GraphReplayAtTwoThreeAndEightRanks) {
 TEST(AgmmSim, BspIsNotSupportedWithoutNccl) {
   REQUIRE_SIMULATION_ENV();
   SimulatedAgmm sim(2, 1000, 1008);
-  auto ps = sim.problems(odd_shape(0, DType::bf16, BLayout::NK, 2), 600, false);
+  auto ps = sim.problems(odd_shape(0, DType::bf16, BLayout::nk, 2), 600, false);
   for (AgmmVariant v : {AgmmVariant::bsp, AgmmVariant::bsp_own}) {
     try {
       sim.op(0).launch(v, ps[0].args(), sim.stream(0));
@@ -493,7 +493,7 @@ TEST(AgmmSim, RandomShapesAtRandomWorlds) {
   for (int i = 0; i < 6; ++i) {
     const int w = rnd.uni(2, 8), gd = rnd.uni(0, 1);
     const DType t = rnd.uni(0, 1) ? DType::bf16 : DType::fp16;
-    const BLayout l = rnd.uni(0, 1) ? BLayout::NK : BLayout::KN;
+    const BLayout l = rnd.uni(0, 1) ? BLayout::nk : BLayout::kn;
     const int64_t n = rnd.log_uni(1, 1024);
     const bool whole = rnd.uni(0, 3) == 0;  // shards of whole 128-row tiles or 64-column k-blocks: pull runs
     const int64_t m = gd == 0 ? w * (whole ? 128 * rnd.log_uni(1, 3) : rnd.log_uni(1, 400)) : rnd.log_uni(1, 1000);

@@ -75,10 +75,10 @@ class Problem {
     const int w = world_;
     sh_ = agmm_shard_shape(s.m, s.k, s.gather_dim, w);
     lda_ = round8(sh_.cols) + 8;
-    ldb_ = (s.layout == BLayout::NK ? round8(s.k) : round8(s.n)) + 8;
+    ldb_ = (s.layout == BLayout::nk ? round8(s.k) : round8(s.n)) + 8;
     ldc_ = round8(s.n) + 16;
     for (int r = 0; r < w; ++r) shards_.push_back(random_matrix(sh_.rows, sh_.cols, lda_, 1000 * seed + uint64_t(r)));
-    const int64_t b_rows = s.layout == BLayout::NK ? s.n : s.k, b_cols = s.layout == BLayout::NK ? s.k : s.n;
+    const int64_t b_rows = s.layout == BLayout::nk ? s.n : s.k, b_cols = s.layout == BLayout::nk ? s.k : s.n;
     b_ = random_matrix(b_rows, b_cols, ldb_, b_seed());
     a_dev_ = std::make_unique<DevBuf>(shards_[0].size() * 2);
     b_dev_ = std::make_unique<DevBuf>(b_.size() * 2);
@@ -94,7 +94,7 @@ class Problem {
     const int w = world_;
     seed_ = seed;
     for (int r = 0; r < w; ++r) shards_[size_t(r)] = random_matrix(sh_.rows, sh_.cols, lda_, 1000 * seed + uint64_t(r));
-    const int64_t b_rows = s_.layout == BLayout::NK ? s_.n : s_.k, b_cols = s_.layout == BLayout::NK ? s_.k : s_.n;
+    const int64_t b_rows = s_.layout == BLayout::nk ? s_.n : s_.k, b_cols = s_.layout == BLayout::nk ? s_.k : s_.n;
     b_ = random_matrix(b_rows, b_cols, ldb_, b_seed());
     upload();
     reference();
@@ -215,7 +215,7 @@ class Problem {
     return shards_[size_t(c / sh_.cols)][size_t(r * lda_ + c % sh_.cols)];
   }
   float b_at(int64_t kk, int64_t j) const {
-    return bits_to_float(s_.dtype, s_.layout == BLayout::NK ? b_[size_t(j * ldb_ + kk)] : b_[size_t(kk * ldb_ + j)]);
+    return bits_to_float(s_.dtype, s_.layout == BLayout::nk ? b_[size_t(j * ldb_ + kk)] : b_[size_t(kk * ldb_ + j)]);
   }
   // float64 reference of a sample of rows: band edges of 64 rows, shard boundaries, random ones.
   void reference() {

@@ -88,7 +88,7 @@ TEST_P(AgmmKsplit, MatchesReferenceIdenticallyOnEveryRank) {
 
 INSTANTIATE_TEST_SUITE_P(Types, AgmmKsplit,
                          ::testing::Combine(::testing::Values(DType::bf16, DType::fp16),
-                                            ::testing::Values(BLayout::NK, BLayout::KN),
+                                            ::testing::Values(BLayout::nk, BLayout::kn),
                                             ::testing::Values(AgmmVariant::ksplit, AgmmVariant::nsplit)),
                          [](const auto& info) {
                            return std::string(gemm::dtype_name(std::get<0>(info.param))) + "_" +
@@ -141,7 +141,7 @@ TEST_P(AgmmKsplitPathsAgree, MatchesReferenceAndTheTwoKernelPath) {
 
 INSTANTIATE_TEST_SUITE_P(Types, AgmmKsplitPathsAgree,
                          ::testing::Combine(::testing::Values(DType::bf16, DType::fp16),
-                                            ::testing::Values(BLayout::NK, BLayout::KN)),
+                                            ::testing::Values(BLayout::nk, BLayout::kn)),
                          [](const auto& info) {
                            return std::string(gemm::dtype_name(std::get<0>(info.param))) + "_" +
                                   gemm::layout_name(std::get<1>(info.param));
@@ -155,9 +155,9 @@ TEST(AgmmKsplitSkinnyMany, ThousandLaunchesAcrossBothPaths) {
   TF_REQUIRE_GPUS(1);
   auto& t = team();
   Ops ops({}, t.world() * 4104);
-  Problem small(ksplit_shape(3, 3592, DType::bf16, BLayout::NK), 110, true);
-  Problem mid(ksplit_shape(32, 1000, DType::bf16, BLayout::NK), 111, true);
-  Problem tall(ksplit_shape(33, 1000, DType::bf16, BLayout::NK), 112, true);
+  Problem small(ksplit_shape(3, 3592, DType::bf16, BLayout::nk), 110, true);
+  Problem mid(ksplit_shape(32, 1000, DType::bf16, BLayout::nk), 111, true);
+  Problem tall(ksplit_shape(33, 1000, DType::bf16, BLayout::nk), 112, true);
   auto s = t.stream();
   small.poison_c(s);
   mid.poison_c(s);
@@ -192,8 +192,8 @@ TEST(AgmmKsplitMany, ThousandLaunchesAlternatingShapes) {
   auto& t = team();
   Ops ops({}, t.world() * 4104);
   for (AgmmVariant v : {AgmmVariant::ksplit, AgmmVariant::nsplit}) {
-    Problem small(ksplit_shape(5, 1003, DType::bf16, BLayout::NK), 60, true);
-    Problem big(ksplit_shape(300, 1003, DType::bf16, BLayout::NK), 61, true);
+    Problem small(ksplit_shape(5, 1003, DType::bf16, BLayout::nk), 60, true);
+    Problem big(ksplit_shape(300, 1003, DType::bf16, BLayout::nk), 61, true);
     auto s = t.stream();
     small.poison_c(s);
     ops.poison(big);
@@ -224,8 +224,8 @@ TEST(AgmmKsplitMany, BothExchangeProtocolsAlternating) {
   TF_REQUIRE_GPUS(1);
   auto& t = team();
   Ops ops({}, t.world() * 4104);
-  Problem a2a(ksplit_shape(200, 1003, DType::bf16, BLayout::NK), 64, true);
-  Problem rs(ksplit_shape(300, 3592, DType::bf16, BLayout::KN), 65, true);
+  Problem a2a(ksplit_shape(200, 1003, DType::bf16, BLayout::nk), 64, true);
+  Problem rs(ksplit_shape(300, 3592, DType::bf16, BLayout::kn), 65, true);
   // The size rule picks them so at two ranks.
   ASSERT_FALSE(agmm::ksplit_owner_sums(200 * 1008 * 4, 2));
   ASSERT_TRUE(agmm::ksplit_owner_sums(300 * 3592 * 4, 2));
@@ -269,7 +269,7 @@ TEST_P(AgmmKsplitPaths, RankSkew) {
   Ops ops({}, t.world() * 4104);
   std::optional<PathEnv> path;
   if (GetParam().forced) path.emplace(GetParam().forced);
-  Problem p(ksplit_shape(GetParam().m, 1003, DType::fp16, BLayout::KN), 70, true);
+  Problem p(ksplit_shape(GetParam().m, 1003, DType::fp16, BLayout::kn), 70, true);
   const Problem decoy = p.decoy();
   for (int round = 0; round < 2 * t.world(); ++round) {
     ops.poison(p);
@@ -297,7 +297,7 @@ TEST_P(AgmmKsplitPaths, CudaGraphCaptureAndReplay) {
   Ops ops({}, t.world() * 4104);
   std::optional<PathEnv> path;
   if (GetParam().forced) path.emplace(GetParam().forced);
-  Problem p(ksplit_shape(GetParam().m, 1003, DType::bf16, BLayout::KN), 80, true);
+  Problem p(ksplit_shape(GetParam().m, 1003, DType::bf16, BLayout::kn), 80, true);
   auto s = t.stream();
   const AgmmVariant v = GetParam().variant;
   ops.plain->launch(v, replicated(p.args()), s);  // outside the graph: cuBLASLt's plan
@@ -336,14 +336,14 @@ INSTANTIATE_TEST_SUITE_P(M, AgmmKsplitPaths,
 TEST(AgmmKsplitMany, AutoPicksKsplitOnlyWithReplicatedB) {
   TF_REQUIRE_GPUS(1);
   Ops ops({}, team().world() * 4104);
-  Problem p(ksplit_shape(7, 1003, DType::bf16, BLayout::NK), 90, true);
+  Problem p(ksplit_shape(7, 1003, DType::bf16, BLayout::nk), 90, true);
   const VariantRun automatic{"auto", false, AgmmVariant::automatic};
   ASSERT_EQ(choose_agmm_variant(replicated(p.args()), team().world(), ops.plain->config()), AgmmVariant::ksplit);
   launch_checked(ops, p, automatic, replicated(p.args()), "auto (ksplit)");
   p.expect_c_same_on_every_rank("auto (ksplit)");
   ASSERT_NE(choose_agmm_variant(p.args(), team().world(), ops.plain->config()), AgmmVariant::ksplit);
   launch_checked(ops, p, automatic, p.args(), "auto without b_replicated");
-  Problem tall(ksplit_shape(agmm::kNsplitMinM + 3, 1003, DType::bf16, BLayout::NK), 91, true);
+  Problem tall(ksplit_shape(agmm::kNsplitMinM + 3, 1003, DType::bf16, BLayout::nk), 91, true);
   ASSERT_EQ(choose_agmm_variant(replicated(tall.args()), team().world(), ops.plain->config()), AgmmVariant::nsplit);
   launch_checked(ops, tall, automatic, replicated(tall.args()), "auto (nsplit)");
   tall.expect_c_same_on_every_rank("auto (nsplit)");
@@ -366,9 +366,9 @@ TEST(AgmmKsplitMany, RejectsBeforeLaunchNamingTheLimit) {
       EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << what << ": " << e.what();
     }
   };
-  Problem gd0(odd_shape(0, DType::bf16, BLayout::NK), 95);
-  Problem tall(ksplit_shape(65, 1003, DType::bf16, BLayout::NK), 96, true);
-  Problem wide(ksplit_shape(8, 1010, DType::bf16, BLayout::NK), 97, true);
+  Problem gd0(odd_shape(0, DType::bf16, BLayout::nk), 95);
+  Problem tall(ksplit_shape(65, 1003, DType::bf16, BLayout::nk), 96, true);
+  Problem wide(ksplit_shape(8, 1010, DType::bf16, BLayout::nk), 97, true);
   for (AgmmVariant variant : {AgmmVariant::ksplit, AgmmVariant::nsplit}) {
     v = variant;
     expect_error("gather_dim 0", replicated(gd0.args()), Status::NotSupported, variant_name(v));
@@ -386,7 +386,7 @@ TEST(AgmmKsplitMany, RejectsBeforeLaunchNamingTheLimit) {
   // An unknown forced path or exchange names the value, and nothing is enqueued: the next launch
   // (M = 40: the two-kernel path, which reads both) still pairs with the peers' and matches.
   v = AgmmVariant::ksplit;
-  Problem mid(ksplit_shape(40, 1003, DType::bf16, BLayout::NK), 98, true);
+  Problem mid(ksplit_shape(40, 1003, DType::bf16, BLayout::nk), 98, true);
   {
     PathEnv path("ring");
     expect_error("TAXFREE_AGMM_KSPLIT_PATH=ring", replicated(mid.args()), Status::InvalidArgument, "'ring'");

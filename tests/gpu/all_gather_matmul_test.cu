@@ -38,7 +38,7 @@ TEST_P(AgmmEveryVariant, MatchesReferenceAndGathersIdentically) {
 
 INSTANTIATE_TEST_SUITE_P(Shapes, AgmmEveryVariant,
                          ::testing::Combine(::testing::Values(0, 1), ::testing::Values(DType::bf16, DType::fp16),
-                                            ::testing::Values(BLayout::NK, BLayout::KN)),
+                                            ::testing::Values(BLayout::nk, BLayout::kn)),
                          [](const auto& info) {
                            return "gd" + std::to_string(std::get<0>(info.param)) + "_" +
                                   gemm::dtype_name(std::get<1>(info.param)) + "_" +
@@ -55,15 +55,15 @@ TEST(Agmm, PushWithTinyPiecesOneCtaAndDecodeShapes) {
   cfg.push_ctas = 1;
   Ops ops(cfg);
   const VariantRun push{"push", false, AgmmVariant::push};
-  for (const Shape& s : {Shape{w * 200, 520, 1000, 0, DType::bf16, BLayout::NK},
-                         Shape{333, 520, w * 264, 1, DType::bf16, BLayout::KN}}) {
+  for (const Shape& s : {Shape{w * 200, 520, 1000, 0, DType::bf16, BLayout::nk},
+                         Shape{333, 520, w * 264, 1, DType::bf16, BLayout::kn}}) {
     Problem p(s, 77);
     launch_checked(ops, p, push, p.args(), label(s) + " push, 64-column pieces, 1 CTA");
     launch_checked(ops, p, kRuns[8], p.args(), label(s) + " sm-specialized, 64-column pieces, 1 mover cluster");
   }
   Ops defaults;
   for (int64_t m : {1, 2, 7}) {
-    const Shape s{m, 3584, w * 1024, 1, DType::bf16, BLayout::KN};
+    const Shape s{m, 3584, w * 1024, 1, DType::bf16, BLayout::kn};
     Problem p(s, 78 + uint64_t(m));
     for (const VariantRun& run : kRuns) launch_checked(defaults, p, run, p.args(), label(s) + " " + run.name);
   }
@@ -77,7 +77,7 @@ TEST(Agmm, FusedCeGatherDim1RotatedKLoop) {
   Ops ops;
   const VariantRun fused{"fused-ce", false, AgmmVariant::fused_ce};
   for (DType t : {DType::bf16, DType::fp16})
-    for (BLayout l : {BLayout::NK, BLayout::KN})
+    for (BLayout l : {BLayout::nk, BLayout::kn})
       for (const Shape& s : {Shape{333, 1000, w * 320, 1, t, l}, Shape{520, 3584, w * 1024, 1, t, l}}) {
         Problem p(s, 90 + uint64_t(s.m) + uint64_t(t) * 2 + uint64_t(l));
         launch_checked(ops, p, fused, p.args(), label(s) + " fused-ce rotated");
@@ -98,7 +98,7 @@ TEST(Agmm, PullReadsEachTileFromTheRankHoldingIt) {
   const VariantRun pull{"pull", false, AgmmVariant::pull};
   uint64_t seed = 700;
   for (DType dt : {DType::bf16, DType::fp16})
-    for (BLayout l : {BLayout::NK, BLayout::KN})
+    for (BLayout l : {BLayout::nk, BLayout::kn})
       for (const Shape& s : {Shape{w * 256, 1000, 520, 0, dt, l}, Shape{333, 1000, w * 320, 1, dt, l},
                              Shape{7, 3584, w * 1024, 1, dt, l}}) {
         Problem p(s, seed++);
@@ -106,8 +106,8 @@ TEST(Agmm, PullReadsEachTileFromTheRankHoldingIt) {
         launch_checked(ops, p, pull, p.args(), label(s) + " pull, in place", true);
       }
   for (int gd : {0, 1}) {
-    Problem p(gd == 0 ? Shape{w * 128, 1000, 520, 0, DType::bf16, BLayout::NK}
-                      : Shape{200, 1000, w * 256, 1, DType::bf16, BLayout::KN},
+    Problem p(gd == 0 ? Shape{w * 128, 1000, 520, 0, DType::bf16, BLayout::nk}
+                      : Shape{200, 1000, w * 256, 1, DType::bf16, BLayout::kn},
               seed++);
     for (int i = 0; i < 2 * int(w); ++i) {
       auto s = t.stream();
@@ -123,7 +123,7 @@ TEST(Agmm, PullReadsEachTileFromTheRankHoldingIt) {
     }
   }
   for (int gd : {0, 1}) {
-    Problem odd(odd_shape(gd, DType::bf16, BLayout::NK), seed++);
+    Problem odd(odd_shape(gd, DType::bf16, BLayout::nk), seed++);
     try {
       ops.plain->launch(AgmmVariant::pull, odd.args(), t.stream());
       ADD_FAILURE() << label(odd.shape()) << ": pull ran on shards that are not whole tiles";
@@ -139,7 +139,7 @@ TEST(Agmm, RankSkew) {
   auto& t = team();
   Ops ops;
   for (int gd : {0, 1}) {
-    Problem p(odd_shape(gd, DType::bf16, BLayout::NK), 300 + uint64_t(gd));
+    Problem p(odd_shape(gd, DType::bf16, BLayout::nk), 300 + uint64_t(gd));
     int round = 0;
     for (const VariantRun& run : {kRuns[0], kRuns[4], kRuns[5], kRuns[6], kRuns[8]}) {
       auto s = t.stream();
@@ -167,7 +167,7 @@ TEST(Agmm, DecomposedEarlyAndLateGemmUnderSkewAndRepeats) {
   Ops ops({}, 0, t.world() * (agmm::kDecEarlyGemmMaxRows + 1));
   const VariantRun& run = kRuns[4];
   for (int64_t rows : {agmm::kDecEarlyGemmMaxRows, agmm::kDecEarlyGemmMaxRows + 1}) {
-    Problem p(Shape{t.world() * rows, 264, 520, 0, DType::bf16, BLayout::NK}, 600 + uint64_t(rows));
+    Problem p(Shape{t.world() * rows, 264, 520, 0, DType::bf16, BLayout::nk}, 600 + uint64_t(rows));
     const Problem decoy = p.decoy();
     const std::string what = label(p.shape()) + " decomposed";
     for (int late = 0; late < t.world(); ++late) {
@@ -197,8 +197,8 @@ TEST(Agmm, ThousandLaunchesWithoutReset) {
   auto& t = team();
   Ops ops;
   const int64_t w = t.world();
-  Problem rows(Shape{w * 96, 264, 520, 0, DType::bf16, BLayout::NK}, 900);
-  Problem cols(Shape{96, 264, w * 264, 1, DType::bf16, BLayout::KN}, 900);  // decomposed at gather_dim 1
+  Problem rows(Shape{w * 96, 264, 520, 0, DType::bf16, BLayout::nk}, 900);
+  Problem cols(Shape{96, 264, w * 264, 1, DType::bf16, BLayout::kn}, 900);  // decomposed at gather_dim 1
   const std::pair<Problem*, VariantRun> cases[] = {{&rows, kRuns[5]}, {&rows, kRuns[4]}, {&rows, kRuns[6]},
                                                    {&rows, kRuns[8]}, {&cols, kRuns[4]}, {&cols, kRuns[8]}};
   const Problem rows_decoy = rows.decoy(), cols_decoy = cols.decoy();
@@ -231,7 +231,7 @@ TEST(Agmm, PushAndSmSpecializedInterleaved) {
   auto& t = team();
   Ops ops;
   for (int gd : {0, 1}) {
-    Problem p(odd_shape(gd, DType::bf16, BLayout::NK), 950 + uint64_t(gd));
+    Problem p(odd_shape(gd, DType::bf16, BLayout::nk), 950 + uint64_t(gd));
     const Problem decoy = p.decoy();  // push's inputs; sm-specialized's last launch then reads its own
     auto s = t.stream();
     p.poison_c(s);
@@ -255,7 +255,7 @@ TEST(Agmm, CudaGraphCaptureAndReplay) {
   auto& t = team();
   Ops ops;
   for (int gd : {0, 1}) {
-    Problem p(odd_shape(gd, DType::bf16, BLayout::KN), 700 + uint64_t(gd));
+    Problem p(odd_shape(gd, DType::bf16, BLayout::kn), 700 + uint64_t(gd));
     const Problem decoy = p.decoy();  // the graph's first launch: the second must not read its data
     for (const VariantRun& run : {kRuns[1], kRuns[4], kRuns[5], kRuns[6], kRuns[8]}) {
       AllGatherMatmul& op = run.sym ? *ops.sym : *ops.plain;
@@ -287,7 +287,7 @@ TEST(Agmm, RejectsBadArgumentsBeforeLaunch) {
   TF_REQUIRE_GPUS(1);
   auto& t = team();
   Ops ops;
-  Problem p(odd_shape(0, DType::bf16, BLayout::NK), 5);
+  Problem p(odd_shape(0, DType::bf16, BLayout::nk), 5);
   auto expect_invalid = [&](const std::string& what, AgmmArgs a, const char* needle, AllGatherMatmul* op = nullptr) {
     try {
       (op ? op : ops.plain.get())->launch(AgmmVariant::push, a, t.stream());
@@ -361,7 +361,7 @@ void with_launch_checked_op(
     AgmmConfig cfg;
     cfg.max_m = 512 * t.world(), cfg.max_k = 1024 * t.world(), cfg.ksplit_max_m = 0;
     AllGatherMatmul op(share, cfg);
-    Problem p(odd_shape(0, DType::bf16, BLayout::NK), 901);
+    Problem p(odd_shape(0, DType::bf16, BLayout::nk), 901);
     auto s = t.stream();
     const auto run = [&](const std::string& what) {
       p.poison_c(s);

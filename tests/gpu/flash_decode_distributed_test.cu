@@ -43,7 +43,7 @@ TEST(FlashDecodeDist, OddSlicesEveryGqaRatioBothHeadDimsBothDtypes) {
     Local l;
     upload_local(g, l);
     Op op(p);
-    for (Variant v : kVariants) check(g, run_checked(op, v, p, l), name(p) + " " + variant_name(v));
+    for (FlashDecodeVariant v : kVariants) check(g, run_checked(op, v, p, l), name(p) + " " + variant_name(v));
   }
 }
 
@@ -58,8 +58,8 @@ TEST(FlashDecodeDist, PlainBspBuffersAndBothVariantsOnOneOp) {
   // Alternating variants on one op: bsp keeps its own buffers, so fused's parities stay valid. The
   // q alternates too, so a launch that read the last one's data would show.
   for (int i = 0; i < 3; ++i)
-    for (Variant v : kVariants) {
-      const Global& gi = (i + int(v == Variant::fused)) % 2 ? g2 : g;
+    for (FlashDecodeVariant v : kVariants) {
+      const Global& gi = (i + int(v == FlashDecodeVariant::fused)) % 2 ? g2 : g;
       l.q_d.upload(gi.q);
       check(gi, run_checked(plain, v, p, l), std::string("plain ") + variant_name(v));
     }
@@ -73,14 +73,14 @@ TEST(FlashDecodeDist, PagedMatchesContiguousBitwise) {
   Local l;
   upload_local(g, l);
   Op op(p);
-  for (Variant v : kVariants) {
+  for (FlashDecodeVariant v : kVariants) {
     l.paged.reset();
     const auto contiguous = run_checked(op, v, p, l);
     check(g, contiguous, std::string("contiguous ") + variant_name(v));
-    for (auto [layout, page] : {std::pair{KvLayout::PagedHND, 16}, std::pair{KvLayout::PagedNHD, 64}}) {
+    for (auto [layout, page] : {std::pair{KvLayout::paged_hnd, 16}, std::pair{KvLayout::paged_nhd, 64}}) {
       l.paged = std::make_unique<Paged>(make_paged(l.k, l.v, p.batch, p.kv_heads, l.cap, p.head_dim, layout, page,
                                                    uint64_t(page) + team().rank()));
-      const std::string what = std::string(variant_name(v)) + (layout == KvLayout::PagedHND ? " HND" : " NHD");
+      const std::string what = std::string(variant_name(v)) + (layout == KvLayout::paged_hnd ? " HND" : " NHD");
       const auto paged = run_checked(op, v, p, l);
       // Same tiles (absolute positions), same splits, same math: same bits.
       EXPECT_TRUE(paged == contiguous) << what << " differs from the contiguous cache";
@@ -107,7 +107,7 @@ TEST(FlashDecodeDist, ForcedSplitCountsAndPersistentGrid) {
     const FusedPlan fp = op->fused_plan(l.args(p));
     EXPECT_EQ(fp.num_splits, splits);
     if (splits == 64) EXPECT_LT(fp.grid, fp.items) << "expected a persistent grid";
-    for (Variant v : kVariants) check(g, run_checked(op, v, p, l), name(p) + " " + variant_name(v));
+    for (FlashDecodeVariant v : kVariants) check(g, run_checked(op, v, p, l), name(p) + " " + variant_name(v));
   }
   // More groups than resident CTAs with one split each: 40 x 8 = 320 groups.
   Problem p;
@@ -120,7 +120,7 @@ TEST(FlashDecodeDist, ForcedSplitCountsAndPersistentGrid) {
   const FusedPlan fp = op->fused_plan(l.args(p));
   EXPECT_EQ(fp.items, 320);
   EXPECT_LE(fp.grid, fp.resident);
-  for (Variant v : kVariants) check(g, run_checked(op, v, p, l), std::string("320 groups ") + variant_name(v));
+  for (FlashDecodeVariant v : kVariants) check(g, run_checked(op, v, p, l), std::string("320 groups ") + variant_name(v));
 }
 
 // b=1, 96/12 heads, small odd slices: the heuristic's plan (11 splits on an H200), and the fused
@@ -144,8 +144,8 @@ TEST(FlashDecodeDist, SmallBatchAutoPlanFusedMatchesBspBitwise) {
     Problem same = p;
     same.num_splits = fp.num_splits;
     Op forced(same);
-    const auto bsp = run_checked(forced, Variant::bsp, same, l);
-    const auto fused = run_checked(op, Variant::fused, p, l);
+    const auto bsp = run_checked(forced, FlashDecodeVariant::bsp, same, l);
+    const auto fused = run_checked(op, FlashDecodeVariant::fused, p, l);
     check(g, bsp, name(p) + " bsp");
     check(g, fused, name(p) + " fused");
     EXPECT_TRUE(fused == bsp) << name(p) << ": fused differs from bsp";
@@ -214,12 +214,12 @@ TEST(FlashDecodeDist, ClusterSplitMergeMatchesGlobalMergeBitwise) {
       const std::string what = name(p) + " round " + std::to_string(round);
       const Global& gr = round % 2 ? g2 : g;
       l.q_d.upload(gr.q);
-      const auto a = run_checked(clustered, Variant::fused, p, l);
-      const auto b = run_checked(global, Variant::fused, same, l);
+      const auto a = run_checked(clustered, FlashDecodeVariant::fused, p, l);
+      const auto b = run_checked(global, FlashDecodeVariant::fused, same, l);
       check(gr, a, what + " clustered");
       check(gr, b, what + " global");
       EXPECT_TRUE(a == b) << what << ": the clustered merge differs from the global one";
-      if (round == 0) EXPECT_TRUE(a == run_checked(global, Variant::bsp, same, l)) << what << ": differs from bsp";
+      if (round == 0) EXPECT_TRUE(a == run_checked(global, FlashDecodeVariant::bsp, same, l)) << what << ": differs from bsp";
     }
   }
 }
@@ -264,9 +264,9 @@ TEST(FlashDecodeDist, DirectSplitMergeMatchesBspBitwise) {
       const std::string what = name(p) + " direct round " + std::to_string(round);
       const Global& gr = round % 2 ? g2 : g;
       l.q_d.upload(gr.q);
-      const auto a = run_checked(direct, Variant::fused, p, l);
+      const auto a = run_checked(direct, FlashDecodeVariant::fused, p, l);
       check(gr, a, what);
-      if (round != 1) EXPECT_TRUE(a == run_checked(forced, Variant::bsp, same, l)) << what << ": differs from bsp";
+      if (round != 1) EXPECT_TRUE(a == run_checked(forced, FlashDecodeVariant::bsp, same, l)) << what << ": differs from bsp";
     }
   }
 }
@@ -279,7 +279,7 @@ TEST(FlashDecodeDist, RejectsBadArgumentsBeforeLaunch) {
   Local l;
   upload_local(g, l);
   Op op(p);
-  auto expect_invalid = [&](const char* what, DecodeArgs a, const char* needle, Variant v = Variant::fused) {
+  auto expect_invalid = [&](const char* what, DecodeArgs a, const char* needle, FlashDecodeVariant v = FlashDecodeVariant::fused) {
     try {
       op->launch(v, a, team().stream());
       ADD_FAILURE() << what << ": no error";
@@ -309,7 +309,7 @@ TEST(FlashDecodeDist, RejectsBadArgumentsBeforeLaunch) {
   a.q = op_flags;
   expect_invalid("q over the op's flags", a, "overlaps the op's flags and buffers in the symmetric heap");
   // Every input, for both variants: bsp checks once, then its stages do not check again.
-  for (Variant v : {Variant::fused, Variant::bsp}) {
+  for (FlashDecodeVariant v : {FlashDecodeVariant::fused, FlashDecodeVariant::bsp}) {
     a = l.args(p);
     a.k = op_flags;
     expect_invalid("k over the op's flags", a, "k=", v);
@@ -319,7 +319,7 @@ TEST(FlashDecodeDist, RejectsBadArgumentsBeforeLaunch) {
     expect_invalid("slice_len over the op's flags", a, "slice_len=", v);
   }
   try {
-    op->launch(Variant(9), l.args(p), team().stream());
+    op->launch(FlashDecodeVariant(9), l.args(p), team().stream());
     ADD_FAILURE() << "bad variant: no error";
   } catch (const Error& e) {
     EXPECT_EQ(e.status(), Status::InvalidArgument);

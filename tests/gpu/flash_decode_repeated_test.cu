@@ -48,7 +48,7 @@ TEST(FlashDecodeDist, LargeBatchManyGroupsRepeatedSkewedSteps) {
     if (batch * kv >= t.sm_count())  // no cluster of a group's splits fits: the split plan's count
       EXPECT_EQ(fp.num_splits, choose_splits(batch, kv, l.args(p).max_len, t.sm_count())) << "groups >= SMs";
     const std::string what = name(p) + " b=" + std::to_string(batch);
-    const auto bsp = run_checked(op, Variant::bsp, p, l);
+    const auto bsp = run_checked(op, FlashDecodeVariant::bsp, p, l);
     check(g, bsp, what + " bsp");
     Rng delay{uint64_t(t.rank()) + 31};
     t.host_barrier("fdd.large");
@@ -57,7 +57,7 @@ TEST(FlashDecodeDist, LargeBatchManyGroupsRepeatedSkewedSteps) {
       if (step % world == t.rank() && step % 3 == 1) usleep(500 + delay.below(3000));  // this rank starts late
       DecodeArgs a = l.args(p);
       if (step % 2) a.q = q2.d.p;
-      op->launch(Variant::fused, a, t.stream());
+      op->launch(FlashDecodeVariant::fused, a, t.stream());
       const auto out = download_out(l);
       const std::string at = what + " fused step " + std::to_string(step);
       EXPECT_EQ(count_wrong(step % 2 ? g2 : g, out, at), 0) << at;  // no early exit: the peers would wait for this rank
@@ -116,7 +116,7 @@ TEST(FlashDecodeDist, LlThousandStepsChangingShapesAndInputs) {
       TF_CUDA(cudaMemcpyAsync(l.q_d.p, g.q.data(), g.q.size() * 2, cudaMemcpyHostToDevice, t.stream()));
       TF_CUDA(cudaMemsetAsync(l.out_d.p, 0xFF, l.out_d.n * 2, t.stream()));
       if (step % 97 == int(delay.below(97))) usleep(2000 + delay.below(20'000));  // skew
-      op->launch(Variant::fused, l.args(ps[i]), t.stream());
+      op->launch(FlashDecodeVariant::fused, l.args(ps[i]), t.stream());
       const auto out = download_out(l);
       const std::string what = std::string(merge == Op::SplitMerge::direct   ? "direct"
                                            : merge == Op::SplitMerge::global ? "global"
@@ -155,7 +155,7 @@ TEST(FlashDecodeDist, LateReaderWhilePeersRunAheadIntoAnotherShape) {
     for (int step = 0; step < 16; ++step) {
       const int i = (step / 2) % 2;  // big, big, small, small, ...: each change on both parities
       TF_CUDA(cudaMemsetAsync(ls[i].out_d.p, 0xFF, ls[i].out_d.n * 2, t.stream()));
-      op->launch(Variant::fused, ls[i].args(ps[i]), t.stream());
+      op->launch(FlashDecodeVariant::fused, ls[i].args(ps[i]), t.stream());
       out = download_out(ls[i]);
       what = "step " + std::to_string(step) + " " + name(ps[i]) + (merge == Op::SplitMerge::direct ? " direct" : "");
       EXPECT_EQ(count_wrong(gs[i], out, what), 0) << what;
@@ -192,7 +192,7 @@ TEST(FlashDecodeDist, ThousandFusedStepsWithoutResetFreshInputs) {
     const bool checked = i == 0 || i == 99 || i == 100 || i == 500 || i == 999;
     if (checked) TF_CUDA(cudaMemsetAsync(l.out_d.p, 0xFF, l.out_d.n * 2, t.stream()));
     // A bsp step now and then: it must not disturb the fused epochs.
-    op->launch(i % 97 == 50 ? Variant::bsp : Variant::fused, a, t.stream());
+    op->launch(i % 97 == 50 ? FlashDecodeVariant::bsp : FlashDecodeVariant::fused, a, t.stream());
     if (checked) {
       t.sync(t.stream());
       check(g, download_out(l), "step " + std::to_string(i));
@@ -216,11 +216,11 @@ TEST(FlashDecodeDist, OpsBuiltAndDroppedThousandsOfTimes) {
   const uint64_t start = t.heap().used();
   for (int i = 0; i < 2500; ++i) {  // every op gets the q its predecessor did not: stale lines show
     Op op(p);
-    const Variant v = i % 2 ? Variant::fused : Variant::bsp;
+    const FlashDecodeVariant v = i % 2 ? FlashDecodeVariant::fused : FlashDecodeVariant::bsp;
     TF_CUDA(cudaMemcpyAsync(l.q_d.p, qs[i % 2].d.p, l.q_d.n * 2, cudaMemcpyDeviceToDevice, t.stream()));
     if (i % 250 == 0 || i == 2499) {
       check(gs[i % 2], run_checked(op, v, p, l), "op " + std::to_string(i) + " " + variant_name(v));
-      check(gs[i % 2], run_checked(op, Variant::fused, p, l), "op " + std::to_string(i) + " second launch");
+      check(gs[i % 2], run_checked(op, FlashDecodeVariant::fused, p, l), "op " + std::to_string(i) + " second launch");
     } else {
       op->launch(v, l.args(p), t.stream());
       t.sync(t.stream());  // the op's work is done before its heap goes back
@@ -287,7 +287,7 @@ TEST(FlashDecodeDist, CudaGraphReplayOfFusedSteps) {
     for (int i = 0; i < 4; ++i) {
       DecodeArgs a = m.l.args(m.p);
       if (i == 1 || i == 2) a.q = other_q.d.p;
-      (i % 2 ? m.direct : m.cluster)->launch(Variant::fused, a, t.stream());
+      (i % 2 ? m.direct : m.cluster)->launch(FlashDecodeVariant::fused, a, t.stream());
     }
   });
   for (int rep = 0; rep < 4; ++rep) {
@@ -301,7 +301,7 @@ TEST(FlashDecodeDist, CudaGraphReplayOfFusedSteps) {
     t.sync(t.stream());
     t.host_barrier("fdd.graph");
     graph.launch(t.stream());
-    if (rep % 2) op->launch(Variant::fused, m.l.args(m.p), t.stream());  // eager steps share the epochs
+    if (rep % 2) op->launch(FlashDecodeVariant::fused, m.l.args(m.p), t.stream());  // eager steps share the epochs
     t.sync(t.stream());
     check(m.g, download_out(m.l), "graph replay " + std::to_string(rep));
   }
@@ -323,7 +323,7 @@ TEST(FlashDecodeDist, DependentLaunchWaitsForTheKernelAheadThatWritesQ) {
   BothMerges m(1300);
   Dev<uint16_t> next(m.g.q.size());
   int round = 0;
-  for (Variant v : {Variant::bsp, Variant::fused, Variant::fused})
+  for (FlashDecodeVariant v : {FlashDecodeVariant::bsp, FlashDecodeVariant::fused, FlashDecodeVariant::fused})
     for (int rep = 0; rep < 2; ++rep, ++round) {
       Op& op = round < 4 ? m.cluster : m.direct;
       draw_q(m.g, 1400 + round);  // only the kernel ahead puts it in place

@@ -64,13 +64,13 @@ class SimulatedRanks {
   void launch(int r, const DecodeArgs& a, uint32_t combine_delay_ns = 0) {
     FlashDecode& op = *ops_[size_t(r)];
     op.set_combine_delay_ns(combine_delay_ns);
-    op.launch(Variant::fused, a, heaps_.stream(r));
+    op.launch(FlashDecodeVariant::fused, a, heaps_.stream(r));
   }
 
   // bsp needs NCCL, which simulated ranks do not have: refused before anything is enqueued.
   void expect_bsp_refused(int r, const DecodeArgs& a) {
     try {
-      ops_[size_t(r)]->launch(Variant::bsp, a, heaps_.stream(r));
+      ops_[size_t(r)]->launch(FlashDecodeVariant::bsp, a, heaps_.stream(r));
       ADD_FAILURE() << "bsp ran without NCCL on simulated rank " << r;
     } catch (const Error& e) {
       EXPECT_EQ(e.status(), Status::NotSupported) << e.what();
@@ -313,11 +313,11 @@ TEST(FlashDecodeSim, RandomShapesAtRandomWorlds) {
     for (int r = 0; r < world; ++r) upload_local(g, ls[size_t(r)], r);
     std::string cache = "contiguous";
     if (rnd.uni(0, 2) == 0) {  // every rank's slice in a paged cache of one layout and page size
-      const KvLayout layout = rnd.uni(0, 1) ? KvLayout::PagedHND : KvLayout::PagedNHD;
+      const KvLayout layout = rnd.uni(0, 1) ? KvLayout::paged_hnd : KvLayout::paged_nhd;
       const int page = 16 << rnd.uni(0, 4);
       for (Local& l : ls)
         l.paged = std::make_unique<Paged>(make_paged(l.k, l.v, p.batch, p.kv_heads, l.cap, p.head_dim, layout, page, rnd.bits()));
-      cache = std::string(layout == KvLayout::PagedHND ? "HND" : "NHD") + " page " + std::to_string(page);
+      cache = std::string(layout == KvLayout::paged_hnd ? "HND" : "NHD") + " page " + std::to_string(page);
     }
     const std::string what = "W=" + std::to_string(world) + " " + merge_name(merge) + " " + cache + " " +
                              dtype_name(p.dtype) + " D=" + std::to_string(p.head_dim) +

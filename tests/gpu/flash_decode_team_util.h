@@ -50,7 +50,7 @@ inline std::vector<uint16_t> download_out(const Local& l) {
 
 // Poison, align the ranks (peers write into this rank's buffers only after it is ready), launch,
 // wait, download.
-inline std::vector<uint16_t> run_checked(Op& op, Variant v, const Problem& p, Local& l) {
+inline std::vector<uint16_t> run_checked(Op& op, FlashDecodeVariant v, const Problem& p, Local& l) {
   auto& t = team();
   TF_CUDA(cudaMemsetAsync(l.out_d.p, 0xFF, l.out_d.n * 2, t.stream()));
   t.sync(t.stream());
@@ -71,6 +71,6 @@ inline std::string name(const Problem& p) {
          " splits=" + std::to_string(p.num_splits);
 }
 
-inline constexpr Variant kVariants[] = {Variant::bsp, Variant::fused};
+inline constexpr FlashDecodeVariant kVariants[] = {FlashDecodeVariant::bsp, FlashDecodeVariant::fused};
 
 }  // namespace taxfree::flash_decode::test

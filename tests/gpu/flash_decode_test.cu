@@ -294,7 +294,7 @@ TEST(FlashDecodeGpu, SmallBatchAutoPlanFreshInputs) {
     if (c.len == 12345) {
       DecodeConfig cfg;
       cfg.num_splits = r.num_splits;
-      const Paged pg = make_paged(d, KvLayout::PagedNHD, 64, seed);
+      const Paged pg = make_paged(d, KvLayout::paged_nhd, 64, seed);
       const Result rp = run.run(d, starts, p.lens, &pg, cfg);
       EXPECT_EQ(0, std::memcmp(rp.o.data(), r.o.data(), r.o.size() * 4)) << what << " paged";
       EXPECT_EQ(0, std::memcmp(rp.out.data(), r.out.data(), r.out.size() * 4)) << what << " paged";
@@ -368,11 +368,11 @@ TEST(FlashDecodeGpu, PagedMatchesContiguousBitwise) {
     cfg.num_splits = 5;
     const Result c = run.run(d, starts, lens, nullptr, cfg);
     expect_matches(d, c, o, lse, "contiguous");
-    for (KvLayout lay : {KvLayout::PagedHND, KvLayout::PagedNHD})
+    for (KvLayout lay : {KvLayout::paged_hnd, KvLayout::paged_nhd})
       for (int ps : {16, 64, 256}) {
         const Paged pg = make_paged(d, lay, ps, 7 * ps + hd);
         const Result r = run.run(d, starts, lens, &pg, cfg);
-        const std::string what = std::string(lay == KvLayout::PagedHND ? "HND" : "NHD") + " page " +
+        const std::string what = std::string(lay == KvLayout::paged_hnd ? "HND" : "NHD") + " page " +
                                  std::to_string(ps) + " D=" + std::to_string(hd);
         // Same tiles (aligned to absolute positions), same splits, same math: same bits.
         EXPECT_EQ(0, std::memcmp(r.o.data(), c.o.data(), c.o.size() * 4)) << what;
@@ -584,9 +584,9 @@ TEST(FlashDecodeGpu, RandomShapesHeuristicPlan) {
     std::string what = name(p) + " batch=" + std::to_string(p.batch) + " max_len=" +
                        std::to_string(*std::max_element(lens.begin(), lens.end()));
     if (rnd.uni(0, 2) == 0) {
-      const KvLayout layout = rnd.uni(0, 1) ? KvLayout::PagedHND : KvLayout::PagedNHD;
+      const KvLayout layout = rnd.uni(0, 1) ? KvLayout::paged_hnd : KvLayout::paged_nhd;
       pg = std::make_unique<Paged>(make_paged(d, layout, 16 << rnd.uni(0, 4), rnd.bits()));
-      what += std::string(layout == KvLayout::PagedHND ? " HND" : " NHD") + " page " + std::to_string(pg->page_size);
+      what += std::string(layout == KvLayout::paged_hnd ? " HND" : " NHD") + " page " + std::to_string(pg->page_size);
     }
     DecodeConfig cfg;
     const int plan_by = rnd.uni(0, 5);  // the heuristic for this device, for fewer SMs, or a split count

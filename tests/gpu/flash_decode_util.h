@@ -83,7 +83,7 @@ inline Paged make_paged(const std::vector<uint16_t>& k_in, const std::vector<uin
     for (int h = 0; h < kv_heads; ++h)
       for (int t = 0; t < capacity; ++t) {
         const size_t page = size_t(pg.table[size_t(b) * pg.max_pages + t / page_size]), off = t % page_size;
-        const size_t dst = layout == KvLayout::PagedHND ? ((page * kv_heads + h) * page_size + off) * head_dim
+        const size_t dst = layout == KvLayout::paged_hnd ? ((page * kv_heads + h) * page_size + off) * head_dim
                                                         : ((page * page_size + off) * kv_heads + h) * head_dim;
         const size_t src = ((size_t(b) * kv_heads + h) * capacity + t) * head_dim;
         std::copy_n(&k_in[src], head_dim, &k[dst]);

@@ -36,7 +36,7 @@ DrawnShape draw_shape(Draws& rnd) {
   const double ref_rows = m <= 96 ? double(m) : 2.0 * double(m) / 64 + double(m) / 97 + 2;
   k = std::max<int64_t>(1, std::min<int64_t>(k, int64_t(4e8 / (ref_rows * double(n)))));
   const DType dtype = rnd.coin() ? DType::bf16 : DType::fp16;
-  return {m, n, k, dtype, rnd.coin() ? BLayout::NK : BLayout::KN};
+  return {m, n, k, dtype, rnd.coin() ? BLayout::nk : BLayout::kn};
 }
 
 TEST(GemmRandomShapes, HeuristicConfigMatchesReference) {
@@ -69,7 +69,7 @@ TEST(GemmRandomShapes, RandomCompiledConfigsMatchReference) {
     DrawnShape s = draw_shape(rnd);
     GemmConfig cfg;
     do cfg = configs[size_t(rnd.uni(0, int(configs.size()) - 1))];
-    while (s.layout == BLayout::KN && cfg.bn % 64 != 0);  // [K, N] B loads whole 64-column boxes
+    while (s.layout == BLayout::kn && cfg.bn % 64 != 0);  // [K, N] B loads whole 64-column boxes
     if (cfg.cluster_k == 1) {
       const int cut = rnd.uni(0, 3);  // whole, split-K, tail split, stream-K
       cfg.splits = cut == 1 || cut == 2 ? std::vector<int>{2, 3, 4, 8, 16}[size_t(rnd.uni(0, 4))] : 1;

@@ -55,12 +55,12 @@ TEST_P(GemmSplit, EveryCompiledTileAndSplitMatchesReference) {
   TF_REQUIRE_GPUS(1);
   const auto [shape_index, layout] = GetParam();
   const SplitShape s = kSplitShapes[shape_index];
-  const DType dtype = layout == BLayout::NK ? DType::bf16 : DType::fp16;
+  const DType dtype = layout == BLayout::nk ? DType::bf16 : DType::fp16;
   const Problem p = make_problem(s.m, s.n, s.k, dtype, layout, 4321 + shape_index * 7 + int(layout));
   Output out(p);
   StreamGuard st;
   for (GemmConfig cfg : compiled_configs()) {
-    if (layout == BLayout::KN && cfg.bn % 64 != 0) continue;
+    if (layout == BLayout::kn && cfg.bn % 64 != 0) continue;
     for (const Variant& v : kVariants) {
       cfg.splits = v.splits, cfg.split_scope = v.scope, cfg.max_ctas = v.max_ctas, cfg.group_m = 2;
       const std::string what = "M=" + std::to_string(s.m) + " N=" + std::to_string(s.n) + " K=" +
@@ -87,7 +87,7 @@ TEST_P(GemmSplit, EveryCompiledTileAndSplitMatchesReference) {
 
 INSTANTIATE_TEST_SUITE_P(Shapes, GemmSplit,
                          ::testing::Combine(::testing::Range(0, int(std::size(kSplitShapes))),
-                                            ::testing::Values(BLayout::NK, BLayout::KN)),
+                                            ::testing::Values(BLayout::nk, BLayout::kn)),
                          [](const auto& info) {
                            const SplitShape s = kSplitShapes[std::get<0>(info.param)];
                            return "M" + std::to_string(s.m) + "_N" + std::to_string(s.n) + "_K" + std::to_string(s.k) +
@@ -109,8 +109,8 @@ TEST(GemmSplit, KClustersMatchSplitKBitForBit) {
   ASSERT_EQ(clustered.size(), 4u) << "a K-cluster tile was added or removed: update this test's comment";
   StreamGuard st;
   for (const SplitShape& s : shapes)
-    for (const BLayout layout : {BLayout::NK, BLayout::KN}) {
-      const DType dtype = layout == BLayout::NK ? DType::bf16 : DType::fp16;
+    for (const BLayout layout : {BLayout::nk, BLayout::kn}) {
+      const DType dtype = layout == BLayout::nk ? DType::bf16 : DType::fp16;
       const Problem p = make_problem(s.m, s.n, s.k, dtype, layout, 99 + int(s.m + s.k) + int(layout));
       Output out(p);
       for (GemmConfig cfg : clustered) {
@@ -132,7 +132,7 @@ TEST(GemmSplit, KClustersMatchSplitKBitForBit) {
 // Stream-K into an add epilogue: C += A * B once per element (only the reducing part adds).
 template <int kCluster>
 void expect_stream_k_adds_once() {
-  const Problem p = make_problem(257, 1030, 777, DType::bf16, BLayout::NK, 13);
+  const Problem p = make_problem(257, 1030, 777, DType::bf16, BLayout::nk, 13);
   Output c2(p);
   StreamGuard st;
   const std::vector<uint16_t> init = fill_random(p, c2, 5);  // C2 += A * B on top of these

@@ -73,7 +73,7 @@ TEST_P(GemmSwap, EverySwapTileAndSplitMatchesReference) {
 INSTANTIATE_TEST_SUITE_P(Shapes, GemmSwap,
                          ::testing::Combine(::testing::Range(0, int(std::size(kSwapShapes))),
                                             ::testing::Values(DType::bf16, DType::fp16),
-                                            ::testing::Values(BLayout::NK, BLayout::KN)),
+                                            ::testing::Values(BLayout::nk, BLayout::kn)),
                          shape_param_name(kSwapShapes));
 
 // C2 += A * B through the add epilogue, whole tiles and stream-K (only the reducing part adds);
@@ -98,8 +98,8 @@ void expect_swap_adds_once(DType dtype, BLayout layout, SplitScope scope) {
 TEST(GemmSwapHooks, AddIntoASecondBuffer) {
   TF_REQUIRE_GPUS(1);
   for (SplitScope scope : {SplitScope::all, SplitScope::stream}) {
-    expect_swap_adds_once<TileShape<32, 128, 10, 1, true>, __nv_bfloat16, Major::K>(DType::bf16, BLayout::NK, scope);
-    expect_swap_adds_once<TileShape<64, 128, 8, 1, true>, __half, Major::MN>(DType::fp16, BLayout::KN, scope);
+    expect_swap_adds_once<TileShape<32, 128, 10, 1, true>, __nv_bfloat16, Major::K>(DType::bf16, BLayout::nk, scope);
+    expect_swap_adds_once<TileShape<64, 128, 8, 1, true>, __half, Major::MN>(DType::fp16, BLayout::kn, scope);
   }
 }
 

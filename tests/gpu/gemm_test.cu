@@ -45,7 +45,7 @@ TEST_P(GemmAllConfigs, MatchesReference) {
   std::vector<GemmConfig> configs = compiled_configs();
   configs.push_back(choose_gemm_config(s.m, s.n, s.k, dtype, layout, device_sm_count()));
   for (GemmConfig cfg : configs) {
-    if (layout == BLayout::KN && cfg.bn % 64 != 0) continue;
+    if (layout == BLayout::kn && cfg.bn % 64 != 0) continue;
     cfg.group_m = 3;  // groups that do not divide the m-blocks
     const std::string what = label(s, dtype, layout) + " " + cfg.name();
     expect_repeatable(p, out, cfg, st.s, what);  // each launch into poisoned C, the same bits
@@ -64,7 +64,7 @@ TEST_P(GemmAllConfigs, MatchesReference) {
 INSTANTIATE_TEST_SUITE_P(Shapes, GemmAllConfigs,
                          ::testing::Combine(::testing::Range(0, int(std::size(kShapes))),
                                             ::testing::Values(DType::bf16, DType::fp16),
-                                            ::testing::Values(BLayout::NK, BLayout::KN)),
+                                            ::testing::Values(BLayout::nk, BLayout::kn)),
                          shape_param_name(kShapes));
 
 using Big = TileShape<128, 256, 4>;
@@ -79,7 +79,7 @@ GemmConfig big_config() { return config_of<Big>(); }
 
 template <class Shape>
 void expect_rotated_order_for_every_rank() {
-  const Problem p = make_problem(1000, 2056, 704, DType::bf16, BLayout::NK, 77);
+  const Problem p = make_problem(1000, 2056, 704, DType::bf16, BLayout::nk, 77);
   Output out(p);
   StreamGuard st;
   GemmConfig cfg = big_config();
@@ -141,7 +141,7 @@ __global__ void publish_a(const uint16_t* src, uint16_t* dst, int64_t m, int64_t
 
 template <class Shape>
 void expect_a_ready_waits() {
-  const Problem p = make_problem(1000, 1536, 1024, DType::bf16, BLayout::NK, 99);
+  const Problem p = make_problem(1000, 1536, 1024, DType::bf16, BLayout::nk, 99);
   Output out(p);
   DevBuf a(p.a.size() * 2), flags(64 * sizeof(uint64_t));
   TF_CUDA(cudaMemset(flags.p, 0, 64 * sizeof(uint64_t)));
@@ -198,7 +198,7 @@ TEST(GemmHooks, AReadyWaitsForFlagsSetByAnotherKernel) {
 
 TEST(GemmHooks, StoreIntoASecondBuffer) {
   TF_REQUIRE_GPUS(1);
-  const Problem p = make_problem(300, 1000, 520, DType::fp16, BLayout::KN, 5);
+  const Problem p = make_problem(300, 1000, 520, DType::fp16, BLayout::kn, 5);
   Output c(p), c2(p);
   StreamGuard st;
   c.poison(st.s);
@@ -225,8 +225,8 @@ void expect_add_into(DType dtype, BLayout layout) {
 
 TEST(GemmHooks, AddIntoABuffer) {
   TF_REQUIRE_GPUS(1);
-  expect_add_into<Big, __nv_bfloat16, Major::K>(DType::bf16, BLayout::NK);
-  expect_add_into<TileShape<64, 64, 13>, __half, Major::MN>(DType::fp16, BLayout::KN);
+  expect_add_into<Big, __nv_bfloat16, Major::K>(DType::bf16, BLayout::nk);
+  expect_add_into<TileShape<64, 64, 13>, __half, Major::MN>(DType::fp16, BLayout::kn);
 }
 
 // fp32 C (row stride ld, NaN-poisoned before) against the reference: every element of every row
@@ -282,13 +282,13 @@ struct StoreF32 {
 
 TEST(GemmHooks, Fp32EpilogueUnderEveryTile) {
   TF_REQUIRE_GPUS(1);
-  for (BLayout layout : {BLayout::NK, BLayout::KN}) {
+  for (BLayout layout : {BLayout::nk, BLayout::kn}) {
     const Problem p = make_problem(200, 1003, 777, DType::bf16, layout, 77 + int(layout));
     const int64_t ldc = 1012;  // 9 floats of padding per row
     DevBuf c(size_t(p.m * ldc) * 4);
     StreamGuard st;
     for (GemmConfig cfg : compiled_configs()) {
-      if (cfg.swap_ab || cfg.cluster_k > 1 || (layout == BLayout::KN && cfg.bn % 64 != 0)) continue;
+      if (cfg.swap_ab || cfg.cluster_k > 1 || (layout == BLayout::kn && cfg.bn % 64 != 0)) continue;
       const std::string what = "fp32 epilogue " + std::string(layout_name(layout)) + " " + cfg.name();
       const int bands = int((p.m + 63) / 64), blocks_n = int((p.n + cfg.bn - 1) / cfg.bn);
       if (cfg.bn % 32 != 0) {  // not compiled for these tiles: refused before anything is enqueued
@@ -329,7 +329,7 @@ TEST(CublasLt, Fp32SumsOverKSlicesEqualTheProduct) {
   };
   const Case cases[] = {{{127, 1003, 1001}, {0, 336, 664, 1001}}, {{3, 1003, 8200}, {0, 4104, 6152, 8200}}};
   for (const Case& cs : cases)
-    for (BLayout layout : {BLayout::NK, BLayout::KN})
+    for (BLayout layout : {BLayout::nk, BLayout::kn})
       for (DType dtype : {DType::bf16, DType::fp16}) {
         const Problem p = make_problem(cs.shape.m, cs.shape.n, cs.shape.k, dtype, layout,
                                        4242 + int(layout) * 3 + int(dtype) + cs.shape.m);
@@ -343,7 +343,7 @@ TEST(CublasLt, Fp32SumsOverKSlicesEqualTheProduct) {
           g.ldc = ldp;
           g.k = cs.cuts[i + 1] - cs.cuts[i];
           g.a = static_cast<const uint16_t*>(p.da->p) + cs.cuts[i];
-          g.b = static_cast<const uint16_t*>(p.db->p) + (layout == BLayout::NK ? cs.cuts[i] : cs.cuts[i] * p.ldb);
+          g.b = static_cast<const uint16_t*>(p.db->p) + (layout == BLayout::nk ? cs.cuts[i] : cs.cuts[i] * p.ldb);
           cublaslt_launch(g, st.s, i == 0 ? OutType::fp32 : OutType::fp32_accumulate);
         }
         std::vector<float> got(size_t(p.m * ldp));
@@ -403,7 +403,7 @@ TEST(CublasLt, SmallClustersRunBesideAGridHoldingMostSms) {
   };
   const std::string beside = " beside " + std::to_string(held) + " held SMs";
   {
-    const Problem p = make_problem(38, 72, 32, DType::bf16, BLayout::KN, 5150);
+    const Problem p = make_problem(38, 72, 32, DType::bf16, BLayout::kn, 5150);
     const int64_t ldc = 72;
     DevBuf c(size_t(p.m * ldc) * 4);
     StreamGuard st;
@@ -417,7 +417,7 @@ TEST(CublasLt, SmallClustersRunBesideAGridHoldingMostSms) {
     expect_fp32_matches(p, got, ldc, what);
   }
   {
-    const Problem p = make_problem(1000, 3592, 1001, DType::bf16, BLayout::KN, 5151);
+    const Problem p = make_problem(1000, 3592, 1001, DType::bf16, BLayout::kn, 5151);
     Output out(p);
     StreamGuard st;
     out.poison(st.s);

@@ -60,10 +60,10 @@ struct Problem {
   std::vector<double> ref;     // rows.size() x n
   std::unique_ptr<DevBuf> da, db;
 
-  int64_t b_rows() const { return layout == BLayout::NK ? n : k; }
+  int64_t b_rows() const { return layout == BLayout::nk ? n : k; }
   float a_at(int64_t i, int64_t kk) const { return bits_to_float(dtype, a[i * lda + kk]); }
   float b_at(int64_t kk, int64_t j) const {
-    return bits_to_float(dtype, layout == BLayout::NK ? b[j * ldb + kk] : b[kk * ldb + j]);
+    return bits_to_float(dtype, layout == BLayout::nk ? b[j * ldb + kk] : b[kk * ldb + j]);
   }
   GemmArgs args(void* c) const {
     GemmArgs g;
@@ -75,14 +75,14 @@ struct Problem {
 
 inline Problem make_problem(int64_t m, int64_t n, int64_t k, DType dtype, BLayout layout, uint64_t seed) {
   Problem p{m, n, k, (k + 7) / 8 * 8 + 8, 0, (n + 7) / 8 * 8 + 16, dtype, layout, {}, {}, {}, {}, {}, {}};
-  p.ldb = layout == BLayout::NK ? (k + 7) / 8 * 8 + 24 : (n + 7) / 8 * 8 + 8;
+  p.ldb = layout == BLayout::nk ? (k + 7) / 8 * 8 + 24 : (n + 7) / 8 * 8 + 8;
   std::mt19937_64 rng(::taxfree::test::value_seed(seed));
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
   p.a.assign(size_t(m * p.lda), kPoison);  // padding stays NaN: reading it would poison C
   p.b.assign(size_t(p.b_rows() * p.ldb), kPoison);
   for (int64_t i = 0; i < m; ++i)
     for (int64_t kk = 0; kk < k; ++kk) p.a[i * p.lda + kk] = float_to_bits(dtype, u(rng));
-  const int64_t b_cols = layout == BLayout::NK ? k : n;
+  const int64_t b_cols = layout == BLayout::nk ? k : n;
   for (int64_t r = 0; r < p.b_rows(); ++r)
     for (int64_t c = 0; c < b_cols; ++c) p.b[r * p.ldb + c] = float_to_bits(dtype, u(rng));
 

@@ -66,7 +66,7 @@ TEST(GemmWorkspace, PreparedLaunchesNeedNoMemory) {
   // Odd M and N; our GEMM with split-K 16 over 8 x 16 tiles (128 MiB of fp32 partials: more than
   // the memory pool may keep free inside what it holds for earlier allocations, r187-r188 with
   // 2 MiB), cuBLASLt (its 32 MiB).
-  const Problem p = make_problem(1000, 2040, 2056, DType::bf16, BLayout::NK, 31);
+  const Problem p = make_problem(1000, 2040, 2056, DType::bf16, BLayout::nk, 31);
   Output ours(p), theirs(p);
   GemmConfig cfg;
   cfg.bm = 128, cfg.bn = 128, cfg.stages = 6, cfg.splits = 16;

@@ -5,7 +5,7 @@
 //                [r * m / world, (r + 1) * m / world) of the gathered A.
 //   gather_dim 1 (the paper's layout):    A_shard is [m, k / world]; rank r's columns land at
 //                columns [r * k / world, (r + 1) * k / world).
-//   B is [n, k] (BLayout::NK, a Linear weight) or [k, n] (BLayout::KN), as in ops/gemm.h.
+//   B is [n, k] (BLayout::nk, a Linear weight) or [k, n] (BLayout::kn), as in ops/gemm.h.
 //
 // Variants (one interface, AllGatherMatmul::launch; every one produces C, equal up to rounding, and
 // the same gathered A, bit for bit on every rank):
@@ -190,7 +190,7 @@ struct AgmmArgs {
   int64_t m = 0, n = 0, k = 0;  // of the whole product: C [m, n], gathered A [m, k]
   int gather_dim = 0;
   gemm::DType dtype = gemm::DType::bf16;
-  gemm::BLayout b_layout = gemm::BLayout::NK;
+  gemm::BLayout b_layout = gemm::BLayout::nk;
   // The caller promises B holds the same values on every rank (a replicated weight). ksplit needs
   // it (it multiplies each shard by its own rank's K rows of B) and auto picks ksplit only then.
   bool b_replicated = false;

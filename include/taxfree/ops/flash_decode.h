@@ -48,11 +48,11 @@ namespace taxfree::flash_decode {
 using taxfree::DType;  // runtime/dtype.h: the library's one element type
 
 // K/V cache layouts (D = head_dim, P = page_size):
-//   Contiguous  [batch][kv_heads][capacity][D]
-//   PagedHND    [num_pages][kv_heads][P][D]    (FlashInfer "HND")
-//   PagedNHD    [num_pages][P][kv_heads][D]    (vLLM / FlashInfer "NHD")
+//   contiguous  [batch][kv_heads][capacity][D]
+//   paged_hnd   [num_pages][kv_heads][P][D]    (FlashInfer "HND")
+//   paged_nhd   [num_pages][P][kv_heads][D]    (vLLM / FlashInfer "NHD")
 // Paged caches map token t of sequence b to page block_table[b*max_pages_per_seq + t/P].
-enum class KvLayout { Contiguous, PagedHND, PagedNHD };
+enum class KvLayout { contiguous, paged_hnd, paged_nhd };
 
 inline constexpr int kMinPageSize = 16;   // a 16-token tile never straddles a page
 inline constexpr int kMaxPageSize = 256;
@@ -77,8 +77,8 @@ struct DecodeArgs {
   const void* q = nullptr;       // [batch][q_heads][head_dim]
   const void* k = nullptr;       // per `layout`
   const void* v = nullptr;
-  KvLayout layout = KvLayout::Contiguous;
-  int capacity = 0;              // Contiguous: tokens per sequence in storage (the seq dim)
+  KvLayout layout = KvLayout::contiguous;
+  int capacity = 0;              // contiguous: tokens per sequence in storage (the seq dim)
   int page_size = 0;             // Paged: power of two in [16, 256]
   int num_pages = 0;             // Paged: pages in k (and in v)
   int max_pages_per_seq = 0;     // Paged: row length of block_table
@@ -235,9 +235,9 @@ std::vector<std::vector<Slice>> partition(std::span<const int32_t> lens, int wor
 // launch needs every CTA of its grid resident at once (it sizes the grid by the kernel's
 // occupancy): do not run it beside kernels that hold SMs until it finishes.
 
-enum class Variant { bsp, fused };
-Variant parse_variant(const std::string& name);  // "bsp" | "fused"; throws InvalidArgument
-const char* variant_name(Variant v);
+enum class FlashDecodeVariant { bsp, fused };
+FlashDecodeVariant parse_flash_decode_variant(const std::string& name);  // "bsp" | "fused"; throws InvalidArgument
+const char* variant_name(FlashDecodeVariant v);
 
 // Where bsp's gathered blocks live: the symmetric heap (NCCL's symmetric-window kernels; measured
 // faster than plain buffers from 1 KiB to 8 MiB per rank on 2xH200) or plain device memory.
@@ -298,7 +298,7 @@ bool direct_merge_applies(const FlashDecodeBuffers& b, int world, int num_sms, i
 // variant, batch, heads, head_dim, dtype, the softmax scale (exact), the op's maxima and
 // bsp_buffers, and whether its split merge is direct; not the slices, lengths, layout or cache
 // (each rank's own). Pure.
-std::string describe_flash_decode_launch(Variant variant, const DecodeArgs& args, const FlashDecodeConfig& config);
+std::string describe_flash_decode_launch(FlashDecodeVariant variant, const DecodeArgs& args, const FlashDecodeConfig& config);
 // The checks FlashDecode's constructor and launch() make first (InvalidArgument naming the value).
 void validate_flash_decode_config(const FlashDecodeConfig& cfg, int world);
 // `a` is this rank's DecodeArgs: all of validate_decode_args, plus `out` set, o_part and lse_part
@@ -358,7 +358,7 @@ class FlashDecode {
 
   // Validates (InvalidArgument before any launch; out and q must not overlap the op's own buffers
   // and flags), then enqueues on `stream`. Collective.
-  void launch(Variant variant, const DecodeArgs& args, cudaStream_t stream);
+  void launch(FlashDecodeVariant variant, const DecodeArgs& args, cudaStream_t stream);
 
   // The bsp pipeline one stage at a time (benchmark tax breakdown): `decode` writes this rank's
   // block, `gather` all-gathers the blocks (collective), `combine` writes `out`. launch(bsp) =

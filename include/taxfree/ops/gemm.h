@@ -2,8 +2,8 @@
 //
 // Layouts (all row-major, row strides in elements):
 //   A  [M, K], stride lda >= K
-//   B  [N, K], stride ldb >= K   (BLayout::NK, the PyTorch Linear weight: C = A * B^T)
-//      [K, N], stride ldb >= N   (BLayout::KN: C = A * B)
+//   B  [N, K], stride ldb >= K   (BLayout::nk, the PyTorch Linear weight: C = A * B^T)
+//      [K, N], stride ldb >= N   (BLayout::kn: C = A * B)
 //   C  [M, N], stride ldc >= N
 // Requirements (TMA): A, B, C 16-byte aligned; every row stride a multiple of 16 bytes (8 elements).
 // M, N, K < 2^31 and row strides < 2^40 bytes are otherwise free (M = 1, N = 3592, K = 8200 are
@@ -34,7 +34,7 @@ namespace taxfree::gemm {
 
 using taxfree::DType;  // runtime/dtype.h: the library's one element type
 using taxfree::dtype_name;
-enum class BLayout { NK, KN };
+enum class BLayout { nk, kn };
 
 const char* layout_name(BLayout l);  // "nk" / "kn"
 
@@ -101,7 +101,7 @@ struct GemmArgs {
   int64_t ldc = 0;
   int64_t m = 0, n = 0, k = 0;
   DType dtype = DType::bf16;
-  BLayout b_layout = BLayout::NK;
+  BLayout b_layout = BLayout::nk;
 };
 
 // Tile configurations compiled into the library (group_m and max_ctas at their defaults).

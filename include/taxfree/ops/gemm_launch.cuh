@@ -44,7 +44,7 @@ void launch_gemm(const GemmArgs& args, const GemmConfig& cfg, const typename Ord
                  const typename Ready::Params& ready, const typename Epi::Params& epi, cudaStream_t stream,
                  GemmStep step = GemmStep::launch) {
   constexpr DType kDType = std::is_same_v<T, __nv_bfloat16> ? DType::bf16 : DType::fp16;
-  constexpr BLayout kLayout = kMajorB == device::Major::K ? BLayout::NK : BLayout::KN;
+  constexpr BLayout kLayout = kMajorB == device::Major::K ? BLayout::nk : BLayout::kn;
   validate_inputs(args, cfg);
   TF_REQUIRE(cfg.bm == Shape::BM && cfg.bn == Shape::BN && cfg.stages == Shape::kStages &&
                  cfg.cluster_m == Shape::kCluster && cfg.swap_ab == Shape::kSwapAB && cfg.cluster_k == Shape::kClusterK,
@@ -123,7 +123,7 @@ bool launch_compiled(const GemmArgs& args, const GemmConfig& cfg, const typename
   } else if (cfg.bm == kTile.bm && cfg.bn == kTile.bn && cfg.stages == kTile.stages && cfg.cluster_m == kTile.cluster &&
              cfg.swap_ab == kTile.swap && cfg.cluster_k == kTile.cluster_k) {
     const bool bf16 = args.dtype == DType::bf16;
-    if (args.b_layout == BLayout::NK) {
+    if (args.b_layout == BLayout::nk) {
       if (bf16) launch_gemm<Shape, __nv_bfloat16, device::Major::K, Order, Ready, Epi>(args, cfg, order, ready, epi, stream, step);
       else launch_gemm<Shape, __half, device::Major::K, Order, Ready, Epi>(args, cfg, order, ready, epi, stream, step);
       return true;

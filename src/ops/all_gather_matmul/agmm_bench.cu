@@ -77,9 +77,9 @@ bool matches(const Shape& s, const std::map<std::string, std::string>& kv) {
 
 std::vector<Shape> default_sweep() {
   std::vector<Shape> out;
-  for (BLayout l : {BLayout::KN, BLayout::NK})
+  for (BLayout l : {BLayout::kn, BLayout::nk})
     for (int64_t m = 1; m <= 1024; m *= 2) out.push_back({m, 3584, 8192, 1, l});
-  for (BLayout l : {BLayout::NK, BLayout::KN})
+  for (BLayout l : {BLayout::nk, BLayout::kn})
     for (int64_t n : {4096, 7168})
       for (int64_t m : {1024, 2048, 4096, 8192, 16384}) out.push_back({m, n, 8192, 0, l});
   return out;
@@ -162,7 +162,7 @@ class AgmmBench final : public OpBench {
       a.m = c.params.at("M").get<int64_t>(), a.n = c.params.at("N").get<int64_t>(), a.k = c.params.at("K").get<int64_t>();
       a.gather_dim = c.params.at("gather_dim").get<int>();
       a.dtype = parse_dtype(c.type, "all_gather_matmul benchmarks");
-      a.b_layout = c.params.at("layout").get<std::string>() == "kn" ? BLayout::KN : BLayout::NK;
+      a.b_layout = c.params.at("layout").get<std::string>() == "kn" ? BLayout::kn : BLayout::nk;
       try {
         make_pull_plan(a, world_, sms_);
         return true;
@@ -189,7 +189,7 @@ class AgmmBench final : public OpBench {
     for (const std::string& e : opt.shapes) {
       auto kv = parse_entry(e);
       if (names_shape(kv)) {
-        for (BLayout l : {BLayout::KN, BLayout::NK})
+        for (BLayout l : {BLayout::kn, BLayout::nk})
           if (!kv.count("layout") || kv["layout"] == gemm::layout_name(l)) {
             shapes.push_back({shape_int(kv, "M", 0), shape_int(kv, "N", 0), shape_int(kv, "K", 0),
                               int(shape_int(kv, "gather_dim", 0)), l});
@@ -253,15 +253,15 @@ class AgmmBench final : public OpBench {
     a_.n = c.params.at("N").get<int64_t>();
     a_.k = c.params.at("K").get<int64_t>();
     a_.gather_dim = c.params.at("gather_dim").get<int>();
-    a_.b_layout = c.params.at("layout").get<std::string>() == "nk" ? BLayout::NK : BLayout::KN;
+    a_.b_layout = c.params.at("layout").get<std::string>() == "nk" ? BLayout::nk : BLayout::kn;
     a_.dtype = parse_dtype(opt.dtype, "all_gather_matmul benchmarks");
     a_.b_replicated = true;
     shard_ = agmm_shard_shape(a_.m, a_.k, a_.gather_dim, w);
     a_.lda_shard = shard_.cols;  // dense: NCCL can send it as it is
-    a_.ldb = a_.b_layout == BLayout::NK ? a_.k : a_.n;
+    a_.ldb = a_.b_layout == BLayout::nk ? a_.k : a_.n;
     a_.ldc = a_.n;
     const int64_t shard_bytes = shard_.rows * shard_.cols * 2;
-    const int64_t b_rows = a_.b_layout == BLayout::NK ? a_.n : a_.k, b_cols = a_.b_layout == BLayout::NK ? a_.k : a_.n;
+    const int64_t b_rows = a_.b_layout == BLayout::nk ? a_.n : a_.k, b_cols = a_.b_layout == BLayout::nk ? a_.k : a_.n;
 
     mark_ = team.heap().mark();
     a_heap_ = team.heap().allocate(uint64_t(shard_bytes), 4096, "bench.agmm.a_shard");
@@ -327,7 +327,7 @@ class AgmmBench final : public OpBench {
       const int64_t c0 = p.blocks.begin(team_->rank());
       gemm::GemmArgs g = gathered_gemm(static_cast<char*>(c_.p) + c0 * 2);
       g.n = p.blocks.cols(team_->rank());
-      g.b = static_cast<const char*>(b_.p) + (a_.b_layout == BLayout::KN ? c0 : c0 * a_.ldb) * 2;
+      g.b = static_cast<const char*>(b_.p) + (a_.b_layout == BLayout::kn ? c0 : c0 * a_.ldb) * 2;
       if (g.n > 0) gemm::cublaslt_launch(g, s);
     } else if (v == "comm-only" || v == "comm-only-sym") {
       const bool sym = v == "comm-only-sym";

@@ -96,7 +96,7 @@ ShardShape agmm_shard_shape(int64_t m, int64_t k, int gather_dim, int world) {
 void validate_agmm_args(const AgmmArgs& a, int world, const AgmmConfig& cfg) {
   TF_REQUIRE(valid_dtype(a.dtype), Status::InvalidArgument,
              "all_gather_matmul: dtype " << int(a.dtype) << " is not bf16 or fp16");
-  TF_REQUIRE(a.b_layout == gemm::BLayout::NK || a.b_layout == gemm::BLayout::KN, Status::InvalidArgument,
+  TF_REQUIRE(a.b_layout == gemm::BLayout::nk || a.b_layout == gemm::BLayout::kn, Status::InvalidArgument,
              "all_gather_matmul: B layout " << int(a.b_layout) << " is not nk or kn");
   TF_REQUIRE(a.n >= 1 && a.n <= INT_MAX, Status::InvalidArgument, "all_gather_matmul: N=" << a.n << " out of range");
   const ShardShape s = agmm_shard_shape(a.m, a.k, a.gather_dim, world);
@@ -112,7 +112,7 @@ void validate_agmm_args(const AgmmArgs& a, int world, const AgmmConfig& cfg) {
   TF_REQUIRE(s.ld <= INT_MAX / kElem, Status::InvalidArgument,
              "all_gather_matmul: K=" << a.k << " makes a gathered row of " << s.ld * kElem
                                      << " bytes, beyond the copy engine's pitch limit of 2^31 - 1 bytes");
-  const bool nk = a.b_layout == gemm::BLayout::NK;
+  const bool nk = a.b_layout == gemm::BLayout::nk;
   check_matrix("B", a.b, "ldb", a.ldb, nk ? a.k : a.n, nk ? "K" : "N");
   check_matrix("C", a.c, "ldc", a.ldc, a.n, "N");
   const AgmmOperandRanges r = agmm_operand_ranges(a, world);
@@ -122,7 +122,7 @@ void validate_agmm_args(const AgmmArgs& a, int world, const AgmmConfig& cfg) {
 
 AgmmOperandRanges agmm_operand_ranges(const AgmmArgs& a, int world) {
   const ShardShape s = agmm_shard_shape(a.m, a.k, a.gather_dim, world);
-  const bool nk = a.b_layout == gemm::BLayout::NK;
+  const bool nk = a.b_layout == gemm::BLayout::nk;
   return {matrix_range(a.a_shard, s.rows, s.cols, a.lda_shard, kElem),
           matrix_range(a.b, nk ? a.n : a.k, nk ? a.k : a.n, a.ldb, kElem), matrix_range(a.c, a.m, a.n, a.ldc, kElem)};
 }

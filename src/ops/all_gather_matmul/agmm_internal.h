@@ -120,7 +120,7 @@ struct KsplitSkinnyLaunch {
   int64_t lda = 0;             // elements
   const char* b = nullptr;     // B at this rank's first K row (KN) or K column (NK)
   int64_t ldb = 0;             // elements
-  gemm::BLayout b_layout = gemm::BLayout::NK;
+  gemm::BLayout b_layout = gemm::BLayout::nk;
   float* own = nullptr;        // heap [m, plan.ldp]: this rank's partial, between the kernel's phases
   uint4* inbox = nullptr;      // heap [2 parities][world - 1 sources][slot_lines] LL lines
   int64_t slot_lines = 0;      // per source: partial_cap partial lines, then the A lines

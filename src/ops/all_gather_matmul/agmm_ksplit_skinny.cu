@@ -311,7 +311,7 @@ Kernel kernel_for(int m_tiles) {
 }
 
 Kernel kernel_for(gemm::DType d, gemm::BLayout l, int m_tiles) {
-  const bool kn = l == gemm::BLayout::KN;
+  const bool kn = l == gemm::BLayout::kn;
   if (d == gemm::DType::bf16) return kn ? kernel_for<__nv_bfloat16, true>(m_tiles) : kernel_for<__nv_bfloat16, false>(m_tiles);
   return kn ? kernel_for<__half, true>(m_tiles) : kernel_for<__half, false>(m_tiles);
 }
@@ -334,7 +334,7 @@ const Resident& resident() {
         for (int i = 0; i < 2; ++i) {
           const int mt = 1 << i;
           const Kernel k = kernel_for(d == 0 ? gemm::DType::bf16 : gemm::DType::fp16,
-                                      l == 0 ? gemm::BLayout::NK : gemm::BLayout::KN, mt);
+                                      l == 0 ? gemm::BLayout::nk : gemm::BLayout::kn, mt);
           TF_CUDA(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes(mt)));
           TF_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&x.per_sm[d][l][i], k, kThreads,
                                                                 size_t(smem_bytes(mt))));
@@ -349,7 +349,7 @@ const Resident& resident() {
 void preload_ksplit_skinny() { (void)resident(); }
 
 int ksplit_skinny_ctas_per_sm(gemm::DType dtype, gemm::BLayout layout, int m_tiles) {
-  return resident().per_sm[dtype == gemm::DType::bf16 ? 0 : 1][layout == gemm::BLayout::NK ? 0 : 1]
+  return resident().per_sm[dtype == gemm::DType::bf16 ? 0 : 1][layout == gemm::BLayout::nk ? 0 : 1]
                           [m_tiles == 1 ? 0 : 1];
 }
 

@@ -29,7 +29,7 @@ inline bool in_place(const AgmmArgs& a, const GatheredA& slot) {
 
 // B's K rows [k0, ...) ([K, N]) or K columns ([N, K]): ksplit's share of B on this rank.
 inline const char* b_from_k(const AgmmArgs& a, int64_t k0) {
-  return static_cast<const char*>(a.b) + (a.b_layout == gemm::BLayout::KN ? k0 * a.ldb : k0) * kElem;
+  return static_cast<const char*>(a.b) + (a.b_layout == gemm::BLayout::kn ? k0 * a.ldb : k0) * kElem;
 }
 
 struct Buffer {

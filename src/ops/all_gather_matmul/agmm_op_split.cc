@@ -214,7 +214,7 @@ GatheredA AllGatherMatmul::launch_nsplit(const AgmmArgs& a, cudaStream_t s) {
   auto source_gemm = [&](int src) {
     gemm::GemmArgs g = src == rank ? gemm_args(a, a.a_shard, a.lda_shard)
                                    : gemm_args(a, im.gathered + src * sh.cols * kElem, sh.ld);
-    g.b = b_from_k(a, src * sh.cols) + (a.b_layout == gemm::BLayout::KN ? c0 : c0 * a.ldb) * kElem;
+    g.b = b_from_k(a, src * sh.cols) + (a.b_layout == gemm::BLayout::kn ? c0 : c0 * a.ldb) * kElem;
     g.n = cols, g.k = sh.cols;
     if (one_source) g.c = c_block, g.ldc = a.ldc;
     else g.c = im.nsplit_partial, g.ldc = plan.blocks.width;

@@ -236,10 +236,10 @@ DeviceKv::~DeviceKv() {
 void DeviceKv::describe(DecodeArgs& a) const {
   a.k = k_, a.v = v_;
   if (s_.page == 0) {
-    a.layout = KvLayout::Contiguous, a.capacity = s_.kv;
+    a.layout = KvLayout::contiguous, a.capacity = s_.kv;
     return;
   }
-  a.layout = s_.nhd ? KvLayout::PagedNHD : KvLayout::PagedHND, a.capacity = 0;
+  a.layout = s_.nhd ? KvLayout::paged_nhd : KvLayout::paged_hnd, a.capacity = 0;
   a.page_size = s_.page, a.num_pages = int(table_.size());
   a.max_pages_per_seq = int(table_.size() / size_t(s_.batch));
   a.block_table = table_d_, a.host_block_table = table_;

@@ -15,7 +15,7 @@
 
 namespace taxfree::flash_decode {
 namespace {
-bool is_paged(KvLayout l) { return l != KvLayout::Contiguous; }
+bool is_paged(KvLayout l) { return l != KvLayout::contiguous; }
 // Index of the fused kernel instantiation (dtype, head_dim, paged), 0..7: the occupancy caches' key.
 int instance_index(DType dtype, int head_dim, bool paged) {
   return (dtype == DType::fp16 ? 4 : 0) + (head_dim == 128 ? 2 : 0) + (paged ? 1 : 0);
@@ -204,10 +204,10 @@ FusedPlan plan_fused(const DecodeArgs& a, const DecodePlan& plan, const FlashDec
   return fp;
 }
 
-void FlashDecode::launch(Variant variant, const DecodeArgs& a, cudaStream_t stream) {
-  TF_REQUIRE(variant == Variant::bsp || variant == Variant::fused, Status::InvalidArgument,
-             "variant=" << int(variant) << " is not a flash_decode Variant");
-  if (variant == Variant::fused) return launch_fused(a, stream);
+void FlashDecode::launch(FlashDecodeVariant variant, const DecodeArgs& a, cudaStream_t stream) {
+  TF_REQUIRE(variant == FlashDecodeVariant::bsp || variant == FlashDecodeVariant::fused, Status::InvalidArgument,
+             "variant=" << int(variant) << " is not a FlashDecodeVariant");
+  if (variant == FlashDecodeVariant::fused) return launch_fused(a, stream);
   validate(a);  // before the first stage is enqueued
   require_comm();
   if (share_.check_launch) share_.check_launch(describe_flash_decode_launch(variant, a, cfg_));
@@ -216,7 +216,7 @@ void FlashDecode::launch(Variant variant, const DecodeArgs& a, cudaStream_t stre
 
 void FlashDecode::launch_fused(const DecodeArgs& a, cudaStream_t stream) {
   const FusedPlan fp = fused_plan(a);  // validates
-  if (share_.check_launch) share_.check_launch(describe_flash_decode_launch(Variant::fused, a, cfg_));
+  if (share_.check_launch) share_.check_launch(describe_flash_decode_launch(FlashDecodeVariant::fused, a, cfg_));
   attention::FusedDecodeParams p{};
   // Only the persistent schedule takes the batch order (the others run every item at once), and
   // only in a team of one: each rank's order follows its own slice lengths, and the schedule's

@@ -33,13 +33,13 @@ uint64_t max_workspace_bytes(const FlashDecodeConfig& c, int num_sms) {
 
 }  // namespace
 
-Variant parse_variant(const std::string& name) {
-  if (name == "bsp") return Variant::bsp;
-  if (name == "fused") return Variant::fused;
+FlashDecodeVariant parse_flash_decode_variant(const std::string& name) {
+  if (name == "bsp") return FlashDecodeVariant::bsp;
+  if (name == "fused") return FlashDecodeVariant::fused;
   TF_THROW(Status::InvalidArgument, "unknown flash_decode variant '" << name << "' (known: bsp, fused)");
 }
 
-const char* variant_name(Variant v) { return v == Variant::bsp ? "bsp" : v == Variant::fused ? "fused" : "?"; }
+const char* variant_name(FlashDecodeVariant v) { return v == FlashDecodeVariant::bsp ? "bsp" : v == FlashDecodeVariant::fused ? "fused" : "?"; }
 
 GatherLayout gather_layout(int batch, int q_heads, int head_dim) {
   TF_REQUIRE(batch >= 0 && q_heads >= 0 && head_dim >= 0, Status::InvalidArgument,
@@ -126,7 +126,7 @@ void validate_flash_decode_args(const DecodeArgs& a, const FlashDecodeConfig& c)
   validate_decode_args(a);
 }
 
-std::string describe_flash_decode_launch(Variant variant, const DecodeArgs& a, const FlashDecodeConfig& c) {
+std::string describe_flash_decode_launch(FlashDecodeVariant variant, const DecodeArgs& a, const FlashDecodeConfig& c) {
   const float scale = a.softmax_scale > 0.f ? a.softmax_scale : 1.f / std::sqrt(float(a.head_dim));
   std::ostringstream os;
   os << "flash_decode " << variant_name(variant) << " batch=" << a.batch << " heads=" << a.q_heads << "/"

@@ -146,11 +146,11 @@ class FlashDecodeBench final : public bench::OpBench {
   }
 
   void run(const std::string& v, cudaStream_t stream) override {
-    if (v == "bsp") op_->launch(Variant::bsp, a_, stream);
-    else if (v == "bsp-plain") plain_->launch(Variant::bsp, a_, stream);
-    else if (v == "fused") op_->launch(Variant::fused, a_, stream);
-    else if (v == "fused-global") global_->launch(Variant::fused, a_, stream);
-    else if (v == "fused-direct") direct_->launch(Variant::fused, a_, stream);
+    if (v == "bsp") op_->launch(FlashDecodeVariant::bsp, a_, stream);
+    else if (v == "bsp-plain") plain_->launch(FlashDecodeVariant::bsp, a_, stream);
+    else if (v == "fused") op_->launch(FlashDecodeVariant::fused, a_, stream);
+    else if (v == "fused-global") global_->launch(FlashDecodeVariant::fused, a_, stream);
+    else if (v == "fused-direct") direct_->launch(FlashDecodeVariant::fused, a_, stream);
     else if (v == "decode-only") op_->launch_bsp_stage(FlashDecode::Stage::decode, a_, stream);
     else if (v == "comm-only") op_->launch_bsp_stage(FlashDecode::Stage::gather, a_, stream);
     else TF_THROW(Status::InvalidArgument, "flash_decode has no variant or part '" << v << "'");

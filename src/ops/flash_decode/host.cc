@@ -43,7 +43,7 @@ int log2_of(int x) {
   return s;
 }
 size_t round_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
-bool paged(KvLayout l) { return l == KvLayout::PagedHND || l == KvLayout::PagedNHD; }
+bool paged(KvLayout l) { return l == KvLayout::paged_hnd || l == KvLayout::paged_nhd; }
 
 // Capacity in tokens per sequence, per layout (validated before use).
 int64_t capacity_of(const DecodeArgs& a) {
@@ -129,7 +129,7 @@ void validate_decode_args(const DecodeArgs& a) {
     TF_REQUIRE(capacity_of(a) <= kMaxCapacity, S::InvalidArgument,
                "max_pages_per_seq*page_size=" << capacity_of(a) << " must be <= " << kMaxCapacity);
   } else {
-    TF_REQUIRE(a.layout == KvLayout::Contiguous, S::InvalidArgument,
+    TF_REQUIRE(a.layout == KvLayout::contiguous, S::InvalidArgument,
                "layout=" << int(a.layout) << " is not a KvLayout");
     TF_REQUIRE(a.capacity >= 0 && a.capacity <= kMaxCapacity, S::InvalidArgument,
                "capacity=" << a.capacity << " must be in [0, " << kMaxCapacity << "]");
@@ -328,17 +328,17 @@ attention::DecodeParams make_decode_params(const DecodeArgs& a, int num_splits, 
   kv.k = a.k;
   kv.v = a.v;
   switch (a.layout) {
-    case KvLayout::Contiguous:
+    case KvLayout::contiguous:
       kv.stride_token = d;
       kv.stride_head = int64_t(a.capacity) * d;
       kv.stride_page = int64_t(a.kv_heads) * a.capacity * d;
       break;
-    case KvLayout::PagedHND:
+    case KvLayout::paged_hnd:
       kv.stride_token = d;
       kv.stride_head = int64_t(a.page_size) * d;
       kv.stride_page = int64_t(a.kv_heads) * a.page_size * d;
       break;
-    case KvLayout::PagedNHD:
+    case KvLayout::paged_nhd:
       kv.stride_token = int64_t(a.kv_heads) * d;
       kv.stride_head = d;
       kv.stride_page = int64_t(a.page_size) * a.kv_heads * d;

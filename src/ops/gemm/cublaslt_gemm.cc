@@ -64,7 +64,7 @@ struct DeviceState {
 std::unique_ptr<Plan> make_plan(cublasLtHandle_t handle, const GemmArgs& g, OutType out, Clusters clusters) {
   auto p = std::make_unique<Plan>();
   const cudaDataType_t type = g.dtype == DType::bf16 ? CUDA_R_16BF : CUDA_R_16F;
-  const bool nk = g.b_layout == BLayout::NK;
+  const bool nk = g.b_layout == BLayout::nk;
   TF_CUBLAS(cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   const cublasOperation_t op_a = nk ? CUBLAS_OP_T : CUBLAS_OP_N, op_b = CUBLAS_OP_N;
   TF_CUBLAS(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)));
@@ -142,7 +142,7 @@ void validate_fp32_c(const GemmArgs& g) {
   };
   const auto c = span(g.c, g.m, g.n, g.ldc, 4);
   const auto a = span(g.a, g.m, g.k, g.lda, 2);
-  const auto b = g.b_layout == BLayout::NK ? span(g.b, g.n, g.k, g.ldb, 2) : span(g.b, g.k, g.n, g.ldb, 2);
+  const auto b = g.b_layout == BLayout::nk ? span(g.b, g.n, g.k, g.ldb, 2) : span(g.b, g.k, g.n, g.ldb, 2);
   for (const auto& x : {a, b})
     TF_REQUIRE(std::max(c.first, x.first) >= std::min(c.second, x.second), Status::InvalidArgument,
                "cuBLASLt GEMM: fp32 C overlaps an input");

@@ -140,13 +140,13 @@ class GemmBench final : public OpBench {
     args_.m = c.params.at("m").get<int64_t>();
     args_.n = c.params.at("n").get<int64_t>();
     args_.k = c.params.at("k").get<int64_t>();
-    args_.b_layout = c.params.at("layout").get<std::string>() == "nk" ? BLayout::NK : BLayout::KN;
+    args_.b_layout = c.params.at("layout").get<std::string>() == "nk" ? BLayout::nk : BLayout::kn;
     args_.dtype = parse_dtype(opt.dtype, "gemm benchmarks");
     args_.lda = args_.k;
-    args_.ldb = args_.b_layout == BLayout::NK ? args_.k : args_.n;
+    args_.ldb = args_.b_layout == BLayout::nk ? args_.k : args_.n;
     args_.ldc = args_.n;
-    const int64_t b_rows = args_.b_layout == BLayout::NK ? args_.n : args_.k;
-    const int64_t b_cols = args_.b_layout == BLayout::NK ? args_.k : args_.n;
+    const int64_t b_rows = args_.b_layout == BLayout::nk ? args_.n : args_.k;
+    const int64_t b_cols = args_.b_layout == BLayout::nk ? args_.k : args_.n;
     TF_CUDA(cudaMalloc(&a_, args_.m * args_.lda * 2));
     TF_CUDA(cudaMalloc(&b_, b_rows * args_.ldb * 2));
     TF_CUDA(cudaMalloc(&c_ours_, args_.m * args_.ldc * 2));
@@ -232,7 +232,7 @@ class GemmBench final : public OpBench {
     for (const std::string& e : opt.shapes) {
       auto kv = parse_entry(e);
       if (kv.count("M") && kv.count("N") && kv.count("K")) {
-        for (BLayout l : {BLayout::NK, BLayout::KN})
+        for (BLayout l : {BLayout::nk, BLayout::kn})
           if (!kv.count("layout") || kv["layout"] == gemm::layout_name(l))
             shapes.push_back({shape_int(kv, "M", 0), shape_int(kv, "N", 0), shape_int(kv, "K", 0), l, tuning_of(kv)});
       } else {
@@ -240,7 +240,7 @@ class GemmBench final : public OpBench {
       }
     }
     if (shapes.empty() || !filters.empty()) {
-      for (BLayout l : {BLayout::NK, BLayout::KN})
+      for (BLayout l : {BLayout::nk, BLayout::kn})
         for (int64_t m : {1, 16, 128, 512, 1024, 2048, 4096, 8192, 16384})
           for (int64_t n : {3584, 4096, 7168, 8192, 14336}) {
             Shape s{m, n, 8192, l, {}};

@@ -25,7 +25,7 @@
 
 namespace taxfree::gemm {
 
-const char* layout_name(BLayout l) { return l == BLayout::NK ? "nk" : l == BLayout::KN ? "kn" : "unknown"; }
+const char* layout_name(BLayout l) { return l == BLayout::nk ? "nk" : l == BLayout::kn ? "kn" : "unknown"; }
 
 std::string GemmConfig::name() const {
   std::ostringstream os;
@@ -96,14 +96,14 @@ ByteRange span(const void* p, int64_t rows, int64_t cols, int64_t ld) {
 void validate_inputs(const GemmArgs& a, const GemmConfig& cfg) {
   TF_REQUIRE(valid_dtype(a.dtype), Status::InvalidArgument,
              "GEMM dtype " << int(a.dtype) << " is not bf16 or fp16");
-  TF_REQUIRE(a.b_layout == BLayout::NK || a.b_layout == BLayout::KN, Status::InvalidArgument,
+  TF_REQUIRE(a.b_layout == BLayout::nk || a.b_layout == BLayout::kn, Status::InvalidArgument,
              "GEMM B layout " << int(a.b_layout) << " is not nk or kn");
   TF_REQUIRE(a.m >= 1 && a.n >= 1 && a.k >= 1, Status::InvalidArgument,
              "GEMM sizes must be >= 1: M=" << a.m << " N=" << a.n << " K=" << a.k);
   TF_REQUIRE(a.m <= INT_MAX && a.n <= INT_MAX && a.k <= INT_MAX, Status::InvalidArgument,
              "GEMM sizes must be < 2^31 (TMA coordinates): M=" << a.m << " N=" << a.n << " K=" << a.k);
   check_operand("A", a.a, a.m, "lda", a.lda, a.k, "K");
-  if (a.b_layout == BLayout::NK)
+  if (a.b_layout == BLayout::nk)
     check_operand("B", a.b, a.n, "ldb", a.ldb, a.k, "K");
   else
     check_operand("B", a.b, a.k, "ldb", a.ldb, a.n, "N");
@@ -141,7 +141,7 @@ void validate_inputs(const GemmArgs& a, const GemmConfig& cfg) {
   TF_REQUIRE((a.k + 63) / 64 >= cfg.cluster_k, Status::InvalidArgument,
              "GEMM config " << cfg.name() << ": K=" << a.k << " has " << (a.k + 63) / 64
                             << " k-blocks of 64, fewer than the cluster_k=" << cfg.cluster_k << " CTAs that split it");
-  TF_REQUIRE(tile->kn || a.b_layout == BLayout::NK, Status::NotSupported,
+  TF_REQUIRE(tile->kn || a.b_layout == BLayout::nk, Status::NotSupported,
              "GEMM tile " << cfg.bm << "x" << cfg.bn << " needs B as [N, K] (layout nk); B [K, N] needs bn % 64 == 0");
 }
 
@@ -150,7 +150,7 @@ void validate(const GemmArgs& a, const GemmConfig& cfg) {
   StoreTo::check({a.c, a.ldc}, a.m, a.n, int(kElemBytes));
   const auto c = span(a.c, a.m, a.n, a.ldc);
   TF_REQUIRE(!overlap(c, span(a.a, a.m, a.k, a.lda)), Status::InvalidArgument, "GEMM output C overlaps input A");
-  const auto b = a.b_layout == BLayout::NK ? span(a.b, a.n, a.k, a.ldb) : span(a.b, a.k, a.n, a.ldb);
+  const auto b = a.b_layout == BLayout::nk ? span(a.b, a.n, a.k, a.ldb) : span(a.b, a.k, a.n, a.ldb);
   TF_REQUIRE(!overlap(c, b), Status::InvalidArgument, "GEMM output C overlaps input B");
 }
 

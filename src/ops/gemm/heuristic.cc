@@ -168,7 +168,7 @@ double estimate_seconds(const Candidate& c, const WorkPlan& plan, int64_t m, int
 const CompiledTile* swap_tile_for(int64_t m, BLayout b_layout) {
   const CompiledTile* best = nullptr;
   for (const CompiledTile& t : kCompiledTiles)
-    if (t.swap && (t.kn || b_layout == BLayout::NK) && t.bm >= std::min<int64_t>(m, 64) && (!best || t.bm < best->bm))
+    if (t.swap && (t.kn || b_layout == BLayout::nk) && t.bm >= std::min<int64_t>(m, 64) && (!best || t.bm < best->bm))
       best = &t;
   return best;
 }
@@ -206,7 +206,7 @@ GemmConfig rank_candidates(int64_t m, int64_t n, int64_t k, BLayout b_layout, in
   for (const CompiledTile& t : kCompiledTiles) {  // listed largest first: near-ties keep the larger
     // The swap-AB tile for M, with or without K clusters.
     if (t.swap ? !swap_tile || t.bm != swap_tile->bm || t.bn != swap_tile->bn : swap == SwapAB::always) continue;
-    if (b_layout == BLayout::KN && !t.kn) continue;
+    if (b_layout == BLayout::kn && !t.kn) continue;
     if (out == EpilogueOutput::fp32 && !fp32_epilogue_compiled(t)) continue;
     // Tiles marked whole_m_blocks (128 x 168): r298 (1x H200, 168 shapes where it was chosen,
     // against the previous choice): whole tiles with M a multiple of 128 0.89x (68 shapes, none
