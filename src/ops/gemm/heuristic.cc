@@ -14,8 +14,8 @@
 //   HBM       (A + B + C) bytes / bandwidth, derated when too few SMs stream; A rows past M that
 //             TMA zero-fills count as streamed bytes (r11: M = 1 and 16 on 64-row tiles ran at
 //             about half the B-only HBM rate).
-//             A partial last m-block without multicast reads B once more when B does not fit in
-//             L2 and a column's m-blocks (8 or fewer) run in one wave: its CTAs have fewer rows,
+//             A partial last m-block without multicast reads B once more when B is over half
+//             the L2 and a column's m-blocks (8 or fewer) run in one wave: its CTAs have fewer rows,
 //             run ahead of the full ones, and stop sharing B's k-blocks with them through L2
 //             (r169: M = 192 N = 7168-8192, 128 x 128 whole tiles 1.3-1.4x the pair tile's time).
 //   clocks    SMs left idle give the busy ones clock headroom under the power cap: the tensor rate
@@ -60,6 +60,7 @@ constexpr double kBoundOverlap = 0.25;           // share of the smaller bound t
 constexpr double kIdleClockGain = 0.3;           // tensor rate gain per idle fraction of the SMs
 constexpr double kL2Bytes = 50e6;                 // L2 capacity (H200)
 constexpr int64_t kDriftMaxMBlocks = 8;           // a column's m-blocks in one wave (see B re-read above)
+constexpr double kDriftSlowdown = 1.35;           // k-block time, short last m-block (see estimate_seconds)
 constexpr size_t kMaxWorkspaceBytes = size_t(64) << 20;
 constexpr int64_t kMaxSwapM = 64;                 // swap-AB candidates up to this M (SwapAB::choose)
 // Bias against complexity: a candidate must beat the incumbent by this factor to replace it, and
@@ -123,7 +124,15 @@ double estimate_seconds(const Candidate& c, const WorkPlan& plan, int64_t m, int
   const double tensor_rate = kPeakFlopsPerSm * tile_efficiency(t) * (1.0 + kIdleClockGain * idle);
   const double compute = std::max(2.0 * t.bm * t.bn * 64 / tensor_rate,
                                   operand_reads / kSmemRate);
-  const double per_kb = std::max({compute, feed, kKBlockIssue});
+  // A partial last m-block without multicast, in a wave that holds a column's m-blocks, with B over
+  // half the L2 (one partition; r328: M = 960 N = 2048, B 34 MB, drifts): see B re-read above. Whole
+  // tiles whose last m-block is half a tile or less also slow every k-block of the wave (r328-r329,
+  // 1x H200: 128 x 128 at M = 416-960, N = 2048-4096 ran 60-71 µs where 96 rows in the last m-block
+  // ran 46-47), which the re-read bytes do not show where the makespan bounds the estimate.
+  const bool drifting_m_block = t.cluster == 1 && !t.swap && m % t.bm != 0 && plan.grid.m_blocks > 1 &&
+                                plan.grid.m_blocks <= kDriftMaxMBlocks && double(n) * double(k) * 2.0 > kL2Bytes / 2;
+  const bool short_last_m_block = drifting_m_block && c.splits == 1 && m % t.bm <= t.bm / 2;
+  const double per_kb = std::max({compute, feed, kKBlockIssue}) * (short_last_m_block ? kDriftSlowdown : 1.0);
   const double rows = double(std::min<int64_t>(t.bm, m));
   const double epilogue = rows * t.bn * 2 / kSmStoreRate + kEpilogueFixed;
   const double partial = rows * t.bn * 4 / kSmStoreRate;
@@ -154,8 +163,6 @@ double estimate_seconds(const Candidate& c, const WorkPlan& plan, int64_t m, int
   const double streaming = std::min(1.0, double(active * t.cluster * ck) / (kSaturatingSmFraction * sms));
   // In double: int products overflow on the largest shapes validation accepts (M, N, K < 2^31).
   const double zero_fill = (double(plan.grid.m_blocks) * t.bm * t.cluster - double(m)) * double(k) * plan.grid.n_blocks;
-  const bool drifting_m_block = t.cluster == 1 && !t.swap && m % t.bm != 0 && plan.grid.m_blocks > 1 &&
-                                plan.grid.m_blocks <= kDriftMaxMBlocks && double(n) * double(k) * 2.0 > kL2Bytes;
   const double b_reread = drifting_m_block ? double(n) * double(k) : 0.0;
   const double hbm = (double(m) * double(k) + double(n) * double(k) + double(m) * double(n) + zero_fill + b_reread) *
                      2.0 / (kHbmBytesPerSec * streaming);
