@@ -98,9 +98,12 @@ TEST(GemmHeuristicFit, ChoicesAreNearTheFastestMeasuredConfig) {
 // retune from making it worse. r298-r299 added 128 x 168 next to the previous choices (505 shapes,
 // 1.011): the worst, 1.24-1.27x, are M = 704 N = 3072, where 168 over a partial last m-block won;
 // the heuristic keeps 168 to full m-blocks because over the 26 such shapes of r298 it ranged
-// 0.82-1.15x (gemm-tuning.md).
+// 0.82-1.15x (gemm-tuning.md). r328 added 262 shapes with partial last m-blocks (M = 64-2048,
+// 526 timings): the heuristic before it was 1.017 over the table with 7 shapes at 1.27-1.32x;
+// with whole tiles over a short last m-block slowed (d0b6e00) 1.014, worst 1.30 (M = 288
+// N = 4096 nk, 128x224 sk2 against 128x256 c2 sk2: split-K over a short m-block, not modelled).
 TEST(GemmHeuristicFit, OffSweepChoicesDoNotGetWorse) {
-  expect_choices_near_best("gemm_offsweep_h200.csv", 1.27, 1.015);
+  expect_choices_near_best("gemm_offsweep_h200.csv", 1.30, 1.015);
 }
 
 // The same heuristic (fitted to the H200 tables above) on an H100 80GB HBM3 (r323-r324, one
