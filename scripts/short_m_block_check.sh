@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The short-last-m-block rule's check (docs/notes/gemm-tuning.md, "Short last m-blocks"): main's
-# heuristic (BIN_A) against this branch's (BIN_B) on the 95 shapes of the grid (M = 64-2048 step 32, N = 512-14336, K = 8192) whose choice it
-# changes and five more from r327, in
-# alternating rounds, then this branch's choices against cuBLASLt. One GPU, ~1 min.
+# heuristic (BIN_A) against this branch's (BIN_B) in alternating rounds on the 95 shapes of the grid
+# (M = 64-2048 step 32, N = 512-14336, K = 8192) whose choice it changes and five more from r327,
+# then this branch's choices against cuBLASLt. One GPU, ~1 min.
 # Usage: scripts/short_m_block_check.sh OUT_DIR BIN_A [BIN_B]   (BIN_B: build/taxfree)
 set -u
 o=${1:?usage: scripts/short_m_block_check.sh OUT_DIR BIN_A [BIN_B]}
