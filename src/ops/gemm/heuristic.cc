@@ -124,11 +124,11 @@ double estimate_seconds(const Candidate& c, const WorkPlan& plan, int64_t m, int
   const double tensor_rate = kPeakFlopsPerSm * tile_efficiency(t) * (1.0 + kIdleClockGain * idle);
   const double compute = std::max(2.0 * t.bm * t.bn * 64 / tensor_rate,
                                   operand_reads / kSmemRate);
-  // A partial last m-block without multicast, in a wave that holds a column's m-blocks, with B over
-  // half the L2 (one partition; r328: M = 960 N = 2048, B 34 MB, drifts): see B re-read above. Whole
-  // tiles whose last m-block is half a tile or less also slow every k-block of the wave (r328-r329,
-  // 1x H200: 128 x 128 at M = 416-960, N = 2048-4096 ran 60-71 µs where 96 rows in the last m-block
-  // ran 46-47), which the re-read bytes do not show where the makespan bounds the estimate.
+  // B re-read (above): a partial last m-block without multicast, 8 or fewer m-blocks, B over half
+  // the L2 (r328: M = 960 N = 2048, B 34 MB, drifts). Whole tiles whose last m-block is half a tile
+  // or less also slow every k-block of the wave (r328, 1x H200: 128 x 128 at M = 416-960, N =
+  // 2048-4096 ran 60-71 µs where a 96-row last m-block ran 46-47), which the re-read bytes do not
+  // show where the makespan bounds the estimate.
   const bool drifting_m_block = t.cluster == 1 && !t.swap && m % t.bm != 0 && plan.grid.m_blocks > 1 &&
                                 plan.grid.m_blocks <= kDriftMaxMBlocks && double(n) * double(k) * 2.0 > kL2Bytes / 2;
   const bool short_last_m_block = drifting_m_block && c.splits == 1 && m % t.bm <= t.bm / 2;
