@@ -100,7 +100,7 @@ TEST(GemmHeuristicFit, ChoicesAreNearTheFastestMeasuredConfig) {
 // the heuristic keeps 168 to full m-blocks because over the 26 such shapes of r298 it ranged
 // 0.82-1.15x (gemm-tuning.md). r328 added 262 shapes with partial last m-blocks (M = 64-2048,
 // 526 timings): the heuristic before it was 1.017 over the table with 7 shapes at 1.27-1.32x;
-// with 128 x 128 whole tiles over a short last m-block slowed (e87fe83) 1.012, worst 1.30 (M = 288
+// with 128 x 128 whole tiles over a short last m-block slowed (efad170) 1.012, worst 1.30 (M = 288
 // N = 4096 nk, 128x224 sk2 against 128x256 c2 sk2: split-K over a short m-block, not modelled).
 TEST(GemmHeuristicFit, OffSweepChoicesDoNotGetWorse) {
   expect_choices_near_best("gemm_offsweep_h200.csv", 1.30, 1.015);
@@ -112,7 +112,7 @@ TEST(GemmHeuristicFit, OffSweepChoicesDoNotGetWorse) {
 // against 128x256 c2 sk2t) when recorded, about as close as on the H200, so the SM count alone
 // serves both GPUs. These bounds keep a retune for one GPU from costing the other. r329 added 100
 // shapes with short last m-blocks (the previous heuristic's choice and a probe's, 196 timings):
-// 273 judged, 1.011 with e87fe83's rule, 1.035 without it.
+// 273 judged, 1.011 with efad170's rule, 1.035 without it.
 TEST(GemmHeuristicFit, H100ChoicesStayNearTheFastestMeasuredConfig) {
   expect_choices_near_best("gemm_tune_h100.csv", 1.25, 1.025);
 }
