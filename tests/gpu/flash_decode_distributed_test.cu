@@ -120,7 +120,8 @@ TEST(FlashDecodeDist, ForcedSplitCountsAndPersistentGrid) {
   const FusedPlan fp = op->fused_plan(l.args(p));
   EXPECT_EQ(fp.items, 320);
   EXPECT_LE(fp.grid, fp.resident);
-  for (FlashDecodeVariant v : kVariants) check(g, run_checked(op, v, p, l), std::string("320 groups ") + variant_name(v));
+  for (FlashDecodeVariant v : kVariants)
+    check(g, run_checked(op, v, p, l), std::string("320 groups ") + variant_name(v));
 }
 
 // b=1, 96/12 heads, small odd slices: the heuristic's plan (11 splits on an H200), and the fused
@@ -219,7 +220,8 @@ TEST(FlashDecodeDist, ClusterSplitMergeMatchesGlobalMergeBitwise) {
       check(gr, a, what + " clustered");
       check(gr, b, what + " global");
       EXPECT_TRUE(a == b) << what << ": the clustered merge differs from the global one";
-      if (round == 0) EXPECT_TRUE(a == run_checked(global, FlashDecodeVariant::bsp, same, l)) << what << ": differs from bsp";
+      if (round == 0)
+        EXPECT_TRUE(a == run_checked(global, FlashDecodeVariant::bsp, same, l)) << what << ": differs from bsp";
     }
   }
 }
@@ -266,7 +268,8 @@ TEST(FlashDecodeDist, DirectSplitMergeMatchesBspBitwise) {
       l.q_d.upload(gr.q);
       const auto a = run_checked(direct, FlashDecodeVariant::fused, p, l);
       check(gr, a, what);
-      if (round != 1) EXPECT_TRUE(a == run_checked(forced, FlashDecodeVariant::bsp, same, l)) << what << ": differs from bsp";
+      if (round != 1)
+        EXPECT_TRUE(a == run_checked(forced, FlashDecodeVariant::bsp, same, l)) << what << ": differs from bsp";
     }
   }
 }
@@ -279,7 +282,8 @@ TEST(FlashDecodeDist, RejectsBadArgumentsBeforeLaunch) {
   Local l;
   upload_local(g, l);
   Op op(p);
-  auto expect_invalid = [&](const char* what, DecodeArgs a, const char* needle, FlashDecodeVariant v = FlashDecodeVariant::fused) {
+  auto expect_invalid = [&](const char* what, DecodeArgs a, const char* needle,
+                            FlashDecodeVariant v = FlashDecodeVariant::fused) {
     try {
       op->launch(v, a, team().stream());
       ADD_FAILURE() << what << ": no error";

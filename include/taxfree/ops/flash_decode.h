@@ -298,7 +298,8 @@ bool direct_merge_applies(const FlashDecodeBuffers& b, int world, int num_sms, i
 // variant, batch, heads, head_dim, dtype, the softmax scale (exact), the op's maxima and
 // bsp_buffers, and whether its split merge is direct; not the slices, lengths, layout or cache
 // (each rank's own). Pure.
-std::string describe_flash_decode_launch(FlashDecodeVariant variant, const DecodeArgs& args, const FlashDecodeConfig& config);
+std::string describe_flash_decode_launch(FlashDecodeVariant variant, const DecodeArgs& args,
+                                        const FlashDecodeConfig& config);
 // The checks FlashDecode's constructor and launch() make first (InvalidArgument naming the value).
 void validate_flash_decode_config(const FlashDecodeConfig& cfg, int world);
 // `a` is this rank's DecodeArgs: all of validate_decode_args, plus `out` set, o_part and lse_part

@@ -39,7 +39,9 @@ FlashDecodeVariant parse_flash_decode_variant(const std::string& name) {
   TF_THROW(Status::InvalidArgument, "unknown flash_decode variant '" << name << "' (known: bsp, fused)");
 }
 
-const char* variant_name(FlashDecodeVariant v) { return v == FlashDecodeVariant::bsp ? "bsp" : v == FlashDecodeVariant::fused ? "fused" : "?"; }
+const char* variant_name(FlashDecodeVariant v) {
+  return v == FlashDecodeVariant::bsp ? "bsp" : v == FlashDecodeVariant::fused ? "fused" : "?";
+}
 
 GatherLayout gather_layout(int batch, int q_heads, int head_dim) {
   TF_REQUIRE(batch >= 0 && q_heads >= 0 && head_dim >= 0, Status::InvalidArgument,
