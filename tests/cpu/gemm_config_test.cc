@@ -26,6 +26,13 @@ bool is_compiled(const GemmConfig& c, BLayout layout) {
   return false;
 }
 
+TEST(GemmLayout, NamesParseBack) {
+  for (BLayout l : {BLayout::nk, BLayout::kn}) EXPECT_EQ(parse_layout(layout_name(l), "test"), l);
+  EXPECT_STREQ(layout_name(BLayout(7)), "unknown");
+  test::expect_invalid([] { parse_layout("NK", "gemm benchmarks"); }, "gemm benchmarks: B layout 'NK' must be nk or kn");
+  test::expect_invalid([] { parse_layout("", "all_gather_matmul benchmarks"); }, "all_gather_matmul benchmarks: B layout ''");
+}
+
 const int64_t kSweepM[] = {1, 16, 128, 512, 1024, 2048, 4096, 8192, 16384};
 const int64_t kSweepN[] = {3584, 4096, 7168, 8192, 14336};
 

@@ -26,6 +26,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "taxfree/runtime/dtype.h"
@@ -36,7 +37,9 @@ using taxfree::DType;  // runtime/dtype.h: the library's one element type
 using taxfree::dtype_name;
 enum class BLayout { nk, kn };
 
-const char* layout_name(BLayout l);  // "nk" / "kn"
+const char* layout_name(BLayout l);  // "nk" / "kn"; "unknown" for a value outside the enum
+// "nk" -> nk, "kn" -> kn; any other name: InvalidArgument naming `what` and the name.
+BLayout parse_layout(std::string_view name, std::string_view what);
 
 // The most K ranges a split tile is cut into (GemmConfig::splits).
 inline constexpr int kMaxSplits = 64;

@@ -162,7 +162,7 @@ class AgmmBench final : public OpBench {
       a.m = c.params.at("M").get<int64_t>(), a.n = c.params.at("N").get<int64_t>(), a.k = c.params.at("K").get<int64_t>();
       a.gather_dim = c.params.at("gather_dim").get<int>();
       a.dtype = parse_dtype(c.type, "all_gather_matmul benchmarks");
-      a.b_layout = c.params.at("layout").get<std::string>() == "kn" ? BLayout::kn : BLayout::nk;
+      a.b_layout = gemm::parse_layout(c.params.at("layout").get<std::string>(), "all_gather_matmul benchmarks");
       try {
         make_pull_plan(a, world_, sms_);
         return true;
@@ -253,7 +253,7 @@ class AgmmBench final : public OpBench {
     a_.n = c.params.at("N").get<int64_t>();
     a_.k = c.params.at("K").get<int64_t>();
     a_.gather_dim = c.params.at("gather_dim").get<int>();
-    a_.b_layout = c.params.at("layout").get<std::string>() == "nk" ? BLayout::nk : BLayout::kn;
+    a_.b_layout = gemm::parse_layout(c.params.at("layout").get<std::string>(), "all_gather_matmul benchmarks");
     a_.dtype = parse_dtype(opt.dtype, "all_gather_matmul benchmarks");
     a_.b_replicated = true;
     shard_ = agmm_shard_shape(a_.m, a_.k, a_.gather_dim, w);

@@ -140,7 +140,7 @@ class GemmBench final : public OpBench {
     args_.m = c.params.at("m").get<int64_t>();
     args_.n = c.params.at("n").get<int64_t>();
     args_.k = c.params.at("k").get<int64_t>();
-    args_.b_layout = c.params.at("layout").get<std::string>() == "nk" ? BLayout::nk : BLayout::kn;
+    args_.b_layout = gemm::parse_layout(c.params.at("layout").get<std::string>(), "gemm benchmarks");
     args_.dtype = parse_dtype(opt.dtype, "gemm benchmarks");
     args_.lda = args_.k;
     args_.ldb = args_.b_layout == BLayout::nk ? args_.k : args_.n;

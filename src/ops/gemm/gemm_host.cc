@@ -27,6 +27,12 @@ namespace taxfree::gemm {
 
 const char* layout_name(BLayout l) { return l == BLayout::nk ? "nk" : l == BLayout::kn ? "kn" : "unknown"; }
 
+BLayout parse_layout(std::string_view name, std::string_view what) {
+  if (name == "nk") return BLayout::nk;
+  if (name == "kn") return BLayout::kn;
+  TF_THROW(Status::InvalidArgument, what << ": B layout '" << name << "' must be nk or kn");
+}
+
 std::string GemmConfig::name() const {
   std::ostringstream os;
   os << bm << "x" << bn << "x" << bk << " s" << stages << " g" << group_m;
