@@ -98,16 +98,23 @@ TEST(GemmHeuristicFit, ChoicesAreNearTheFastestMeasuredConfig) {
 // retune from making it worse. r298-r299 added 128 x 168 next to the previous choices (505 shapes,
 // 1.011): the worst, 1.24-1.27x, are M = 704 N = 3072, where 168 over a partial last m-block won;
 // the heuristic keeps 168 to full m-blocks because over the 26 such shapes of r298 it ranged
-// 0.82-1.15x (gemm-tuning.md).
+// 0.82-1.15x (gemm-tuning.md). r328 added 262 shapes with partial last m-blocks (M = 64-2048,
+// 526 timings): the heuristic before it was 1.017 over the table with 7 shapes at 1.27-1.32x;
+// with 128 x 128 whole tiles over a short last m-block slowed (efad170) 1.012, worst 1.30 (M = 288
+// N = 4096 nk, 128x224 sk2 against 128x256 c2 sk2: split-K over a short m-block, not modelled).
+// r330 added the 106 shapes at K = 2048-16384 whose choice efad170 changed, r328-r329 untimed (212
+// timings): 834 judged, 1.013 with that rule kept to K >= 8192 (main: 1.019).
 TEST(GemmHeuristicFit, OffSweepChoicesDoNotGetWorse) {
-  expect_choices_near_best("gemm_offsweep_h200.csv", 1.27, 1.015);
+  expect_choices_near_best("gemm_offsweep_h200.csv", 1.30, 1.015);
 }
 
 // The same heuristic (fitted to the H200 tables above) on an H100 80GB HBM3 (r323-r324, one
 // machine, 4fc5798: scripts/gemm_tune.sh sections mid kcluster wide m128 waves smallm offsweep,
 // 2300 timings): 190 shapes judged, geomean 1.014, worst 1.22 (M = 960 N = 2048, 128x128 whole
 // against 128x256 c2 sk2t) when recorded, about as close as on the H200, so the SM count alone
-// serves both GPUs. These bounds keep a retune for one GPU from costing the other.
+// serves both GPUs. These bounds keep a retune for one GPU from costing the other. r329 added 100
+// shapes with short last m-blocks (the previous heuristic's choice and a probe's, 196 timings):
+// 273 judged, 1.011 with efad170's rule, 1.035 without it.
 TEST(GemmHeuristicFit, H100ChoicesStayNearTheFastestMeasuredConfig) {
   expect_choices_near_best("gemm_tune_h100.csv", 1.25, 1.025);
 }

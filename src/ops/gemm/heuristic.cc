@@ -14,9 +14,10 @@
 //   HBM       (A + B + C) bytes / bandwidth, derated when too few SMs stream; A rows past M that
 //             TMA zero-fills count as streamed bytes (r11: M = 1 and 16 on 64-row tiles ran at
 //             about half the B-only HBM rate).
-//             A partial last m-block without multicast reads B once more when B does not fit in
-//             L2 and a column's m-blocks (8 or fewer) run in one wave: its CTAs have fewer rows,
-//             run ahead of the full ones, and stop sharing B's k-blocks with them through L2
+//             A partial last m-block without multicast reads B once more when B is over the L2
+//             (over 60% of it when K >= 8192) and a column's m-blocks (8 or fewer) run in one
+//             wave: its CTAs have fewer rows, run ahead of the full ones, and stop sharing B's
+//             k-blocks with them through L2
 //             (r169: M = 192 N = 7168-8192, 128 x 128 whole tiles 1.3-1.4x the pair tile's time).
 //   clocks    SMs left idle give the busy ones clock headroom under the power cap: the tensor rate
 //             gains 30% of the idle fraction (the gain that fits r163-r169's measurements best).
@@ -60,6 +61,9 @@ constexpr double kBoundOverlap = 0.25;           // share of the smaller bound t
 constexpr double kIdleClockGain = 0.3;           // tensor rate gain per idle fraction of the SMs
 constexpr double kL2Bytes = 50e6;                 // L2 capacity (H200)
 constexpr int64_t kDriftMaxMBlocks = 8;           // a column's m-blocks in one wave (see B re-read above)
+constexpr double kDriftL2Share = 0.6;             // with a long k-loop, B over this share of the L2 drifts
+constexpr int kDriftMinKBlocks = 128;             // a long k-loop: K >= 8192 (see estimate_seconds)
+constexpr double kDriftSlowdown = 1.35;           // k-block time, short last m-block (see estimate_seconds)
 constexpr size_t kMaxWorkspaceBytes = size_t(64) << 20;
 constexpr int64_t kMaxSwapM = 64;                 // swap-AB candidates up to this M (SwapAB::choose)
 // Bias against complexity: a candidate must beat the incumbent by this factor to replace it, and
@@ -123,7 +127,21 @@ double estimate_seconds(const Candidate& c, const WorkPlan& plan, int64_t m, int
   const double tensor_rate = kPeakFlopsPerSm * tile_efficiency(t) * (1.0 + kIdleClockGain * idle);
   const double compute = std::max(2.0 * t.bm * t.bn * 64 / tensor_rate,
                                   operand_reads / kSmemRate);
-  const double per_kb = std::max({compute, feed, kKBlockIssue});
+  // B re-read (above): a partial last m-block without multicast, 8 or fewer m-blocks, B over the
+  // L2, or over 60% of it with a long k-loop (r328, 1x H200, K = 8192: B 34 MB drifts, 25 MB does
+  // not). With a long k-loop, 128 x 128 whole tiles of single CTAs whose last m-block is half a tile
+  // or less also slow every k-block of the wave (r328: M = 416-960, N = 2048-4096 ran 60-71 µs where
+  // a 96-row last m-block ran 46-47), which the re-read bytes do not show where the makespan bounds
+  // the estimate. Only that tile: applied to 128 x 256 and K clusters too, the rule moved them to
+  // split-K that lost up to 1.42x (r329, 1x H100). Only long k-loops: at K = 2048 / 4096 both terms
+  // cost 1.06x / 1.02x (r330, 1x H200, 83 shapes), at K = 16384 they gained 0.89x (20 shapes).
+  const bool long_k_loop = plan.k_blocks >= kDriftMinKBlocks;
+  const bool drifting_m_block = t.cluster == 1 && !t.swap && m % t.bm != 0 && plan.grid.m_blocks > 1 &&
+                                plan.grid.m_blocks <= kDriftMaxMBlocks &&
+                                double(n) * double(k) * 2.0 > kL2Bytes * (long_k_loop ? kDriftL2Share : 1.0);
+  const bool short_last_m_block = long_k_loop && drifting_m_block && c.splits == 1 && ck == 1 && t.bm == 128 &&
+                                  t.bn == 128 && m % t.bm <= t.bm / 2;
+  const double per_kb = std::max({compute, feed, kKBlockIssue}) * (short_last_m_block ? kDriftSlowdown : 1.0);
   const double rows = double(std::min<int64_t>(t.bm, m));
   const double epilogue = rows * t.bn * 2 / kSmStoreRate + kEpilogueFixed;
   const double partial = rows * t.bn * 4 / kSmStoreRate;
@@ -154,8 +172,6 @@ double estimate_seconds(const Candidate& c, const WorkPlan& plan, int64_t m, int
   const double streaming = std::min(1.0, double(active * t.cluster * ck) / (kSaturatingSmFraction * sms));
   // In double: int products overflow on the largest shapes validation accepts (M, N, K < 2^31).
   const double zero_fill = (double(plan.grid.m_blocks) * t.bm * t.cluster - double(m)) * double(k) * plan.grid.n_blocks;
-  const bool drifting_m_block = t.cluster == 1 && !t.swap && m % t.bm != 0 && plan.grid.m_blocks > 1 &&
-                                plan.grid.m_blocks <= kDriftMaxMBlocks && double(n) * double(k) * 2.0 > kL2Bytes;
   const double b_reread = drifting_m_block ? double(n) * double(k) : 0.0;
   const double hbm = (double(m) * double(k) + double(n) * double(k) + double(m) * double(n) + zero_fill + b_reread) *
                      2.0 / (kHbmBytesPerSec * streaming);
