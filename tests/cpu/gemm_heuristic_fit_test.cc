@@ -69,7 +69,7 @@ void expect_choices_near_best(const std::string& file, double max_each, double m
   for (const auto& [key, m] : table) {
     const auto& [mm, n, k, layout] = key;
     if (m.best_by_config.size() < 2) continue;  // only the heuristic's old choice was measured
-    const GemmConfig c = choose_gemm_config(mm, n, k, DType::bf16, layout == "kn" ? BLayout::kn : BLayout::nk);
+    const GemmConfig c = choose_gemm_config(mm, n, k, DType::bf16, parse_layout(layout, file));
     const auto it = m.best_by_config.find(without_group(c.name()));
     if (it == m.best_by_config.end()) continue;  // a config the sweep did not time
     const double slowdown = it->second / m.best;

@@ -17,8 +17,8 @@
 //             A partial last m-block without multicast reads B once more when B is over the L2
 //             (over 60% of it when K >= 8192) and a column's m-blocks (8 or fewer) run in one
 //             wave: its CTAs have fewer rows, run ahead of the full ones, and stop sharing B's
-//             k-blocks with them through L2
-//             (r169: M = 192 N = 7168-8192, 128 x 128 whole tiles 1.3-1.4x the pair tile's time).
+//             k-blocks with them through L2 (r169: M = 192 N = 7168-8192, 128 x 128 whole tiles
+//             1.3-1.4x the pair tile's time).
 //   clocks    SMs left idle give the busy ones clock headroom under the power cap: the tensor rate
 //             gains 30% of the idle fraction (the gain that fits r163-r169's measurements best).
 //   time      the larger of makespan and HBM plus a quarter of the smaller, plus a fixed launch
