@@ -51,6 +51,11 @@ inline constexpr CompiledTile kCompiledTiles[] = {
     {16, 128, 12, 1, true, true, 4},
     {32, 128, 10, 1, true, true},  // M <= 32
     {64, 128, 8, 1, true, true},   // M <= 64, and M up to ~256 as m-blocks that share B through L2
+  // Swap-AB over M = 65-256 in one m-block: each column of tiles streams B from L2 once, where
+  // 128-row tiles stream it once per m-block and compute a partial last one's zero rows.
+  {128, 128, 5, 1, true, true},
+  {192, 128, 4, 1, true, true},
+  {256, 128, 3, 1, true, true},
 };
 
 }  // namespace taxfree::gemm
