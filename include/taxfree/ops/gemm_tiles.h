@@ -51,11 +51,9 @@ inline constexpr CompiledTile kCompiledTiles[] = {
     {16, 128, 12, 1, true, true, 4},
     {32, 128, 10, 1, true, true},  // M <= 32
     {64, 128, 8, 1, true, true},   // M <= 64, and M up to ~256 as m-blocks that share B through L2
-  // Swap-AB over M = 65-256 in one m-block: each column of tiles streams B from L2 once, where
-  // 128-row tiles stream it once per m-block and compute a partial last one's zero rows.
-  {128, 128, 5, 1, true, true},
+  // Swap-AB over M = 129-192 in one m-block, where 128-row tiles compute a second, partial one's
+  // zero rows: 0.89-0.96x their time at K >= 8192 (r333, 1x H100). 128 and 256 rows lost (r333).
   {192, 128, 4, 1, true, true},
-  {256, 128, 3, 1, true, true},
 };
 
 }  // namespace taxfree::gemm

@@ -65,7 +65,7 @@ constexpr double kDriftL2Share = 0.6;             // with a long k-loop, B over 
 constexpr int kDriftMinKBlocks = 128;             // a long k-loop: K >= 8192 (see estimate_seconds)
 constexpr double kDriftSlowdown = 1.35;           // k-block time, short last m-block (see estimate_seconds)
 constexpr size_t kMaxWorkspaceBytes = size_t(64) << 20;
-constexpr int64_t kMaxSwapM = 64;                 // swap-AB candidates up to this M (SwapAB::choose)
+constexpr int64_t kMaxSwapM = 192;                // swap-AB candidates up to this M (SwapAB::choose)
 // Bias against complexity: a candidate must beat the incumbent by this factor to replace it, and
 // candidates are tried simplest first.
 constexpr double kSwitchMargin = 0.97;
@@ -180,12 +180,15 @@ double estimate_seconds(const Candidate& c, const WorkPlan& plan, int64_t m, int
   return std::max(makespan, hbm) + kBoundOverlap * std::min(makespan, hbm) + kFixed;
 }
 
-// The swap-AB tile for M: the narrowest whose bm covers M (64 beyond: more rows are more m-blocks).
+// The swap-AB tile for M: the narrowest whose bm covers M (one m-block: B crosses L2 -> SM once per
+// column of tiles), or beyond the widest, the widest (the fewest m-blocks).
 const CompiledTile* swap_tile_for(int64_t m, BLayout b_layout) {
   const CompiledTile* best = nullptr;
-  for (const CompiledTile& t : kCompiledTiles)
-    if (t.swap && (t.kn || b_layout == BLayout::nk) && t.bm >= std::min<int64_t>(m, 64) && (!best || t.bm < best->bm))
-      best = &t;
+  for (const CompiledTile& t : kCompiledTiles) {
+    if (!t.swap || (!t.kn && b_layout == BLayout::kn)) continue;
+    const bool covers = t.bm >= m, best_covers = best && best->bm >= m;
+    if (!best || (covers && (!best_covers || t.bm < best->bm)) || (!covers && !best_covers && t.bm > best->bm)) best = &t;
+  }
   return best;
 }
 
