@@ -66,6 +66,7 @@ constexpr int kDriftMinKBlocks = 128;             // a long k-loop: K >= 8192 (s
 constexpr double kDriftSlowdown = 1.35;           // k-block time, short last m-block (see estimate_seconds)
 constexpr size_t kMaxWorkspaceBytes = size_t(64) << 20;
 constexpr int64_t kMaxSwapM = 192;                // swap-AB candidates up to this M (SwapAB::choose)
+constexpr int kMaxNarrowSwapM = 64;               // swap-AB tiles up to this bm: the decode tiles
 // Bias against complexity: a candidate must beat the incumbent by this factor to replace it, and
 // candidates are tried simplest first.
 constexpr double kSwitchMargin = 0.97;
@@ -266,9 +267,11 @@ GemmConfig rank_candidates(int64_t m, int64_t n, int64_t k, BLayout b_layout, in
     const int64_t clusters = resident_clusters_estimate(num_sms, c.tile->cluster * c.tile->cluster_k);
     // Splitting many waves of tiles only adds traffic: skipped before planning them (a tail split
     // cuts at most 4 x clusters ranges).
-    if (c.splits > 1 && c.scope == SplitScope::all &&
-        make_tile_grid(m, n, cfg.bm * cfg.cluster_m, cfg.bn, cfg.group_m).tiles() * c.splits > 16 * clusters)
-      continue;
+    const int64_t tiles = make_tile_grid(m, n, cfg.bm * cfg.cluster_m, cfg.bn, cfg.group_m).tiles();
+    if (c.splits > 1 && c.scope == SplitScope::all && tiles * c.splits > 16 * clusters) continue;
+    // The 192-row swap-AB tile's K ranges in one wave only: over two (M = 136-192 N = 10240 K = 8192
+    // sk3) they ran 1.06-1.12x the plain tiles' time where one wave ran 0.94x (r334, 1x H100).
+    if (c.tile->swap && c.tile->bm > kMaxNarrowSwapM && c.splits > 1 && tiles * c.splits > clusters) continue;
     const WorkPlan plan = detail::make_work_plan(shape, cfg, clusters);
     if (cfg.splits_k() && plan.split_tiles() == 0) continue;  // nothing to split: the same as whole tiles
     if (detail::workspace_need(plan, cfg).partial_bytes > kMaxWorkspaceBytes) continue;
