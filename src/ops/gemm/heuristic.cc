@@ -23,8 +23,9 @@
 //             gains 30% of the idle fraction (the gain that fits r163-r169's measurements best).
 //   time      the larger of makespan and HBM plus a quarter of the smaller, plus a fixed launch
 //             and pipeline fill, the same for every candidate.
-// Swap-AB tiles (M as wgmma's N: 16, 32, 64 rows) are ranked by the same replay; at M <= 16 they
-// win on zero fill (16 A rows per tile instead of 64).
+// Swap-AB tiles (M as wgmma's N: 16, 32, 64, 192 rows) are ranked by the same replay; at M <= 16 they
+// win on zero fill (16 A rows per tile instead of 64), at M = 129-192 on the second 128-row
+// m-block's zero rows.
 // The constants are rough H200 figures; they rank candidates, they do not predict time. Retune
 // them from scripts/gemm_tune.sh (docs/notes/gemm-tuning.md).
 #include <algorithm>
@@ -216,9 +217,10 @@ GemmConfig rank_candidates(int64_t m, int64_t n, int64_t k, BLayout b_layout, in
   num_sms = std::max(num_sms, 1);
   const int k_blocks = int((k + 63) / 64);
   // Simplest first: whole tiles, then split-K over all tiles, then over the tail wave.
-  // Swap-AB last (near-ties keep the plain kernel), and only for M small enough that B is read
-  // from HBM about once: beyond 64 rows its tiles stream B through L2 several times (H200 sweep:
-  // 0.5-0.8x the plain tiles at M = 128 and 256).
+  // Swap-AB last (near-ties keep the plain kernel), on the narrowest swap-AB tile that covers M,
+  // and only up to 192 rows: 64-row swap-AB tiles over several m-blocks streamed B through L2 once
+  // per m-block (H200 sweep: 0.5-0.8x the plain tiles at M = 128 and 256), and a 256-row one (r333,
+  // 1x H100) ran 1.3-1.5x the plain tiles' time at M = 224-256 where no plain row is zero fill.
   const CompiledTile* swap_tile = swap == SwapAB::never || (swap == SwapAB::choose && m > kMaxSwapM)
                                       ? nullptr
                                       : swap_tile_for(m, b_layout);
