@@ -254,7 +254,8 @@ TEST(GemmHeuristic, SwapChoiceCanBeForced) {
         EXPECT_FALSE(off.swap_ab) << "M=" << m << " " << off.name();
         EXPECT_TRUE(is_compiled(off, layout)) << off.name();
         EXPECT_EQ(on.cluster_m, 1);
-        EXPECT_EQ(on.bm, m <= 16 ? 16 : m <= 32 ? 32 : 64) << "the narrowest swap-AB tile that covers M";
+        EXPECT_EQ(on.bm, m <= 16 ? 16 : m <= 32 ? 32 : m <= 64 ? 64 : 192)
+            << "the narrowest swap-AB tile that covers M, else the widest";
         if (cuts == KCuts::none) EXPECT_FALSE(on.splits_k() || off.splits_k()) << on.name() << " / " << off.name();
         if (cuts != KCuts::split_or_cluster) EXPECT_EQ(off.cluster_k, 1) << off.name();
       }

@@ -1,6 +1,6 @@
 // GPU tests of the swap-AB GEMM (C^T = B^T A^T for skinny M): every compiled swap-AB tile against a
-// double-precision host reference on fresh random inputs, M from 1 to 127 (one or several
-// m-blocks, rows past M zero-filled), N not a multiple of the tile (3592, 1000), K with a partial
+// double-precision host reference on fresh random inputs, M from 1 to 200 (one or several
+// m-blocks, rows past M zero-filled; 150 and 200 for the 192-row tile), N not a multiple of the tile (3592, 1000), K with a partial
 // k-block (8200) or under two k-blocks (72), both B layouts, bf16 and fp16, whole tiles, split-K
 // and stream-K. Every config runs twice into poisoned C with guard bands: the runs must agree bit
 // for bit (the second also checks that the split-K counters were left at zero). The add epilogue
@@ -29,6 +29,7 @@ using namespace test;
 const ShapeCase kSwapShapes[] = {
     {1, 3592, 8192},  {7, 1000, 8200},  {16, 3592, 8200}, {33, 1000, 72},
     {64, 3592, 72},   {127, 1000, 8192}, {1, 1000, 72},   {33, 3592, 8200},
+    {150, 1000, 8200}, {200, 3592, 72},
 };
 
 std::vector<GemmConfig> swap_configs() {
@@ -49,7 +50,7 @@ class GemmSwap : public ::testing::TestWithParam<ShapeParam> {};
 
 TEST_P(GemmSwap, EverySwapTileAndSplitMatchesReference) {
   TF_REQUIRE_GPUS(1);
-  ASSERT_EQ(swap_configs().size(), 3u) << "a swap-AB tile was added or removed: update this test";
+  ASSERT_EQ(swap_configs().size(), 4u) << "a swap-AB tile was added or removed: update this test";
   const auto [shape_index, dtype, layout] = GetParam();
   const ShapeCase s = kSwapShapes[shape_index];
   StreamGuard st;

@@ -59,8 +59,8 @@ enum class SplitScope {
 // one of them.
 //
 // Swap-AB (swap_ab, for skinny M): the kernel computes C^T = B^T A^T so that N fills wgmma's
-// 64-row M dimension and M sits in its narrow N dimension (16, 32 or 64). bm is then the rows of
-// C per tile (16, 32, 64: any M works, rows past M are zero fill), bn = 128 columns (two consumer
+// 64-row M dimension and M sits in its narrow N dimension (16, 32, 64, or 192 for M = 129-192 in one
+// m-block). bm is then the rows of C per tile (any M works, rows past M are zero fill), bn = 128 columns (two consumer
 // warpgroups of 64), cluster_m = 1. Same inputs, layouts, alignment rules, hooks and split-K as
 // without swap; C is written row by row through shared memory (16-byte vectors). Ready policies
 // see the same (tile, k_block) calls: tile.m counts m-blocks of bm rows of A, and the wait comes
@@ -75,7 +75,7 @@ enum class SplitScope {
 // (splits = 1, scope all). A unit's loads wait for the previous unit's exchange, so it pays when
 // every tile's cluster is resident at once.
 struct GemmConfig {
-  int bm = 128;      // rows of C per tile: 64 (one consumer warpgroup) or 128 (two); 16/32/64 with swap_ab
+  int bm = 128;      // rows of C per tile: 64 (one consumer warpgroup) or 128 (two); 16/32/64/192 with swap_ab
   int bn = 256;      // columns of C per tile: 64, 128, 256, or 224 / 168 (B [N, K] only: N = 3584 k in whole waves)
   int bk = 64;       // K per pipeline stage (fixed: one 128-byte swizzle row)
   int stages = 4;    // depth of the TMA -> wgmma ring
@@ -130,7 +130,8 @@ void validate(const GemmArgs& args, const GemmConfig& cfg);
 // Tile configuration for a shape: the compiled config with the least estimated time on a GPU with
 // `num_sms` SMs (H200/H100 SXM: 132), and a group_m that keeps one wave's A and B panels small.
 // `cuts` limits how K may be cut (KCuts above). Swap-AB configs are candidates for small M (up to
-// 64 rows) unless `swap` says never; `always` returns the best swap-AB config for any M. `out`
+// 192 rows, on the narrowest swap-AB tile that covers M) unless `swap` says never; `always` returns
+// the best swap-AB config for any M (beyond 192 rows on the 192-row tile). `out`
 // limits the tiles to those compiled for the caller's epilogue (fp32: no swap-AB, so with `always`
 // there is none: NotSupported). Thread-safe; answers are kept per argument set (ranking costs tens of
 // microseconds of host time, a lookup well under one).

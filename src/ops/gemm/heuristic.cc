@@ -23,8 +23,9 @@
 //             gains 30% of the idle fraction (the gain that fits r163-r169's measurements best).
 //   time      the larger of makespan and HBM plus a quarter of the smaller, plus a fixed launch
 //             and pipeline fill, the same for every candidate.
-// Swap-AB tiles (M as wgmma's N: 16, 32, 64 rows) are ranked by the same replay; at M <= 16 they
-// win on zero fill (16 A rows per tile instead of 64).
+// Swap-AB tiles (M as wgmma's N: 16, 32, 64, 192 rows) are ranked by the same replay; at M <= 16 they
+// win on zero fill (16 A rows per tile instead of 64), at M = 129-192 on the second 128-row
+// m-block's zero rows.
 // The constants are rough H200 figures; they rank candidates, they do not predict time. Retune
 // them from scripts/gemm_tune.sh (docs/notes/gemm-tuning.md).
 #include <algorithm>
@@ -65,7 +66,8 @@ constexpr double kDriftL2Share = 0.6;             // with a long k-loop, B over 
 constexpr int kDriftMinKBlocks = 128;             // a long k-loop: K >= 8192 (see estimate_seconds)
 constexpr double kDriftSlowdown = 1.35;           // k-block time, short last m-block (see estimate_seconds)
 constexpr size_t kMaxWorkspaceBytes = size_t(64) << 20;
-constexpr int64_t kMaxSwapM = 64;                 // swap-AB candidates up to this M (SwapAB::choose)
+constexpr int64_t kMaxSwapM = 192;                // swap-AB candidates up to this M (SwapAB::choose)
+constexpr int kMaxNarrowSwapM = 64;               // swap-AB tiles up to this bm: the decode tiles
 // Bias against complexity: a candidate must beat the incumbent by this factor to replace it, and
 // candidates are tried simplest first.
 constexpr double kSwitchMargin = 0.97;
@@ -180,12 +182,15 @@ double estimate_seconds(const Candidate& c, const WorkPlan& plan, int64_t m, int
   return std::max(makespan, hbm) + kBoundOverlap * std::min(makespan, hbm) + kFixed;
 }
 
-// The swap-AB tile for M: the narrowest whose bm covers M (64 beyond: more rows are more m-blocks).
+// The swap-AB tile for M: the narrowest whose bm covers M (one m-block: B crosses L2 -> SM once per
+// column of tiles), or beyond the widest, the widest (the fewest m-blocks).
 const CompiledTile* swap_tile_for(int64_t m, BLayout b_layout) {
   const CompiledTile* best = nullptr;
-  for (const CompiledTile& t : kCompiledTiles)
-    if (t.swap && (t.kn || b_layout == BLayout::nk) && t.bm >= std::min<int64_t>(m, 64) && (!best || t.bm < best->bm))
-      best = &t;
+  for (const CompiledTile& t : kCompiledTiles) {
+    if (!t.swap || (!t.kn && b_layout == BLayout::kn)) continue;
+    const bool covers = t.bm >= m, best_covers = best && best->bm >= m;
+    if (!best || (covers && (!best_covers || t.bm < best->bm)) || (!covers && !best_covers && t.bm > best->bm)) best = &t;
+  }
   return best;
 }
 
@@ -212,9 +217,10 @@ GemmConfig rank_candidates(int64_t m, int64_t n, int64_t k, BLayout b_layout, in
   num_sms = std::max(num_sms, 1);
   const int k_blocks = int((k + 63) / 64);
   // Simplest first: whole tiles, then split-K over all tiles, then over the tail wave.
-  // Swap-AB last (near-ties keep the plain kernel), and only for M small enough that B is read
-  // from HBM about once: beyond 64 rows its tiles stream B through L2 several times (H200 sweep:
-  // 0.5-0.8x the plain tiles at M = 128 and 256).
+  // Swap-AB last (near-ties keep the plain kernel), on the narrowest swap-AB tile that covers M,
+  // and only up to 192 rows: 64-row swap-AB tiles over several m-blocks streamed B through L2 once
+  // per m-block (H200 sweep: 0.5-0.8x the plain tiles at M = 128 and 256), and a 256-row one (r333,
+  // 1x H100) ran 1.3-1.5x the plain tiles' time at M = 224-256 where no plain row is zero fill.
   const CompiledTile* swap_tile = swap == SwapAB::never || (swap == SwapAB::choose && m > kMaxSwapM)
                                       ? nullptr
                                       : swap_tile_for(m, b_layout);
@@ -263,9 +269,11 @@ GemmConfig rank_candidates(int64_t m, int64_t n, int64_t k, BLayout b_layout, in
     const int64_t clusters = resident_clusters_estimate(num_sms, c.tile->cluster * c.tile->cluster_k);
     // Splitting many waves of tiles only adds traffic: skipped before planning them (a tail split
     // cuts at most 4 x clusters ranges).
-    if (c.splits > 1 && c.scope == SplitScope::all &&
-        make_tile_grid(m, n, cfg.bm * cfg.cluster_m, cfg.bn, cfg.group_m).tiles() * c.splits > 16 * clusters)
-      continue;
+    const int64_t tiles = make_tile_grid(m, n, cfg.bm * cfg.cluster_m, cfg.bn, cfg.group_m).tiles();
+    if (c.splits > 1 && c.scope == SplitScope::all && tiles * c.splits > 16 * clusters) continue;
+    // The 192-row swap-AB tile's K ranges in one wave only: over two (M = 136-192 N = 10240 K = 8192
+    // sk3) they ran 1.06-1.12x the plain tiles' time where one wave ran 0.94x (r334, 1x H100).
+    if (c.tile->swap && c.tile->bm > kMaxNarrowSwapM && c.splits > 1 && tiles * c.splits > clusters) continue;
     const WorkPlan plan = detail::make_work_plan(shape, cfg, clusters);
     if (cfg.splits_k() && plan.split_tiles() == 0) continue;  // nothing to split: the same as whole tiles
     if (detail::workspace_need(plan, cfg).partial_bytes > kMaxWorkspaceBytes) continue;

@@ -16,10 +16,11 @@
 // released it, and consumers arrive on both CTAs' "empty" barriers.
 //
 // Swap-AB (kSwapAB, for skinny M): wgmma's M is at least 64, so with M <= 64 most of an A tile
-// would be zero fill and the few B columns per CTA would starve the pipeline. A swap-AB kernel
+// would be zero fill and the few B columns per CTA would starve the pipeline (and M = 129-192 would
+// take two 128-row m-blocks, the second mostly zero rows). A swap-AB kernel
 // computes C^T = B^T A^T instead: each consumer warpgroup owns 64 columns of C (64 rows of B as
 // [N, K], or one 64-column box of B as [K, N], as wgmma's A operand, MN-major with the transpose
-// bit for [K, N]) and multiplies them by the BM (16..64) rows of A as wgmma's K-major B operand:
+// bit for [K, N]) and multiplies them by the BM (16..64, or 192) rows of A as wgmma's K-major B operand:
 // m64nBMk16. The producer, the stage layout ([A: BM x 64 | B: BN x 64]), the tensor maps, the
 // work plan and the hooks are the same as without swap: a tile is still BM rows x BN columns of
 // C, Ready::wait(tile, kb) still precedes the load of A's k-block kb of that tile's rows, and the
@@ -104,7 +105,8 @@ struct TileShape {
   // without them. The host's copy of this rule: fp32_epilogue_compiled (ops/gemm_tiles.h), checked
   // equal where kernels are instantiated.
   static constexpr bool kFloatEpilogue = !kSwapAB && BN % 32 == 0;
-  static_assert(!kSwapAB || BM == 16 || BM == 32 || BM == 64, "swap-AB BM: a wgmma width of at least 16");
+  static_assert(!kSwapAB || BM == 16 || BM == 32 || BM == 64 || BM == 128 || BM == 192 || BM == 256,
+                "swap-AB BM: a wgmma width of at least 16");
   static_assert(!kSwapAB || BN == 64 || BN == 128, "swap-AB BN: one or two consumer warpgroups of 64 columns");
   static_assert(kCluster == 1 || (kCluster == 2 && !kSwapAB && BN % 16 == 0),
                 "clusters of 2 without swap-AB; each CTA multicasts half of B (whole 8-row swizzle atoms)");
@@ -455,13 +457,14 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
   const int warpgroup = threadIdx.x / 128;
   // Two consumers need 2 x 128 x 232 registers for 128 fp32 accumulators each plus addressing;
   // the producer gives up most of its share (ptxas assigns 168 = 65536 / 384 at launch). Swap-AB
-  // consumers hold at most 32 accumulators: everyone keeps 168, and the producer's Ready policy
-  // (e.g. the all-gather piece waits) does not spill under a 40-register cap. setmaxnreg.inc waits
+  // consumers of up to 64 rows hold at most 32 accumulators: everyone keeps 168, and the producer's
+  // Ready policy (e.g. the all-gather piece waits) does not spill under a 40-register cap; wider
+  // swap-AB tiles (64-128 accumulators) rebalance like the plain ones. setmaxnreg.inc waits
   // until the CTA's own pool (168 per thread at launch) has the registers, so the consumers may
   // take exactly what the producer gives back (a 64 / 224 split deadlocked).
   // A Ready policy that waits spills about 210 B under 40 registers, reloaded on the producer's
   // path: it keeps 64 and the consumers 216 (of the 168 x 384 the CTA launched with).
-  constexpr bool kRebalance = Shape::kConsumers > 1 && !Shape::kSwapAB;
+  constexpr bool kRebalance = Shape::kConsumers > 1 && (!Shape::kSwapAB || Shape::kAccN > 64);
   constexpr bool kPlainProducer = light_producer<Ready>();
   constexpr int kProducerRegs = kPlainProducer ? 40 : 64, kConsumerRegs = kPlainProducer ? 232 : 216;
   static_assert(!kRebalance || 128 * kProducerRegs + 128 * Shape::kConsumers * kConsumerRegs <= 168 * Shape::kThreads,

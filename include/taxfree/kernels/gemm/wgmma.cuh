@@ -107,6 +107,10 @@ __device__ __forceinline__ void wgmma_m64k16(float (&d)[N / 2], uint64_t a_desc,
     TF_WG_CALL(224, TF_WG_R0 ", " TF_WG_R1 ", " TF_WG_R2 ", " TF_WG_R3 ", " TF_WG_R4 ", " TF_WG_R5 ", " TF_WG_R6,
                "%112", "%113", "%114", "%115", "%116", TF_WG_F16(0), TF_WG_F16(16), TF_WG_F16(32), TF_WG_F16(48),
                TF_WG_F16(64), TF_WG_F16(80), TF_WG_F16(96));
+  } else if constexpr (N == 192) {
+    TF_WG_CALL(192, TF_WG_R0 ", " TF_WG_R1 ", " TF_WG_R2 ", " TF_WG_R3 ", " TF_WG_R4 ", " TF_WG_R5, "%96", "%97",
+               "%98", "%99", "%100", TF_WG_F16(0), TF_WG_F16(16), TF_WG_F16(32), TF_WG_F16(48), TF_WG_F16(64),
+               TF_WG_F16(80));
   } else if constexpr (N == 168) {
     TF_WG_CALL(168, TF_WG_R0 ", " TF_WG_R1 ", " TF_WG_R2 ", " TF_WG_R3 ", " TF_WG_R4 ", %80, %81, %82, %83", "%84",
                "%85", "%86", "%87", "%88", TF_WG_F16(0), TF_WG_F16(16), TF_WG_F16(32), TF_WG_F16(48), TF_WG_F16(64),
@@ -119,7 +123,7 @@ __device__ __forceinline__ void wgmma_m64k16(float (&d)[N / 2], uint64_t a_desc,
   } else if constexpr (N == 32) {
     TF_WG_CALL(32, TF_WG_R0, "%16", "%17", "%18", "%19", "%20", TF_WG_F16(0));
   } else {
-    static_assert(N == 16, "instantiated wgmma widths: 16, 32, 64, 128, 168, 224, 256");
+    static_assert(N == 16, "instantiated wgmma widths: 16, 32, 64, 128, 168, 192, 224, 256");
     TF_WG_CALL(16, "%0, %1, %2, %3, %4, %5, %6, %7", "%8", "%9", "%10", "%11", "%12", TF_WG_F8(0));
   }
 }
