@@ -192,6 +192,8 @@ TEST(GemmHooks, AReadyWaitsForFlagsSetByAnotherKernel) {
   // Swap-AB: tile.m still counts m-blocks of BM rows of A (16 of them here), waited for before
   // the load of A's k-block.
   expect_a_ready_waits<TileShape<64, 128, 8, 1, true>>();
+  // The 192-row swap-AB tile: a waiting producer with the consumers' registers rebalanced (6 m-blocks).
+  expect_a_ready_waits<TileShape<192, 128, 4, 1, true>>();
 }
 
 // --- Epilogue destinations -------------------------------------------------------------------------
