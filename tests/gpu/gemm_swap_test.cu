@@ -1,7 +1,7 @@
 // GPU tests of the swap-AB GEMM (C^T = B^T A^T for skinny M): every compiled swap-AB tile against a
 // double-precision host reference on fresh random inputs, M from 1 to 200 (one or several
-// m-blocks, rows past M zero-filled; 150 and 200 for the 192-row tile), N not a multiple of the tile (3592, 1000), K with a partial
-// k-block (8200) or under two k-blocks (72), both B layouts, bf16 and fp16, whole tiles, split-K
+// m-blocks, rows past M zero-filled; 150 and 200 for the 192-row tile), N not a multiple of the
+// tile (3592, 1000), K with a partial k-block (8200) or under two k-blocks (72), both B layouts, bf16 and fp16, whole tiles, split-K
 // and stream-K. Every config runs twice into poisoned C with guard bands: the runs must agree bit
 // for bit (the second also checks that the split-K counters were left at zero). The add epilogue
 // must add each element once. The A-ready hook with swap-AB: gemm_test.cu; swap-AB K clusters

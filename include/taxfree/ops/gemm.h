@@ -58,14 +58,15 @@ enum class SplitScope {
 // Launch geometry. Only the tile shapes listed by compiled_configs() exist; the heuristic returns
 // one of them.
 //
-// Swap-AB (swap_ab, for skinny M): the kernel computes C^T = B^T A^T so that N fills wgmma's
-// 64-row M dimension and M sits in its narrow N dimension (16, 32, 64, or 192 for M = 129-192 in one
-// m-block). bm is then the rows of C per tile (any M works, rows past M are zero fill), bn = 128 columns (two consumer
-// warpgroups of 64), cluster_m = 1. Same inputs, layouts, alignment rules, hooks and split-K as
-// without swap; C is written row by row through shared memory (16-byte vectors). Ready policies
-// see the same (tile, k_block) calls: tile.m counts m-blocks of bm rows of A, and the wait comes
-// before the TMA load of A's k-block k_block for those rows. Tile orders map to the same
-// (m-block, n-block) tiles; with M <= bm there is one m-block, so rotating it changes nothing.
+// Swap-AB (swap_ab, for skinny M): the kernel computes C^T = B^T A^T so that N fills wgmma's 64-row
+// M dimension and M sits in its narrow N dimension (16, 32, 64, or 192 for M = 129-192 in one
+// m-block). bm is then the rows of C per tile (any M works, rows past M are zero fill), bn = 128
+// columns (two consumer warpgroups of 64), cluster_m = 1. Same inputs, layouts, alignment rules,
+// hooks and split-K as without swap; C is written row by row through shared memory (16-byte
+// vectors). Ready policies see the same (tile, k_block) calls: tile.m counts m-blocks of bm rows of
+// A, and the wait comes before the TMA load of A's k-block k_block for those rows. Tile orders map
+// to the same (m-block, n-block) tiles; with M <= bm there is one m-block, so rotating it changes
+// nothing.
 //
 // K clusters (cluster_k = 2 or 4; compiled for the 128 x 128 tile and the 16 x 128 swap-AB tile):
 // each tile is computed by a cluster of cluster_k CTAs, one K range each (the ranges split-K

@@ -51,10 +51,10 @@ inline constexpr CompiledTile kCompiledTiles[] = {
     {16, 128, 12, 1, true, true, 4},
     {32, 128, 10, 1, true, true},  // M <= 32
     {64, 128, 8, 1, true, true},   // M <= 64, and M up to ~256 as m-blocks that share B through L2
-  // Swap-AB over M = 129-192 in one m-block, where 128-row tiles compute a second, partial one's
-  // zero rows: 0.933x the plain tiles' time on the 578 grid shapes it took (r335, 1x H100; 24
-  // slower, worst 1.19). 128 and 256 rows lost to the plain tiles (r333).
-  {192, 128, 4, 1, true, true},
+    // Swap-AB over M = 129-192 in one m-block, where 128-row tiles compute a second, partial one's
+    // zero rows: 0.933x the plain tiles' time on the 578 grid shapes it took (r335, 1x H100; 24
+    // slower, worst 1.19). 128 and 256 rows lost to the plain tiles (r333).
+    {192, 128, 4, 1, true, true},
 };
 
 }  // namespace taxfree::gemm

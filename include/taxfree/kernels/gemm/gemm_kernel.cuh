@@ -17,11 +17,10 @@
 //
 // Swap-AB (kSwapAB, for skinny M): wgmma's M is at least 64, so with M <= 64 most of an A tile
 // would be zero fill and the few B columns per CTA would starve the pipeline (and M = 129-192 would
-// take two 128-row m-blocks, the second mostly zero rows). A swap-AB kernel
-// computes C^T = B^T A^T instead: each consumer warpgroup owns 64 columns of C (64 rows of B as
-// [N, K], or one 64-column box of B as [K, N], as wgmma's A operand, MN-major with the transpose
-// bit for [K, N]) and multiplies them by the BM (16..64, or 192) rows of A as wgmma's K-major B operand:
-// m64nBMk16. The producer, the stage layout ([A: BM x 64 | B: BN x 64]), the tensor maps, the
+// take two 128-row m-blocks, the second mostly zero rows). A swap-AB kernel computes C^T = B^T A^T
+// instead: each consumer warpgroup owns 64 columns of C (64 rows of B as [N, K], or one 64-column
+// box of B as [K, N], as wgmma's A operand, MN-major with the transpose bit for [K, N]) and
+// multiplies them by the BM (16..64, or 192) rows of A as wgmma's K-major B operand: m64nBMk16. The producer, the stage layout ([A: BM x 64 | B: BN x 64]), the tensor maps, the
 // work plan and the hooks are the same as without swap: a tile is still BM rows x BN columns of
 // C, Ready::wait(tile, kb) still precedes the load of A's k-block kb of that tile's rows, and the
 // Order still maps order indices to (m-block, n-block). Only the consumers' wgmma operands and
@@ -105,8 +104,8 @@ struct TileShape {
   // without them. The host's copy of this rule: fp32_epilogue_compiled (ops/gemm_tiles.h), checked
   // equal where kernels are instantiated.
   static constexpr bool kFloatEpilogue = !kSwapAB && BN % 32 == 0;
-  static_assert(!kSwapAB || BM == 16 || BM == 32 || BM == 64 || BM == 128 || BM == 192 || BM == 256,
-                "swap-AB BM: a wgmma width of at least 16");
+  // 128 and 256 were built and measured (r333), not kept: gemm_tiles.h.
+  static_assert(!kSwapAB || BM == 16 || BM == 32 || BM == 64 || BM == 192, "swap-AB BM: 16, 32, 64 or 192 rows");
   static_assert(!kSwapAB || BN == 64 || BN == 128, "swap-AB BN: one or two consumer warpgroups of 64 columns");
   static_assert(kCluster == 1 || (kCluster == 2 && !kSwapAB && BN % 16 == 0),
                 "clusters of 2 without swap-AB; each CTA multicasts half of B (whole 8-row swizzle atoms)");
