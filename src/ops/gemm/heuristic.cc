@@ -14,11 +14,12 @@
 //   HBM       (A + B + C) bytes / bandwidth, derated when too few SMs stream; A rows past M that
 //             TMA zero-fills count as streamed bytes (r11: M = 1 and 16 on 64-row tiles ran at
 //             about half the B-only HBM rate).
-//             A partial last m-block without multicast reads B once more when B is over the L2
-//             (over 60% of it when K >= 8192) and a column's m-blocks (8 or fewer) run in one
+//             A partial last m-block without multicast is charged B once more when B is over the
+//             L2 (over 60% of it when K >= 8192) and a column's m-blocks (8 or fewer) run in one
 //             wave: its CTAs have fewer rows, run ahead of the full ones, and stop sharing B's
-//             k-blocks with them through L2 (r169: M = 192 N = 7168-8192, 128 x 128 whole tiles
-//             1.3-1.4x the pair tile's time).
+//             k-blocks with them (r169: M = 192 N = 7168-8192, 128 x 128 whole tiles 1.3-1.4x the
+//             pair tile's time). A stand-in for the cost, not HBM traffic: ncu read B from HBM
+//             once on such shapes (r332); the loss is between L2 and the SMs.
 //   clocks    SMs left idle give the busy ones clock headroom under the power cap: the tensor rate
 //             gains 30% of the idle fraction (the gain that fits r163-r169's measurements best).
 //   time      the larger of makespan and HBM plus a quarter of the smaller, plus a fixed launch
@@ -185,12 +186,13 @@ double estimate_seconds(const Candidate& c, const WorkPlan& plan, int64_t m, int
 // The swap-AB tile for M: the narrowest whose bm covers M (one m-block: B crosses L2 -> SM once per
 // column of tiles), or beyond the widest, the widest (the fewest m-blocks).
 const CompiledTile* swap_tile_for(int64_t m, BLayout b_layout) {
+  // A tile that covers M beats one that does not; among covering tiles the narrower, else the wider.
+  const auto better = [m](const CompiledTile& a, const CompiledTile& b) {
+    return (a.bm >= m) != (b.bm >= m) ? a.bm >= m : a.bm >= m ? a.bm < b.bm : a.bm > b.bm;
+  };
   const CompiledTile* best = nullptr;
-  for (const CompiledTile& t : kCompiledTiles) {
-    if (!t.swap || (!t.kn && b_layout == BLayout::kn)) continue;
-    const bool covers = t.bm >= m, best_covers = best && best->bm >= m;
-    if (!best || (covers && (!best_covers || t.bm < best->bm)) || (!covers && !best_covers && t.bm > best->bm)) best = &t;
-  }
+  for (const CompiledTile& t : kCompiledTiles)
+    if (t.swap && (t.kn || b_layout == BLayout::nk) && (!best || better(t, *best))) best = &t;
   return best;
 }
 

@@ -20,12 +20,12 @@
 // take two 128-row m-blocks, the second mostly zero rows). A swap-AB kernel computes C^T = B^T A^T
 // instead: each consumer warpgroup owns 64 columns of C (64 rows of B as [N, K], or one 64-column
 // box of B as [K, N], as wgmma's A operand, MN-major with the transpose bit for [K, N]) and
-// multiplies them by the BM (16..64, or 192) rows of A as wgmma's K-major B operand: m64nBMk16. The producer, the stage layout ([A: BM x 64 | B: BN x 64]), the tensor maps, the
-// work plan and the hooks are the same as without swap: a tile is still BM rows x BN columns of
-// C, Ready::wait(tile, kb) still precedes the load of A's k-block kb of that tile's rows, and the
-// Order still maps order indices to (m-block, n-block). Only the consumers' wgmma operands and
-// the epilogue's orientation (store_band_transposed) differ. No clusters: A is what would be
-// shared along N, and it is small.
+// multiplies them by the BM (16..64, or 192) rows of A as wgmma's K-major B operand: m64nBMk16. The
+// producer, the stage layout ([A: BM x 64 | B: BN x 64]), the tensor maps, the work plan and the
+// hooks are the same as without swap: a tile is still BM rows x BN columns of C, Ready::wait(tile,
+// kb) still precedes the load of A's k-block kb of that tile's rows, and the Order still maps order
+// indices to (m-block, n-block). Only the consumers' wgmma operands and the epilogue's orientation
+// (store_band_transposed) differ. No clusters: A is what would be shared along N, and it is small.
 //
 // K clusters (kClusterK = 2 or 4; no M cluster): the kClusterK CTAs of a cluster compute the
 // same whole tile, CTA r over k-blocks [kb r / S, kb (r + 1) / S) (S = kClusterK: the K ranges
