@@ -19,7 +19,9 @@
 //             wave: its CTAs have fewer rows, run ahead of the full ones, and stop sharing B's
 //             k-blocks with them (r169: M = 192 N = 7168-8192, 128 x 128 whole tiles 1.3-1.4x the
 //             pair tile's time). A stand-in for the cost, not HBM traffic: ncu read B from HBM
-//             once on such shapes (r332); the loss is between L2 and the SMs.
+//             once on such shapes (r332); the loss is between L2 and the SMs. Only fp32 outputs:
+//             with 16-bit ones the kernel overlaps the last m-block with the one before it, so
+//             every CTA loads whole A tiles (kernels/gemm/tile_scheduler.cuh: overlapped_row0).
 //   clocks    SMs left idle give the busy ones clock headroom under the power cap: the tensor rate
 //             gains 30% of the idle fraction (the gain that fits r163-r169's measurements best).
 //   time      the larger of makespan and HBM plus a quarter of the smaller, plus a fixed launch
@@ -114,7 +116,7 @@ bool k_clusters_fit(const CompiledTile& t, int64_t m, int64_t n, int k_blocks, i
 }
 
 double estimate_seconds(const Candidate& c, const WorkPlan& plan, int64_t m, int64_t n, int64_t k, int64_t clusters,
-                        int sms) {
+                        int sms, EpilogueOutput out) {
   const CompiledTile& t = *c.tile;
   const int ck = t.cluster_k;
   // Per CTA and k-block. Rows of A past M are zero-filled by TMA and cost no bandwidth; with
@@ -130,17 +132,17 @@ double estimate_seconds(const Candidate& c, const WorkPlan& plan, int64_t m, int
   const double tensor_rate = kPeakFlopsPerSm * tile_efficiency(t) * (1.0 + kIdleClockGain * idle);
   const double compute = std::max(2.0 * t.bm * t.bn * 64 / tensor_rate,
                                   operand_reads / kSmemRate);
-  // B re-read (above): a partial last m-block without multicast, 8 or fewer m-blocks, B over the
-  // L2, or over 60% of it with a long k-loop (r328, 1x H200, K = 8192: B 34 MB drifts, 25 MB does
-  // not). With a long k-loop, 128 x 128 whole tiles of single CTAs whose last m-block is half a tile
+  // B re-read (above; fp32 outputs): a partial last m-block without multicast, 8 or fewer m-blocks,
+  // B over the L2, or over 60% of it with a long k-loop (r328, 1x H200, K = 8192: B 34 MB drifts,
+  // 25 MB does not). With a long k-loop, 128 x 128 whole tiles of single CTAs whose last m-block is half a tile
   // or less also slow every k-block of the wave (r328: M = 416-960, N = 2048-4096 ran 60-71 µs where
   // a 96-row last m-block ran 46-47), which the re-read bytes do not show where the makespan bounds
   // the estimate. Only that tile: applied to 128 x 256 and K clusters too, the rule moved them to
   // split-K that lost up to 1.42x (r329, 1x H100). Only long k-loops: at K = 2048 / 4096 both terms
   // cost 1.06x / 1.02x (r330, 1x H200, 83 shapes), at K = 16384 they gained 0.89x (20 shapes).
   const bool long_k_loop = plan.k_blocks >= kDriftMinKBlocks;
-  const bool drifting_m_block = t.cluster == 1 && !t.swap && m % t.bm != 0 && plan.grid.m_blocks > 1 &&
-                                plan.grid.m_blocks <= kDriftMaxMBlocks &&
+  const bool drifting_m_block = out == EpilogueOutput::fp32 && t.cluster == 1 && !t.swap && m % t.bm != 0 &&
+                                plan.grid.m_blocks > 1 && plan.grid.m_blocks <= kDriftMaxMBlocks &&
                                 double(n) * double(k) * 2.0 > kL2Bytes * (long_k_loop ? kDriftL2Share : 1.0);
   const bool short_last_m_block = long_k_loop && drifting_m_block && c.splits == 1 && ck == 1 && t.bm == 128 &&
                                   t.bn == 128 && m % t.bm <= t.bm / 2;
@@ -279,7 +281,7 @@ GemmConfig rank_candidates(int64_t m, int64_t n, int64_t k, BLayout b_layout, in
     const WorkPlan plan = detail::make_work_plan(shape, cfg, clusters);
     if (cfg.splits_k() && plan.split_tiles() == 0) continue;  // nothing to split: the same as whole tiles
     if (detail::workspace_need(plan, cfg).partial_bytes > kMaxWorkspaceBytes) continue;
-    const double time = estimate_seconds(c, plan, m, n, k, clusters, num_sms);
+    const double time = estimate_seconds(c, plan, m, n, k, clusters, num_sms, out);
     if (!best || time < kSwitchMargin * best_time) best = &c, best_time = time;
   }
   TF_REQUIRE(best, Status::NotSupported,

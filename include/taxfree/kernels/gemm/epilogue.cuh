@@ -105,18 +105,19 @@ __device__ __forceinline__ bool reduce_splits(float (&acc)[BN / 2], float2* spli
 }
 
 // Writes the kRows x kCols block of C held in `staging` (row r at staging + r * kPitch) to
-// (row0, col0), clipped to rows < m and columns < n, through the Epilogue policy: 16-byte
+// (row0, col0), clipped to rows in [row_lo, m) (row_lo: the first row of the tile's own m-block,
+// tile_scheduler.cuh: overlapped_row0) and columns < n, through the Epilogue policy: 16-byte
 // row-contiguous reads, so global writes are whole rows of the block (full 128 B lines for 64
 // columns, 112 B for the 56-column chunks of BN = 224 and 168). The caller has synchronised the
 // staging writes (named barrier) and syncs again before reusing `staging`.
 template <int kRows, int kCols, uint32_t kPitch, class T, class Epi>
-__device__ __forceinline__ void flush_staging(const typename Epi::Params& epi, int m, int n, const uint8_t* staging,
-                                              int64_t row0, int64_t col0) {
+__device__ __forceinline__ void flush_staging(const typename Epi::Params& epi, int64_t row_lo, int m, int n,
+                                              const uint8_t* staging, int64_t row0, int64_t col0) {
   constexpr int kVecPerRow = kCols / 8;
   const int tid = threadIdx.x % 128;
   const auto put = [&](int r, int v) {
     const int64_t row = row0 + r, col = col0 + v * 8;
-    if (row < m && col < n) {
+    if (row >= row_lo && row < m && col < n) {
       const uint4 x = *reinterpret_cast<const uint4*>(staging + r * kPitch + v * 16);
       if (col + 8 <= n) {
         Epi::template put8<T>(epi, row, col, x);
@@ -140,13 +141,14 @@ __device__ __forceinline__ void flush_staging(const typename Epi::Params& epi, i
   }
 }
 
-// Writes the 64 x BN band of C at (row0, col0), clipped to rows < m and columns < n, through the
+// Writes the 64 x BN band of C at (row0, col0), clipped to rows in [row_lo, m) and columns < n, through the
 // Epilogue policy. Per 64 x kChunkN slice: registers -> staging (rows padded by 16 B so the 8 rows
 // a warp writes at once fall into distinct banks) -> flush_staging. `staging` holds 64 x pitch
 // bytes; `bar` is the warpgroup's barrier.
 template <int BN, int kChunkN, uint32_t kPitch, class T, class Epi>
-__device__ __forceinline__ void store_band(const typename Epi::Params& epi, int m, int n, const float (&acc)[BN / 2],
-                                           uint8_t* staging, uint32_t bar, int64_t row0, int64_t col0) {
+__device__ __forceinline__ void store_band(const typename Epi::Params& epi, int64_t row_lo, int m, int n,
+                                           const float (&acc)[BN / 2], uint8_t* staging, uint32_t bar, int64_t row0,
+                                           int64_t col0) {
   const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32;
   const int frag_row = warp * 16 + lane / 4, frag_col = 2 * (lane % 4);
 #pragma unroll
@@ -159,7 +161,7 @@ __device__ __forceinline__ void store_band(const typename Epi::Params& epi, int 
       *reinterpret_cast<uint32_t*>(cell + 8 * kPitch) = pack2<T>(acc[f + 2], acc[f + 3]);
     }
     named_barrier_sync(bar, 128);
-    flush_staging<64, kChunkN, kPitch, T, Epi>(epi, m, n, staging, row0, col0 + chunk * kChunkN);
+    flush_staging<64, kChunkN, kPitch, T, Epi>(epi, row_lo, m, n, staging, row0, col0 + chunk * kChunkN);
     named_barrier_sync(bar, 128);  // staging is free for the next slice
   }
 }
@@ -209,7 +211,7 @@ __device__ __forceinline__ void store_band_f32(const typename Epi::Params& epi, 
 // with equal lane % 4 write adjacent halves of one word, the four lane % 4 groups land 2 rows
 // (2 * kPitch = 72 words: +8 banks) apart, so a warp's stores hit 16 distinct banks.
 template <int BM, uint32_t kPitch, class T, class Epi>
-__device__ __forceinline__ void store_band_transposed(const typename Epi::Params& epi, int m, int n,
+__device__ __forceinline__ void store_band_transposed(const typename Epi::Params& epi, int64_t row_lo, int m, int n,
                                                       const float (&acc)[BM / 2], uint8_t* staging, uint32_t bar,
                                                       int64_t row0, int64_t col0) {
   const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32;
@@ -225,7 +227,7 @@ __device__ __forceinline__ void store_band_transposed(const typename Epi::Params
     cells[(c + 1) * kPitchElems + frag_row + 8] = T(acc[4 * j + 3]);
   }
   named_barrier_sync(bar, 128);
-  flush_staging<BM, 64, kPitch, T, Epi>(epi, m, n, staging, row0, col0);
+  flush_staging<BM, 64, kPitch, T, Epi>(epi, row_lo, m, n, staging, row0, col0);
   named_barrier_sync(bar, 128);  // staging is free for the next band
 }
 

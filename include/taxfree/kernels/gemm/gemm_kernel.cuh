@@ -53,7 +53,9 @@
 // (Major::K) or [K, N] (Major::MN) row-major, both described by 2-D tensor maps with 128 B swizzle
 // (A box {64, BM}; B box {64, BN / kCluster} for [N, K], {64, 64} for [K, N]). M, N, K tails need
 // no padding: TMA fills out-of-bounds elements (even whole boxes) with zeros, exact in K, and the
-// epilogue writes only rows < M and columns < N. C must not alias A or B.
+// epilogue writes only rows < M and columns < N. An m-block reaching past M loads the last BM rows
+// of A instead of zero fill (M >= BM, 16-bit epilogues; device::a_row0) and writes only its own
+// rows. C must not alias A or B.
 //
 // Movers (policies.cuh, optional): a Ready policy may add CTAs at the front of the grid whose
 // consumer warpgroups move data (e.g. all_gather_matmul's pieces) that the GEMM's producers wait
@@ -247,6 +249,15 @@ __device__ __forceinline__ void add_k_partials(float (&acc)[Shape::kAccN / 2], u
     }
 }
 
+// The first row of A a CTA loads for m-block `m_block`: overlapped with the m-block before it
+// where the m-block reaches past M (tile_scheduler.cuh: overlapped_row0). fp32 epilogues keep their
+// 64-row bands aligned (band_done names a band by row0 / 64), so their last m-block loads zero fill.
+template <class Shape, class Epi>
+__device__ __forceinline__ int a_row0(int m_block, int m) {
+  const int64_t first = int64_t(m_block) * Shape::BM;
+  return int(float_out<Epi>() ? first : overlapped_row0(first, Shape::BM, m));
+}
+
 template <class Shape, Major kMajorB, class Order, class Ready, class Epi>
 __device__ __forceinline__ void produce(const GemmParams<Order, Ready, Epi>& p, uint32_t base, int rank, int krank,
                                         int cluster, int clusters) {
@@ -262,7 +273,7 @@ __device__ __forceinline__ void produce(const GemmParams<Order, Ready, Epi>& p, 
     k_cluster_range<Shape>(w, krank);
     const TileCoord ct = Order::at(p.order, p.plan.grid, w.t);
     const TileCoord tile{ct.m * Shape::kCluster + rank, ct.n};
-    const int m0 = tile.m * Shape::BM, n0 = tile.n * Shape::BN;
+    const int m0 = a_row0<Shape, Epi>(tile.m, p.m), n0 = tile.n * Shape::BN;
     const int rot = first_k_block<Ready>(p.ready, tile), k_blocks = (p.k + 63) / 64;
     for (int i = w.kb_begin; i < w.kb_end; ++i) {
       const int kb = i + rot < k_blocks ? i + rot : i + rot - k_blocks;
@@ -360,14 +371,17 @@ __device__ __forceinline__ void consume(const GemmParams<Order, Ready, Epi>& p, 
     if (lane == 0) release_stage<Shape>(empty0 + 8 * prev);
 
     // This consumer's band of C: 64 rows from row0 x BN columns from col0, or with swap-AB BM rows
-    // x 64 columns. A band wholly past M (the M tail of a cluster tile), or past N with swap-AB,
-    // has nothing to write; a split tile's segment that is not the last to finish only parks its
-    // partial.
-    const int64_t row0 = (int64_t(ct.m) * Shape::kCluster + rank) * Shape::BM + (Shape::kSwapAB ? 0 : consumer * 64);
+    // x 64 columns, of which rows from row_lo (the m-block's first; an overlapped last m-block
+    // computed rows of the one before it) are this tile's. A band wholly past M (the M tail of a
+    // cluster tile) or before row_lo, or past N with swap-AB, has nothing to write; a split tile's
+    // segment that is not the last to finish only parks its partial.
+    const int m_block = ct.m * Shape::kCluster + rank;
+    const int64_t row_lo = int64_t(m_block) * Shape::BM;
+    const int64_t row0 = a_row0<Shape, Epi>(m_block, p.m) + (Shape::kSwapAB ? 0 : consumer * 64);
     const int64_t col0 = int64_t(ct.n) * Shape::BN + (Shape::kSwapAB ? consumer * 64 : 0);
     // Fragment rows: rows of C, or columns of C with swap-AB.
     const int64_t frag_rows_left = Shape::kSwapAB ? p.n - col0 : p.m - row0;
-    bool write = frag_rows_left > 0;
+    bool write = frag_rows_left > 0 && row0 + (Shape::kSwapAB ? Shape::BM : 64) > row_lo;
     if (write && w.parts > 1) {
       const int64_t band = ((w.slot * p.plan.max_parts) * Shape::kCluster + rank) * Shape::kConsumers + consumer;
       const int64_t part_stride = int64_t(Shape::kCluster) * Shape::kConsumers * 64 * kAccN / 2;
@@ -384,7 +398,7 @@ __device__ __forceinline__ void consume(const GemmParams<Order, Ready, Epi>& p, 
       if (krank == 0) add_k_partials<Shape>(acc, base, consumer);
       cta_sync_unaligned();  // the ring is read: the producer may refill it
       if (write && krank == 0)
-        store_band_transposed<Shape::BM, L::kEpiPitch, T, Epi>(p.epi, p.m, p.n, acc, staging, bar, row0, col0);
+        store_band_transposed<Shape::BM, L::kEpiPitch, T, Epi>(p.epi, row_lo, p.m, p.n, acc, staging, bar, row0, col0);
     } else if constexpr (Shape::kClusterK > 1) {
       static_assert(!float_out<Epi>(), "fp32 epilogues count 64 x BN bands; K clusters write 64 x BN / S slices");
       constexpr int kSliceN = Shape::BN / Shape::kClusterK;
@@ -396,16 +410,16 @@ __device__ __forceinline__ void consume(const GemmParams<Order, Ready, Epi>& p, 
       cta_sync_unaligned();  // the ring is read: the producer may refill it
       if (write)
         store_band<kSliceN, (kSliceN < L::kChunkN ? kSliceN : L::kChunkN), L::kEpiPitch, T, Epi>(
-            p.epi, p.m, p.n, slice, staging, bar, row0, col0 + krank * kSliceN);
+            p.epi, row_lo, p.m, p.n, slice, staging, bar, row0, col0 + krank * kSliceN);
     } else if (write) {
       if constexpr (Shape::kSwapAB) {
         static_assert(!float_out<Epi>(), "fp32 epilogues run without swap-AB");
-        store_band_transposed<Shape::BM, L::kEpiPitch, T, Epi>(p.epi, p.m, p.n, acc, staging, bar, row0, col0);
+        store_band_transposed<Shape::BM, L::kEpiPitch, T, Epi>(p.epi, row_lo, p.m, p.n, acc, staging, bar, row0, col0);
       } else if constexpr (float_out<Epi>()) {
         static_assert(Shape::kFloatEpilogue, "fp32 epilogues stage 32-column chunks");
         store_band_f32<Shape::BN, L::kEpiPitch, Epi>(p.epi, p.m, p.n, acc, staging, bar, row0, col0);
       } else {
-        store_band<Shape::BN, L::kChunkN, L::kEpiPitch, T, Epi>(p.epi, p.m, p.n, acc, staging, bar, row0, col0);
+        store_band<Shape::BN, L::kChunkN, L::kEpiPitch, T, Epi>(p.epi, row_lo, p.m, p.n, acc, staging, bar, row0, col0);
       }
     }
   }

@@ -43,6 +43,19 @@ struct TileCoord {
   int n;
 };
 
+// The first row of A a CTA loads for the m-block starting at row `block_row0` of `bm` rows: that
+// row, but for an m-block reaching past M (M >= bm), M - bm, so the tile overlaps the one before it
+// and loads no zero fill. Then every CTA of a wave loads whole A tiles and keeps the full CTAs' pace
+// on B: a last m-block of 64 rows or fewer ran ahead of its column and slowed the wave by up to
+// 50% once B was over half the L2 (r327-r328: "drift", docs/notes/gemm-tuning.md). The rows before
+// block_row0 are computed again and discarded: the epilogue writes rows >= block_row0 only, and
+// a row of C depends on its own row of A only, so a Ready policy still waits for the m-block's own
+// rows (the overlap may read rows being written: their results are never stored).
+TF_HOST_DEVICE int64_t overlapped_row0(int64_t block_row0, int bm, int64_t m) {
+  const int64_t last = m > bm ? m - bm : 0;
+  return block_row0 < last ? block_row0 : last;
+}
+
 struct TileGrid {
   int m_blocks;
   int n_blocks;
