@@ -33,9 +33,9 @@ struct PullReady {
 
   // The rank whose gathered A holds the tile's A at k-block kb. A pair tile's second CTA past M (an
   // odd count of m-blocks, at an odd world) has m-block world * source_unit: no rank's. Any built
-  // map serves it: its rows are past every map's M (TMA fills zeros) and the epilogue writes no row
-  // >= M. r283: a_maps[world], never built, ended the kernel with an illegal instruction (W = 5,
-  // M = 640).
+  // map serves it: it loads the last BM rows of A (gemm_kernel.cuh: a_row0) and the epilogue
+  // writes none of its rows. r283: a_maps[world], never built, ended the kernel with an illegal
+  // instruction (W = 5, M = 640).
   TF_HOST_DEVICE static int source(const Params& p, gemm::TileCoord tile, int kb) {
     const unsigned s = unsigned(p.gather_dim == 0 ? tile.m : kb) / unsigned(p.source_unit);
     const unsigned last = unsigned(p.sources - 1);

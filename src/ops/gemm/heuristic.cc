@@ -13,15 +13,23 @@
 //             than single CTAs
 //   HBM       (A + B + C) bytes / bandwidth, derated when too few SMs stream; A rows past M that
 //             TMA zero-fills count as streamed bytes (r11: M = 1 and 16 on 64-row tiles ran at
-//             about half the B-only HBM rate).
+//             about half the B-only HBM rate). A single-CTA tile with 16-bit outputs and M >= its
+//             rows has none: its last m-block loads the last rows of A instead (overlapped, below;
+//             r338: M = 136-176 N = 7168-8192 K = 2048, 128 x 128 whole tiles 22-25 -> 17-20 µs,
+//             ahead of the 192-row swap-AB tile's 24). Cluster tiles keep the charge: their pairs'
+//             pace did not change (r336: 128 x 224 pairs 1.00-1.01x).
 //             A partial last m-block without multicast is charged B once more when B is over the
 //             L2 (over 60% of it when K >= 8192) and a column's m-blocks (8 or fewer) run in one
 //             wave: its CTAs have fewer rows, run ahead of the full ones, and stop sharing B's
 //             k-blocks with them (r169: M = 192 N = 7168-8192, 128 x 128 whole tiles 1.3-1.4x the
 //             pair tile's time). A stand-in for the cost, not HBM traffic: ncu read B from HBM
-//             once on such shapes (r332); the loss is between L2 and the SMs. Only fp32 outputs:
-//             with 16-bit ones the kernel overlaps the last m-block with the one before it, so
-//             every CTA loads whole A tiles (kernels/gemm/tile_scheduler.cuh: overlapped_row0).
+//             once on such shapes (r332); the loss is between L2 and the SMs. With 16-bit outputs
+//             the kernel overlaps the last m-block with the one before it, so every CTA loads
+//             whole A tiles (kernels/gemm/tile_scheduler.cuh: overlapped_row0) and whole tiles no
+//             longer drift (r336, 1x H100: 128 x 128 over a last m-block of 32-64 rows 0.68-0.76x
+//             their time before at N = 3584-6144). The charge stays on split-K candidates, which
+//             the re-timed tables rank better with it (r337-r338: 1.011x the best measured over
+//             975 shapes, 1.018x without), and on fp32 outputs, which the kernel does not overlap.
 //   clocks    SMs left idle give the busy ones clock headroom under the power cap: the tensor rate
 //             gains 30% of the idle fraction (the gain that fits r163-r169's measurements best).
 //   time      the larger of makespan and HBM plus a quarter of the smaller, plus a fixed launch
@@ -132,17 +140,18 @@ double estimate_seconds(const Candidate& c, const WorkPlan& plan, int64_t m, int
   const double tensor_rate = kPeakFlopsPerSm * tile_efficiency(t) * (1.0 + kIdleClockGain * idle);
   const double compute = std::max(2.0 * t.bm * t.bn * 64 / tensor_rate,
                                   operand_reads / kSmemRate);
-  // B re-read (above; fp32 outputs): a partial last m-block without multicast, 8 or fewer m-blocks,
-  // B over the L2, or over 60% of it with a long k-loop (r328, 1x H200, K = 8192: B 34 MB drifts,
-  // 25 MB does not). With a long k-loop, 128 x 128 whole tiles of single CTAs whose last m-block is half a tile
+  // B re-read (above): split-K candidates, or any with fp32 outputs, over a partial last m-block
+  // without multicast, 8 or fewer m-blocks, B over the L2, or over 60% of it with a long k-loop
+  // (r328, 1x H200, K = 8192: B 34 MB drifts, 25 MB does not). With a long k-loop and fp32 outputs
+  // (no overlapped m-block), 128 x 128 whole tiles of single CTAs whose last m-block is half a tile
   // or less also slow every k-block of the wave (r328: M = 416-960, N = 2048-4096 ran 60-71 µs where
   // a 96-row last m-block ran 46-47), which the re-read bytes do not show where the makespan bounds
   // the estimate. Only that tile: applied to 128 x 256 and K clusters too, the rule moved them to
   // split-K that lost up to 1.42x (r329, 1x H100). Only long k-loops: at K = 2048 / 4096 both terms
   // cost 1.06x / 1.02x (r330, 1x H200, 83 shapes), at K = 16384 they gained 0.89x (20 shapes).
   const bool long_k_loop = plan.k_blocks >= kDriftMinKBlocks;
-  const bool drifting_m_block = out == EpilogueOutput::fp32 && t.cluster == 1 && !t.swap && m % t.bm != 0 &&
-                                plan.grid.m_blocks > 1 && plan.grid.m_blocks <= kDriftMaxMBlocks &&
+  const bool drifting_m_block = (out == EpilogueOutput::fp32 || c.splits > 1) && t.cluster == 1 && !t.swap &&
+                                m % t.bm != 0 && plan.grid.m_blocks > 1 && plan.grid.m_blocks <= kDriftMaxMBlocks &&
                                 double(n) * double(k) * 2.0 > kL2Bytes * (long_k_loop ? kDriftL2Share : 1.0);
   const bool short_last_m_block = long_k_loop && drifting_m_block && c.splits == 1 && ck == 1 && t.bm == 128 &&
                                   t.bn == 128 && m % t.bm <= t.bm / 2;
@@ -176,7 +185,9 @@ double estimate_seconds(const Candidate& c, const WorkPlan& plan, int64_t m, int
   }
   const double streaming = std::min(1.0, double(active * t.cluster * ck) / (kSaturatingSmFraction * sms));
   // In double: int products overflow on the largest shapes validation accepts (M, N, K < 2^31).
-  const double zero_fill = (double(plan.grid.m_blocks) * t.bm * t.cluster - double(m)) * double(k) * plan.grid.n_blocks;
+  const bool overlapped = out != EpilogueOutput::fp32 && m >= t.bm && t.cluster == 1;
+  const double zero_fill =
+      overlapped ? 0.0 : (double(plan.grid.m_blocks) * t.bm * t.cluster - double(m)) * double(k) * plan.grid.n_blocks;
   const double b_reread = drifting_m_block ? double(n) * double(k) : 0.0;
   const double hbm = (double(m) * double(k) + double(n) * double(k) + double(m) * double(n) + zero_fill + b_reread) *
                      2.0 / (kHbmBytesPerSec * streaming);

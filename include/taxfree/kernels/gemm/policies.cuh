@@ -15,6 +15,9 @@
 //             with a policy that allows it (split_k_safe, below). On return, A data released by
 //             the writer must be visible to TMA: acquire the flag (device/signal.cuh: dev::wait_geq, pattern P4), then
 //             dev::fence_proxy_async_global(). Per-tile policies return at once for k_block > 0.
+//             The tile's rows are its m-block's: an m-block reaching past M also loads rows of the
+//             one before it (tile_scheduler.cuh: overlapped_row0), whose results it discards, so
+//             the wait need not cover them (they may be read while being written).
 //             A wait must have a deadline (the engine has none); when it gives up it returns
 //             anyway: the GEMM then finishes on whatever A holds, in bounded time, and the host
 //             reports the wait record.
