@@ -35,7 +35,7 @@ struct Measured {
 // past M loads the last BM rows of A instead of zero fill, kernels/gemm/tile_scheduler.cuh). Its
 // rows of single-CTA configs over a partial last m-block timed another kernel: 128 x 128 whole tiles
 // there ran 1.3-1.5x their time since (r336, 1x H100), so they are left out. Cluster configs
-// stay: their pace is set by the pair's full CTA (r336: 1.00-1.01x).
+// stay: their pace is set by the pair's full CTA (r336: 128 x 224 pairs 1.006x, 0.97-1.04).
 enum class Kernel { before_overlap, current };
 
 bool timed_another_kernel(Kernel kernel, int64_t m, const std::string& label) {

@@ -17,7 +17,7 @@
 //             rows has none: its last m-block loads the last rows of A instead (overlapped, below;
 //             r338: M = 136-176 N = 7168-8192 K = 2048, 128 x 128 whole tiles 22-25 -> 17-20 µs,
 //             ahead of the 192-row swap-AB tile's 24). Cluster tiles keep the charge: their pairs'
-//             pace did not change (r336: 128 x 224 pairs 1.00-1.01x).
+//             pace did not change (r336: 128 x 224 pairs 1.006x).
 //             A partial last m-block without multicast is charged B once more when B is over the
 //             L2 (over 60% of it when K >= 8192) and a column's m-blocks (8 or fewer) run in one
 //             wave: its CTAs have fewer rows, run ahead of the full ones, and stop sharing B's
