@@ -15,7 +15,7 @@
 //             TMA zero-fills count as streamed bytes (r11: M = 1 and 16 on 64-row tiles ran at
 //             about half the B-only HBM rate). A single-CTA tile with 16-bit outputs and M >= its
 //             rows has none: its last m-block loads the last rows of A instead (overlapped, below;
-//             r338: M = 136-176 N = 7168-8192 K = 2048, 128 x 128 whole tiles 22-25 -> 17-20 µs,
+//             r335 -> r337: M = 136-176 N = 7168-8192 K = 2048, 128 x 128 whole tiles 22-25 -> 17-20 µs,
 //             ahead of the 192-row swap-AB tile's 24). Cluster tiles keep the charge: their pairs'
 //             pace did not change (r336: 128 x 224 pairs 1.006x).
 //             A partial last m-block without multicast is charged B once more when B is over the
