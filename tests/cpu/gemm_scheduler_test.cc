@@ -1,5 +1,6 @@
 // Tile orders and work plans of the persistent GEMM: every tile exactly once, for grouped and
-// rank-rotated orders; every (tile, k-block) exactly once, for split-K plans.
+// rank-rotated orders; every (tile, k-block) exactly once, for split-K plans; every row of C kept
+// once under the overlapped last m-block.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -77,6 +78,26 @@ TEST(GemmTileScheduler, RotatedOrderStartsAtTheRanksShard) {
     }
     EXPECT_EQ(RotatedOrder::at(p, grid, 16 * grid.n_blocks).m, (16 * rank + 16) % 64);
   }
+}
+
+// The overlapped last m-block (overlapped_row0): every m-block of bm rows, pairs' CTAs past M
+// included, loads bm rows inside A where M >= bm (no zero fill), starts no later than its own first
+// row, and the rows it keeps (from its own first, below M) cover [0, M) exactly once.
+TEST(GemmTileScheduler, OverlappedLastMBlockLoadsWholeTilesInsideAAndKeepsEachRowOnce) {
+  for (int bm : {16, 32, 64, 128, 192})
+    for (int64_t m : {1, 7, 63, 64, 65, 127, 128, 129, 136, 200, 257, 383, 448, 1000, 4099}) {
+      const int m_blocks = int((m + bm - 1) / bm) + 1;  // one more: a pair's CTA wholly past M
+      std::vector<int> kept(size_t(m), 0);
+      for (int b = 0; b < m_blocks; ++b) {
+        const int64_t own = int64_t(b) * bm, row0 = overlapped_row0(own, bm, m);
+        EXPECT_LE(row0, own) << "bm " << bm << " M " << m << " m-block " << b;
+        EXPECT_GE(row0, 0);
+        if (m >= bm) EXPECT_LE(row0 + bm, m) << "bm " << bm << " M " << m << " m-block " << b << ": zero fill";
+        else EXPECT_EQ(row0, 0);
+        for (int64_t r = std::max(row0, own); r < std::min<int64_t>(row0 + bm, m); ++r) ++kept[size_t(r)];
+      }
+      EXPECT_EQ(std::count(kept.begin(), kept.end(), 1), m) << "bm " << bm << " M " << m;
+    }
 }
 
 TEST(GemmTileScheduler, GroupedOrderSweepsGroupsColumnByColumn) {
