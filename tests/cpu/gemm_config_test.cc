@@ -196,10 +196,13 @@ TEST(GemmHeuristic, Tiles224WhereTheyFillWholeWaves) {
 }
 
 // 168-column tiles (r298, H200, nk, against the previous choice): whole tiles where M is a
-// multiple of 128 from 256 (M = 768 N = 3584: 132 tiles, 62.0 against 71.8 us), never split, never
-// with a partial last m-block, never for B [K, N] or an fp32 epilogue (not compiled).
-TEST(GemmHeuristic, Tiles168WholeOverFullMBlocks) {
-  for (const auto [m, n] : {std::pair<int64_t, int64_t>{768, 3584}, {1536, 3584}, {384, 7168}, {640, 4096}})
+// multiple of 128 from 256 (M = 768 N = 3584: 132 tiles, 62.0 against 71.8 us), or, since the
+// overlapped last m-block, over a partial last m-block of at most 8 m-blocks (r342, 1x H100: M = 704
+// N = 3072 61-63 against 72-80 us for 128 x 128 tail split 4); never split, never for B [K, N] or
+// an fp32 epilogue (not compiled).
+TEST(GemmHeuristic, Tiles168WholeOverFullMBlocksOrAFewOverlapped) {
+  for (const auto [m, n] :
+       {std::pair<int64_t, int64_t>{768, 3584}, {1536, 3584}, {384, 7168}, {640, 4096}, {704, 3072}})
     EXPECT_EQ(choose_gemm_config(m, n, 8192, DType::bf16, BLayout::nk, 132).bn, 168) << "M=" << m << " N=" << n;
   int chosen = 0;
   for (int64_t m = 64; m <= 4096; m += 64)
@@ -209,7 +212,7 @@ TEST(GemmHeuristic, Tiles168WholeOverFullMBlocks) {
         if (c.bn == 168) {
           ++chosen;
           EXPECT_EQ(layout, BLayout::nk) << "M=" << m << " N=" << n;
-          EXPECT_EQ(m % 128, 0) << "M=" << m << " N=" << n;
+          EXPECT_TRUE(m % 128 == 0 || (m + 127) / 128 <= 8) << "M=" << m << " N=" << n;
           EXPECT_GE(m, 256) << "N=" << n;
           EXPECT_EQ(c.splits, 1) << "M=" << m << " N=" << n << " " << c.name();
         }

@@ -250,8 +250,13 @@ GemmConfig rank_candidates(int64_t m, int64_t n, int64_t k, BLayout b_layout, in
     // above 1.04x); with a partial last m-block 0.98x but up to 1.15x (its CTAs drift apart on B,
     // as the estimate's B re-read term says for other tiles); split-K 1.07-1.10x (up to 1.23x).
     // At M = 128 (B streamed from HBM once, where bytes in flight decide: 5 stages of 37 KB against
-    // 128 x 128's 6 of 32) 1.02-1.04x in r298 and r299.
-    if (t.whole_m_blocks && (m % t.bm != 0 || m < 2 * t.bm)) continue;
+    // 128 x 128's 6 of 32) 1.02-1.04x in r298 and r299. Since the overlapped last m-block, also over
+    // a partial last m-block where a column's m-blocks (8 or fewer) run in one wave: r342 (1x H100,
+    // the 401 shapes where allowing it everywhere changed the choice) 0.85-0.89x at 2-7 m-blocks
+    // with none slower, but 1.00-1.05x at 14-17; kept to 8, the grid's 213 changed choices ran
+    // 0.875x (4 slower, at most 1.05x).
+    const int64_t m_blocks = (m + t.bm - 1) / t.bm;
+    if (t.whole_m_blocks && (m < 2 * t.bm || (m % t.bm != 0 && m_blocks > kDriftMaxMBlocks))) continue;
     if (!t.swap && m <= 64 && t.bm > 64) continue;  // half or more of a 128-row A tile would be zero fill
     if (t.cluster > 1 && m <= t.bm) continue;       // the peer CTA would compute only zero rows
     // Above M = 128, 64-row plain tiles only where 128 x 128 tiles would be 8 or fewer (even K
