@@ -62,8 +62,8 @@ enum class SplitScope {
 // M dimension and M sits in its narrow N dimension (16, 32, 64, or 192 for M = 129-192 in one
 // m-block). bm is then the rows of C per tile (any M works: as without swap, an m-block reaching
 // past M loads the last bm rows of A and writes only its own rows, kernels/gemm/gemm_kernel.cuh;
-// with M < bm the rows past M are zero fill), bn = 128
-// columns (two consumer warpgroups of 64), cluster_m = 1. Same inputs, layouts, alignment rules,
+// with M < bm the rows past M are zero fill), bn = 128 columns (two consumer warpgroups of 64),
+// cluster_m = 1. Same inputs, layouts, alignment rules,
 // hooks and split-K as without swap; C is written row by row through shared memory (16-byte
 // vectors). Ready policies see the same (tile, k_block) calls: tile.m counts m-blocks of bm rows of
 // A, and the wait comes before the TMA load of A's k-block k_block for those rows. Tile orders map

@@ -184,10 +184,12 @@ double estimate_seconds(const Candidate& c, const WorkPlan& plan, int64_t m, int
     makespan = std::max(makespan, busy);
   }
   const double streaming = std::min(1.0, double(active * t.cluster * ck) / (kSaturatingSmFraction * sms));
-  // In double: int products overflow on the largest shapes validation accepts (M, N, K < 2^31).
-  const bool overlapped = out != EpilogueOutput::fp32 && m >= t.bm && t.cluster == 1;
-  const double zero_fill =
-      overlapped ? 0.0 : (double(plan.grid.m_blocks) * t.bm * t.cluster - double(m)) * double(k) * plan.grid.n_blocks;
+  // Zero fill (above: none for single CTAs over an overlapped last m-block), in double: int products
+  // overflow on the largest shapes validation accepts (M, N, K < 2^31).
+  const bool charge_zero_fill = out == EpilogueOutput::fp32 || m < t.bm || t.cluster > 1;
+  const double zero_fill = charge_zero_fill
+                               ? (double(plan.grid.m_blocks) * t.bm * t.cluster - double(m)) * double(k) * plan.grid.n_blocks
+                               : 0.0;
   const double b_reread = drifting_m_block ? double(n) * double(k) : 0.0;
   const double hbm = (double(m) * double(k) + double(n) * double(k) + double(m) * double(n) + zero_fill + b_reread) *
                      2.0 / (kHbmBytesPerSec * streaming);

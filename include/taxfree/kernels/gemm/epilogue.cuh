@@ -141,8 +141,8 @@ __device__ __forceinline__ void flush_staging(const typename Epi::Params& epi, i
   }
 }
 
-// Writes the 64 x BN band of C at (row0, col0), clipped to rows in [row_lo, m) and columns < n, through the
-// Epilogue policy. Per 64 x kChunkN slice: registers -> staging (rows padded by 16 B so the 8 rows
+// Writes the 64 x BN band of C at (row0, col0), clipped to rows in [row_lo, m) and columns < n,
+// through the Epilogue policy. Per 64 x kChunkN slice: registers -> staging (rows padded by 16 B so the 8 rows
 // a warp writes at once fall into distinct banks) -> flush_staging. `staging` holds 64 x pitch
 // bytes; `bar` is the warpgroup's barrier.
 template <int BN, int kChunkN, uint32_t kPitch, class T, class Epi>

@@ -17,8 +17,8 @@
 //
 // Swap-AB (kSwapAB, for skinny M): wgmma's M is at least 64, so with M <= 64 most of an A tile
 // would be zero fill and the few B columns per CTA would starve the pipeline (and M = 129-192 would
-// take two 128-row m-blocks, the second mostly the first's rows again). A swap-AB kernel computes C^T = B^T A^T
-// instead: each consumer warpgroup owns 64 columns of C (64 rows of B as [N, K], or one 64-column
+// take two 128-row m-blocks, the second mostly the first's rows again). A swap-AB kernel computes
+// C^T = B^T A^T instead: each consumer warpgroup owns 64 columns of C (64 rows of B as [N, K], or one 64-column
 // box of B as [K, N], as wgmma's A operand, MN-major with the transpose bit for [K, N]) and
 // multiplies them by the BM (16..64, or 192) rows of A as wgmma's K-major B operand: m64nBMk16. The
 // producer, the stage layout ([A: BM x 64 | B: BN x 64]), the tensor maps, the work plan and the
