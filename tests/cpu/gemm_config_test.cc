@@ -212,7 +212,7 @@ TEST(GemmHeuristic, Tiles168WholeOverFullMBlocksOrAFewOverlapped) {
         if (c.bn == 168) {
           ++chosen;
           EXPECT_EQ(layout, BLayout::nk) << "M=" << m << " N=" << n;
-          EXPECT_TRUE(m % 128 == 0 || (m + 127) / 128 <= 8) << "M=" << m << " N=" << n;
+          EXPECT_TRUE(m % 128 == 0 || (m + 127) / 128 <= 12) << "M=" << m << " N=" << n;
           EXPECT_GE(m, 256) << "N=" << n;
           EXPECT_EQ(c.splits, 1) << "M=" << m << " N=" << n << " " << c.name();
         }

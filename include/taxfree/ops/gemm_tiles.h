@@ -13,7 +13,7 @@ struct CompiledTile {
   bool swap = false;  // swap-AB (gemm_kernel.cuh): C^T = B^T A^T, bm = wgmma N (16..64, 192), bn = 64 per consumer
   int cluster_k = 1;  // CTAs per cluster splitting each tile's K, summed in shared memory (gemm_kernel.cuh)
   // choose_gemm_config offers the tile only as whole tiles (no split-K) of two or more m-blocks,
-  // all full or at most 8 with an overlapped last one: where it measured faster (heuristic.cc).
+  // all full or at most 12 with an overlapped last one: where it measured faster (heuristic.cc).
   bool whole_m_blocks = false;
 };
 

@@ -73,6 +73,7 @@ constexpr double kBoundOverlap = 0.25;           // share of the smaller bound t
 constexpr double kIdleClockGain = 0.3;           // tensor rate gain per idle fraction of the SMs
 constexpr double kL2Bytes = 50e6;                 // L2 capacity (H200)
 constexpr int64_t kDriftMaxMBlocks = 8;           // a column's m-blocks in one wave (see B re-read above)
+constexpr int64_t kTile168MaxMBlocks = 12;        // 128 x 168 over a partial last m-block (rank_candidates)
 constexpr double kDriftL2Share = 0.6;             // with a long k-loop, B over this share of the L2 drifts
 constexpr int kDriftMinKBlocks = 128;             // a long k-loop: K >= 8192 (see estimate_seconds)
 constexpr double kDriftSlowdown = 1.35;           // k-block time, short last m-block (see estimate_seconds)
@@ -253,12 +254,13 @@ GemmConfig rank_candidates(int64_t m, int64_t n, int64_t k, BLayout b_layout, in
     // as the estimate's B re-read term says for other tiles); split-K 1.07-1.10x (up to 1.23x).
     // At M = 128 (B streamed from HBM once, where bytes in flight decide: 5 stages of 37 KB against
     // 128 x 128's 6 of 32) 1.02-1.04x in r298 and r299. Since the overlapped last m-block, also over
-    // a partial last m-block where a column's m-blocks (8 or fewer) run in one wave: r342 (1x H100,
-    // the 401 shapes where allowing it everywhere changed the choice) 0.85-0.89x at 2-7 m-blocks
-    // with none slower, but 1.00-1.05x at 14-17; kept to 8, the grid's 213 changed choices ran
-    // 0.875x (4 slower, at most 1.05x).
+    // a partial last m-block of up to 12 m-blocks: r342 (1x H100, the 401 shapes where allowing it
+    // everywhere changed the choice, against that choice) 0.85-0.89x at 2-7 m-blocks, 0.92-0.97x at
+    // 9-13 (against tail splits, mostly), 1.05-1.08x at 14-16. At first kept to 8 (a column's
+    // m-blocks in one wave); 9-12 then moved 93 grid choices, 0.941x in r342's timings (5 slower,
+    // at most 1.06x).
     const int64_t m_blocks = (m + t.bm - 1) / t.bm;
-    if (t.whole_m_blocks && (m < 2 * t.bm || (m % t.bm != 0 && m_blocks > kDriftMaxMBlocks))) continue;
+    if (t.whole_m_blocks && (m < 2 * t.bm || (m % t.bm != 0 && m_blocks > kTile168MaxMBlocks))) continue;
     if (!t.swap && m <= 64 && t.bm > 64) continue;  // half or more of a 128-row A tile would be zero fill
     if (t.cluster > 1 && m <= t.bm) continue;       // the peer CTA would compute only zero rows
     // Above M = 128, 64-row plain tiles only where 128 x 128 tiles would be 8 or fewer (even K
