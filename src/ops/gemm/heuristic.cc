@@ -78,6 +78,7 @@ constexpr double kDriftL2Share = 0.6;             // with a long k-loop, B over 
 constexpr int kDriftMinKBlocks = 128;             // a long k-loop: K >= 8192 (see estimate_seconds)
 constexpr double kDriftSlowdown = 1.35;           // k-block time, short last m-block (see estimate_seconds)
 constexpr size_t kMaxWorkspaceBytes = size_t(64) << 20;
+constexpr int kMaxTailSplitsOverRounds = 3;      // tail splits of more parts keep to one round (rank_candidates)
 constexpr int64_t kMaxSwapM = 192;                // swap-AB candidates up to this M (SwapAB::choose)
 constexpr int kMaxNarrowSwapM = 64;               // swap-AB tiles up to this bm: the decode tiles
 // Bias against complexity: a candidate must beat the incumbent by this factor to replace it, and
@@ -298,6 +299,11 @@ GemmConfig rank_candidates(int64_t m, int64_t n, int64_t k, BLayout b_layout, in
     // The 192-row swap-AB tile's K ranges in one wave only: over two (M = 136-192 N = 10240 K = 8192
     // sk3) they ran 1.06-1.12x the plain tiles' time where one wave ran 0.94x (r334, 1x H100).
     if (c.tile->swap && c.tile->bm > kMaxNarrowSwapM && c.splits > 1 && tiles * c.splits > clusters) continue;
+    // A tail split of 4 parts only where its ranges fit one round of the grid: over more (K = 16384
+    // only, on the grid) 128 x 256 sk4t ran 1.09x the same tile whole (r345, 1x H100; M = 896 N = 8192
+    // kn 1.48x), and keeping it to one round moved 27 grid choices, 0.927x (r347, none slower). Not
+    // for 2 or 3 parts: keeping those to one round too moved 184 choices, 0.996x, 65 slower (r347).
+    if (c.scope == SplitScope::tail && c.splits > kMaxTailSplitsOverRounds && tiles % clusters * c.splits > clusters) continue;
     const WorkPlan plan = detail::make_work_plan(shape, cfg, clusters);
     if (cfg.splits_k() && plan.split_tiles() == 0) continue;  // nothing to split: the same as whole tiles
     if (detail::workspace_need(plan, cfg).partial_bytes > kMaxWorkspaceBytes) continue;
