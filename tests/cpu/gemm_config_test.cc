@@ -197,9 +197,9 @@ TEST(GemmHeuristic, Tiles224WhereTheyFillWholeWaves) {
 
 // 168-column tiles (r298, H200, nk, against the previous choice): whole tiles where M is a
 // multiple of 128 from 256 (M = 768 N = 3584: 132 tiles, 62.0 against 71.8 us), or, since the
-// overlapped last m-block, over a partial last m-block of at most 8 m-blocks (r342, 1x H100: M = 704
-// N = 3072 61-63 against 72-80 us for 128 x 128 tail split 4); never split, never for B [K, N] or
-// an fp32 epilogue (not compiled).
+// overlapped last m-block, over a partial last m-block of at most 12 m-blocks (r342, 1x H100: M = 704
+// N = 3072 61-63 against 72-80 us for 128 x 128 tail split 4; r343: 9-12 m-blocks 0.957x the choice
+// before); never split, never for B [K, N] or an fp32 epilogue (not compiled).
 TEST(GemmHeuristic, Tiles168WholeOverFullMBlocksOrAFewOverlapped) {
   for (const auto [m, n] :
        {std::pair<int64_t, int64_t>{768, 3584}, {1536, 3584}, {384, 7168}, {640, 4096}, {704, 3072}})
@@ -220,6 +220,28 @@ TEST(GemmHeuristic, Tiles168WholeOverFullMBlocksOrAFewOverlapped) {
                                      EpilogueOutput::fp32).bn % 32, 0) << "M=" << m << " N=" << n;
       }
   EXPECT_GT(chosen, 20);  // the rule above is not vacuous
+}
+
+// Tail splits of 4 parts only where their ranges fit one round of the persistent grid: over two
+// rounds 128 x 256 sk4t ran 1.09x the same tile whole (r345, 1x H100; M = 896 N = 8192 K = 16384 kn
+// 1.48x), kept to one round 0.927x on the 27 grid choices it moved (r347). At any SM count (a rank's
+// share of the GPU has fewer).
+TEST(GemmHeuristic, FourPartTailSplitsFitOneRound) {
+  int four_part_tails = 0;
+  for (int sms : {132, 114, 66})
+    for (int64_t m = 256; m <= 4096; m += 160)
+      for (int64_t n : {1024, 2048, 4096, 5120, 8192, 14336})
+        for (BLayout layout : {BLayout::nk, BLayout::kn}) {
+          const GemmConfig c = choose_gemm_config(m, n, 16384, DType::bf16, layout, sms);
+          if (c.split_scope != SplitScope::tail || c.splits < 4) continue;
+          ++four_part_tails;
+          GemmArgs shape;
+          shape.m = m, shape.n = n, shape.k = 16384;
+          const int64_t clusters = sms / c.cluster_m;
+          EXPECT_LE(detail::make_work_plan(shape, c, clusters).sk_units, clusters)
+              << "M=" << m << " N=" << n << " on " << sms << " SMs: " << c.name();
+        }
+  EXPECT_GT(four_part_tails, 10);  // the rule above is not vacuous
 }
 
 TEST(GemmHeuristic, DecodeSizesUseSwapABOverManyCtas) {
