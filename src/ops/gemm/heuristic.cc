@@ -78,7 +78,7 @@ constexpr double kDriftL2Share = 0.6;             // with a long k-loop, B over 
 constexpr int kDriftMinKBlocks = 128;             // a long k-loop: K >= 8192 (see estimate_seconds)
 constexpr double kDriftSlowdown = 1.35;           // k-block time, short last m-block (see estimate_seconds)
 constexpr size_t kMaxWorkspaceBytes = size_t(64) << 20;
-constexpr int kMaxTailSplitsOverRounds = 3;      // tail splits of more parts keep to one round (rank_candidates)
+constexpr int kMaxTailSplitsOverRounds = 3;       // tail splits of more parts keep to one round (rank_candidates)
 constexpr int64_t kMaxSwapM = 192;                // swap-AB candidates up to this M (SwapAB::choose)
 constexpr int kMaxNarrowSwapM = 64;               // swap-AB tiles up to this bm: the decode tiles
 // Bias against complexity: a candidate must beat the incumbent by this factor to replace it, and
@@ -257,7 +257,7 @@ GemmConfig rank_candidates(int64_t m, int64_t n, int64_t k, BLayout b_layout, in
     // 128 x 128's 6 of 32) 1.02-1.04x in r298 and r299. Since the overlapped last m-block, also over
     // a partial last m-block of up to 12 m-blocks: r342 (1x H100, the 401 shapes where allowing it
     // everywhere changed the choice, against that choice) 0.85-0.89x at 2-7 m-blocks, 0.92-0.97x at
-    // 9-13 (against tail splits, mostly), 1.05-1.08x at 14-16. At first kept to 8 (a column's
+    // 9-13 (against tail splits, mostly), 0.99-1.08x at 14-16. At first kept to 8 (a column's
     // m-blocks in one wave); 9-12 then moved 93 grid choices, 0.941x in r342's timings (5 slower,
     // at most 1.06x).
     const int64_t m_blocks = (m + t.bm - 1) / t.bm;
