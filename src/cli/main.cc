@@ -15,12 +15,15 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <iomanip>
 #include <iostream>
+#include <iterator>
 #include <sstream>
 #include <thread>
 
 #include "taxfree/bench/harness.h"
+#include "taxfree/ops/gemm.h"
 #include "taxfree/runtime/call_deadline.h"
 #include "taxfree/runtime/error.h"
 #include "taxfree/runtime/launcher.h"
@@ -77,6 +80,45 @@ int launch_or_run(int argc, char** argv, int gpus, const std::function<int()>& r
     spec.argv[0] = self_executable();
     return run_ranks(spec);
   });
+}
+
+// `taxfree gemm-choice`: for each shape, "M N K layout config" (the heuristic's choice), and with
+// `candidates` every config it weighed, with its estimate. Shapes from --shape entries, then stdin
+// lines "M N K [nk|kn]" when `from_stdin`. Host only: no GPU is touched.
+int print_gemm_choices(const std::vector<std::string>& entries, bool from_stdin, int sms, bool candidates) {
+  struct Shape {
+    int64_t m, n, k;
+    gemm::BLayout layout;
+  };
+  std::vector<Shape> shapes;
+  for (const std::string& e : entries) {
+    const auto kv = bench::parse_shape_entry(e, {{"M", {}}, {"N", {}}, {"K", {}}, {"layout", {"nk", "kn"}}});
+    TF_REQUIRE(kv.count("M") && kv.count("N") && kv.count("K"), Status::InvalidArgument,
+               "--shape '" << e << "' needs M, N and K");
+    shapes.push_back({bench::shape_int(kv, "M", 0), bench::shape_int(kv, "N", 0), bench::shape_int(kv, "K", 0),
+                      kv.count("layout") ? gemm::parse_layout(kv.at("layout"), "--shape layout") : gemm::BLayout::nk});
+  }
+  std::string line;
+  for (int no = 1; from_stdin && std::getline(std::cin, line); ++no) {
+    std::istringstream in(line);
+    std::vector<std::string> f{std::istream_iterator<std::string>(in), std::istream_iterator<std::string>()};
+    if (f.empty()) continue;
+    const std::string what = "stdin line " + std::to_string(no) + " '" + line + "'";
+    TF_REQUIRE(f.size() == 3 || f.size() == 4, Status::InvalidArgument, what << ": expected M N K [nk|kn]");
+    shapes.push_back({bench::parse_int(what + ": M", f[0], 1, INT32_MAX), bench::parse_int(what + ": N", f[1], 1, INT32_MAX),
+                      bench::parse_int(what + ": K", f[2], 1, INT32_MAX),
+                      f.size() == 4 ? gemm::parse_layout(f[3], what) : gemm::BLayout::nk});
+  }
+  TF_REQUIRE(!shapes.empty(), Status::InvalidArgument, "gemm-choice: no shape (give --shape or --stdin)");
+  for (const Shape& s : shapes) {
+    const gemm::GemmRanking r = gemm::rank_gemm_configs(s.m, s.n, s.k, DType::bf16, s.layout, sms);
+    std::cout << s.m << " " << s.n << " " << s.k << " " << gemm::layout_name(s.layout) << " "
+              << r.candidates[r.chosen].config.name() << "\n";
+    for (size_t i = 0; candidates && i < r.candidates.size(); ++i)
+      std::cout << "  " << std::fixed << std::setprecision(2) << r.candidates[i].estimate_s * 1e6 << " us  "
+                << r.candidates[i].config.name() << (i == r.chosen ? "  <- chosen" : "") << "\n";
+  }
+  return 0;
 }
 
 // CLI11's Range lets NaN through (every comparison with it is false) and takes inf, and a value
@@ -209,6 +251,16 @@ int main(int argc, char** argv) {
   run->add_option("program", prog, "program and its arguments (after --)")->required();
 
   auto* list = app.add_subcommand("list", "list ops and their variants");
+
+  auto* choice = app.add_subcommand("gemm-choice", "the GEMM config the heuristic picks for a shape (host only, no GPU)");
+  std::vector<std::string> choice_shapes;
+  bool choice_stdin = false, choice_all = false;
+  int choice_sms = 132;
+  choice->add_option("--shape", choice_shapes, "M=..,N=..,K=..[,layout=nk|kn] (B as [N, K] or [K, N]; nk if not given); repeatable")
+      ->allow_extra_args(false);
+  choice->add_flag("--stdin", choice_stdin, "also read shapes from stdin, one a line: M N K [nk|kn]");
+  choice->add_option("--sms", choice_sms, "SMs of the GPU ranked for (H100 / H200 SXM: 132)")->transform(int_in(1, 1024));
+  choice->add_flag("--candidates", choice_all, "list every config weighed, in the order weighed, with its estimate");
   auto* info = app.add_subcommand("info", "versions and visible GPUs");
 
   // hidden helpers ------------------------------------------------------------------------------
@@ -291,6 +343,8 @@ int main(int argc, char** argv) {
     std::cout << "GPUs visible: " << n << (why.empty() ? "" : " (" + why + ")") << "\n";
     return 0;
   });
+
+  if (*choice) return with_exit_codes([&] { return print_gemm_choices(choice_shapes, choice_stdin, choice_sms, choice_all); });
 
   if (*list) {
     for (const auto& name : bench::bench_names()) {

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <string>
 
+#include "taxfree/ops/gemm.h"
 #include "test_process.h"
 
 namespace taxfree {
@@ -32,7 +33,7 @@ TEST(Cli, RejectsBadBenchArguments) {
   expect_usage_error({"bench", "--inject", "melt:1"}, "unknown fault 'melt'");
   expect_usage_error({"bench", "--dtype", "fp64"}, "fp64");
   expect_usage_error({"bench", "decode", "--sample-us", "0"}, "--sample-us");
-  expect_usage_error({"frobnicate"}, "unknown command or option 'frobnicate'; commands: bench run list info");
+  expect_usage_error({"frobnicate"}, "unknown command or option 'frobnicate'; commands: bench run list gemm-choice info");
   expect_usage_error({"--frobnicate", "bench"}, "not expected: --frobnicate");
   expect_usage_error({}, "A subcommand is required");
   expect_usage_error({"bench", "gemm", "--shape", "M=1,tile=1x1"}, "tile=1x1 is not one of");
@@ -238,6 +239,43 @@ TEST(Cli, ListsOpsAndVariants) {
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("all_gather (min ranks 2): nccl nccl-sym push"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("gemm (min ranks 1): cublaslt ours"), std::string::npos) << r.output;
+}
+
+// gemm-choice prints the library's choice for each shape (--shape entries, then stdin lines), and
+// with --candidates the ranking it came from, one line marked chosen. No GPU needed.
+TEST(Cli, GemmChoicePrintsTheHeuristicsChoiceAndRanking) {
+  const auto choice = [](int64_t m, int64_t n, int64_t k, gemm::BLayout layout) {
+    return std::to_string(m) + " " + std::to_string(n) + " " + std::to_string(k) + " " + gemm::layout_name(layout) + " " +
+           gemm::choose_gemm_config(m, n, k, DType::bf16, layout, 132).name() + "\n";
+  };
+  auto r = run_process({cli(), "gemm-choice", "--shape", "M=896,N=8192,K=16384,layout=kn", "--shape", "M=1000,N=3584,K=8191"});
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.output, choice(896, 8192, 16384, gemm::BLayout::kn) + choice(1000, 3584, 8191, gemm::BLayout::nk));
+
+  auto piped = run_process({"/bin/sh", "-c", "printf '7 4096 8192\\n\\n300 5000 2048 kn\\n' | " + cli() + " gemm-choice --stdin --sms 66"});
+  EXPECT_EQ(piped.exit_code, 0) << piped.output;
+  EXPECT_EQ(piped.output, "7 4096 8192 nk " + gemm::choose_gemm_config(7, 4096, 8192, DType::bf16, gemm::BLayout::nk, 66).name() +
+                              "\n300 5000 2048 kn " +
+                              gemm::choose_gemm_config(300, 5000, 2048, DType::bf16, gemm::BLayout::kn, 66).name() + "\n");
+
+  auto all = run_process({cli(), "gemm-choice", "--candidates", "--shape", "M=384,N=7168,K=8192"});
+  EXPECT_EQ(all.exit_code, 0) << all.output;
+  const gemm::GemmRanking ranking = gemm::rank_gemm_configs(384, 7168, 8192, DType::bf16, gemm::BLayout::nk);
+  const std::string chosen = ranking.candidates[ranking.chosen].config.name();
+  EXPECT_EQ(all.output.rfind(choice(384, 7168, 8192, gemm::BLayout::nk), 0), 0u) << all.output;
+  EXPECT_NE(all.output.find(" us  " + chosen + "  <- chosen\n"), std::string::npos) << all.output;
+  size_t lines = 0, marked = 0;
+  for (size_t at = 0; (at = all.output.find("\n  ", at)) != std::string::npos; ++at) ++lines;
+  for (size_t at = 0; (at = all.output.find("<- chosen", at)) != std::string::npos; ++at) ++marked;
+  EXPECT_EQ(lines, ranking.candidates.size()) << all.output;
+  EXPECT_EQ(marked, 1u) << all.output;
+
+  expect_usage_error({"gemm-choice"}, "gemm-choice: no shape (give --shape or --stdin)");
+  expect_usage_error({"gemm-choice", "--shape", "M=5,N=3"}, "--shape 'M=5,N=3' needs M, N and K");
+  expect_usage_error({"gemm-choice", "--shape", "M=5,N=3,K=7,layout=qq"}, "layout=qq is not one of nk, kn");
+  auto bad = run_process({"/bin/sh", "-c", "printf '12 x 5\\n' | " + cli() + " gemm-choice --stdin"});
+  EXPECT_EQ(bad.exit_code, 2) << bad.output;
+  EXPECT_NE(bad.output.find("stdin line 1 '12 x 5': N=x is not an integer in [1, 2147483647]"), std::string::npos) << bad.output;
 }
 
 TEST(Cli, RunNeedsAProgram) {

@@ -1,6 +1,7 @@
 // GEMM host logic without a GPU: the heuristic's choices and launch()'s validation errors.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <string>
 #include <thread>
 #include <utility>
@@ -242,6 +243,31 @@ TEST(GemmHeuristic, FourPartTailSplitsFitOneRound) {
               << "M=" << m << " N=" << n << " on " << sms << " SMs: " << c.name();
         }
   EXPECT_GT(four_part_tails, 10);  // the rule above is not vacuous
+}
+
+// rank_gemm_configs is choose_gemm_config's ranking: its chosen candidate is the config
+// choose_gemm_config returns (kept answers included), and no candidate weighed after it beats it by
+// the switch margin (0.97); every estimate is positive and finite.
+TEST(GemmHeuristic, RankingChoosesWhatChooseGemmConfigReturns) {
+  for (int sms : {132, 66})
+    for (int64_t m : {1, 17, 160, 384, 1000, 4096})
+      for (int64_t n : {1000, 3584, 8192})
+        for (int64_t k : {512, 8191, 16384})
+          for (BLayout layout : {BLayout::nk, BLayout::kn})
+            for (EpilogueOutput out : {EpilogueOutput::bits16, EpilogueOutput::fp32}) {
+              const KCuts cuts = out == EpilogueOutput::fp32 ? KCuts::split : KCuts::split_or_cluster;
+              const GemmRanking r = rank_gemm_configs(m, n, k, DType::bf16, layout, sms, cuts, SwapAB::choose, out);
+              const std::string what = "M=" + std::to_string(m) + " N=" + std::to_string(n) + " K=" + std::to_string(k) +
+                                       " on " + std::to_string(sms) + " SMs";
+              ASSERT_LT(r.chosen, r.candidates.size()) << what;
+              EXPECT_EQ(r.candidates[r.chosen].config.name(),
+                        choose_gemm_config(m, n, k, DType::bf16, layout, sms, cuts, SwapAB::choose, out).name())
+                  << what;
+              for (size_t i = 0; i < r.candidates.size(); ++i) {
+                EXPECT_TRUE(std::isfinite(r.candidates[i].estimate_s) && r.candidates[i].estimate_s > 0) << what;
+                if (i > r.chosen) EXPECT_GE(r.candidates[i].estimate_s, 0.97 * r.candidates[r.chosen].estimate_s) << what;
+              }
+            }
 }
 
 TEST(GemmHeuristic, DecodeSizesUseSwapABOverManyCtas) {

@@ -142,6 +142,23 @@ GemmConfig choose_gemm_config(int64_t m, int64_t n, int64_t k, DType dtype, BLay
                               KCuts cuts = KCuts::split_or_cluster, SwapAB swap = SwapAB::choose,
                               EpilogueOutput out = EpilogueOutput::bits16);
 
+// The ranking behind choose_gemm_config, for tools and tests: every candidate it weighs for these
+// arguments, in the order it weighs them (simplest first: a later one replaces the incumbent only
+// below kSwitchMargin = 0.97 of its estimate), each with the group_m choose_gemm_config would give it
+// and its estimate in seconds (a figure to rank by, not a prediction of the time), and the index of
+// the choice. Ranks again on every call (nothing kept). Throws NotSupported where no tile fits.
+struct GemmCandidate {
+  GemmConfig config;
+  double estimate_s = 0;
+};
+struct GemmRanking {
+  std::vector<GemmCandidate> candidates;
+  size_t chosen = 0;  // choose_gemm_config returns candidates[chosen].config
+};
+GemmRanking rank_gemm_configs(int64_t m, int64_t n, int64_t k, DType dtype, BLayout b_layout, int num_sms = 132,
+                              KCuts cuts = KCuts::split_or_cluster, SwapAB swap = SwapAB::choose,
+                              EpilogueOutput out = EpilogueOutput::bits16);
+
 // Validates (InvalidArgument, NotSupported), then enqueues on `stream`. A split-K config uses the
 // stream's workspace, grown (stream-ordered) on first need: that can throw OutOfMemory.
 void launch(const GemmArgs& args, const GemmConfig& cfg, cudaStream_t stream);

@@ -229,8 +229,8 @@ int choose_group_m(int bm_eff, int bn, int64_t m, int64_t n, int64_t active_tile
   return best;
 }
 
-GemmConfig rank_candidates(int64_t m, int64_t n, int64_t k, BLayout b_layout, int num_sms, KCuts cuts, SwapAB swap,
-                           EpilogueOutput out) {
+GemmRanking rank_candidates(int64_t m, int64_t n, int64_t k, BLayout b_layout, int num_sms, KCuts cuts, SwapAB swap,
+                            EpilogueOutput out) {
   const bool allow_split_k = cuts != KCuts::none;
   m = std::max<int64_t>(m, 1), n = std::max<int64_t>(n, 1), k = std::max<int64_t>(k, 1);
   num_sms = std::max(num_sms, 1);
@@ -287,10 +287,9 @@ GemmConfig rank_candidates(int64_t m, int64_t n, int64_t k, BLayout b_layout, in
 
   GemmArgs shape;
   shape.m = m, shape.n = n, shape.k = k;
-  const Candidate* best = nullptr;
-  double best_time = 0;
+  GemmRanking ranking;
   for (const Candidate& c : candidates) {
-    const GemmConfig cfg = c.config();
+    GemmConfig cfg = c.config();
     const int64_t clusters = resident_clusters_estimate(num_sms, c.tile->cluster * c.tile->cluster_k);
     // Splitting many waves of tiles only adds traffic: skipped before planning them (a tail split
     // cuts at most 4 x clusters ranges).
@@ -308,15 +307,16 @@ GemmConfig rank_candidates(int64_t m, int64_t n, int64_t k, BLayout b_layout, in
     if (cfg.splits_k() && plan.split_tiles() == 0) continue;  // nothing to split: the same as whole tiles
     if (detail::workspace_need(plan, cfg).partial_bytes > kMaxWorkspaceBytes) continue;
     const double time = estimate_seconds(c, plan, m, n, k, clusters, num_sms, out);
-    if (!best || time < kSwitchMargin * best_time) best = &c, best_time = time;
+    std::vector<GemmCandidate>& all = ranking.candidates;
+    if (!all.empty() && time < kSwitchMargin * all[ranking.chosen].estimate_s) ranking.chosen = all.size();
+    cfg.group_m = choose_group_m(cfg.bm * cfg.cluster_m, cfg.bn, m, n, num_sms / cfg.cluster_m);
+    all.push_back({cfg, time});
   }
-  TF_REQUIRE(best, Status::NotSupported,
+  TF_REQUIRE(!ranking.candidates.empty(), Status::NotSupported,
              "no compiled GEMM tile for M=" << m << " N=" << n << " K=" << k << " with these limits (swap-AB "
                                             << (swap == SwapAB::always ? "always" : "allowed") << ", "
                                             << (out == EpilogueOutput::fp32 ? "fp32" : "16-bit") << " output)");
-  GemmConfig cfg = best->config();
-  cfg.group_m = choose_group_m(cfg.bm * cfg.cluster_m, cfg.bn, m, n, num_sms / cfg.cluster_m);
-  return cfg;
+  return ranking;
 }
 
 // Ranking replays every candidate's schedule: tens of microseconds of host time, paid by every
@@ -340,11 +340,18 @@ GemmConfig choose_gemm_config(int64_t m, int64_t n, int64_t k, DType dtype, BLay
     const auto it = g_memo.find(key);
     if (it != g_memo.end()) return it->second;
   }
-  const GemmConfig cfg = rank_candidates(m, n, k, b_layout, num_sms, cuts, swap, out);  // throws: nothing kept
+  const GemmRanking ranking = rank_candidates(m, n, k, b_layout, num_sms, cuts, swap, out);  // throws: nothing kept
+  const GemmConfig cfg = ranking.candidates[ranking.chosen].config;
   std::lock_guard<std::mutex> lock(g_memo_mutex);
   if (g_memo.size() >= kMemoCapacity) g_memo.clear();
   g_memo.emplace(key, cfg);
   return cfg;
+}
+
+GemmRanking rank_gemm_configs(int64_t m, int64_t n, int64_t k, DType dtype, BLayout b_layout, int num_sms, KCuts cuts,
+                              SwapAB swap, EpilogueOutput out) {
+  (void)dtype;
+  return rank_candidates(m, n, k, b_layout, num_sms, cuts, swap, out);
 }
 
 namespace detail {
