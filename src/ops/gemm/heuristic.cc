@@ -298,12 +298,12 @@ GemmRanking rank_candidates(int64_t m, int64_t n, int64_t k, BLayout b_layout, i
     // The 192-row swap-AB tile's K ranges in one wave only: over two (M = 136-192 N = 10240 K = 8192
     // sk3) they ran 1.06-1.12x the plain tiles' time where one wave ran 0.94x (r334, 1x H100).
     if (c.tile->swap && c.tile->bm > kMaxNarrowSwapM && c.splits > 1 && tiles * c.splits > clusters) continue;
+    const WorkPlan plan = detail::make_work_plan(shape, cfg, clusters);
     // A tail split of 4 parts only where its ranges fit one round of the grid: over more (K = 16384
     // only, on the grid) 128 x 256 sk4t ran 1.09x the same tile whole (r345, 1x H100; M = 896 N = 8192
     // kn 1.48x), and keeping it to one round moved 27 grid choices, 0.927x (r347, none slower). Not
     // for 2 or 3 parts: keeping those to one round too moved 184 choices, 0.996x, 65 slower (r347).
-    if (c.scope == SplitScope::tail && c.splits > kMaxTailSplitsOverRounds && tiles % clusters * c.splits > clusters) continue;
-    const WorkPlan plan = detail::make_work_plan(shape, cfg, clusters);
+    if (c.scope == SplitScope::tail && c.splits > kMaxTailSplitsOverRounds && plan.sk_units > clusters) continue;
     if (cfg.splits_k() && plan.split_tiles() == 0) continue;  // nothing to split: the same as whole tiles
     if (detail::workspace_need(plan, cfg).partial_bytes > kMaxWorkspaceBytes) continue;
     const double time = estimate_seconds(c, plan, m, n, k, clusters, num_sms, out);
