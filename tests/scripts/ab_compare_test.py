@@ -1,14 +1,9 @@
 #!/usr/bin/env python3
 """scripts/ab_compare.py on bench JSONs of two builds: per-row spans over rounds, the B/A ratio of
 the means, rows only one side has left out, wrong elements flagged."""
-import json
-import os
-import subprocess
-import sys
-import tempfile
 import unittest
 
-SCRIPT = os.path.join(os.path.dirname(__file__), "..", "..", "scripts", "ab_compare.py")
+from script_run import File, run_script
 
 
 def bench(rows):
@@ -18,14 +13,9 @@ def bench(rows):
 
 class AbCompare(unittest.TestCase):
     def run_compare(self, a_runs, b_runs):
-        with tempfile.TemporaryDirectory() as d:
-            paths = []
-            for name, doc in [(f"A{i}", x) for i, x in enumerate(a_runs)] + [(f"B{i}", x) for i, x in enumerate(b_runs)]:
-                p = os.path.join(d, name + ".json")
-                json.dump(doc, open(p, "w"))
-                paths.append(p)
-            args = paths[:len(a_runs)] + ["--"] + paths[len(a_runs):]
-            out = subprocess.run([sys.executable, SCRIPT, *args], check=True, capture_output=True, text=True).stdout
+        a = [File(f"A{i}.json", x) for i, x in enumerate(a_runs)]
+        b = [File(f"B{i}.json", x) for i, x in enumerate(b_runs)]
+        out = run_script("ab_compare.py", *a, "--", *b).stdout
         return {tuple(line.split()[1:3]): line.split() for line in out.splitlines()[1:]}
 
     def test_ratio_spans_and_flags(self):
@@ -41,7 +31,7 @@ class AbCompare(unittest.TestCase):
         self.assertNotIn(("b=4", "fused"), rows)  # B never ran it
 
     def test_usage_without_separator(self):
-        r = subprocess.run([sys.executable, SCRIPT, "x.json"], capture_output=True, text=True)
+        r = run_script("ab_compare.py", "x.json", check=False)
         self.assertNotEqual(r.returncode, 0)
 
 

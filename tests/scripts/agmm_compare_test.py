@@ -2,14 +2,9 @@
 """scripts/agmm_compare.py on fabricated bench and PyTorch JSONs: speedups over the faster BSP,
 the issue's targets reported when missed, wrong elements flagged, and a missing PyTorch file
 giving ours alone instead of a traceback."""
-import json
-import os
-import subprocess
-import sys
-import tempfile
 import unittest
 
-SCRIPT = os.path.join(os.path.dirname(__file__), "..", "..", "scripts", "agmm_compare.py")
+from script_run import File, run_script
 
 
 def ours(rows):
@@ -26,14 +21,7 @@ def torch(rows):
 
 class AgmmCompare(unittest.TestCase):
     def run_compare(self, our_doc, torch_doc):
-        with tempfile.TemporaryDirectory() as d:
-            a, b = os.path.join(d, "agmm.json"), os.path.join(d, "torch_agmm.json")
-            with open(a, "w") as f:
-                json.dump(our_doc, f)
-            if torch_doc is not None:
-                with open(b, "w") as f:
-                    json.dump(torch_doc, f)
-            return subprocess.run([sys.executable, SCRIPT, a, b], check=True, capture_output=True, text=True).stdout
+        return run_script("agmm_compare.py", File("agmm.json", our_doc), File("torch_agmm.json", torch_doc)).stdout
 
     def test_targets_wrong_elements_and_torch(self):
         out = self.run_compare(

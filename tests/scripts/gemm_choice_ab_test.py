@@ -1,14 +1,9 @@
 #!/usr/bin/env python3
 """scripts/gemm_choice_ab.py: bench entries for the shapes two gemm-choice listings differ on (every
 kind of config name), and new / old from the bench JSONs of those entries."""
-import json
-import os
-import subprocess
-import sys
-import tempfile
 import unittest
 
-SCRIPT = os.path.join(os.path.dirname(__file__), "..", "..", "scripts", "gemm_choice_ab.py")
+from script_run import File, run_script
 
 OLD = """1000 3584 8192 nk 128x224x64 s4 g1 c2 sk2t
 160 4096 4096 kn 192x128x64 s4 g1 swap sk3
@@ -29,21 +24,8 @@ def results(rows):
 
 class GemmChoiceAb(unittest.TestCase):
     def run_script(self, *extra, old=OLD, new=NEW, check=True):
-        with tempfile.TemporaryDirectory() as d:
-            paths = []
-            for name, text in (("old.txt", old), ("new.txt", new)):
-                paths.append(os.path.join(d, name))
-                with open(paths[-1], "w") as f:
-                    f.write(text)
-            args = []
-            for x in extra:
-                if isinstance(x, dict):
-                    args.append(os.path.join(d, f"r{len(args)}.json"))
-                    with open(args[-1], "w") as f:
-                        json.dump(x, f)
-                else:
-                    args.append(x)
-            return subprocess.run([sys.executable, SCRIPT, *paths, *args], check=check, capture_output=True, text=True)
+        jsons = [File(f"r{i}.json", x) if isinstance(x, dict) else x for i, x in enumerate(extra)]
+        return run_script("gemm_choice_ab.py", File("old.txt", old), File("new.txt", new), *jsons, check=check)
 
     def test_entries_force_both_configs_of_each_moved_shape(self):
         r = self.run_script()

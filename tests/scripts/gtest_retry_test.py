@@ -1,13 +1,9 @@
 #!/usr/bin/env python3
 """scripts/gtest_retry.py on a log shaped like a multi-rank run's: ranks interleaved, the summary's
 FAILED lines (no duration), parameterized names, a list printed once per rank."""
-import os
-import subprocess
-import sys
-import tempfile
 import unittest
 
-SCRIPT = os.path.join(os.path.dirname(__file__), "..", "..", "scripts", "gtest_retry.py")
+from script_run import File, run_script
 
 LOG = """[==========] Running 6 tests from 3 test suites.
 [ RUN      ] Dist.First
@@ -41,14 +37,7 @@ Dist.
 
 class GtestRetry(unittest.TestCase):
     def run_script(self, log, listing):
-        with tempfile.TemporaryDirectory() as d:
-            paths = []
-            for name, text in (("log", log), ("list", listing)):
-                paths.append(os.path.join(d, name))
-                with open(paths[-1], "w") as f:
-                    f.write(text)
-            out = subprocess.run([sys.executable, SCRIPT] + paths, capture_output=True, text=True, check=True)
-            return out.stdout.strip()
+        return run_script("gtest_retry.py", File("log", log), File("list", listing)).stdout.strip()
 
     def test_failures_after_the_first_and_tests_never_started(self):
         self.assertEqual(self.run_script(LOG, LIST), "Dist.Cascade:Shapes/P.Case/gd0:Shapes/P.Case/gd1:Later.Never")
