@@ -81,6 +81,13 @@ TEST(AgmmBench, CheckOptionsReadsTheTuningVariables) {
     EXPECT_NO_THROW(b->check_options(Options{})) << name;
     ::unsetenv(name);
   }
+  // In range but against the op's rules (validate_agmm_config): refused here too, not by the ranks.
+  ::setenv("TAXFREE_AGMM_COL_CHUNK", "100", 1);
+  test::expect_invalid([&] { b->check_options(Options{}); }, "col_chunk=100 must be a multiple of 64");
+  ::unsetenv("TAXFREE_AGMM_COL_CHUNK");
+  ::setenv("TAXFREE_AGMM_SIDE_CTAS", "5000", 1);
+  test::expect_invalid([&] { b->check_options(Options{}); }, "side_gather_ctas=5000 must be in [0, 1024]");
+  ::unsetenv("TAXFREE_AGMM_SIDE_CTAS");
   // ksplit's path and exchange knobs: one of two words each, refused before any rank starts.
   for (const auto& [name, good] : {std::pair<const char*, const char*>{"TAXFREE_AGMM_KSPLIT_PATH", "bands"},
                                    {"TAXFREE_AGMM_KSPLIT_EXCHANGE", "owner-sums"}}) {

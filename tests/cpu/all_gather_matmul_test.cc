@@ -260,6 +260,27 @@ TEST(AgmmPlan, PushLeavesTheGemmItsWavesAndNamesItsSms) {
   expect_error([&] { make_push_plan(a, 2, cfg, 132); }, Status::InvalidArgument, "multiple of 64");
 }
 
+// The constructor's config checks, callable without a GPU (the bench runs them before any rank
+// starts): each field out of its range named with its value; the edges of each range accepted.
+TEST(AgmmConfigCheck, NamesTheFieldOutOfRange) {
+  EXPECT_NO_THROW(validate_agmm_config(AgmmConfig{}));
+  const auto bad = [](auto set, const std::string& needle) {
+    AgmmConfig c;
+    set(c);
+    expect_error([&] { validate_agmm_config(c); }, Status::InvalidArgument, needle);
+  };
+  bad([](AgmmConfig& c) { c.max_m = 0; }, "capacity max_m=0");
+  bad([](AgmmConfig& c) { c.max_k = -5; }, "max_k=-5 must be >= 1");
+  bad([](AgmmConfig& c) { c.push_ctas = -1; }, "push_ctas=-1 must be >= 0");
+  bad([](AgmmConfig& c) { c.col_chunk = 100; }, "col_chunk=100 must be a multiple of 64");
+  bad([](AgmmConfig& c) { c.col_chunk = -64; }, "col_chunk=-64");
+  bad([](AgmmConfig& c) { c.side_gather_ctas = agmm::kKsplitMaxCtas + 1; }, "side_gather_ctas=1025 must be in [0, 1024]");
+  bad([](AgmmConfig& c) { c.ksplit_max_n = int64_t(1) << 31; }, "ksplit_max_n=2147483648 must be in [0, 2^31)");
+  AgmmConfig edge;
+  edge.col_chunk = (int64_t(1) << 32) + 64, edge.side_gather_ctas = agmm::kKsplitMaxCtas, edge.ksplit_max_m = 0;
+  EXPECT_NO_THROW(validate_agmm_config(edge));
+}
+
 // The op sizes its piece flags by push_flag_capacity at construction; every plan within the
 // capacity must fit them (else its launches fail with Internal): small M, where the GEMM may take
 // a swap-AB tile of 16 or 32 rows, and the narrowest column chunk a config may ask for included.

@@ -44,6 +44,9 @@ TEST(Cli, RejectsBadBenchArguments) {
   expect_usage_error({"bench", "all_gather", "-e", "0"}, "-e 0: sizes must be > 0 bytes");
   expect_usage_error({"bench", "flash_decode", "--shape", "batch=1,kv=1,q_heads=17,kv_heads=1"},
                      "q_heads=17 must be a multiple of kv_heads=1, at most 16 per KV head");
+  expect_usage_error({"bench", "decode", "--shape", "q_heads=64,kv_heads=2"}, "q_heads=64 must be a multiple");
+  expect_usage_error({"bench", "flash_decode", "--shape", "kv=8192", "--shape", "kv=8191"},
+                     "'kv=8191' selects no shape of the default sweep");
   expect_usage_error({"bench", "gemm", "--shape", "Q=1"}, "unknown key 'Q'");
   expect_usage_error({"bench", "all_gather_matmul", "--shape", "gather_dim=2"}, "gather_dim=2 is not one of 0, 1");
   expect_usage_error({"bench", "all_gather_matmul", "--shape", "M=-4"}, "M=-4 is not an integer in [1, 2147483647]");

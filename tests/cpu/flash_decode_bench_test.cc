@@ -104,6 +104,14 @@ TEST(FlashDecodeBench, ShapeEntriesNameFilterAndForcePlans) {
   EXPECT_NE(s[0].to_case("bf16", "").label.find("heads=32/32"), std::string::npos);
   EXPECT_EQ(bi::shapes_of({"q_heads=64,kv=4096"}).size(), 3u);  // issue shapes with 64 query heads
   EXPECT_THROW(bi::shapes_of({"batch=1,kv=8192,heads=64/8,kv_heads=4"}), Error);  // two head counts
+  // A filter selecting none of the default sweep is refused here, by the entry, even beside one
+  // that selects shapes; the GQA rule holds for the head counts of a filter too.
+  test::expect_invalid([] { bi::shapes_of({"kv=4096", "kv=4095"}); },
+                       "--shape entry 'kv=4095' selects no shape of the default sweep");
+  test::expect_invalid([] { bi::shapes_of({"q_heads=64,kv_heads=2"}); },
+                       "q_heads=64 must be a multiple of kv_heads=2, at most 16 per KV head");
+  test::expect_invalid([] { bi::shapes_of({"q_heads=60,kv_heads=8"}); }, "q_heads=60 must be a multiple");
+  EXPECT_EQ(bi::shapes_of({"q_heads=64,kv_heads=8"}).size(), 9u);  // the 64/8 rows, every batch and kv
 
   EXPECT_THROW(bi::shapes_of({"batch=1,kv=8192,splits=65"}), Error);
   EXPECT_THROW(bi::shapes_of({"batch=1,kv=8192,ring=deep"}), Error);  // the deep ring is gone

@@ -8,7 +8,10 @@
 // SMs, launch sequences from a pool, no NCCL), so an op built on it runs its cross-rank variants;
 // kernels whose CTAs wait for peers must fit on the GPU together, which the ops' plans for that
 // share see to. gated() (hold() / release()) starts every rank's work together, launch_graphs()
-// every rank's CUDA graph (capture_each()); delay() makes a rank late.
+// every rank's CUDA graph (capture_each()); delay() makes a rank late. Ranks whose streams share a
+// hardware queue (CUDA_DEVICE_MAX_CONNECTIONS, 8 by default) can wait out their deadline: under
+// compute-sanitizer, graph replays at W = 8 did with the default 8 and passed with 32 (r351, r352),
+// which scripts/gpu_check.sh's sanitize step sets.
 // What it cannot show: NVLink's ordering and latency (every peer is in the same GPU's memory).
 #pragma once
 

@@ -166,7 +166,8 @@ struct AgmmConfig {
   int64_t max_k = 8192;        // capacity of the gathered A (columns)
   bool bsp_symmetric = false;  // bsp / bsp-own: NCCL on the symmetric window (true) or plain buffers
   int push_ctas = 0;           // push: SMs for the push kernel; 0 = choose per shape (make_push_plan)
-  int64_t col_chunk = 0;       // push: piece width in columns (multiple of 64, at most the shard's); 0 = per shape
+  int64_t col_chunk = 0;       // push: piece width in columns, a multiple of 64 (wider than the shard:
+                               // one piece across it); 0 = per shape
   int side_gather_ctas = 0;    // ksplit's two-kernel path: SMs for the A gather beside the GEMM, at
                                // most agmm::kKsplitMaxCtas (and half the rank's share when used:
                                // side_gather_ctas()); 0 = side_gather_ctas()'s default
@@ -179,6 +180,13 @@ struct AgmmConfig {
   int64_t ksplit_max_m = 1024;
   int64_t ksplit_max_n = 16384;
 };
+
+// The checks AllGatherMatmul's constructor makes on its config, for callers that want them before
+// building one (the bench, before any rank starts): capacities >= 1, push_ctas >= 0, col_chunk a
+// multiple of 64 (0: per shape), side_gather_ctas in [0, agmm::kKsplitMaxCtas], ksplit_max_m / _n
+// in [0, 2^31). Throws InvalidArgument naming the field and its value. Host only, no GPU. (A
+// push_ctas that leaves the GEMM no SM is refused by the plan, which knows the SM count.)
+void validate_agmm_config(const AgmmConfig& config);
 
 struct AgmmArgs {
   const void* a_shard = nullptr;

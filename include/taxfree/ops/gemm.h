@@ -59,8 +59,8 @@ enum class SplitScope {
 // one of them.
 //
 // Swap-AB (swap_ab, for skinny M): the kernel computes C^T = B^T A^T so that N fills wgmma's 64-row
-// M dimension and M sits in its narrow N dimension (16, 32, 64, or 192 for M = 129-192 in one
-// m-block). bm is then the rows of C per tile (any M works: as without swap, an m-block reaching
+// M dimension and M sits in its narrow N dimension (16, 32, 64, or 192: M up to 192 in one m-block,
+// choose_gemm_config below). bm is then the rows of C per tile (any M works: as without swap, an m-block reaching
 // past M loads the last bm rows of A and writes only its own rows, kernels/gemm/gemm_kernel.cuh;
 // with M < bm the rows past M are zero fill), bn = 128 columns (two consumer warpgroups of 64),
 // cluster_m = 1. Same inputs, layouts, alignment rules,

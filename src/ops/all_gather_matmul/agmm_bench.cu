@@ -96,6 +96,15 @@ int env_int(const char* name) {
   return int(parse_int(name, v, 0, INT_MAX));  // in int range: 4294967300 no longer truncates to 4
 }
 
+// The op's config with the knobs above (0 / unset: the per-shape choice), at the default capacity.
+AgmmConfig tuned_config() {
+  AgmmConfig cfg;
+  cfg.push_ctas = env_int(kPushCtasEnv);
+  cfg.col_chunk = env_int(kColChunkEnv);
+  cfg.side_gather_ctas = env_int(kSideCtasEnv);
+  return cfg;
+}
+
 struct DeviceBuffer {
   void* p = nullptr;
   DeviceBuffer() = default;
@@ -146,7 +155,7 @@ class AgmmBench final : public OpBench {
       if (opt.ranks > 0 && names_shape(kv))
         agmm_shard_shape(shape_int(kv, "M", 0), shape_int(kv, "K", 0), int(shape_int(kv, "gather_dim", 0)), opt.ranks);
     }
-    for (const char* knob : {kPushCtasEnv, kColChunkEnv, kSideCtasEnv}) env_int(knob);
+    validate_agmm_config(tuned_config());  // the knobs' ranges and the op's rules on them
     agmm::check_ksplit_knobs();
   }
   std::string name() const override { return "all_gather_matmul"; }
@@ -234,13 +243,9 @@ class AgmmBench final : public OpBench {
     team_ = &team;
     cudaStream_t s = team.stream();
     if (!plain_) {  // once: the ops' capacity covers every case of this run
-      AgmmConfig cfg;
+      AgmmConfig cfg = tuned_config();
       cfg.max_m = std::max<int64_t>(max_m_, 1);
       cfg.max_k = std::max<int64_t>(max_k_, 8);
-      // Tuning knobs of push without a rebuild (0 / unset: the per-shape choice).
-      cfg.push_ctas = env_int(kPushCtasEnv);
-      cfg.col_chunk = env_int(kColChunkEnv);
-      cfg.side_gather_ctas = env_int(kSideCtasEnv);
       plain_ = std::make_unique<AllGatherMatmul>(team, cfg);
       plain_->set_skip_signal(opt.skip_signal_rank == team.rank());
       cfg.bsp_symmetric = true;  // auto runs on it for small shards: it may pick ksplit there

@@ -127,11 +127,27 @@ AgmmOperandRanges agmm_operand_ranges(const AgmmArgs& a, int world) {
           matrix_range(a.b, nk ? a.n : a.k, nk ? a.k : a.n, a.ldb, kElem), matrix_range(a.c, a.m, a.n, a.ldc, kElem)};
 }
 
+void validate_agmm_config(const AgmmConfig& c) {
+  TF_REQUIRE(c.max_m >= 1 && c.max_k >= 1, Status::InvalidArgument,
+             "all_gather_matmul: capacity max_m=" << c.max_m << " max_k=" << c.max_k << " must be >= 1");
+  TF_REQUIRE(c.push_ctas >= 0, Status::InvalidArgument, "all_gather_matmul: push_ctas=" << c.push_ctas << " must be >= 0");
+  TF_REQUIRE(c.col_chunk >= 0 && c.col_chunk % 64 == 0, Status::InvalidArgument,
+             "all_gather_matmul: col_chunk=" << c.col_chunk << " must be a multiple of 64 (one GEMM k-block), or 0");
+  TF_REQUIRE(c.side_gather_ctas >= 0 && c.side_gather_ctas <= agmm::kKsplitMaxCtas, Status::InvalidArgument,
+             "all_gather_matmul: side_gather_ctas=" << c.side_gather_ctas << " must be in [0, " << agmm::kKsplitMaxCtas
+                                                    << "]");
+  TF_REQUIRE(c.ksplit_max_m >= 0 && c.ksplit_max_n >= 0 && c.ksplit_max_m <= INT_MAX && c.ksplit_max_n <= INT_MAX,
+             Status::InvalidArgument,
+             "all_gather_matmul: ksplit_max_m=" << c.ksplit_max_m << " and ksplit_max_n=" << c.ksplit_max_n
+                                                << " must be in [0, 2^31)");
+}
+
 int64_t push_flag_capacity(int64_t max_m, int64_t max_k, int world) {
   return int64_t(world) * ceil_div(max_m, 64) * ceil_div(max_k, 64);
 }
 
 PushPlan make_push_plan(const AgmmArgs& a, int world, const AgmmConfig& cfg, int num_sms) {
+  validate_agmm_config(cfg);
   const ShardShape s = agmm_shard_shape(a.m, a.k, a.gather_dim, world);
   // The push kernel needs SMs of its own (a GEMM CTA fills an SM). 4 SMs of 16-byte copies are
   // estimated to keep one NVLink direction busy; more help only where the GEMM does not need
@@ -163,8 +179,6 @@ PushPlan make_push_plan(const AgmmArgs& a, int world, const AgmmConfig& cfg, int
   g.shard_rows = s.rows, g.shard_cols = s.cols;
   g.row_chunk = p.gemm.bm;
   if (cfg.col_chunk > 0) {
-    TF_REQUIRE(cfg.col_chunk % 64 == 0, Status::InvalidArgument,
-               "all_gather_matmul: col_chunk=" << cfg.col_chunk << " must be a multiple of 64 (one GEMM k-block)");
     // Wider than the shard is one piece across it; the GEMM's producer walks pieces in 32 bits.
     g.col_chunk = std::min(cfg.col_chunk, ceil_div(s.cols, 64) * 64);
   } else {

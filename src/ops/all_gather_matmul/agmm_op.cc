@@ -26,20 +26,7 @@ AllGatherMatmul::AllGatherMatmul(Team& team, AgmmConfig config) : AllGatherMatmu
 AllGatherMatmul::AllGatherMatmul(RankShare share, AgmmConfig config)
     : share_(std::move(share)), config_(config), impl_(std::make_unique<Impl>()) {
   check_rank_share(share_, "all_gather_matmul");
-  TF_REQUIRE(config_.max_m >= 1 && config_.max_k >= 1, Status::InvalidArgument,
-             "all_gather_matmul: capacity max_m=" << config_.max_m << " max_k=" << config_.max_k << " must be >= 1");
-  TF_REQUIRE(config_.push_ctas >= 0 && config_.col_chunk >= 0, Status::InvalidArgument,
-             "all_gather_matmul: push_ctas=" << config_.push_ctas << " and col_chunk=" << config_.col_chunk
-                                             << " must be >= 0");
-  TF_REQUIRE(config_.side_gather_ctas >= 0 && config_.side_gather_ctas <= agmm::kKsplitMaxCtas,
-             Status::InvalidArgument,
-             "all_gather_matmul: side_gather_ctas=" << config_.side_gather_ctas << " must be in [0, "
-                                                    << agmm::kKsplitMaxCtas << "]");
-  TF_REQUIRE(config_.ksplit_max_m >= 0 && config_.ksplit_max_n >= 0 && config_.ksplit_max_m <= INT_MAX &&
-                 config_.ksplit_max_n <= INT_MAX,
-             Status::InvalidArgument,
-             "all_gather_matmul: ksplit_max_m=" << config_.ksplit_max_m << " and ksplit_max_n=" << config_.ksplit_max_n
-                                                << " must be in [0, 2^31)");
+  validate_agmm_config(config_);
   Impl& im = *impl_;
   const uint64_t w = uint64_t(share_.world);
   if (share_.sm_count < gemm::device_sm_count()) im.lt_clusters = gemm::Clusters::small;

@@ -156,19 +156,24 @@ std::vector<Shape> shapes_of(const std::vector<std::string>& entries) {
     const int page = get("page", 0);
     const bool nhd = kv.count("layout") && kv.at("layout") == "nhd";
     const bool ragged = kv.count("ragged") && kv.at("ragged") == "1";
+    // The op's GQA rule (flash_decode.h), before any rank starts, on the head counts an entry gives.
+    const auto check_gqa = [&](int q_heads, int kv_heads) {
+      TF_REQUIRE(q_heads % kv_heads == 0 && q_heads / kv_heads <= kMaxGqaRatio, Status::InvalidArgument,
+                 "--shape entry '" << e << "': q_heads=" << q_heads << " must be a multiple of kv_heads=" << kv_heads
+                                   << ", at most " << kMaxGqaRatio << " per KV head");
+    };
     if (kv.count("batch") && kv.count("kv")) {
       const bool h64 = heads == "64/8";
       out.push_back({get("q_heads", h64 ? 64 : 96), get("kv_heads", h64 ? 8 : 12), get("head_dim", 128),
                      get("batch", 1), get("kv", 1), splits, page, nhd, ragged});
-      const Shape& s = out.back();  // the op's GQA rule (flash_decode.h), before any rank starts
-      TF_REQUIRE(s.q_heads % s.kv_heads == 0 && s.q_heads / s.kv_heads <= kMaxGqaRatio, Status::InvalidArgument,
-                 "--shape entry '" << e << "': q_heads=" << s.q_heads << " must be a multiple of kv_heads="
-                                   << s.kv_heads << ", at most " << kMaxGqaRatio << " per KV head");
+      check_gqa(out.back().q_heads, out.back().kv_heads);
       TF_REQUIRE(cache_bytes(out.back()) <= double(bench::kMaxBytes), Status::InvalidArgument,
                  "--shape entry '" << e << "': a K + V cache of " << cache_bytes(out.back())
                                    << " bytes is past the 2^50-byte limit of bench sizes");
       continue;
     }
+    if (kv.count("q_heads") && kv.count("kv_heads")) check_gqa(get("q_heads", 1), get("kv_heads", 1));
+    const size_t before = out.size();
     for (Shape s : issue_shapes()) {
       const bool match = get("batch", s.batch) == s.batch && get("kv", s.kv) == s.kv &&
                          get("head_dim", s.head_dim) == s.head_dim && get("q_heads", s.q_heads) == s.q_heads &&
@@ -178,6 +183,11 @@ std::vector<Shape> shapes_of(const std::vector<std::string>& entries) {
       s.splits = splits, s.page = page, s.nhd = nhd, s.ragged = ragged;
       out.push_back(s);
     }
+    // The default sweep does not depend on the world, so an entry selecting none of it is a typo
+    // whatever the job: said here, not by every rank.
+    TF_REQUIRE(out.size() > before, Status::InvalidArgument,
+               "--shape entry '" << e << "' selects no shape of the default sweep (an entry without both batch "
+                                    "and kv filters it; give both to name a shape)");
   }
   return out;
 }
