@@ -83,9 +83,12 @@ TEST(AgmmBench, CheckOptionsReadsTheTuningVariables) {
   }
   // In range but against the op's rules (validate_agmm_config): refused here too, not by the ranks.
   ::setenv("TAXFREE_AGMM_COL_CHUNK", "100", 1);
-  test::expect_invalid([&] { b->check_options(Options{}); }, "col_chunk=100 must be a multiple of 64");
+  test::expect_invalid([&] { b->check_options(Options{}); },
+                       "TAXFREE_AGMM_COL_CHUNK=100, TAXFREE_AGMM_SIDE_CTAS=0: [taxfree");
+  test::expect_invalid([&] { b->check_options(Options{}); }, "col_chunk=100 must be a non-negative multiple of 64");
   ::unsetenv("TAXFREE_AGMM_COL_CHUNK");
   ::setenv("TAXFREE_AGMM_SIDE_CTAS", "5000", 1);
+  test::expect_invalid([&] { b->check_options(Options{}); }, "TAXFREE_AGMM_SIDE_CTAS=5000: [taxfree");
   test::expect_invalid([&] { b->check_options(Options{}); }, "side_gather_ctas=5000 must be in [0, 1024]");
   ::unsetenv("TAXFREE_AGMM_SIDE_CTAS");
   // ksplit's path and exchange knobs: one of two words each, refused before any rank starts.

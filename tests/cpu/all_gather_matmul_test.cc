@@ -272,8 +272,8 @@ TEST(AgmmConfigCheck, NamesTheFieldOutOfRange) {
   bad([](AgmmConfig& c) { c.max_m = 0; }, "capacity max_m=0");
   bad([](AgmmConfig& c) { c.max_k = -5; }, "max_k=-5 must be >= 1");
   bad([](AgmmConfig& c) { c.push_ctas = -1; }, "push_ctas=-1 must be >= 0");
-  bad([](AgmmConfig& c) { c.col_chunk = 100; }, "col_chunk=100 must be a multiple of 64");
-  bad([](AgmmConfig& c) { c.col_chunk = -64; }, "col_chunk=-64");
+  bad([](AgmmConfig& c) { c.col_chunk = 100; }, "col_chunk=100 must be a non-negative multiple of 64");
+  bad([](AgmmConfig& c) { c.col_chunk = -64; }, "col_chunk=-64 must be a non-negative multiple of 64");
   bad([](AgmmConfig& c) { c.side_gather_ctas = agmm::kKsplitMaxCtas + 1; }, "side_gather_ctas=1025 must be in [0, 1024]");
   bad([](AgmmConfig& c) { c.ksplit_max_n = int64_t(1) << 31; }, "ksplit_max_n=2147483648 must be in [0, 2^31)");
   AgmmConfig edge;

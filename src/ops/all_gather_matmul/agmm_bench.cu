@@ -155,7 +155,13 @@ class AgmmBench final : public OpBench {
       if (opt.ranks > 0 && names_shape(kv))
         agmm_shard_shape(shape_int(kv, "M", 0), shape_int(kv, "K", 0), int(shape_int(kv, "gather_dim", 0)), opt.ranks);
     }
-    validate_agmm_config(tuned_config());  // the knobs' ranges and the op's rules on them
+    const AgmmConfig tuned = tuned_config();  // the knobs' ranges, then the op's rules on them
+    try {
+      validate_agmm_config(tuned);
+    } catch (const Error& e) {  // named by the variables the user set, then the op's rule
+      TF_THROW(e.status(), kPushCtasEnv << "=" << tuned.push_ctas << ", " << kColChunkEnv << "=" << tuned.col_chunk
+                                        << ", " << kSideCtasEnv << "=" << tuned.side_gather_ctas << ": " << e.what());
+    }
     agmm::check_ksplit_knobs();
   }
   std::string name() const override { return "all_gather_matmul"; }

@@ -132,7 +132,7 @@ void validate_agmm_config(const AgmmConfig& c) {
              "all_gather_matmul: capacity max_m=" << c.max_m << " max_k=" << c.max_k << " must be >= 1");
   TF_REQUIRE(c.push_ctas >= 0, Status::InvalidArgument, "all_gather_matmul: push_ctas=" << c.push_ctas << " must be >= 0");
   TF_REQUIRE(c.col_chunk >= 0 && c.col_chunk % 64 == 0, Status::InvalidArgument,
-             "all_gather_matmul: col_chunk=" << c.col_chunk << " must be a multiple of 64 (one GEMM k-block), or 0");
+             "all_gather_matmul: col_chunk=" << c.col_chunk << " must be a non-negative multiple of 64 (one GEMM k-block)");
   TF_REQUIRE(c.side_gather_ctas >= 0 && c.side_gather_ctas <= agmm::kKsplitMaxCtas, Status::InvalidArgument,
              "all_gather_matmul: side_gather_ctas=" << c.side_gather_ctas << " must be in [0, " << agmm::kKsplitMaxCtas
                                                     << "]");

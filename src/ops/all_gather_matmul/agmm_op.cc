@@ -3,7 +3,6 @@
 #include <nccl.h>
 
 #include <algorithm>
-#include <climits>
 #include <iterator>
 #include <string>
 #include <utility>

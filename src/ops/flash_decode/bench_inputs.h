@@ -44,7 +44,8 @@ bench::Figures figures(const bench::Case& c, double seconds);
 std::vector<Shape> issue_shapes();
 
 // The shapes of --shape entries "k=v,..." (bench::parse_shape_entry) with keys batch, kv, heads
-// (96/12 or 64/8) or q_heads and kv_heads (any counts; the op checks them), head_dim (64 or 128),
+// (96/12 or 64/8) or q_heads and kv_heads (q_heads a multiple of kv_heads, at most kMaxGqaRatio per
+// KV head: the op's rule, checked here), head_dim (64 or 128),
 // splits (forced split count), page (paged cache: page size), layout (hnd or nhd, with page;
 // hnd unless given) and ragged (1: lengths drawn in [1, kv]). An entry with batch and
 // kv names a shape of any KV length (heads 96/12 and head_dim 128 unless given); any other entry
@@ -52,7 +53,7 @@ std::vector<Shape> issue_shapes();
 // the shapes the entry names or selects. No entries: the issue shapes with the heuristic's
 // choices. Numbers within the op's limits (batch, kv_heads <= 65535, kv <= 2^30, q_heads <= 16 x
 // 65535, splits <= 64) and a named shape's K + V cache <= 2^50 bytes. Throws InvalidArgument naming
-// a malformed entry.
+// a malformed entry, or one that selects none of the issue shapes.
 std::vector<Shape> shapes_of(const std::vector<std::string>& entries);
 
 // Value i of stream `seed`: k/256 for a hashed k in [-256, 256), exact in bf16 and fp16, so the
