@@ -10,7 +10,9 @@
 # no retries: a test that depends on another's order or on state left behind, or fails now and then
 # (~155 s per order at one rank).
 # random (only when named): the random-shape tests in RANDOM_REPEATS (10) rounds of fresh seeds.
-# sanitize (only when named): compute-sanitizer's four tools over the one-rank tests, ~12 min.
+# sanitize (only when named): compute-sanitizer's four tools over the one-rank tests, ~12 min;
+# SANITIZE_TOOLS limits it to some of memcheck, racecheck, synccheck, initcheck (default: all four),
+# so the step fits calls of 10 minutes: memcheck in one, the other three in another.
 # TESTS_FILTER limits the GPU tests (gtest filter syntax); TESTS_LIMIT is their time limit in s (400).
 # When they fail, the tests after the first failure run once more (NO_RETRY set to anything: not).
 # graph (only when named): BENCH_OPS (default: flash_decode and all_gather_matmul, their default
@@ -140,7 +142,12 @@ if [[ " $steps " == *" sanitize "* ]]; then  # only when named: ~12 minutes
   # tests are slow there).
   heavy='Shapes/AgmmEveryVariant.*gd1_bf16_kn:Shapes/AgmmEveryVariant.*gd0_bf16_nk:Agmm.PushWithTinyPiecesOneCtaAndDecodeShapes:Types/AgmmKsplit.*bf16_nk_ksplit:AllGather.EveryVariantOddSizesGuardsAndInPlace:FlashDecodeDist.ClusterSplitMergeMatchesGlobalMergeBitwise:FlashDecodeDist.ForcedSplitCountsAndPersistentGrid:FlashDecodeDist.SmallBatchAutoPlanFusedMatchesBspBitwise:FlashDecodeGpu.ForcedSplitCounts:FlashDecodeGpu.PagedMatchesContiguousBitwise:FlashDecodeGpu.SimulatedRanksOddSlices:Shapes/GemmAllConfigs.MatchesReference/M127_N3590_K1001_bf16_nk:Shapes/GemmSplit.*M127_N3590_K1001_nk:Shapes/GemmSwap.*M7_N1000_K8200_bf16_nk:Shapes/GemmSplit.*M300_N1000_K100_nk:Shapes/GemmSwap.*M200_N3592_K72_bf16_nk:GemmHooks.*:GemmSplit.StreamKAddsEachElementOnce'
   small='FlashDecodeGpu.EmptyEverywhere:FlashDecodeGpu.PeakedSoftmaxAndCustomScale:FlashDecodeGpu.SimulatedRanksHeadDim64OddRows:Shapes/GemmSwap.*M33_N1000_K72_bf16_nk:Shapes/GemmSplit.*M300_N1000_K100_nk:GemmHooks.StoreIntoASecondBuffer:GemmSwapHooks.AddIntoASecondBuffer'
+  tools=" ${SANITIZE_TOOLS:-memcheck racecheck synccheck initcheck} "
+  for t in $tools; do
+    [[ " memcheck racecheck synccheck initcheck " == *" $t "* ]] || { echo "SANITIZE_TOOLS: unknown tool '$t'" >&2; exit 2; }
+  done
   sanitize() {  # TOOL LIMIT FILTER
+    [[ $tools == *" $1 "* ]] || return 0
     step "compute-sanitizer $1" sanitize.log "$2" \
       env CUDA_MODULE_LOADING=EAGER CUDA_DEVICE_MAX_CONNECTIONS=32 TAXFREE_TEST_RANKS=1 \
       compute-sanitizer --tool "$1" --target-processes all --report-api-errors no --error-exitcode 97 "$tests" --gtest_filter="$3"
