@@ -28,6 +28,7 @@
 #include "taxfree/runtime/error.h"
 #include "taxfree/runtime/launcher.h"
 #include "taxfree/runtime/team.h"
+#include "taxfree/version.h"
 
 namespace {
 
@@ -336,7 +337,7 @@ int main(int argc, char** argv) {
   if (*info) return with_exit_codes([&] {
     int loaded = 0;
     ncclGetVersion(&loaded);
-    std::cout << "taxfree 0.1.0\nNCCL headers " << version_text(NCCL_VERSION_CODE) << ", library "
+    std::cout << "taxfree " TAXFREE_VERSION_STRING "\nNCCL headers " << version_text(NCCL_VERSION_CODE) << ", library "
               << version_text(loaded) << "\n";
     std::string why;
     int n = probe_visible_gpus(self_executable(), &why);
