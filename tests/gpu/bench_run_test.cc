@@ -1,6 +1,6 @@
 // bench::run's own checks, on the GPU (they need a Team): a named op whose filters select no case
-// fails, naming the op, instead of printing an empty table and passing; every named op is checked
-// before any runs.
+// fails, naming the op (or the op's own check names the entry), instead of printing an empty table
+// and passing; every named op is checked before any runs.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -19,15 +19,21 @@ TEST(BenchRun, FiltersThatSelectNoCaseAreAnError) {
   TF_REQUIRE_GPUS(1);
   Team& t = team();
   bench::RunRequest req;
-  req.ops = {"flash_decode"};
-  req.options.shapes = {"kv=12345"};  // a key the default sweep has, with a value it never takes
-  try {
-    bench::run(t, req);
-    ADD_FAILURE() << "no error for a filter that selects nothing";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.status(), Status::InvalidArgument) << e.what();
-    EXPECT_NE(std::string(e.what()).find("op 'flash_decode': no case matches"), std::string::npos) << e.what();
-  }
+  // A key the default sweep has, with a value it never takes: gemm's filter reaches bench::run's
+  // check; flash_decode refuses such an entry itself, naming it, before any case is built.
+  const auto expect_refused = [&](const char* op, const char* entry, const char* says) {
+    req.ops = {op};
+    req.options.shapes = {entry};
+    try {
+      bench::run(t, req);
+      ADD_FAILURE() << op << ": no error for the filter " << entry << ", which selects nothing";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.status(), Status::InvalidArgument) << e.what();
+      EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
+    }
+  };
+  expect_refused("gemm", "M=12345", "op 'gemm': no case matches");
+  expect_refused("flash_decode", "kv=12345", "'kv=12345' selects no shape of the default sweep");
   // The same op with a filter that selects a case still runs it (the team is usable after the error).
   req.options.shapes = {"batch=1,kv=300,heads=64/8"};
   req.options.iters = 2, req.options.warmup = 1, req.options.check = 1;
