@@ -1,6 +1,6 @@
 # NCCL as the imported target taxfree::nccl, for the build and for taxfreeConfig.cmake alike. The
 # headers compiled against must match the library loaded at run time (the Team checks at start:
-# ncclGetVersion against NCCL_VERSION_CODE). NCCL_ROOT or CMAKE_PREFIX_PATH point elsewhere.
+# ncclGetVersion against NCCL_VERSION_CODE). Where NCCL is not beside CUDA: NCCL_ROOT or CMAKE_PREFIX_PATH.
 if(NOT TARGET taxfree::nccl)
   find_path(NCCL_INCLUDE_DIR nccl.h HINTS ${NCCL_ROOT}/include ${CUDAToolkit_INCLUDE_DIRS} REQUIRED)
   find_library(NCCL_LIBRARY nccl HINTS ${NCCL_ROOT}/lib ${CUDAToolkit_LIBRARY_DIR} ${CUDAToolkit_LIBRARY_ROOT}/lib

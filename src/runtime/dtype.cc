@@ -4,8 +4,6 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-#include <cstring>
-
 #include "taxfree/runtime/error.h"
 
 namespace taxfree {
@@ -20,27 +18,15 @@ DType parse_dtype(std::string_view name, std::string_view what) {
   TF_THROW(Status::InvalidArgument, what << ": dtype '" << name << "' must be bf16 or fp16");
 }
 
+// Through the headers' raw structs (a memcpy into __nv_bfloat16 / __half draws -Wclass-memaccess).
 float bits_to_float(DType t, uint16_t bits) {
-  if (t == DType::bf16) {
-    __nv_bfloat16 h;
-    std::memcpy(&h, &bits, 2);
-    return __bfloat162float(h);
-  }
-  __half h;
-  std::memcpy(&h, &bits, 2);
-  return __half2float(h);
+  if (t == DType::bf16) return __bfloat162float(__nv_bfloat16(__nv_bfloat16_raw{bits}));
+  return __half2float(__half(__half_raw{bits}));
 }
 
 uint16_t float_to_bits(DType t, float x) {
-  uint16_t bits;
-  if (t == DType::bf16) {
-    const __nv_bfloat16 h = __float2bfloat16(x);
-    std::memcpy(&bits, &h, 2);
-  } else {
-    const __half h = __float2half(x);
-    std::memcpy(&bits, &h, 2);
-  }
-  return bits;
+  if (t == DType::bf16) return __nv_bfloat16_raw(__float2bfloat16(x)).x;
+  return __half_raw(__float2half(x)).x;
 }
 
 }  // namespace taxfree
