@@ -1,5 +1,6 @@
 // Built against an installed taxfree by tests/install/check_install.sh (no GPU needed): the
-// installed headers compile, device code included, and the static library links and answers.
+// installed headers compile, device code included, and the static library links and answers
+// (with --subdirectory the script compiles it against the source tree, without linking).
 // Prints the heuristic's GEMM choice for the shape on the command line (M N K), for the script to
 // compare with the installed CLI's; exit 1 when a check fails, naming it.
 #include <cstdio>
