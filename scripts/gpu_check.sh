@@ -10,7 +10,7 @@
 # no retries: a test that depends on another's order or on state left behind, or fails now and then
 # (~155 s per order at one rank).
 # random (only when named): the random-shape tests in RANDOM_REPEATS (10) rounds of fresh seeds.
-# sanitize (only when named): compute-sanitizer's four tools over the one-rank tests, ~12 min;
+# sanitize (only when named): compute-sanitizer's four tools over the one-rank tests, ~8 min on an H100;
 # SANITIZE_TOOLS limits it to some of memcheck, racecheck, synccheck, initcheck (default: all four),
 # so the step fits calls of 10 minutes: memcheck in one, the other three in another.
 # TESTS_FILTER limits the GPU tests (gtest filter syntax); TESTS_LIMIT is their time limit in s (400).
