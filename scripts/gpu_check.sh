@@ -29,6 +29,11 @@ set -u -o pipefail
 out=${1:?usage: scripts/gpu_check.sh OUT_DIR [tests|soak|random|sanitize|faults|bench|all|agmm|graph]...}
 shift
 steps=${*:-all}
+# Checked before any step runs, so a bad value costs no device time.
+tools=" ${SANITIZE_TOOLS:-memcheck racecheck synccheck initcheck} "
+for t in $tools; do
+  [[ " memcheck racecheck synccheck initcheck " == *" $t "* ]] || { echo "SANITIZE_TOOLS: unknown tool '$t'" >&2; exit 2; }
+done
 mkdir -p "$out"
 out=$(CDPATH='' cd -- "$out" && pwd) || exit 1  # absolute: the script works from the repository root
 cd "$(dirname "$0")/.." || exit 1
@@ -128,7 +133,7 @@ if [[ " $steps " == *" random "* ]]; then  # only when named: ~5 s a round at on
   grep -A3 ': Failure$' "$out/random.log" | grep -oE '\(seed [0-9]+, shape [0-9]+\)' | sort | uniq -c | head  # to repeat
 fi
 
-if [[ " $steps " == *" sanitize "* ]]; then  # only when named: ~12 minutes
+if [[ " $steps " == *" sanitize "* ]]; then  # only when named: ~8 minutes on an H100
   # compute-sanitizer at one rank (the tool follows the launcher's child). memcheck: every test one
   # rank runs (every op at world 1; the cross-rank tests skip). racecheck and synccheck: the decode
   # merges, the GEMM engine's schedules (tiles, splits, swap-AB, 2-CTA clusters, hooks), every
@@ -142,10 +147,6 @@ if [[ " $steps " == *" sanitize "* ]]; then  # only when named: ~12 minutes
   # tests are slow there).
   heavy='Shapes/AgmmEveryVariant.*gd1_bf16_kn:Shapes/AgmmEveryVariant.*gd0_bf16_nk:Agmm.PushWithTinyPiecesOneCtaAndDecodeShapes:Types/AgmmKsplit.*bf16_nk_ksplit:AllGather.EveryVariantOddSizesGuardsAndInPlace:FlashDecodeDist.ClusterSplitMergeMatchesGlobalMergeBitwise:FlashDecodeDist.ForcedSplitCountsAndPersistentGrid:FlashDecodeDist.SmallBatchAutoPlanFusedMatchesBspBitwise:FlashDecodeGpu.ForcedSplitCounts:FlashDecodeGpu.PagedMatchesContiguousBitwise:FlashDecodeGpu.SimulatedRanksOddSlices:Shapes/GemmAllConfigs.MatchesReference/M127_N3590_K1001_bf16_nk:Shapes/GemmSplit.*M127_N3590_K1001_nk:Shapes/GemmSwap.*M7_N1000_K8200_bf16_nk:Shapes/GemmSplit.*M300_N1000_K100_nk:Shapes/GemmSwap.*M200_N3592_K72_bf16_nk:GemmHooks.*:GemmSplit.StreamKAddsEachElementOnce'
   small='FlashDecodeGpu.EmptyEverywhere:FlashDecodeGpu.PeakedSoftmaxAndCustomScale:FlashDecodeGpu.SimulatedRanksHeadDim64OddRows:Shapes/GemmSwap.*M33_N1000_K72_bf16_nk:Shapes/GemmSplit.*M300_N1000_K100_nk:GemmHooks.StoreIntoASecondBuffer:GemmSwapHooks.AddIntoASecondBuffer'
-  tools=" ${SANITIZE_TOOLS:-memcheck racecheck synccheck initcheck} "
-  for t in $tools; do
-    [[ " memcheck racecheck synccheck initcheck " == *" $t "* ]] || { echo "SANITIZE_TOOLS: unknown tool '$t'" >&2; exit 2; }
-  done
   sanitize() {  # TOOL LIMIT FILTER
     [[ $tools == *" $1 "* ]] || return 0
     step "compute-sanitizer $1" sanitize.log "$2" \
