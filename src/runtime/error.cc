@@ -68,9 +68,10 @@ void throw_cu(int code, const char* expr, const char* file, int line) {
 }
 void throw_nccl(int code, const char* expr, const char* file, int line) {
   auto r = static_cast<ncclResult_t>(code);
+  // ncclRemoteError (a peer or the network, as NCCL saw it) is NcclError: this rank reports it.
+  // RemoteError means the coordinator announced another rank's failure, which a rank does not report.
   Status s = r == ncclInvalidArgument ? Status::InvalidArgument
              : r == ncclInvalidUsage  ? Status::InvalidUsage
-             : r == ncclRemoteError   ? Status::RemoteError
                                       : Status::NcclError;
   throw Error(s, file, line, std::string(expr) + " -> " + ncclGetErrorString(r));
 }

@@ -177,7 +177,8 @@ std::optional<RankEnv> rank_env(const EnvLookup& lookup) {
     local = parse_int(lookup, "LOCAL_RANK");
     TF_REQUIRE(rank && world, Status::InvalidArgument, "TAXFREE_COORDINATOR is set but RANK or WORLD_SIZE is not");
   } else {
-    if ((rank = parse_int(lookup, "RANK")) && (world = parse_int(lookup, "WORLD_SIZE"))) {
+    if ((rank = parse_int(lookup, "RANK"))) {  // WORLD_SIZE is required below, as MPI's size is
+      world = parse_int(lookup, "WORLD_SIZE");
       local = parse_int(lookup, "LOCAL_RANK");
       env.source = "RANK/WORLD_SIZE (torchrun or user)";
     } else if ((rank = parse_int(lookup, "OMPI_COMM_WORLD_RANK"))) {
@@ -191,6 +192,8 @@ std::optional<RankEnv> rank_env(const EnvLookup& lookup) {
       local = parse_int(lookup, "MPI_LOCALRANKID");
       env.source = "MPICH (PMI_RANK/PMI_SIZE)";
     } else {
+      // Half of torchrun's pair would otherwise start W single-process jobs on one GPU.
+      TF_REQUIRE(!parse_int(lookup, "WORLD_SIZE"), Status::InvalidArgument, "WORLD_SIZE is set but RANK is not");
       return std::nullopt;
     }
     TF_REQUIRE(world, Status::InvalidArgument, rank_var << " is set but " << world_var << " is not");

@@ -21,6 +21,8 @@
 namespace taxfree {
 
 namespace {
+
+std::atomic<int> g_live_teams{0};  // Teams of this process not yet destroyed (at most 1)
 // `name` from the environment as a number in [lo, hi] (a whole one when `whole`), or `fallback` when unset.
 double env_number(const EnvLookup& env, const char* name, double lo, double hi, double fallback, bool whole = false) {
   const char* v = env(name);
@@ -161,6 +163,13 @@ void Team::init(const TeamOptions& options) {
     env_.source = "single process";
   }
   set_error_rank(env_.rank);
+  // A second live Team would join its rank's peers as a new generation while they are still in the
+  // first: startup would wait out the bootstrap deadline and name something else.
+  counted_live_ = true;
+  TF_REQUIRE(g_live_teams.fetch_add(1) == 0, Status::InvalidUsage,
+             "Team::join: this process's earlier Team (" << env_.source << ", rank " << env_.rank
+                                                        << ") is still alive: one Team per process at a time "
+                                                           "(finish() and destroy it first)");
   // Under torchrun/mpirun rank 0's Team hosts the coordinator and takes it down with itself, so a
   // later Team's ranks could reach the old one and lose it. The launcher's coordinator (and a
   // single process's own) has no such race.
@@ -281,12 +290,15 @@ Team::~Team() {
   }
   {
     // NCCL's teardown may wait for peers (window deregistration) without a deadline of its own.
+    // After a failure the peers are ended exit_grace_s after the abort (the rank that reported it
+    // gets no ABORT, so no exit timer): a teardown still waiting on them past sync's limit never
+    // returns, so it is not given nccl_call_timeout_s (600 s by default) to find that out.
     std::optional<CallDeadline> deadline;
     if (client_ && (heap_ || comm_))
       deadline.emplace(*client_,
                        clean ? "the Team's NCCL teardown (window deregistration, communicator destroy)"
                              : "the Team's NCCL teardown after a failure (window deregistration, communicator abort)",
-                       nccl_call_timeout_s_);
+                       clean ? nccl_call_timeout_s_ : std::min(nccl_call_timeout_s_, default_sync_limit_s()));
     heap_.reset();
     if (comm_) {
       if (clean) ncclCommDestroy(comm_);
@@ -297,6 +309,7 @@ Team::~Team() {
   client_.reset();  // first: its watchdog's abort callback writes the flag
   if (abort_flag_) cudaFreeHost(abort_flag_);
   server_.reset();
+  if (counted_live_) g_live_teams.fetch_sub(1);
 }
 
 dev::FaultContext Team::fault() const {

@@ -29,8 +29,7 @@ TEST(AllGatherLaunchCheck, DescriptionNamesBytesAndPushGrid) {
 // is refused before anything is allocated (no GPU needed to get there).
 TEST(AllGatherConfigCheck, HugeLowLatencyLimitIsRefused) {
   test::HostHeap host(0, 2);
-  RankShare share;
-  share.world = 2, share.sm_count = 132, share.heap = &host.heap;
+  const RankShare share = host.share(132);
   AllGatherConfig c;
   c.ll_max_bytes = (uint64_t(1) << 62) + 16;  // 2 x 2 x it / 8 lines x 16 B wraps to 128 bytes
   test::expect_invalid([&] { AllGather op(share, c); }, "ll_max_bytes 4611686018427387920 must be a multiple of 16, at most 2^40");
@@ -85,8 +84,7 @@ TEST(AllGatherPushGrid, ShapesOutsideTheLimitsAreRefused) {
   g.blocks = 4;
   test::expect_invalid([&] { launch_all_gather_push({}, g, 1024, nullptr); }, "launch_all_gather_push: threads=1024 per block");
   test::HostHeap host(0, 2);
-  RankShare share;
-  share.world = 2, share.sm_count = 132, share.heap = &host.heap;
+  const RankShare share = host.share(132);
   AllGatherConfig negative;
   negative.max_blocks = -1;
   test::expect_invalid([&] { AllGather op(share, negative); }, "max_blocks -1 must be >= 0");

@@ -1,4 +1,5 @@
 #include <gtest/gtest.h>
+#include <nccl.h>
 
 #include "taxfree/runtime/error.h"
 
@@ -37,6 +38,15 @@ TEST(Error, CudaAndNcclCodesMapToStatus) {
     FAIL();
   } catch (const Error& e) {
     EXPECT_EQ(e.status(), Status::InvalidUsage);
+  }
+  // ncclRemoteError (6) is what this rank saw, not a failure another rank already reported: a
+  // rank that sees it must report it, which it skips for RemoteError.
+  static_assert(ncclRemoteError == 6);
+  try {
+    TF_NCCL(6);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.status(), Status::NcclError);
   }
 }
 

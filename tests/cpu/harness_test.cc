@@ -321,11 +321,11 @@ TEST(Heap, ReleaseInsideAnAllocationAndWrappingArraysAreRefused) {
 }
 
 // What an op takes from a rank (rank_share.h): refused, naming the op and the bad value, without a
-// heap, with a rank outside [0, world), with no SMs, or with a coordinator and no NCCL call limit.
+// heap, with a rank outside [0, world), with no SMs, without the rank's fault state, or with a
+// coordinator and no NCCL call limit.
 TEST(RankShare, CheckNamesTheOpAndWhatIsMissing) {
   test::HostHeap host(1, 2);
-  RankShare good;
-  good.rank = 1, good.world = 2, good.sm_count = 66, good.heap = &host.heap;
+  const RankShare good = host.share(66);
   check_rank_share(good, "op");  // accepted
   RankShare s = good;
   s.heap = nullptr;
@@ -334,6 +334,15 @@ TEST(RankShare, CheckNamesTheOpAndWhatIsMissing) {
   test::expect_invalid([&] { check_rank_share(s, "all_gather_matmul"); }, "rank 2 of 2");
   s = good, s.sm_count = 0;
   test::expect_invalid([&] { check_rank_share(s, "op"); }, "with 0 SMs");
+  // A default FaultContext: the kernels' waits would dereference its null abort flag.
+  s = good, s.fault = dev::FaultContext{};
+  test::expect_invalid([&] { check_rank_share(s, "flash_decode"); }, "rank share of rank 1 has no fault state");
+  s = good, s.fault.record = nullptr;
+  test::expect_invalid([&] { check_rank_share(s, "op"); }, "wait record 0");
+  s = good, s.fault.timeout_ns = 0;
+  test::expect_invalid([&] { check_rank_share(s, "op"); }, "timeout 0 ns");
+  s = good, s.fault.rank = 0;  // another rank's fault state: its diagnostics would name rank 0
+  test::expect_invalid([&] { check_rank_share(s, "op"); }, "rank 0;");
   // Kernels index flags by the heap's rank and world, hosts size them by the share's: they must agree.
   test::HostHeap other(0, 4);
   s = good, s.heap = &other.heap;

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "taxfree/runtime/rank_share.h"
 #include "taxfree/runtime/symmetric_heap.h"
 
 namespace taxfree::test {
@@ -19,7 +20,17 @@ inline dev::SymmetricView host_view(std::vector<char>& memory, int rank, int wor
 struct HostHeap {
   std::vector<char> memory;
   SymmetricHeap heap;
+  uint32_t abort_flag = 0;  // the fault state an op's share must have; never read on the host
+  dev::WaitRecord record{};
   HostHeap(int rank, int world, size_t bytes = 1 << 12) : memory(bytes), heap(host_view(memory, rank, world)) {}
+
+  // This rank's share as an op takes it (check_rank_share accepts it).
+  RankShare share(int sm_count) {
+    RankShare s;
+    s.rank = heap.view().rank, s.world = heap.view().world, s.sm_count = sm_count, s.heap = &heap;
+    s.fault.abort = &abort_flag, s.fault.record = &record, s.fault.rank = s.rank;
+    return s;
+  }
 };
 
 }  // namespace taxfree::test

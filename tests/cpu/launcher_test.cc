@@ -119,6 +119,11 @@ TEST(RankEnv, BadValuesNameTheVariable) {
   expect_invalid({{"RANK", "2"}, {"WORLD_SIZE", "2"}}, "RANK=2 must be in [0, WORLD_SIZE=2)");
   expect_invalid({{"RANK", "0"}, {"WORLD_SIZE", "0"}}, "WORLD_SIZE=0 must be >= 1");
   expect_invalid({{"OMPI_COMM_WORLD_RANK", "0"}}, "OMPI_COMM_WORLD_SIZE is not");
+  // Half of torchrun's pair is an error, not W single-process jobs on one GPU.
+  expect_invalid({{"RANK", "1"}}, "RANK is set but WORLD_SIZE is not");
+  expect_invalid({{"WORLD_SIZE", "4"}}, "WORLD_SIZE is set but RANK is not");
+  expect_invalid({{"RANK", "1"}, {"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_SIZE", "2"}},
+                 "RANK is set but WORLD_SIZE is not");
   expect_invalid({{"TAXFREE_COORDINATOR", "nohost"}, {"RANK", "0"}, {"WORLD_SIZE", "1"}}, "must be host:port");
   // The coordinator's port is MASTER_PORT + 1: the message names the variable and its value.
   expect_invalid({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_PORT", "65535"}},

@@ -278,6 +278,24 @@ __global__ void pattern_kernel(char* p, uint64_t bytes, uint32_t salt) {
 }
 
 // Generic over the team size: on one rank, put, get and the bulk copy go to and from this rank.
+// One Team per process at a time (team.h): a second join while the suite's Team lives is refused
+// before it contacts anyone, and the live Team and the job go on.
+TEST(Team, SecondLiveTeamInOneProcessIsRefused) {
+  TF_REQUIRE_GPUS(1);
+  auto& t = team();
+  try {
+    const auto second = Team::join();
+    ADD_FAILURE() << "a second Team joined while the first lives";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.status(), Status::InvalidUsage) << e.what();
+    EXPECT_NE(std::string(e.what()).find("still alive: one Team per process at a time"), std::string::npos)
+        << e.what();
+  }
+  t.device_barrier(t.stream());
+  t.sync(t.stream());
+  t.host_barrier("team.second-join-refused");
+}
+
 TEST(Primitives, PutGetAndBulkCopyMoveExactBytes) {
   TF_REQUIRE_GPUS(1);
   auto& t = team();

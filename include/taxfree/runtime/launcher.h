@@ -31,7 +31,8 @@ using EnvLookup = std::function<const char*(const char*)>;
 // MASTER_PORT; the coordinator listens on MASTER_PORT+1 unless TAXFREE_COORDINATOR_PORT is set,
 // because torchrun's own store holds MASTER_PORT), Open MPI (OMPI_COMM_WORLD_*), MPICH/Hydra
 // (PMI_RANK, PMI_SIZE, MPI_LOCALRANKID). std::nullopt when none is set: a single-process job.
-// Throws InvalidArgument naming the variable for malformed or inconsistent values.
+// Throws InvalidArgument naming the variable for malformed or inconsistent values (RANK or
+// WORLD_SIZE without the other, too).
 std::optional<RankEnv> rank_env(const EnvLookup& lookup);
 std::optional<RankEnv> rank_env();  // from the process environment
 

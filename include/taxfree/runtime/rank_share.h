@@ -49,7 +49,8 @@ struct RankShare {
 };
 
 // Throws InvalidArgument naming `op` unless the share has a heap of the same rank and world, a rank
-// in [0, world), at least one SM, and with a coordinator an NCCL call limit in (0, 1e9] s.
+// in [0, world), at least one SM, fault state of that rank (abort flag, wait record, a timeout > 0),
+// and with a coordinator an NCCL call limit in (0, 1e9] s.
 void check_rank_share(const RankShare& share, const char* op);
 
 }  // namespace taxfree

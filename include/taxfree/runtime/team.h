@@ -13,10 +13,12 @@
 // its teardown and this rank's waiting kernels stop at once. A rank whose process ends with a
 // non-zero code after finish() fails the job without aborting the ranks that finished too.
 //
-// One Team per rank at a time: a process joining again while its Team is unfinished fails the job
-// ("two processes claim rank R"). Under the taxfree launcher (and in a single process) a rank may
-// join a new Team after the last one finished; under torchrun/mpirun, where rank 0's Team hosts the
-// coordinator, a second Team in a process is NotSupported.
+// One Team per process at a time: Team::join while this process's Team is alive throws
+// InvalidUsage before it contacts anyone (the live Team and the job go on); another process
+// claiming a live rank fails the job ("two processes claim rank R"). Under the taxfree launcher
+// (and in a single process) a rank may join a new Team after the last one was destroyed; under
+// torchrun/mpirun, where rank 0's Team hosts the coordinator, a second Team in a process is
+// NotSupported.
 //
 // Threads: a Team, and every op built on it, is driven from one host thread at a time. The ops of
 // one Team share its NCCL communicator (NCCL allows one thread at a time per communicator) and
@@ -103,9 +105,14 @@ class Team {
   void sync(cudaStream_t stream, double timeout_s = -1);
   // Throws if a device wait has recorded a timeout (without waiting for any stream).
   void check_device_faults();
-  // Device-side barrier of all ranks on `stream` (one tiny kernel, graph-capturable).
+  // Device-side barrier of all ranks on `stream` (one tiny kernel, graph-capturable). Every call
+  // (graph replays too) takes the next epoch of one per-Team counter on the device, as an op's
+  // launches take theirs: order them all on one stream per rank (any stream, but one at a time).
+  // Two in flight at once on different streams can take each other's epochs, and the barrier
+  // passes early or waits out its deadline.
   void device_barrier(cudaStream_t stream);
-  // Host barrier through the coordinator.
+  // Host barrier through the coordinator. Past max(60 s, 2 x the device wait deadline) it fails
+  // the job and throws Timeout naming the barrier; RemoteError if another rank failed.
   void host_barrier(const std::string& name);
 
   // Report this rank's failure to every rank (call before exiting on an error).
@@ -116,7 +123,8 @@ class Team {
   // rank knows of another rank's failure it skips both, ends this rank's part and throws
   // RemoteError; its own failures surface from the drain (sync's errors). The NCCL teardown in the
   // destructor (window deregistration, communicator destroy or abort) has no deadline of its own:
-  // past TeamOptions::nccl_call_timeout_s it ends the process as a CallDeadline does, naming them.
+  // past TeamOptions::nccl_call_timeout_s (after a failure, past sync's default limit if sooner) it
+  // ends the process as a CallDeadline does, naming them.
   void finish();
 
  private:
@@ -141,6 +149,7 @@ class Team {
   bool check_launches_ = false;
   std::atomic<uint64_t> launches_checked_{0};
   bool finished_ = false;
+  bool counted_live_ = false;  // holds the process's one live Team (given back by ~Team)
 };
 
 // The device wait deadline (s) and the heap size (bytes) a Team takes from `options` and the
