@@ -57,7 +57,7 @@ Options with_shapes(std::vector<std::string> shapes) {
 // passed here and was bounded only at setup, after allocating from it.
 TEST(AgmmBench, CheckOptionsBoundsTheShapeToTheOpsLimits) {
   const auto b = make_bench("all_gather_matmul");
-  EXPECT_NO_THROW(b->check_options(with_shapes({"M=2147483647,N=2147483647,K=1073741816,gather_dim=0"})));
+  EXPECT_NO_THROW(b->check_options(with_shapes({"M=2147483647,N=2147483640,K=1073741816,gather_dim=0"})));
   test::expect_invalid([&] { b->check_options(with_shapes({"M=2147483648,N=3584,K=8192,gather_dim=1"})); },
                        "M=2147483648 is not an integer in [1, 2147483647]");
   test::expect_invalid([&] { b->check_options(with_shapes({"M=8,N=99999999999999999999,K=8192,gather_dim=1"})); },
@@ -65,6 +65,13 @@ TEST(AgmmBench, CheckOptionsBoundsTheShapeToTheOpsLimits) {
   test::expect_invalid([&] { b->check_options(with_shapes({"M=8,N=3584,K=1073741817,gather_dim=0"})); },
                        "K=1073741817 is not an integer in [1, 1073741816]");
   test::expect_invalid([&] { b->check_options(with_shapes({"M=8,M=16"})); }, "key 'M' given twice");
+  // Dense operands: N and K multiples of 8, named before any rank starts (they once passed here and
+  // failed every variant at launch).
+  test::expect_invalid([&] { b->check_options(with_shapes({"M=1000,N=1001,K=1024,gather_dim=0"})); },
+                       "N=1001 and K=1024 must be multiples of 8");
+  test::expect_invalid([&] { b->check_options(with_shapes({"M=1000,N=1024,K=1001,gather_dim=0"})); },
+                       "N=1024 and K=1001 must be multiples of 8");
+  EXPECT_NO_THROW(b->check_options(with_shapes({"M=1001,N=1024,K=1000,gather_dim=0"})));  // odd M is fine
 }
 
 // TAXFREE_AGMM_* knobs: int-sized, read by check_options too (4294967300 once truncated to 4 at

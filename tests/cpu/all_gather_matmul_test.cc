@@ -255,6 +255,15 @@ TEST(AgmmPlan, PushLeavesTheGemmItsWavesAndNamesItsSms) {
   AgmmConfig cfg;
   cfg.push_ctas = 132;
   expect_error([&] { make_push_plan(a, 2, cfg, 132); }, Status::InvalidArgument, "push_ctas");
+  // One SM left, or a share of 5: the GEMM's config is one the SMs it gets can launch (no
+  // 2-CTA cluster on one SM), for push and sm-specialized alike.
+  for (const auto& [asked, sms] : {std::pair{131, 132}, std::pair{0, 5}, std::pair{63, 66}}) {
+    cfg.push_ctas = asked;
+    for (const AgmmArgs& b : {a, args_for({8192, 4096, 8192, 0})})
+      for (const PushPlan& q : {make_push_plan(b, 2, cfg, sms), make_sm_specialized_plan(b, 2, cfg, sms)})
+        EXPECT_GE(q.gemm.max_ctas, q.gemm.cluster_m * q.gemm.cluster_k)
+            << q.gemm.name() << " push_ctas=" << asked << " of " << sms << " SMs";
+  }
   cfg.push_ctas = 0;
   cfg.col_chunk = 100;
   expect_error([&] { make_push_plan(a, 2, cfg, 132); }, Status::InvalidArgument, "multiple of 64");
@@ -480,19 +489,13 @@ TEST(AgmmValidation, RejectsBadArgumentsNamingThem) {
   bad("gather_dim", [](AgmmArgs& a) { a.gather_dim = 2; });
 }
 
-TEST(AgmmVariants, NamesRoundTripAndAutoPicksAVariant) {
+// (What auto picks: the AutoPicks* tests below.)
+TEST(AgmmVariants, NamesRoundTrip) {
   for (AgmmVariant v : {AgmmVariant::bsp, AgmmVariant::bsp_own, AgmmVariant::decomposed, AgmmVariant::pull,
                         AgmmVariant::push, AgmmVariant::sm_specialized, AgmmVariant::fused_ce, AgmmVariant::ksplit,
                         AgmmVariant::nsplit, AgmmVariant::automatic})
     EXPECT_EQ(parse_agmm_variant(variant_name(v)), v);
   expect_error([] { parse_agmm_variant("bogus"); }, Status::InvalidArgument, "unknown");
-  for (int gd : {0, 1})
-    for (int64_t m : {1, 1024, 16384})
-      for (bool replicated : {false, true}) {
-        AgmmArgs a = args_for({m, 4096, 8192, gd});
-        a.b_replicated = replicated;
-        EXPECT_NE(choose_agmm_variant(a, 2, AgmmConfig{}), AgmmVariant::automatic);
-      }
 }
 
 // auto's other rules: fused-ce only where its k-loop can start at the rank's own columns (shards a
@@ -560,9 +563,13 @@ TEST(AgmmLaunchCheck, DescriptionNamesTheSharedArgumentsOnly) {
   b.a_shard = &a, b.c = &b, b.lda_shard = 8192, b.ldc = 4096, b.ldb = 3600;
   const std::string d = describe_agmm_launch(AgmmVariant::automatic, AgmmVariant::nsplit, a, cfg);
   EXPECT_EQ(d, describe_agmm_launch(AgmmVariant::automatic, AgmmVariant::nsplit, b, cfg));
-  EXPECT_NE(d.find("all_gather_matmul auto (nsplit) M=1024 N=3584 K=8192 gather_dim=1 bf16 B replicated"),
+  EXPECT_NE(d.find("all_gather_matmul auto (nsplit) M=1024 N=3584 K=8192 gather_dim=1 bf16 B nk replicated"),
             std::string::npos) << d;
   b.m = 1016;
+  EXPECT_NE(d, describe_agmm_launch(AgmmVariant::automatic, AgmmVariant::nsplit, b, cfg));
+  // The layout picks the band tile (nk 128 x 224, kn 128 x 256 at M = 512-1024), whose flags the
+  // ranks index alike: a rank passing B the other way round must be caught.
+  b = a, b.b_layout = gemm::BLayout::kn;
   EXPECT_NE(d, describe_agmm_launch(AgmmVariant::automatic, AgmmVariant::nsplit, b, cfg));
   AgmmConfig other = cfg;
   other.ksplit_max_m = 512;

@@ -51,6 +51,7 @@ TEST(GemmHeuristic, ReturnsACompiledConfigForEveryShape) {
             EXPECT_GE(c.splits, 1);
             EXPECT_LE(c.splits, std::max<int64_t>(1, (k + 63) / 64)) << "a split with no k-block";
             EXPECT_EQ(c.max_ctas, 0);
+            EXPECT_LE(c.cluster_m * c.cluster_k, sms) << c.name() << ": a cluster larger than the SMs it may fill";
             if (c.cluster_k > 1) EXPECT_GE((k + 63) / 64, c.cluster_k) << c.name() << ": a K-cluster CTA with no k-block";
           }
 }

@@ -107,8 +107,9 @@
 //
 // Contract:
 //  - Collective: every rank constructs the op with the same config and calls launch() with the
-//    same variant and shape (m, n, k, gather_dim, dtype) in the same order. Pointers and strides
-//    may differ per rank. Checked across ranks only in the launch check mode
+//    same variant, shape (m, n, k, gather_dim, dtype), B layout and b_replicated in the same order
+//    (plans, and the ksplit band flags they index, depend on them). Pointers and strides may differ
+//    per rank. Checked across ranks only in the launch check mode
 //    (TeamOptions::check_launches: describe_agmm_launch); otherwise a mismatch is undefined.
 //  - M, N in [1, 2^31), K in [1, 2^30 - 8] (a gathered row, K rounded up to 8 elements, is one
 //    copy-engine pitch of at most 2^31 - 1 bytes); gather_dim 0 needs M divisible by the world,
@@ -119,7 +120,8 @@
 //    outside the op's buffers and flags (symmetric heap or not), or exactly at local_slot() with its
 //    stride (in place: no local copy).
 //  - push and sm-specialized, with push_ctas 0 (the per-shape choice), need a share of more than
-//    4 SMs (NotSupported); a configured push_ctas must leave the GEMM an SM (InvalidArgument).
+//    4 SMs (NotSupported); a configured push_ctas must leave the GEMM an SM, sm-specialized's
+//    (rounded up to whole clusters of the GEMM) one cluster (InvalidArgument).
 //  - launch() validates everything first (throws taxfree::Error, InvalidArgument naming the
 //    constraint, e.g. "divisible" for a shape the ranks cannot split) and then enqueues on `stream`
 //    without blocking; it returns where the gathered A of this launch lives (an op buffer, valid
@@ -333,9 +335,9 @@ int64_t nsplit_partial_floats(const AgmmConfig& config, int world);
 AgmmVariant choose_agmm_variant(const AgmmArgs& args, int world, const AgmmConfig& config);
 
 // What the launch check mode (RankShare::check_launch) compares across ranks for a launch: the
-// variant asked for and the one that runs, the shape (m, n, k, gather_dim, dtype, b_replicated),
-// the op's config and the ksplit environment knobs; no pointers or strides (they may differ). Pure
-// but for the environment.
+// variant asked for and the one that runs, the shape (m, n, k, gather_dim, dtype), B's layout and
+// b_replicated, the op's config and the ksplit environment knobs; no pointers or strides (they may
+// differ). Pure but for the environment.
 std::string describe_agmm_launch(AgmmVariant requested, AgmmVariant runs, const AgmmArgs& args,
                                  const AgmmConfig& config);
 
@@ -377,8 +379,10 @@ class AllGatherMatmul {
   GatheredA local_slot(int64_t m, int64_t k, int gather_dim) const;
   const AgmmConfig& config() const { return config_; }
   // Fills every gathered / staging buffer with `byte` (tests and benchmarks poison them with 0xFF,
-  // a NaN pattern, so a piece that never lands is caught). Call between launches, and make the
-  // peers wait (a barrier) before their next launch: they write into these buffers.
+  // a NaN pattern, so a piece that never lands is caught). Call between launches with a barrier of
+  // every rank on each side (Team::device_barrier): before, because a peer's launch may still be
+  // reading from them (decomposed at gather_dim 0 and nsplit read their own shard back from rank-1's
+  // gathered A, with no barrier at their end); after, because the peers' next launch writes into them.
   void fill_buffers(int byte, cudaStream_t stream);
   // Fault injection for tests: this rank's ksplit, nsplit, push and sm-specialized launches never
   // raise the peers' partial / block / piece flags (the peers' waits end at the deadline with a

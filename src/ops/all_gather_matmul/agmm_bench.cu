@@ -60,6 +60,16 @@ std::map<std::string, std::string> parse_entry(const std::string& entry) {
                                    {"layout", {"nk", "kn"}}});
 }
 
+// The benchmark's operands are dense (lda = the shard's columns, as NCCL sends the shard; ldb = K
+// or N; ldc = N) and the op's row strides are multiples of 8 elements.
+void require_dense_strides(int64_t n, int64_t k) {
+  TF_REQUIRE(n % 8 == 0 && k % 8 == 0, Status::InvalidArgument,
+             "all_gather_matmul benchmarks: N=" << n << " and K=" << k
+                                                << " must be multiples of 8 (the benchmark's operands are dense, and "
+                                                   "the op's row strides are multiples of 8 elements; the op itself "
+                                                   "takes other sizes with padded strides)");
+}
+
 // An entry naming a whole shape adds it; any other entry filters the default sweep.
 bool names_shape(const std::map<std::string, std::string>& kv) {
   return kv.count("M") && kv.count("N") && kv.count("K") && kv.count("gather_dim");
@@ -151,8 +161,10 @@ class AgmmBench final : public OpBench {
   void check_options(const Options& opt) const override {
     for (const std::string& e : opt.shapes) {
       const auto kv = parse_entry(e);
+      if (!names_shape(kv)) continue;
+      require_dense_strides(shape_int(kv, "N", 0), shape_int(kv, "K", 0));
       // A shape the known world cannot split fails here once, not in every rank ("divisible").
-      if (opt.ranks > 0 && names_shape(kv))
+      if (opt.ranks > 0)
         agmm_shard_shape(shape_int(kv, "M", 0), shape_int(kv, "K", 0), int(shape_int(kv, "gather_dim", 0)), opt.ranks);
     }
     const AgmmConfig tuned = tuned_config();  // the knobs' ranges, then the op's rules on them
@@ -208,6 +220,7 @@ class AgmmBench final : public OpBench {
           if (!kv.count("layout") || kv["layout"] == gemm::layout_name(l)) {
             shapes.push_back({shape_int(kv, "M", 0), shape_int(kv, "N", 0), shape_int(kv, "K", 0),
                               int(shape_int(kv, "gather_dim", 0)), l});
+            require_dense_strides(shapes.back().n, shapes.back().k);
             agmm_shard_shape(shapes.back().m, shapes.back().k, shapes.back().gather_dim, team.world());  // "divisible"
           }
       } else {

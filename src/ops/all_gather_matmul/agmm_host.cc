@@ -237,9 +237,11 @@ PushPlan make_sm_specialized_plan(const AgmmArgs& a, int world, const AgmmConfig
   PushPlan p = make_push_plan(a, world, cfg, num_sms);
   const int cluster = std::max(1, p.gemm.cluster_m);
   p.push_ctas = int(ceil_div(p.push_ctas, cluster) * cluster);
-  TF_REQUIRE(p.push_ctas < num_sms, Status::InvalidArgument,
-             "all_gather_matmul sm-specialized: " << p.push_ctas << " mover CTAs (whole clusters of " << cluster
-                                                  << ") leave no SM for the GEMM (" << num_sms << " SMs)");
+  TF_REQUIRE(num_sms - p.push_ctas >= cluster, Status::InvalidArgument,
+             "all_gather_matmul sm-specialized: " << p.push_ctas << " mover CTAs (push_ctas=" << cfg.push_ctas
+                                                  << " in whole clusters of " << cluster << ") leave the GEMM "
+                                                  << num_sms - p.push_ctas << " of " << num_sms
+                                                  << " SMs, fewer than one cluster");
   p.gemm.max_ctas = num_sms - p.push_ctas;
   return p;
 }
@@ -394,7 +396,8 @@ std::string describe_agmm_launch(AgmmVariant requested, AgmmVariant runs, const 
   os << "all_gather_matmul " << variant_name(requested);
   if (runs != requested) os << " (" << variant_name(runs) << ")";
   os << " M=" << a.m << " N=" << a.n << " K=" << a.k << " gather_dim=" << a.gather_dim << " "
-     << gemm::dtype_name(a.dtype) << (a.b_replicated ? " B replicated" : "") << "; config max_m=" << c.max_m
+     << gemm::dtype_name(a.dtype) << " B " << gemm::layout_name(a.b_layout) << (a.b_replicated ? " replicated" : "")
+     << "; config max_m=" << c.max_m
      << " max_k=" << c.max_k << " bsp_symmetric=" << c.bsp_symmetric << " push_ctas=" << c.push_ctas
      << " col_chunk=" << c.col_chunk << " side_gather_ctas=" << c.side_gather_ctas
      << " ksplit_max_m=" << c.ksplit_max_m << " ksplit_max_n=" << c.ksplit_max_n;

@@ -264,6 +264,7 @@ GemmRanking rank_candidates(int64_t m, int64_t n, int64_t k, BLayout b_layout, i
     if (t.whole_m_blocks && (m < 2 * t.bm || (m % t.bm != 0 && m_blocks > kTile168MaxMBlocks))) continue;
     if (!t.swap && m <= 64 && t.bm > 64) continue;  // half or more of a 128-row A tile would be zero fill
     if (t.cluster > 1 && m <= t.bm) continue;       // the peer CTA would compute only zero rows
+    if (t.cluster * t.cluster_k > num_sms) continue;  // a cluster's CTAs run at once, one per SM
     // Above M = 128, 64-row plain tiles only where 128 x 128 tiles would be 8 or fewer (even K
     // clusters of 4 would leave three quarters of the SMs idle): elsewhere the estimate overrates
     // them (r164: 1.35-1.44x the best measured at M = 192 / 320; r167: without them 0.68-0.97 of
