@@ -383,6 +383,41 @@ TEST(FlashDecodeGpu, PagedMatchesContiguousBitwise) {
   }
 }
 
+// Block-table entries no slice reads may hold anything (flash_decode.h): junk there (-1, INT32_MIN,
+// INT32_MAX, num_pages) changes nothing. Out of contract, a device slice_len past the pages filled
+// in reads such entries: each reads page 0, so the launch ends without a fault (its output is
+// unspecified). Before, INT32_MAX's page lay terabytes past k: an illegal address.
+TEST(FlashDecodeGpu, PagedEntriesOutsideTheSlicesMayHoldAnything) {
+  TF_REQUIRE_GPUS(1);
+  Runner run;
+  Problem p;
+  p.head_dim = 128, p.q_heads = 32, p.kv_heads = 4, p.batch = 3, p.lens = {3001, 0, 1500};
+  const Data d = make_data(p, 4242);
+  const std::vector<int32_t> starts = {37, 0, 250}, lens = {2900, 0, 1111};
+  std::vector<double> o, lse;
+  reference(d, starts, lens, o, lse);
+  DecodeConfig cfg;
+  cfg.num_splits = 5;
+  constexpr int kPage = 64;
+  for (KvLayout lay : {KvLayout::paged_hnd, KvLayout::paged_nhd}) {
+    Paged pg = make_paged(d, lay, kPage, 99);
+    const int32_t junk[] = {-1, INT32_MIN, INT32_MAX, pg.num_pages};
+    for (int b = 0; b < p.batch; ++b) {
+      const int first = starts[size_t(b)] / kPage, end = (starts[size_t(b)] + lens[size_t(b)] + kPage - 1) / kPage;
+      for (int i = 0; i < pg.max_pages; ++i)
+        if (lens[size_t(b)] == 0 || i < first || i >= end)
+          pg.table[size_t(b) * pg.max_pages + i] = junk[(b + i) % 4];
+    }
+    pg.table_d.upload(pg.table);
+    const std::string what = std::string(lay == KvLayout::paged_hnd ? "HND" : "NHD") + " junk outside the slices";
+    expect_matches(d, run.run(d, starts, lens, &pg, cfg), o, lse, what);
+    // Every sequence to the capacity (the pages of junk too), no host lengths to check it.
+    const int32_t capacity = pg.max_pages * kPage;
+    run.run(d, std::vector<int32_t>(3, 0), std::vector<int32_t>(3, capacity), &pg, cfg, 1, /*host_lens=*/false);
+    TF_CUDA(cudaDeviceSynchronize());  // a fault would be sticky: seen here at the latest
+  }
+}
+
 // W ranks on one GPU: partial kernel per rank slice, then the combine kernel.
 void simulate_ranks(Runner& run, const Data& d, const std::vector<std::vector<Slice>>& slices, bool interleaved,
                     const std::string& what) {

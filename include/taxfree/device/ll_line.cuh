@@ -63,14 +63,15 @@ __device__ __forceinline__ uint2 ll_peek_half(const uint4* line) {
 __device__ __forceinline__ bool ll_half_current(uint2 x, uint32_t flag) { return x.y == flag; }
 
 // The deadline of a poll loop, shared by ll_load and by callers that poll many lines at once: call
-// once after each miss, i = 0, 1, 2, ... (start is set at i = 0). Every 128 misses it reads the
+// once after each miss, i = 0, 1, 2, ..., with start 0 before the loop (set at the first call, not
+// at i = 0: a wait past 2^32 misses must not restart its clock). Every 128 misses it reads the
 // abort flag (host memory: sparingly) and the clock; returns true when the loop must give up:
 // abort requested (waited_ns = 0), or fc.timeout_ns passed (waited_ns > 0: the caller reports the
 // line it waited for with report_wait_timeout).
 __device__ __forceinline__ bool ll_poll_expired(uint32_t i, uint64_t& start, const FaultContext& fc,
                                                 uint64_t& waited_ns) {
   waited_ns = 0;
-  if (i == 0) start = global_timer_ns();
+  if (start == 0) start = global_timer_ns();
   if ((i & 127u) != 127u) return false;
   if (abort_requested(fc)) return true;
   const uint64_t waited = global_timer_ns() - start;

@@ -70,7 +70,7 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity, uint64_
     if (mbar_try_wait(bar, parity)) return;
     if ((i & 1023u) == 0u) {
       const uint64_t now = global_timer_ns();
-      if (i == 0) start = now;
+      if (start == 0) start = now;  // not at i == 0: past 2^32 tries the clock must not restart
       else if (now - start > timeout_ns) {
         if constexpr (kReport)
           printf("[taxfree device] block %d thread %d: mbarrier at smem 0x%x never completed phase parity %u\n",

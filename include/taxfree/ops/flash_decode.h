@@ -94,9 +94,12 @@ struct DecodeArgs {
   // Optional host copies of the device arrays above: when non-empty they are validated (lengths
   // >= 0, slices inside the capacity; with host_slice_len, and host_slice_start where slice_start
   // is given, the pages each slice touches in [0, num_pages): without them nothing says which
-  // entries are read, and the others may hold anything, so none is checked), and host_slice_len plans the splits of a
-  // ragged batch (choose_splits with lengths: 0.77-1.0 of the time planned from max_len, r205)
-  // and the order its CTAs start in (longest_first). They must hold the same values.
+  // entries are read, and the others may hold anything, so none is checked), and host_slice_len
+  // plans the splits of a ragged batch (choose_splits with lengths: 0.77-1.0 of the time planned
+  // from max_len, r205) and the order its CTAs start in (longest_first). They must hold the same
+  // values. Without them the device values are trusted as far as memory goes: a slice past the
+  // capacity is clamped to it, and an entry a slice reads outside [0, num_pages) reads page 0; the
+  // output is then unspecified, but nothing outside the cache is read.
   std::span<const int32_t> host_slice_start;
   std::span<const int32_t> host_slice_len;
   std::span<const int32_t> host_block_table;

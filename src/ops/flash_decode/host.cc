@@ -347,6 +347,7 @@ attention::DecodeParams make_decode_params(const DecodeArgs& a, int num_splits, 
   const bool is_paged = paged(a.layout);
   kv.block_table = is_paged ? a.block_table : nullptr;
   kv.max_pages = is_paged ? a.max_pages_per_seq : 0;
+  kv.num_pages = is_paged ? a.num_pages : 0;
   kv.page_shift = is_paged ? log2_of(a.page_size) : 0;
   kv.capacity = int32_t(capacity_of(a));
   kv.slice_start = a.slice_start;

@@ -16,8 +16,9 @@
 // Contract (checked on the host by launch functions when host mirrors are given): k, v 16-byte
 // aligned; strides multiples of 8 elements; 0 <= slice_start[b], 0 <= slice_len[b],
 // slice_start[b] + slice_len[b] <= capacity; block-table entries covering a slice in [0, pages).
-// On the device, out-of-contract starts/lengths are clamped to [0, capacity] so nothing outside
-// the cache is read (the result is then unspecified, but never an out-of-bounds access).
+// On the device, out-of-contract starts/lengths are clamped to [0, capacity], and a block-table
+// entry outside [0, pages) (a slice_len past the pages filled in, say) reads page 0, so nothing
+// outside the cache is read (the result is then unspecified, but never an out-of-bounds access).
 #pragma once
 
 #include <cstdint>
@@ -34,6 +35,7 @@ struct KvView {
   int64_t stride_token;
   const int32_t* block_table;  // paged: [batch][max_pages]; contiguous: unused (may be null)
   int32_t max_pages;           // paged: row length of block_table
+  int32_t num_pages;           // paged: pages in k (and in v)
   int32_t page_shift;          // paged: log2(page_size)
   int32_t capacity;            // tokens addressable per sequence (contiguous: the seq dim;
                                // paged: max_pages << page_shift)
@@ -102,9 +104,10 @@ __device__ inline int64_t row_offset(const KvView& kv, int b, int h, int pos, in
   }
 }
 
-// Page of token `pos` of sequence b (paged caches).
+// Page of token `pos` of sequence b (paged caches); an entry outside [0, num_pages) gives page 0.
 __device__ inline int page_of(const KvView& kv, int b, int pos) {
-  return __ldg(kv.block_table + int64_t(b) * kv.max_pages + (pos >> kv.page_shift));
+  const int page = __ldg(kv.block_table + int64_t(b) * kv.max_pages + (pos >> kv.page_shift));
+  return unsigned(page) < unsigned(kv.num_pages) ? page : 0;
 }
 #endif
 
