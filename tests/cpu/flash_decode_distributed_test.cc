@@ -43,18 +43,25 @@ TEST(FlashDecodeLaunchCheck, DescriptionNamesTheSharedArgumentsOnly) {
   DecodeArgs b = a;
   b.layout = KvLayout::paged_hnd, b.capacity = 0, b.page_size = 64, b.max_len = 17;
   b.softmax_scale = 1.f / std::sqrt(128.f);
-  const std::string d = describe_flash_decode_launch(FlashDecodeVariant::fused, a, c);
-  EXPECT_EQ(d, describe_flash_decode_launch(FlashDecodeVariant::fused, b, c));
+  const std::string d = describe_flash_decode_launch(FlashDecodeVariant::fused, a, c, false);
+  EXPECT_EQ(d, describe_flash_decode_launch(FlashDecodeVariant::fused, b, c, false));
   EXPECT_NE(d.find("flash_decode fused batch=4 heads=64/8 head_dim=128 bf16"), std::string::npos) << d;
-  EXPECT_NE(d, describe_flash_decode_launch(FlashDecodeVariant::bsp, a, c));
+  EXPECT_NE(d, describe_flash_decode_launch(FlashDecodeVariant::bsp, a, c, false));
   b.softmax_scale = 0.09f;
-  EXPECT_NE(d, describe_flash_decode_launch(FlashDecodeVariant::fused, b, c));
+  EXPECT_NE(d, describe_flash_decode_launch(FlashDecodeVariant::fused, b, c, false));
   FlashDecodeConfig direct = c;
   direct.split_merge = FlashDecodeConfig::SplitMerge::direct;
-  EXPECT_NE(d, describe_flash_decode_launch(FlashDecodeVariant::fused, a, direct));
+  EXPECT_NE(d, describe_flash_decode_launch(FlashDecodeVariant::fused, a, direct, false));
   FlashDecodeConfig global = c;
   global.split_merge = FlashDecodeConfig::SplitMerge::global;  // each rank's own choice
-  EXPECT_EQ(d, describe_flash_decode_launch(FlashDecodeVariant::fused, a, global));
+  EXPECT_EQ(d, describe_flash_decode_launch(FlashDecodeVariant::fused, a, global, false));
+  // Whether the launch merges directly follows the SM count (direct_merge_applies): ranks on GPUs
+  // of different counts would take different layouts.
+  EXPECT_NE(describe_flash_decode_launch(FlashDecodeVariant::fused, a, direct, true),
+            describe_flash_decode_launch(FlashDecodeVariant::fused, a, direct, false));
+  const FlashDecodeBuffers sizes = flash_decode_buffers(direct, 2, 132);
+  EXPECT_TRUE(direct_merge_applies(sizes, 2, 16, 2, 64, 8, 128));  // 16 groups on 16 SMs
+  EXPECT_FALSE(direct_merge_applies(sizes, 2, 15, 2, 64, 8, 128));
 }
 
 TEST(FlashDecodeDistPlan, GatherLayout) {

@@ -233,7 +233,9 @@ std::vector<std::vector<Slice>> partition(std::span<const int32_t> lens, int wor
 // head_dim, dtype, softmax_scale and q, in the same order. A rank's slices, lengths, layout, cache, num_splits and
 // split_merge may differ from its peers' (each rank plans its own splits), except that
 // SplitMerge::direct must be every rank's or none's (its lines have their own layout: a rank
-// configured otherwise never sees them, and the waits give up at the deadline, naming the rank).
+// configured otherwise never sees them, and the waits give up at the deadline, naming the rank),
+// and so must a fused launch's taking it: it does where batch x kv_heads <= the GPU's SM count
+// (direct_merge_applies), so under it the ranks' GPUs must have one SM count.
 // Launches of one FlashDecode are ordered on one stream per rank (the epochs depend on it). A fused
 // launch needs every CTA of its grid resident at once (it sizes the grid by the kernel's
 // occupancy): do not run it beside kernels that hold SMs until it finishes.
@@ -299,10 +301,11 @@ bool direct_merge_applies(const FlashDecodeBuffers& b, int world, int num_sms, i
                           int head_dim);
 // What the launch check mode (RankShare::check_launch) compares across ranks for a launch: the
 // variant, batch, heads, head_dim, dtype, the softmax scale (exact), the op's maxima and
-// bsp_buffers, and whether its split merge is direct; not the slices, lengths, layout or cache
-// (each rank's own). Pure.
+// bsp_buffers, whether its split merge is direct, and whether this launch takes the direct merge
+// (`direct`: FusedPlan::direct; false for bsp); not the slices, lengths, layout or cache (each
+// rank's own). Pure.
 std::string describe_flash_decode_launch(FlashDecodeVariant variant, const DecodeArgs& args,
-                                        const FlashDecodeConfig& config);
+                                        const FlashDecodeConfig& config, bool direct);
 // The checks FlashDecode's constructor and launch() make first (InvalidArgument naming the value).
 void validate_flash_decode_config(const FlashDecodeConfig& cfg, int world);
 // `a` is this rank's DecodeArgs: all of validate_decode_args, plus `out` set, o_part and lse_part

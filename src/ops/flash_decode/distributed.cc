@@ -210,13 +210,14 @@ void FlashDecode::launch(FlashDecodeVariant variant, const DecodeArgs& a, cudaSt
   if (variant == FlashDecodeVariant::fused) return launch_fused(a, stream);
   validate(a);  // before the first stage is enqueued
   require_comm();
-  if (share_.check_launch) share_.check_launch(describe_flash_decode_launch(variant, a, cfg_));
+  if (share_.check_launch) share_.check_launch(describe_flash_decode_launch(variant, a, cfg_, false));
   for (Stage s : {Stage::decode, Stage::gather, Stage::combine}) enqueue_bsp_stage(s, a, stream);
 }
 
 void FlashDecode::launch_fused(const DecodeArgs& a, cudaStream_t stream) {
   const FusedPlan fp = fused_plan(a);  // validates
-  if (share_.check_launch) share_.check_launch(describe_flash_decode_launch(FlashDecodeVariant::fused, a, cfg_));
+  if (share_.check_launch)
+    share_.check_launch(describe_flash_decode_launch(FlashDecodeVariant::fused, a, cfg_, fp.direct));
   attention::FusedDecodeParams p{};
   // Only the persistent schedule takes the batch order (the others run every item at once), and
   // only in a team of one: each rank's order follows its own slice lengths, and the schedule's

@@ -128,7 +128,8 @@ void validate_flash_decode_args(const DecodeArgs& a, const FlashDecodeConfig& c)
   validate_decode_args(a);
 }
 
-std::string describe_flash_decode_launch(FlashDecodeVariant variant, const DecodeArgs& a, const FlashDecodeConfig& c) {
+std::string describe_flash_decode_launch(FlashDecodeVariant variant, const DecodeArgs& a, const FlashDecodeConfig& c,
+                                        bool direct) {
   const float scale = a.softmax_scale > 0.f ? a.softmax_scale : 1.f / std::sqrt(float(a.head_dim));
   std::ostringstream os;
   os << "flash_decode " << variant_name(variant) << " batch=" << a.batch << " heads=" << a.q_heads << "/"
@@ -136,7 +137,8 @@ std::string describe_flash_decode_launch(FlashDecodeVariant variant, const Decod
      << " scale=" << std::hexfloat << scale << std::defaultfloat << "; config max_batch=" << c.max_batch
      << " max_heads=" << c.max_q_heads << "/" << c.max_kv_heads << " max_head_dim=" << c.max_head_dim
      << " bsp_buffers=" << (c.bsp_buffers == BspBuffers::symmetric ? "symmetric" : "plain")
-     << (c.split_merge == FlashDecodeConfig::SplitMerge::direct ? " split_merge=direct" : "");
+     << (c.split_merge == FlashDecodeConfig::SplitMerge::direct ? " split_merge=direct" : "")
+     << (direct ? "; merges directly" : "");
   return os.str();
 }
 
