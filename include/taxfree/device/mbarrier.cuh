@@ -59,6 +59,12 @@ __device__ __forceinline__ bool mbar_try_wait(uint32_t bar, uint32_t parity) {
 // Blocks until the phase with parity `parity` has completed (acquire). A fresh barrier is in phase
 // 0, so waiting for parity 1 returns at once.
 //
+// The clock starts at the first miss (i == 0), so it restarts if i wraps: after 2^32 tries, over
+// a minute even at 20 ns a try. Only a bound raised past that (a stall_ns from a flag deadline of
+// minutes) can be outrun; the host's sync deadline then ends the process. Starting the clock on
+// start == 0, as the LL polls do, changed ptxas's instruction choices in every GEMM kernel and
+// read 1.5-2.4% slower at M = 16 (r361, 1x H100, two rounds each): not done.
+//
 // kReport = false traps without printing. The print is a function call (vprintf), and a call
 // anywhere in a kernel that issues wgmma makes ptxas serialise every wgmma of that kernel (C7510:
 // each HGMMA then waits for the previous one; measured by ptxas, not only where a group is in
@@ -70,7 +76,7 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity, uint64_
     if (mbar_try_wait(bar, parity)) return;
     if ((i & 1023u) == 0u) {
       const uint64_t now = global_timer_ns();
-      if (start == 0) start = now;  // not at i == 0: past 2^32 tries the clock must not restart
+      if (i == 0) start = now;
       else if (now - start > timeout_ns) {
         if constexpr (kReport)
           printf("[taxfree device] block %d thread %d: mbarrier at smem 0x%x never completed phase parity %u\n",
