@@ -140,6 +140,17 @@ TEST(FlashDecodeDistPlan, LineFlagsAreNeverZeroAndDifferFromTheParitysEarlierEpo
     for (uint64_t back = 1; back <= 64 && back <= e; ++back) EXPECT_NE(dev::ll_flag(e), dev::ll_flag(e - back));
     if (e >= kPeriod) EXPECT_EQ(dev::ll_flag(e), dev::ll_flag(e - kPeriod));  // the documented period
   }
+  // The epochs launches carry (sequence_entered: the launch count mod 2^32, plus 1), across the
+  // wrap where 2^32 is followed by 1: parities still alternate, and each flag is nonzero and
+  // differs from those of its parity's earlier epochs in the window.
+  std::vector<uint64_t> seq;
+  for (uint64_t n = (1ull << 32) - 16; n < (1ull << 32) + 16; ++n) seq.push_back(n % (1ull << 32) + 1);
+  for (size_t i = 0; i < seq.size(); ++i) {
+    SCOPED_TRACE(testing::Message() << "epoch " << seq[i]);
+    EXPECT_NE(dev::ll_flag(seq[i]), 0u);
+    if (i > 0) EXPECT_NE(seq[i] & 1, seq[i - 1] & 1);
+    for (size_t j = i % 2; j < i; j += 2) EXPECT_NE(dev::ll_flag(seq[i]), dev::ll_flag(seq[j])) << "epoch " << seq[j];
+  }
 }
 
 // The direct split merge's region: after the merged layout's in each parity, sized for 16 splits
