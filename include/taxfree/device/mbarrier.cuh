@@ -61,7 +61,7 @@ __device__ __forceinline__ bool mbar_try_wait(uint32_t bar, uint32_t parity) {
 //
 // The clock starts at the first miss (i == 0), so it restarts if i wraps: after 2^32 tries, over
 // a minute even at 20 ns a try. Only a bound raised past that (a stall_ns from a flag deadline of
-// minutes) can be outrun; the host's sync deadline then ends the process. Starting the clock on
+// minutes) can be outrun; the host's sync deadline then fails the job. Starting the clock on
 // start == 0, as the LL polls do, changed ptxas's instruction choices in every GEMM kernel and
 // read 1.5-2.4% slower at M = 16 (r361, 1x H100, two rounds each): not done.
 //
